@@ -1,0 +1,68 @@
+"""The caller's own account: usage, activity logs and profile."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.paging import page_args
+from mediasrv.settings import Settings
+from mediasrv.timeutil import iso, month_period, period_key
+from store.base import MetaStore
+
+
+class AccountBase(BaseHandler):
+    meta: MetaStore
+    settings: Settings
+
+    def initialize(self, base: BaseDeps, meta: MetaStore, settings: Settings) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.meta, self.settings = meta, settings
+
+
+class UsageHandler(AccountBase):
+    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
+    limits: ClassVar[dict[str, str]] = {"GET": "usage"}
+
+    async def get(self) -> None:
+        assert self.principal is not None
+        user = await self.meta.get_user(self.principal.user.id) or self.principal.user
+        start, end = month_period()
+        counts = await self.meta.get_usage(user.id, period_key(start))
+        self.write_json({"storage_bytes": user.storage_bytes, "files_count": user.files_count,
+                         "origin_reads": counts.origin_reads, "image_ops": counts.image_ops,
+                         "period_start": iso(start), "period_end": iso(end)})
+
+
+class LogsHandler(AccountBase):
+    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
+    limits: ClassVar[dict[str, str]] = {"GET": "logs"}
+
+    async def get(self) -> None:
+        assert self.principal is not None
+        page, limit = page_args(self)
+        entries, total = await self.meta.list_logs(self.principal.user.id, (page - 1) * limit, limit)
+        logs = [{k: v for k, v in dataclasses.asdict(e).items() if k != "user_id"} for e in entries]
+        self.write_json({"logs": logs, "total": total, "page": page, "limit": limit})
+
+
+class ProfileHandler(AccountBase):
+    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
+    limits: ClassVar[dict[str, str]] = {"GET": "profile"}
+
+    async def get(self) -> None:
+        assert self.principal is not None
+        user = self.principal.user
+        plan: dict[str, Any] = {
+            "name": "trial" if user.trial_ends_at else "standard",
+            "storage_limit_bytes": self.settings.storage_limit_bytes,
+            "file_count_limit": self.settings.file_count_limit,
+            "max_upload_size_bytes": self.settings.max_upload_size_bytes,
+            "trial_ends_at": user.trial_ends_at,
+        }
+        self.write_json({
+            "user": {"id": user.id, "email": user.email, "created_at": user.created_at,
+                     "updated_at": user.updated_at, "email_verified_at": user.email_verified_at},
+            "plan": plan, "subscription_canceled_at": user.subscription_canceled_at,
+            "access_until": user.access_until or user.trial_ends_at,
+        })

@@ -1,0 +1,69 @@
+"""Account routes: register, confirm, login, refresh, forgot and reset password."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from handlers.base import AuthMode, BaseDeps, BaseHandler
+from mediasrv.accounts import AccountService
+
+
+class AccountHandler(BaseHandler):
+    logged = False  # anonymous routes: nothing to log against a user
+
+    accounts: AccountService
+
+    def initialize(self, base: BaseDeps, accounts: AccountService) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.accounts = accounts
+
+
+class RegisterHandler(AccountHandler):
+    limits: ClassVar[dict[str, str]] = {"POST": "register"}
+
+    async def post(self) -> None:
+        body = self.json_body()
+        result = await self.accounts.register(body.get("email"), body.get("password"), body.get("redirect_to"))
+        self.write_json(result, 201)
+
+
+class ConfirmHandler(AccountHandler):
+    """The e-mail link; its 256-bit token needs no rate limit of its own."""
+
+    async def get(self) -> None:
+        target = await self.accounts.confirm(self.get_query_argument("token", ""))
+        self.redirect(target, status=303)
+
+
+class LoginHandler(AccountHandler):
+    limits: ClassVar[dict[str, str]] = {"POST": "login"}
+
+    async def post(self) -> None:
+        body = self.json_body()
+        session = await self.accounts.login(body.get("email"), body.get("password"))
+        self.set_header("Cache-Control", "no-store")
+        self.write_json(session.body)
+
+
+class RefreshHandler(AccountHandler):
+    limits: ClassVar[dict[str, str]] = {"POST": "refresh"}
+
+    async def post(self) -> None:
+        session = await self.accounts.refresh(self.json_body().get("refresh_token"))
+        self.set_header("Cache-Control", "no-store")
+        self.write_json(session.body)
+
+
+class ForgotPasswordHandler(AccountHandler):
+    limits: ClassVar[dict[str, str]] = {"POST": "forgot_password"}
+
+    async def post(self) -> None:
+        self.write_json(await self.accounts.forgot_password(self.json_body().get("email")))
+
+
+class ResetPasswordHandler(AccountHandler):
+    auth: ClassVar[dict[str, AuthMode]] = {}
+    limits: ClassVar[dict[str, str]] = {"POST": "reset_password"}
+
+    async def post(self) -> None:
+        body = self.json_body()
+        self.write_json(await self.accounts.reset_password(body.get("token"), body.get("password")))

@@ -1,0 +1,186 @@
+"""The small base every handler shares: credentials, rate limits, JSON in and out, errors.
+
+A handler declares, per HTTP method, who may call it (``auth``) and which rate-limit
+counter it spends (``limits``); ``prepare`` enforces both before any body is read. Every
+error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import orjson
+import tornado.web
+
+from mediasrv.auth import Authenticator, Principal
+from mediasrv.errors import ApiError, BadRequest, Forbidden, TooManyRequests
+from mediasrv.ratelimit import IP_LIMITS, RateLimiter
+from mediasrv.recorders import ActivityRecorder
+from mediasrv.timeutil import now_iso
+from store.models import LogEntry
+
+log = logging.getLogger("mediasrv.http")
+AuthMode = Literal["none", "any", "jwt", "optional"]
+MAX_JSON_BYTES = 64 * 1024
+_GENERIC = {400: "Bad request", 404: "Not found", 405: "Method not allowed", 411: "Length required",
+            413: "Request too large", 500: "Internal server error", 503: "Service unavailable"}
+
+
+class InFlight:
+    """Requests being handled now: graceful shutdown waits for this to reach zero."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@dataclass(frozen=True)
+class BaseDeps:
+    """What every handler needs, built once in ``mediasrv.app``."""
+
+    auth: Authenticator
+    limiter: RateLimiter
+    activity: ActivityRecorder
+    trust_proxy: bool
+    inflight: InFlight
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    auth: ClassVar[dict[str, AuthMode]] = {}
+    limits: ClassVar[dict[str, str]] = {}
+    logged: ClassVar[bool] = True
+    """Whether calls by an authenticated user go to that user's activity log."""
+
+    base: BaseDeps
+    principal: Principal | None = None
+    request_size: int | None = None
+    _counted = False
+
+    def initialize(self, base: BaseDeps) -> None:  # type: ignore[override]
+        self.base = base
+        if not self._counted:
+            self._counted = True
+            base.inflight.count += 1
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self.base.inflight.count -= 1
+
+    def on_connection_close(self) -> None:
+        self._uncount()
+        super().on_connection_close()
+
+    def set_default_headers(self) -> None:
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.clear_header("Server")
+
+    async def prepare(self) -> None:
+        method = self.request.method or "GET"
+        route = self.limits.get(method)
+        if route and route in IP_LIMITS and self.auth.get(method, "none") in ("none", "optional"):
+            self.spend(route, self.client_ip(), per_ip=True)
+        mode = self.auth.get(method, "none")
+        if mode in ("any", "jwt"):
+            self.principal = await self.base.auth.authenticate(
+                self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
+            if mode == "jwt" and self.principal.kind != "jwt":
+                raise Forbidden("API keys cannot manage API keys; use a session token",
+                                code="JWT_REQUIRED")
+            if route:
+                self.spend(route, self.principal.user.id, per_ip=False)
+        elif mode == "optional":
+            self.principal = await self.base.auth.optional(
+                self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
+
+    def spend(self, route: str, key: str, *, per_ip: bool) -> None:
+        """Count this request against ``route``'s limit; 429 when it is over."""
+        decision = self.base.limiter.hit(route, key, per_ip=per_ip)
+        if not decision.allowed:
+            headers = decision.headers() | {"Retry-After": str(decision.reset_s)}
+            raise TooManyRequests(headers=headers)
+
+    def client_ip(self) -> str:
+        """The socket's peer, or behind a trusted proxy the address that proxy saw."""
+        if self.base.trust_proxy:
+            real = self.request.headers.get("X-Real-Ip", "").strip()
+            if real:
+                return real
+            hops = [h.strip() for h in self.request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+            if hops:
+                return hops[-1]
+        return self.request.remote_ip or "unknown"
+
+    def json_body(self) -> dict[str, Any]:
+        """The request body as a JSON object; BadRequest otherwise."""
+        body = self.request.body or b""
+        if len(body) > MAX_JSON_BYTES:
+            raise BadRequest("JSON body too large", code="INVALID_JSON")
+        try:
+            value = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError:
+            raise BadRequest("Request body is not valid JSON", code="INVALID_JSON") from None
+        if not isinstance(value, dict):
+            raise BadRequest("Request body must be a JSON object", code="INVALID_JSON")
+        return value
+
+    def write_json(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(orjson.dumps(body))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        body: dict[str, str]
+        if isinstance(exc, ApiError):
+            self.set_status(exc.status)
+            for name, value in exc.headers.items():
+                self.set_header(name, value)
+            body = {"error": exc.message, "code": exc.code}
+        else:
+            if status_code >= 500:
+                self.set_status(500 if status_code == 500 else status_code)
+            body = {"error": _GENERIC.get(self.get_status(), self._reason), "code": f"HTTP_{self.get_status()}"}
+        self.clear_header("Content-Disposition")
+        self.clear_header("Content-Range")
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(orjson.dumps(body))
+
+    def log_exception(self, typ, value, tb) -> None:  # type: ignore[no-untyped-def]
+        if isinstance(value, ApiError):
+            return  # an expected outcome, already rendered
+        if isinstance(value, tornado.web.HTTPError):
+            super().log_exception(typ, value, tb)
+            return
+        log.error("unhandled error on %s %s", self.request.method, self.request.path, exc_info=(typ, value, tb))
+
+    def on_finish(self) -> None:
+        self._uncount()
+        if self.principal is None or not self.logged:
+            return
+        if self.request_size is None:
+            self.request_size = len(self.request.body) if self.request.body else None
+        self.base.activity.add(LogEntry(
+            id=str(uuid.uuid4()), user_id=self.principal.user.id, method=self.request.method or "",
+            path=self.request.path, status_code=self.get_status(), request_size_bytes=self.request_size,
+            created_at=now_iso(), metadata=self._log_metadata()))
+
+    def _log_metadata(self) -> dict[str, Any]:
+        assert self.principal is not None
+        meta: dict[str, Any] = {"client_ip": self.client_ip(),
+                                "user_agent": self.request.headers.get("User-Agent", "")[:512],
+                                "credential": self.principal.kind}
+        if self.principal.key_id:
+            meta["api_key_id"] = self.principal.key_id
+        return meta
+
+
+class NotFoundHandler(BaseHandler):
+    """Unknown routes: a JSON 404 rather than Tornado's HTML page."""
+
+    logged = False
+
+    async def prepare(self) -> None:
+        raise tornado.web.HTTPError(404)

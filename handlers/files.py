@@ -1,0 +1,249 @@
+"""File routes: streamed upload, listing with filters, get, delete and bulk delete."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlencode
+
+import tornado.web
+
+from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.paging import int_arg, page_args
+from mediasrv import content_types
+from mediasrv.content_types import AllowList
+from mediasrv.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from mediasrv.files import MAX_NAME_CHARS, FileService, require_active_trial
+from mediasrv.media import UrlSigner
+from mediasrv.timeutil import iso, parse_iso, unix
+from mediasrv.uploads import Upload, failure_status
+from store.base import BlobStore, MetaStore
+from store.models import FileQuery
+
+log = logging.getLogger("mediasrv.files")
+MAX_BULK_IDS = 100
+MAX_Q_CHARS = 255
+DEFAULT_SIGNED_TTL_S, MIN_SIGNED_TTL_S, MAX_SIGNED_TTL_S = 3600, 60, 7 * 86400
+
+
+class FilesBase(BaseHandler):
+    meta: MetaStore
+    blobs: BlobStore
+    files: FileService
+    allow: AllowList
+
+    def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore,  # type: ignore[override]
+                   files: FileService, allow: AllowList) -> None:
+        super().initialize(base)
+        self.meta, self.blobs, self.files, self.allow = meta, blobs, files, allow
+
+
+@tornado.web.stream_request_body
+class FilesHandler(FilesBase):
+    """POST streams an upload into the blob store; GET lists the caller's files."""
+
+    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any", "GET": "any"}
+    limits: ClassVar[dict[str, str]] = {"POST": "files.upload", "GET": "files.list"}
+
+    upload: Upload | None = None
+    failure: ApiError | None = None
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if self.request.method != "POST":
+            return
+        assert self.principal is not None
+        user = self.principal.user
+        require_active_trial(user)
+        content_type = self.allow.require(content_types.normalize(self.request.headers.get_list("Content-Type")))
+        is_public = _bool_arg(self, "isPublic", default=True)
+        name = _file_name(self.request.headers.get_list("x-file-name"))
+        limits = self.files.limits_for(user)
+        declared = _content_length(self.request.headers)
+        if declared is not None and declared > limits.cap_bytes:
+            raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
+        self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
+        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits)
+        await upload.start()
+        self.upload = upload
+
+    async def data_received(self, chunk: bytes) -> None:
+        if self.upload is None or self.failure is not None:
+            return
+        try:
+            await self.upload.feed(chunk)
+        except Exception as exc:
+            self.failure = failure_status(exc)
+            await self.upload.abort()
+
+    async def post(self) -> None:
+        assert self.upload is not None
+        self.request_size = self.upload.received
+        if self.failure is not None:
+            raise self.failure
+        try:
+            record = await self.upload.finish()
+        except Exception as exc:
+            await self.upload.abort()
+            raise failure_status(exc) from exc
+        render = await self.files.renderer(record.user_id)
+        self.write_json({"file": render(record), "message": "File uploaded"}, 201)
+
+    def on_connection_close(self) -> None:
+        """A client gone mid-body: drop its partial blob and reservation."""
+        if self.upload is not None:
+            task = asyncio.ensure_future(self.upload.abort())
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+            log.warning("upload aborted: the client disconnected after %d bytes", self.upload.received)
+        super().on_connection_close()
+
+    async def get(self) -> None:
+        assert self.principal is not None
+        page, limit = page_args(self)
+        query = self._query()
+        records, total = await self.meta.list_files(self.principal.user.id, query, (page - 1) * limit, limit)
+        render = await self.files.renderer(self.principal.user.id)
+        self.write_json({"files": [render(r) for r in records], "total": total, "page": page, "limit": limit})
+
+    def _query(self) -> FileQuery:
+        q = _single(self, "q")
+        if q is not None and len(q) > MAX_Q_CHARS:
+            raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
+        ctype = _single(self, "type")
+        if ctype is not None and ctype not in self.allow:
+            raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
+        size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
+        return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
+                         is_public=_bool_arg(self, "isPublic", default=None),
+                         created_after=_time_arg(self, "createdAfter"),
+                         created_before=_time_arg(self, "createdBefore"))
+
+
+class FileHandler(FilesBase):
+    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any", "DELETE": "any"}
+    limits: ClassVar[dict[str, str]] = {"GET": "files.get", "DELETE": "files.delete"}
+
+    async def get(self, file_id: str) -> None:
+        assert self.principal is not None
+        record = await self.meta.get_file(file_id)
+        if record is None or record.user_id != self.principal.user.id:
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        render = await self.files.renderer(record.user_id)
+        self.write_json(render(record))
+
+    async def delete(self, file_id: str) -> None:
+        assert self.principal is not None
+        require_active_trial(self.principal.user)
+        if not await self.files.delete(self.principal.user, file_id):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        self.set_status(204)
+        self.finish()
+
+
+class BulkDeleteHandler(FilesBase):
+    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any"}
+    limits: ClassVar[dict[str, str]] = {"POST": "files.bulk_delete"}
+
+    async def post(self) -> None:
+        assert self.principal is not None
+        ids = self.json_body().get("ids")
+        if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BULK_IDS or not all(
+                isinstance(i, str) and 0 < len(i) <= 256 for i in ids):
+            raise BadRequest(f"ids must be a list of 1 to {MAX_BULK_IDS} file id strings", code="INVALID_IDS")
+        require_active_trial(self.principal.user)
+        deleted, errors = 0, []
+        for file_id in ids:
+            if await self.files.delete(self.principal.user, file_id):
+                deleted += 1
+            else:
+                errors.append({"id": file_id, "error": "File not found"})
+        self.write_json({"deleted": deleted, "errors": errors})
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _single(handler: tornado.web.RequestHandler, name: str) -> str | None:
+    values = handler.get_query_arguments(name)
+    if len(values) > 1:
+        raise BadRequest(f"{name} is given more than once", code="INVALID_QUERY")
+    return values[0] if values else None
+
+
+def _bool_arg(handler: tornado.web.RequestHandler, name: str, default: bool | None) -> bool | None:
+    value = _single(handler, name)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise BadRequest(f"{name} must be true or false", code="INVALID_QUERY")
+    return value.lower() == "true"
+
+
+def _time_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
+    value = _single(handler, name)
+    if value is None:
+        return None
+    try:
+        return iso(parse_iso(value))
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 timestamp", code="INVALID_QUERY") from None
+
+
+def _file_name(values: list[str]) -> str | None:
+    """x-file-name, percent-decoded as UTF-8; control characters and over-long names refused."""
+    if len(values) > 1:
+        raise BadRequest("Send at most one x-file-name header", code="INVALID_FILE_NAME")
+    if not values or not values[0]:
+        return None
+    try:
+        name = unquote(values[0], encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME") from None
+    if len(name) > MAX_NAME_CHARS:
+        raise BadRequest(f"x-file-name must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise BadRequest("x-file-name must not contain control characters", code="INVALID_FILE_NAME")
+    return name or None
+
+
+def _content_length(headers: Any) -> int | None:
+    """The declared body size, or None for a chunked body (Tornado has validated the syntax)."""
+    value = headers.get("Content-Length")
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest("Content-Length is not an integer", code="INVALID_CONTENT_LENGTH") from None
+
+
+class SignedUrlHandler(FilesBase):
+    """POST /files/:id/signed-url: a sharing link for a (private) file that expires."""
+
+    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any"}
+    limits: ClassVar[dict[str, str]] = {"POST": "files.sign"}
+    signer: UrlSigner
+
+    def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore,  # type: ignore[override]
+                   files: FileService, allow: AllowList, signer: UrlSigner) -> None:
+        super().initialize(base, meta, blobs, files, allow)
+        self.signer = signer
+
+    async def post(self, file_id: str) -> None:
+        assert self.principal is not None
+        ttl = self.json_body().get("expires_in", DEFAULT_SIGNED_TTL_S)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not MIN_SIGNED_TTL_S <= ttl <= MAX_SIGNED_TTL_S:
+            raise BadRequest(f"expires_in must be an integer from {MIN_SIGNED_TTL_S} to {MAX_SIGNED_TTL_S} "
+                             "seconds", code="INVALID_EXPIRY")
+        record = await self.meta.get_file(file_id)
+        if record is None or record.user_id != self.principal.user.id:
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        expires = unix() + ttl
+        query = urlencode({"expires": expires, "signature": self.signer.sign(record.file_id, expires)})
+        render = await self.files.renderer(record.user_id)
+        body = render(record)
+        self.write_json({"url": f"{body['public_url']}?{query}",
+                         "download_url": f"{body['public_download_url']}?{query}",
+                         "expires_at": iso(dt.datetime.fromtimestamp(expires, dt.UTC))})

@@ -1,0 +1,221 @@
+"""The hot path: GET/HEAD /m/:key (passthrough or resize) and /d/:key (download).
+
+Order of checks: key shape -> transform parameters -> record (cached) -> host and privacy
+(a private file is 404 to everyone but its owner or a valid signature, before any decode)
+-> conditional/range -> bytes. A resize takes a slot before reading the blob and gives it
+back on every path; passthrough never waits for one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from handlers.base import AuthMode, BaseDeps, BaseHandler
+from mediasrv import imaging
+from mediasrv.content_types import ACTIVE_TYPES
+from mediasrv.custom_domains import DomainService
+from mediasrv.errors import BadRequest, NotFound, StoreUnavailable, UnsupportedMedia
+from mediasrv.http_headers import (
+    Unsatisfiable,
+    content_disposition,
+    etag_matches,
+    http_date,
+    not_modified_since,
+    parse_range,
+)
+from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.recorders import UsageRecorder
+from mediasrv.timeutil import parse_iso
+from store.base import BlobStore, MetaStore
+from store.models import FileRecord
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+PUBLIC_CACHE = "public, max-age=31536000, immutable"
+PRIVATE_CACHE = "private, no-store"
+CHUNK = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ServingDeps:
+    meta: MetaStore
+    blobs: BlobStore
+    files: FileCache
+    results: ResultCache
+    pool: ResizePool
+    signer: UrlSigner
+    usage: UsageRecorder
+    domains: DomainService
+    default_host: str
+    max_pixels: int
+
+
+class ServeBase(BaseHandler):
+    auth: ClassVar[dict[str, AuthMode]] = {"GET": "optional", "HEAD": "optional"}
+    logged = False
+    attachment = False
+
+    deps: ServingDeps
+
+    def initialize(self, base: BaseDeps, deps: ServingDeps) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.deps = deps
+
+    async def get(self, key: str) -> None:
+        await self.serve(key, None)
+
+    async def head(self, key: str) -> None:
+        await self.get(key)
+
+    async def serve(self, key: str, spec: imaging.TransformSpec | None) -> None:
+        record = await self._authorized_record(key)
+        if spec is not None:
+            await self._send_transformed(record, spec)
+        else:
+            await self._send_blob(record)
+
+    async def _authorized_record(self, key: str) -> FileRecord:
+        if not _KEY_RE.match(key):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        record = self.deps.files.get(key)
+        if record is None:
+            record = await self.deps.meta.get_file(key)
+            if record is None:
+                raise NotFound("File not found", code="FILE_NOT_FOUND")
+            self.deps.files.put(record)
+        if not await self._host_allows(record) or not self._may_read(record):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        return record
+
+    async def _host_allows(self, record: FileRecord) -> bool:
+        """On a custom hostname, only its (verified) owner's files exist."""
+        host = self.request.host.rsplit(":", 1)[0].lower().rstrip(".") if self.request.host else ""
+        if not host or host == self.deps.default_host:
+            return True
+        domain = await self.deps.domains.by_host(host)
+        if domain is None:
+            return True  # not a custom domain: another name of this server
+        return domain.verification_status == "active" and domain.user_id == record.user_id
+
+    def _may_read(self, record: FileRecord) -> bool:
+        if record.is_public:
+            return True
+        if self.principal is not None and self.principal.user.id == record.user_id:
+            return True
+        return self.deps.signer.verify(record.file_id, self.get_query_argument("expires", None),
+                                       self.get_query_argument("signature", None))
+
+    async def _send_blob(self, record: FileRecord) -> None:
+        etag = f'"{record.file_id}"'
+        self._common_headers(record, record.content_type, etag)
+        if self._not_modified(etag, record):
+            self.set_status(304)
+            self.finish()
+            return
+        try:
+            window = parse_range(self.request.headers.get("Range"), record.size)
+        except Unsatisfiable:
+            self.set_status(416)
+            self.set_header("Content-Range", f"bytes */{record.size}")
+            self.finish()
+            return
+        start, end = window or (0, record.size)
+        if window is not None:
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {start}-{end - 1}/{record.size}")
+        self.set_header("Content-Length", str(end - start))
+        self.deps.usage.origin_read(record.user_id)
+        if self.request.method == "HEAD":
+            self.finish()
+            return
+        await self._stream(record.blob_key, start, end)
+
+    async def _stream(self, blob_key: str, start: int, end: int) -> None:
+        chunks = self.deps.blobs.read(blob_key, start, end, CHUNK)
+        try:
+            first = await anext(chunks, b"")
+        except FileNotFoundError:
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        except OSError:
+            raise StoreUnavailable() from None
+        self.write(first)
+        await self.flush()
+        async for chunk in chunks:
+            self.write(chunk)
+            await self.flush()  # flow control: wait for the socket before reading more
+        self.finish()
+
+    async def _send_transformed(self, record: FileRecord, spec: imaging.TransformSpec) -> None:
+        if not record.content_type.startswith("image/"):
+            raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
+        if record.content_type not in imaging.TRANSFORMABLE_TYPES:
+            raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
+        variant = spec.cache_key()
+        etag = f'"{record.file_id}-{variant}"'
+        cached = self.deps.results.get(record.file_id, variant)
+        if cached is None:
+            cached = await self._run_transform(record, spec)
+            self.deps.results.put(record.file_id, variant, *cached)
+        data, out_type = cached
+        self._common_headers(record, out_type, etag)
+        if self._not_modified(etag, record):
+            self.set_status(304)
+            self.finish()
+            return
+        self.set_header("Content-Length", str(len(data)))
+        self.deps.usage.origin_read(record.user_id)
+        self.finish(b"" if self.request.method == "HEAD" else data)
+
+    async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
+        pool = self.deps.pool
+        pool.try_acquire()
+        try:
+            try:
+                data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
+            except FileNotFoundError:
+                raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+            max_pixels = self.deps.max_pixels
+            result = await pool.execute(lambda: imaging.transform(data, record.content_type, spec, max_pixels))
+        finally:
+            pool.release()
+        self.deps.usage.image_op(record.user_id)
+        return result
+
+    def _common_headers(self, record: FileRecord, content_type: str, etag: str) -> None:
+        self.set_header("Content-Type", content_type)
+        self.set_header("ETag", etag)
+        self.set_header("Last-Modified", http_date(parse_iso(record.created_at)))
+        self.set_header("Accept-Ranges", "bytes")
+        self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
+        if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
+            # Never let uploaded markup run on this origin.
+            self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
+        if self.attachment:
+            self.set_header("Content-Disposition", content_disposition(record.name, record.file_id))
+        elif content_type in ACTIVE_TYPES:
+            self.set_header("Content-Disposition", "attachment")
+
+    def _not_modified(self, etag: str, record: FileRecord) -> bool:
+        inm = self.request.headers.get("If-None-Match")
+        if inm is not None:
+            return etag_matches(inm, etag)
+        ims = self.request.headers.get("If-Modified-Since")
+        return ims is not None and not_modified_since(ims, parse_iso(record.created_at))
+
+
+class MediaHandler(ServeBase):
+    """/m/:key: inline serving, with optional width, height and format."""
+
+    limits: ClassVar[dict[str, str]] = {"GET": "media", "HEAD": "media"}
+
+    async def get(self, key: str) -> None:
+        args = {k: [v.decode("utf-8", "replace") for v in vs] for k, vs in self.request.query_arguments.items()}
+        spec = imaging.parse_transform(args)
+        await self.serve(key, spec)
+
+
+class DownloadHandler(ServeBase):
+    """/d/:key: the stored bytes as an attachment; never rate limited."""
+
+    attachment = True
+

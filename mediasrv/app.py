@@ -1,0 +1,148 @@
+"""The application: ``make_app`` builds every service from explicit dependencies.
+
+Only ``mediasrv.server`` builds real clients from settings; tests call ``make_app`` with
+the stores and mailer they want, so nothing is monkeypatched. The route table lives here,
+in one place (thumbor's ``get_handlers(context)`` pattern).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import tornado.web
+
+from handlers import account, api_keys, auth, files, reference, serving, settings
+from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from mediasrv.accounts import AccountService
+from mediasrv.auth import Authenticator
+from mediasrv.content_types import AllowList
+from mediasrv.custom_domains import DomainService
+from mediasrv.domains import DomainProvider
+from mediasrv.files import FileService
+from mediasrv.mail import MailQueue
+from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.openapi import build_for_agents, build_openapi
+from mediasrv.passwords import PasswordHasher
+from mediasrv.ratelimit import RateLimiter
+from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.settings import Settings
+from mediasrv.tokens import JwtCodec
+from store.base import BlobStore, MetaStore
+from store.models import FileRecord
+
+FILE_ID = r"([^/]+)"
+
+
+@dataclass
+class Runtime:
+    """What the server must start and stop around the application's life."""
+
+    flusher: Flusher
+    mail: MailQueue
+    pool: ResizePool
+    hash_executor: ThreadPoolExecutor
+    limiter: RateLimiter
+    inflight: InFlight
+
+    async def stop(self) -> None:
+        await self.flusher.stop()
+        await self.mail.drain(timeout_s=5)
+        self.pool.close()
+        self.hash_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
+             domain_provider: DomainProvider, jwt_secret: str,
+             flush_interval_s: float = 1.0) -> tuple[tornado.web.Application, Runtime]:
+    """The Tornado application and the runtime pieces the caller starts and stops."""
+    usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
+    hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
+    limiter = RateLimiter(settings.rate_limit_scale)
+    inflight = InFlight()
+    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
+                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight)
+    accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
+                              jwt_codec, mail)
+    domains = DomainService(meta, domain_provider)
+    file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
+    pool = ResizePool(settings.resize_slots)
+    signer = UrlSigner(jwt_secret)
+
+    def forget(record: FileRecord) -> None:
+        file_cache.invalidate(record.file_id)
+        results.invalidate(record.file_id)
+
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget)
+    allow = AllowList(settings.allowed_content_types)
+    serving_deps = serving.ServingDeps(
+        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
+        domains=domains, default_host=(urlsplit(settings.public_url).hostname or "").lower(),
+        max_pixels=settings.max_image_pixels)
+    route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
+                            files=file_service, allow=allow, domains=domains, signer=signer,
+                            serving=serving_deps)
+    app = tornado.web.Application(
+        routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
+        compress_response=False, xheaders=False, serve_traceback=False)
+    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
+    return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
+                          inflight=inflight)
+
+
+@dataclass(frozen=True)
+class _RouteArgs:
+    base: BaseDeps
+    settings: Settings
+    meta: MetaStore
+    blobs: BlobStore
+    accounts: AccountService
+    files: FileService
+    allow: AllowList
+    domains: DomainService
+    signer: UrlSigner
+    serving: serving.ServingDeps
+
+
+def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
+    """Every route of the service, with exactly the dependencies its handler takes."""
+    b = {"base": a.base}
+    acct = {**b, "accounts": a.accounts}
+    file_args = {**b, "meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
+    own = {**b, "meta": a.meta, "settings": a.settings}
+    docs = _documents(a.settings, a.allow)
+    return [
+        (r"/ping", reference.PingHandler, b),
+        (r"/auth/register", auth.RegisterHandler, acct),
+        (r"/auth/confirm", auth.ConfirmHandler, acct),
+        (r"/auth/login", auth.LoginHandler, acct),
+        (r"/auth/refresh", auth.RefreshHandler, acct),
+        (r"/auth/forgot-password", auth.ForgotPasswordHandler, acct),
+        (r"/auth/reset-password", auth.ResetPasswordHandler, acct),
+        (r"/auth/api-keys", api_keys.ApiKeysHandler, {**b, "meta": a.meta}),
+        (r"/auth/api-keys/([^/]+)", api_keys.ApiKeyHandler, {**b, "meta": a.meta}),
+        (r"/files", files.FilesHandler, file_args),
+        (r"/files/bulk-delete", files.BulkDeleteHandler, file_args),
+        (rf"/files/{FILE_ID}/signed-url", files.SignedUrlHandler, {**file_args, "signer": a.signer}),
+        (rf"/files/{FILE_ID}", files.FileHandler, file_args),
+        (r"/settings", settings.SettingsHandler,
+         {**b, "meta": a.meta, "domains": a.domains, "server_cap": a.settings.max_upload_size_bytes}),
+        (r"/usage", account.UsageHandler, own),
+        (r"/logs", account.LogsHandler, own),
+        (r"/profile", account.ProfileHandler, own),
+        (r"/reference/allowed-content-types", reference.StaticJsonHandler,
+         {**b, "document": {"content_types": list(a.allow.types)}}),
+        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
+        (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
+        (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
+        (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
+    ]
+
+
+def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
+    kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
+                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale}
+    return (build_openapi(settings.public_url, allow.types, **kw),
+            build_for_agents(settings.public_url, allow.types, **kw))

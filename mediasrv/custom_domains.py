@@ -1,0 +1,104 @@
+"""Account settings that involve the domain provider: add, refresh and remove a hostname.
+
+Provider calls come first and the record is written only when they succeed, so a provider
+failure (502) leaves the account exactly as it was.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from mediasrv.domains import DomainProvider, DomainStatus
+from mediasrv.errors import Conflict
+from mediasrv.timeutil import now_iso
+from store.base import DuplicateError, MetaStore
+from store.models import CustomDomain
+
+log = logging.getLogger("mediasrv.custom_domains")
+HOST_CACHE_TTL_S = 5.0
+
+
+def public_base(domain: CustomDomain | None) -> str | None:
+    """``https://host`` once the provider reports the hostname active, else None."""
+    if domain is None or domain.verification_status != "active":
+        return None
+    scheme = "https" if domain.ssl_status == "active" else "http"
+    return f"{scheme}://{domain.hostname}"
+
+
+def domain_json(domain: CustomDomain | None) -> dict[str, Any] | None:
+    if domain is None:
+        return None
+    return {"hostname": domain.hostname, "verification_status": domain.verification_status,
+            "ssl_status": domain.ssl_status, "updated_at": domain.updated_at}
+
+
+class DomainService:
+    def __init__(self, meta: MetaStore, provider: DomainProvider) -> None:
+        self._meta = meta
+        self._provider = provider
+        self._by_host: dict[str, tuple[float, CustomDomain | None]] = {}
+
+    async def get(self, user_id: str) -> CustomDomain | None:
+        return await self._meta.get_domain(user_id)
+
+    async def public_url_base(self, user_id: str) -> str | None:
+        return public_base(await self._meta.get_domain(user_id))
+
+    async def by_host(self, hostname: str) -> CustomDomain | None:
+        """The domain record for a Host header, cached briefly: serving asks on every request."""
+        cached = self._by_host.get(hostname)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        domain = await self._meta.get_domain_by_hostname(hostname)
+        if len(self._by_host) > 10_000:
+            self._by_host.clear()
+        self._by_host[hostname] = (time.monotonic() + HOST_CACHE_TTL_S, domain)
+        return domain
+
+    async def set(self, user_id: str, hostname: str) -> None:
+        """Attach ``hostname`` (already normalised) to the account, replacing any other."""
+        current = await self._meta.get_domain(user_id)
+        if current and current.hostname == hostname:
+            return
+        holder = await self._meta.get_domain_by_hostname(hostname)
+        if holder is not None and holder.user_id != user_id:
+            raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN")
+        status = await self._provider.add(hostname)
+        try:
+            await self._meta.put_domain(_record(user_id, hostname, status))
+        except DuplicateError:
+            # Another account won a race for this hostname; the provider entry is now theirs.
+            raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN") from None
+        self._by_host.pop(hostname, None)
+        if current:
+            await self._forget_at_provider(current.hostname, current.provider_id)
+            self._by_host.pop(current.hostname, None)
+
+    async def remove(self, user_id: str) -> None:
+        current = await self._meta.get_domain(user_id)
+        if current is None:
+            return
+        await self._provider.remove(current.hostname, current.provider_id)
+        await self._meta.delete_domain(user_id)
+        self._by_host.pop(current.hostname, None)
+
+    async def refresh(self, user_id: str) -> None:
+        current = await self._meta.get_domain(user_id)
+        if current is None:
+            return
+        status = await self._provider.refresh(current.hostname, current.provider_id)
+        await self._meta.put_domain(_record(user_id, current.hostname, status))
+        self._by_host.pop(current.hostname, None)
+
+    async def _forget_at_provider(self, hostname: str, provider_id: str | None) -> None:
+        try:
+            await self._provider.remove(hostname, provider_id)
+        except Exception as exc:  # best effort: the hostname is no longer ours either way
+            log.warning("could not remove %s at the provider (%s)", hostname, type(exc).__name__)
+
+
+def _record(user_id: str, hostname: str, status: DomainStatus) -> CustomDomain:
+    return CustomDomain(user_id=user_id, hostname=hostname, verification_status=status.verification_status,
+                        ssl_status=status.ssl_status, updated_at=now_iso(), provider_id=status.provider_id)

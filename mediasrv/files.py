@@ -1,0 +1,77 @@
+"""File records as users see them, and the operations on stored files.
+
+Deleting removes the record first, then the blob: a crash in between leaves an
+unreferenced blob for the sweep, never a record without bytes.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mediasrv.custom_domains import DomainService
+from mediasrv.errors import Forbidden
+from mediasrv.settings import Settings
+from mediasrv.timeutil import now_iso
+from mediasrv.uploads import UploadLimits
+from store.base import BlobStore, MetaStore
+from store.models import FileRecord, User
+
+log = logging.getLogger("mediasrv.files")
+MAX_NAME_CHARS = 255
+
+
+def trial_ended(user: User) -> bool:
+    return user.trial_ends_at is not None and user.trial_ends_at <= now_iso()
+
+
+def require_active_trial(user: User) -> None:
+    if trial_ended(user):
+        raise Forbidden("Your trial has ended", code="TRIAL_ENDED")
+
+
+class FileService:
+    """Upload limits, record rendering and deletion for one deployment."""
+
+    def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
+                 on_deleted: Callable[[FileRecord], None]) -> None:
+        self._settings, self._meta, self._blobs = settings, meta, blobs
+        self._domains = domains
+        self._on_deleted = on_deleted
+
+    def limits_for(self, user: User) -> UploadLimits:
+        cap = self._settings.max_upload_size_bytes
+        if user.max_upload_size_bytes is not None:
+            cap = min(cap, user.max_upload_size_bytes)
+        return UploadLimits(cap_bytes=cap, storage_limit=self._settings.storage_limit_bytes,
+                            count_limit=self._settings.file_count_limit,
+                            max_pixels=self._settings.max_image_pixels)
+
+    async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
+        """A function rendering this user's records (their public base looked up once)."""
+        default_base = self._settings.public_url
+        public_base = await self._domains.public_url_base(user_id) or default_base
+        return lambda record: file_json(record, default_base, public_base)
+
+    async def delete(self, user: User, file_id: str) -> bool:
+        record = await self._meta.delete_file(user.id, file_id)
+        if record is None:
+            return False
+        self._on_deleted(record)
+        try:
+            await self._blobs.delete(record.blob_key)
+        except Exception as exc:  # the record is gone; the sweep removes the bytes later
+            log.warning("blob of a deleted file not removed (%s); left to the sweep", type(exc).__name__)
+        return True
+
+
+def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:
+    """Every field of the interface's File, always present."""
+    fid = record.file_id
+    return {
+        "id": record.id, "user_id": record.user_id, "file_id": fid, "name": record.name,
+        "content_type": record.content_type, "size": record.size,
+        "public_url": f"{public_base}/m/{fid}", "default_url": f"{default_base}/m/{fid}",
+        "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
+        "created_at": record.created_at, "is_public": record.is_public,
+    }

@@ -1,0 +1,695 @@
+"""Image probing, resizing and format conversion with libvips (pyvips).
+
+Every function here is pure bytes-in/bytes-out and safe to run in a worker thread; nothing
+touches Tornado. ``transform`` follows imgproxy's model: a pipeline of small steps, each
+one returning early with a typed error, and shrink-on-load through
+``pyvips.Image.thumbnail_buffer`` so a large JPEG/WebP/HEIF is never decoded at full size
+when a small result is wanted.
+
+Security: ``init_vips`` (also applied lazily on first use) blocks every libvips loader and
+unblocks only the raster allow-list below, so SVG, PDF, matrix, CSV, raw and vips-format
+input can never reach a decoder. Dimensions are checked from the header before any pixel is
+decoded, and ``header_dimensions`` lets the upload path refuse pixel bombs from the first
+bytes of a file without libvips at all.
+"""
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyvips
+
+from mediasrv.errors import BadRequest, UnprocessableImage, UnsupportedMedia
+
+__all__ = [
+    "ALLOWED_LOADERS",
+    "FORMATS",
+    "MAX_DIMENSION",
+    "TRANSFORMABLE_TYPES",
+    "ImageInfo",
+    "TransformSpec",
+    "header_dimensions",
+    "init_vips",
+    "parse_transform",
+    "probe",
+    "transform",
+]
+
+MAX_DIMENSION = 8192
+"""Largest width or height a client may ask for."""
+
+# A bound so large that it never limits: passing it as the other side of the box makes
+# thumbnail resize by one dimension only (libvips' VIPS_MAX_COORD is 10_000_000).
+_UNBOUNDED = 10_000_000
+
+# libvips loader classes we decode (blocking is applied per class and its subclasses). The
+# UltraHDR loader (VipsForeignLoadUhdr) stays blocked: such files are plain JPEGs with a gain
+# map, and jpegload reads them.
+ALLOWED_LOADERS: tuple[str, ...] = (
+    "VipsForeignLoadJpeg",
+    "VipsForeignLoadPng",
+    "VipsForeignLoadPngSpng",  # name used by some builds for the spng-based PNG loader
+    "VipsForeignLoadWebp",
+    "VipsForeignLoadNsgif",
+    "VipsForeignLoadHeif",
+    "VipsForeignLoadTiff",
+)
+
+# Loader nickname (the image's "vips-loader" field) -> our format name.
+_LOADER_FORMATS: dict[str, str] = {
+    "jpegload_buffer": "jpeg",
+    "pngload_buffer": "png",
+    "webpload_buffer": "webp",
+    "gifload_buffer": "gif",
+    "heifload_buffer": "heif",  # "avif" when the HEIF container holds AV1
+    "tiffload_buffer": "tiff",
+}
+
+# Stored content type -> the loader class that must be available to decode it.
+_TYPE_LOADERS: dict[str, str] = {
+    "image/jpeg": "VipsForeignLoadJpeg",
+    "image/png": "VipsForeignLoadPng",
+    "image/gif": "VipsForeignLoadNsgif",
+    "image/webp": "VipsForeignLoadWebp",
+    "image/avif": "VipsForeignLoadHeif",
+    "image/heic": "VipsForeignLoadHeif",
+    "image/heif": "VipsForeignLoadHeif",
+    "image/tiff": "VipsForeignLoadTiff",
+}
+
+_CONTENT_TYPES: dict[str, str] = {
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+    "webp": "image/webp",
+    "avif": "image/avif",
+    "gif": "image/gif",
+}
+
+# Encoder settings; fixed so the same input and spec always give the same bytes.
+_JPEG_OPTIONS = {"Q": 82, "optimize_coding": True, "interlace": False}
+_WEBP_OPTIONS = {"Q": 80, "effort": 4}
+_AVIF_OPTIONS = {"compression": "av1", "Q": 50, "effort": 2, "bitdepth": 8}
+_PNG_OPTIONS = {"compression": 6, "interlace": False}
+_GIF_OPTIONS = {"effort": 4}
+
+# Loader options for the real decode: fail on truncated data instead of serving a grey tail.
+_LOAD_OPTIONS = "fail_on=truncated"
+
+_VIPS_CONCURRENCY = 1  # many small jobs run side by side; one libvips worker thread each
+
+
+def _has_operation(nickname: str) -> bool:
+    try:
+        return pyvips.type_find("VipsOperation", nickname) != 0
+    except Exception:  # pragma: no cover - a broken libvips
+        return False
+
+
+def _has_class(name: str) -> bool:
+    try:
+        return pyvips.type_from_name(name) != 0
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _can_save_avif() -> bool:
+    if not _has_operation("heifsave_buffer"):
+        return False
+    try:
+        tiny = pyvips.Image.black(8, 8, bands=3).cast("uchar").copy(interpretation="srgb")
+        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, keep="none")
+    except pyvips.Error:
+        return False
+    return b"ftypavif" in out[:32]
+
+
+def _available_formats() -> dict[str, str]:
+    savers = {"jpeg": "jpegsave_buffer", "png": "pngsave_buffer", "webp": "webpsave_buffer",
+              "gif": "gifsave_buffer"}
+    formats = {name: _CONTENT_TYPES[name] for name, op in savers.items() if _has_operation(op)}
+    if _can_save_avif():
+        formats["avif"] = _CONTENT_TYPES["avif"]
+    return {name: formats[name] for name in _CONTENT_TYPES if name in formats}
+
+
+FORMATS: dict[str, str] = _available_formats()
+"""Output formats this libvips can write: query ``format`` value -> content type."""
+
+_ALLOWED_LOADER_CLASSES: tuple[str, ...] = tuple(c for c in ALLOWED_LOADERS if _has_class(c))
+
+TRANSFORMABLE_TYPES: frozenset[str] = frozenset(
+    ctype for ctype, loader in _TYPE_LOADERS.items() if loader in _ALLOWED_LOADER_CLASSES
+)
+"""Stored content types that an allowed loader decodes (HEIC also needs libheif's HEVC
+decoder, which some builds lack; such files fail with 415 at transform time)."""
+
+
+# ---------------------------------------------------------------------------- libvips set-up
+
+_init_lock = threading.Lock()
+_configured = False
+_max_pixels: int | None = None
+
+
+def _configure_vips() -> None:
+    """Apply the loader allow-list and cache/concurrency limits once per process."""
+    global _configured
+    if _configured:
+        return
+    with _init_lock:
+        if _configured:
+            return
+        pyvips.block_untrusted_set(True)
+        pyvips.operation_block_set("VipsForeignLoad", True)
+        for name in _ALLOWED_LOADER_CLASSES:
+            pyvips.operation_block_set(name, False)
+        # Results are cached by the caller; libvips' operation cache would only hold memory.
+        pyvips.cache_set_max(0)
+        pyvips.cache_set_max_mem(0)
+        pyvips.cache_set_max_files(0)
+        pyvips.concurrency_set(_VIPS_CONCURRENCY)
+        _configured = True
+
+
+def init_vips(max_pixels: int) -> None:
+    """Configure libvips for untrusted input; call once at start-up (idempotent).
+
+    Blocks untrusted operations and every loader except ``ALLOWED_LOADERS``, disables the
+    operation cache and keeps libvips to one worker thread per operation, since the server
+    runs several operations side by side. ``max_pixels`` is recorded as the server's limit;
+    ``transform`` still takes the limit explicitly.
+    """
+    global _max_pixels
+    if max_pixels < 1:
+        raise ValueError("max_pixels must be positive")
+    _max_pixels = max_pixels
+    _configure_vips()
+
+
+# ---------------------------------------------------------------------------- query parsing
+
+_INT_RE = re.compile(r"[0-9]{1,9}")
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """What a client asked for: a bounding box (either side optional) and an output format."""
+
+    width: int | None
+    height: int | None
+    format: str | None
+
+    def cache_key(self) -> str:
+        """A stable, canonical text form, e.g. ``w160-h-fwebp``."""
+        return (f"w{'' if self.width is None else self.width}"
+                f"-h{'' if self.height is None else self.height}"
+                f"-f{self.format or ''}")
+
+
+def _single_value(args: Mapping[str, Sequence[str | bytes]], name: str) -> str | None:
+    values = args.get(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise BadRequest(f"Query parameter '{name}' is repeated")
+    value = values[0]
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("ascii")
+        except UnicodeDecodeError:
+            raise BadRequest(f"Invalid value for '{name}'") from None
+    return str(value)
+
+
+def _dimension(args: Mapping[str, Sequence[str | bytes]], name: str) -> int | None:
+    text = _single_value(args, name)
+    if text is None:
+        return None
+    if not _INT_RE.fullmatch(text):
+        raise BadRequest(f"'{name}' must be an integer from 1 to {MAX_DIMENSION}")
+    value = int(text)
+    if not 1 <= value <= MAX_DIMENSION:
+        raise BadRequest(f"'{name}' must be an integer from 1 to {MAX_DIMENSION}")
+    return value
+
+
+def parse_transform(args: Mapping[str, Sequence[str]]) -> TransformSpec | None:
+    """Read ``width``, ``height`` and ``format`` from query arguments (name -> list of values).
+
+    Returns None when none of them is present (serve the file as stored). Raises BadRequest
+    when one is repeated, a dimension is not a plain decimal integer in 1..8192, or the
+    format is not a key of ``FORMATS``. Other parameters are ignored.
+    """
+    width = _dimension(args, "width")
+    height = _dimension(args, "height")
+    fmt = _single_value(args, "format")
+    if fmt is not None and fmt not in FORMATS:
+        raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+    if width is None and height is None and fmt is None:
+        return None
+    return TransformSpec(width=width, height=height, format=fmt)
+
+
+# ---------------------------------------------------------------------------- probing
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """Header facts about an image: format name, size of the first frame, frame count."""
+
+    format: str
+    width: int
+    height: int
+    pages: int
+
+
+def _header(data: bytes) -> pyvips.Image | None:
+    """Open the image lazily (header only); None when no allowed loader accepts it."""
+    _configure_vips()
+    if not data:
+        return None
+    try:
+        image = pyvips.Image.new_from_buffer(data, "", access="sequential")
+    except pyvips.Error:
+        return None
+    loader = image.get("vips-loader") if image.get_typeof("vips-loader") else ""
+    if loader not in _LOADER_FORMATS:
+        return None  # defence in depth: a loader outside the allow-list slipped through
+    return image
+
+
+def _info(image: pyvips.Image) -> ImageInfo:
+    fmt = _LOADER_FORMATS[image.get("vips-loader")]
+    if fmt == "heif" and image.get_typeof("heif-compression") and \
+            image.get("heif-compression") == "av1":
+        fmt = "avif"
+    pages = image.get("n-pages") if image.get_typeof("n-pages") else 1
+    return ImageInfo(format=fmt, width=image.width, height=image.height, pages=max(1, int(pages)))
+
+
+def probe(data: bytes) -> ImageInfo | None:
+    """Read the header only (no pixel decode).
+
+    None when the bytes are not an image an allowed loader decodes (SVG, PDF, random
+    bytes, a header too short to parse). ``format`` is one of jpeg, png, webp, gif, tiff,
+    heif, or avif (a HEIF container holding AV1); width and height are those of the
+    first frame/page, pages the frame count.
+    """
+    image = _header(data)
+    if image is None:
+        return None
+    try:
+        return _info(image)
+    except pyvips.Error:
+        return None
+
+
+# ---------------------------------------------------------------------------- header sniffing
+
+
+def _be16(b: bytes, i: int) -> int:
+    return (b[i] << 8) | b[i + 1]
+
+
+def _jpeg_dimensions(b: bytes) -> tuple[int, int] | None:
+    n = len(b)
+    i = 2
+    while True:
+        # Find the next marker: 0xFF followed by a non-zero, non-0xFF code. Like libjpeg,
+        # tolerate stray bytes and fill bytes between segments.
+        while i < n and b[i] != 0xFF:
+            i += 1
+        while i < n and b[i] == 0xFF:
+            i += 1
+        if i >= n:
+            return None
+        marker = b[i]
+        if marker == 0x00 or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+            i += 1  # stuffed byte, RSTn, SOI, TEM: no length field
+            continue
+        if marker in (0xD9, 0xDA):
+            return None  # EOI or start of scan before any frame header
+        if i + 2 >= n:
+            return None
+        length = _be16(b, i + 1)
+        if length < 2:
+            return None
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            # SOFn: length(2) precision(1) height(2) width(2)
+            if i + 8 > n or length < 7:
+                return None
+            height, width = _be16(b, i + 4), _be16(b, i + 6)
+            return (width, height) if width and height else None
+        i += 1 + length
+
+
+def _png_dimensions(b: bytes) -> tuple[int, int] | None:
+    if len(b) < 24 or b[12:16] != b"IHDR":
+        return None
+    width, height = struct.unpack(">II", b[16:24])
+    return (width, height) if width and height else None
+
+
+def _gif_dimensions(b: bytes) -> tuple[int, int] | None:
+    if len(b) < 10:
+        return None
+    width, height = struct.unpack("<HH", b[6:10])
+    # The first frame may extend past the logical screen; decoders then grow the canvas.
+    # Look for its image descriptor within the prefix and take the larger extent.
+    n = len(b)
+    i = 13
+    if n > 10 and b[10] & 0x80:
+        i += 3 * (2 << (b[10] & 0x07))
+    while i < n:
+        block = b[i]
+        if block == 0x21:  # extension: label, then data sub-blocks until a zero length
+            i += 2
+            while i < n and b[i]:
+                i += b[i] + 1
+            i += 1
+        elif block == 0x2C:  # image descriptor: left, top, width, height
+            if i + 9 > n:
+                break
+            left, top, fw, fh = struct.unpack("<HHHH", b[i + 1:i + 9])
+            width, height = max(width, left + fw), max(height, top + fh)
+            break
+        else:
+            break
+    return (width, height) if width and height else None
+
+
+def _webp_dimensions(b: bytes) -> tuple[int, int] | None:
+    if len(b) < 30:
+        return None
+    chunk = b[12:16]
+    if chunk == b"VP8 ":
+        if b[23:26] != b"\x9d\x01\x2a":
+            return None
+        width = struct.unpack("<H", b[26:28])[0] & 0x3FFF
+        height = struct.unpack("<H", b[28:30])[0] & 0x3FFF
+    elif chunk == b"VP8L":
+        if b[20] != 0x2F:
+            return None
+        bits = struct.unpack("<I", b[21:25])[0]
+        width, height = (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    elif chunk == b"VP8X":
+        width = int.from_bytes(b[24:27], "little") + 1
+        height = int.from_bytes(b[27:30], "little") + 1
+    else:
+        return None
+    return (width, height) if width and height else None
+
+
+def _tiff_dimensions(b: bytes) -> tuple[int, int] | None:
+    if len(b) < 8:
+        return None
+    endian = "<" if b[:2] == b"II" else ">"
+    ifd = struct.unpack(endian + "I", b[4:8])[0]
+    if ifd + 2 > len(b):
+        return None
+    count = struct.unpack(endian + "H", b[ifd:ifd + 2])[0]
+    found: dict[int, int] = {}
+    for k in range(count):
+        entry = ifd + 2 + 12 * k
+        if entry + 12 > len(b):
+            break
+        tag, typ = struct.unpack(endian + "HH", b[entry:entry + 4])
+        if tag not in (256, 257):
+            continue
+        if typ == 3:  # SHORT
+            found[tag] = struct.unpack(endian + "H", b[entry + 8:entry + 10])[0]
+        elif typ == 4:  # LONG
+            found[tag] = struct.unpack(endian + "I", b[entry + 8:entry + 12])[0]
+    width, height = found.get(256), found.get(257)
+    return (width, height) if width and height else None
+
+
+def _boxes(b: bytes, start: int, end: int):
+    """Yield (type, payload start, payload end) of ISO-BMFF boxes in b[start:end]."""
+    i = start
+    end = min(end, len(b))
+    while i + 8 <= end:
+        size, kind = struct.unpack(">I4s", b[i:i + 8])
+        header = 8
+        if size == 1:
+            if i + 16 > end:
+                return
+            size = struct.unpack(">Q", b[i + 8:i + 16])[0]
+            header = 16
+        elif size == 0:
+            size = end - i
+        if size < header:
+            return
+        yield kind, i + header, min(i + size, end)
+        i += size
+
+
+def _heif_dimensions(b: bytes) -> tuple[int, int] | None:
+    """Size of the primary item from the 'ispe' property (before any 'irot' rotation)."""
+    meta = next(((s, e) for kind, s, e in _boxes(b, 0, len(b)) if kind == b"meta"), None)
+    if meta is None:
+        return None
+    primary: int | None = None
+    properties: list[tuple[int, int] | None] = []
+    associations: dict[int, list[int]] = {}
+    for kind, s, e in _boxes(b, meta[0] + 4, meta[1]):  # meta is a full box
+        if kind == b"pitm" and e - s >= 6:
+            primary = _be16(b, s + 4) if b[s] == 0 else (
+                struct.unpack(">I", b[s + 4:s + 8])[0] if e - s >= 8 else None)
+        elif kind == b"iprp":
+            for sub, ss, se in _boxes(b, s, e):
+                if sub == b"ipco":
+                    for prop, ps, pe in _boxes(b, ss, se):
+                        if prop == b"ispe" and pe - ps >= 12:
+                            properties.append(struct.unpack(">II", b[ps + 4:ps + 12]))
+                        else:
+                            properties.append(None)
+                elif sub == b"ipma":
+                    associations.update(_ipma(b, ss, se))
+    sizes = [p for p in properties if p and p[0] and p[1]]
+    if not sizes:
+        return None
+    if primary is not None:
+        for index in associations.get(primary, []):
+            if 1 <= index <= len(properties) and properties[index - 1]:
+                width, height = properties[index - 1]  # type: ignore[misc]
+                if width and height:
+                    return width, height
+    return max(sizes, key=lambda wh: wh[0] * wh[1])
+
+
+def _ipma(b: bytes, s: int, e: int) -> dict[int, list[int]]:
+    result: dict[int, list[int]] = {}
+    if e - s < 8:
+        return result
+    version, flags = b[s], int.from_bytes(b[s + 1:s + 4], "big")
+    count = struct.unpack(">I", b[s + 4:s + 8])[0]
+    i = s + 8
+    id_size = 2 if version < 1 else 4
+    wide = flags & 1
+    for _ in range(count):
+        if i + id_size + 1 > e:
+            break
+        item = int.from_bytes(b[i:i + id_size], "big")
+        i += id_size
+        n = b[i]
+        i += 1
+        indexes = []
+        for _ in range(n):
+            if wide:
+                if i + 2 > e:
+                    break
+                indexes.append(_be16(b, i) & 0x7FFF)
+                i += 2
+            else:
+                if i + 1 > e:
+                    break
+                indexes.append(b[i] & 0x7F)
+                i += 1
+        result[item] = indexes
+    return result
+
+
+_HEIF_BRANDS = {b"avif", b"avis", b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx",
+                b"mif1", b"msf1", b"mif2", b"miaf"}
+
+
+def _sniff(prefix: bytes) -> Callable[[bytes], tuple[int, int] | None] | None:
+    if prefix.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _png_dimensions
+    if prefix[:6] in (b"GIF87a", b"GIF89a"):
+        return _gif_dimensions
+    if prefix.startswith(b"\xff\xd8"):
+        return _jpeg_dimensions
+    if prefix[:4] == b"RIFF" and prefix[8:12] == b"WEBP":
+        return _webp_dimensions
+    if prefix[:4] in (b"II*\x00", b"MM\x00*"):
+        return _tiff_dimensions
+    if prefix[4:8] == b"ftyp" and len(prefix) >= 12:
+        size = struct.unpack(">I", prefix[:4])[0]
+        brands = {prefix[8:12]} | {prefix[k:k + 4] for k in range(16, min(size, len(prefix)) - 3, 4)}
+        if brands & _HEIF_BRANDS:
+            return _heif_dimensions
+    return None
+
+
+def header_dimensions(prefix: bytes) -> tuple[int, int] | None:
+    """(width, height) from the first bytes of a file, in pure Python; no libvips.
+
+    ``prefix`` may be a truncated start of the file (e.g. the first 256 KiB of an upload).
+    Understands PNG (IHDR), GIF (logical screen, grown by the first frame's extent), JPEG
+    (first SOFn, skipping APPn and other segments by length), WebP (VP8, VP8L, VP8X), TIFF
+    (first IFD) and AVIF/HEIF ('ispe' of the primary item). None when the format is unknown
+    or the needed bytes are missing or invalid.
+    """
+    parse = _sniff(bytes(prefix[:64]))
+    if parse is None:
+        return None
+    try:
+        return parse(bytes(prefix))
+    except (IndexError, struct.error, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- transform
+
+# Formats that need their own decoder but that we never decode: refused with 415 even when
+# the stored content type claims a raster type.
+_FOREIGN_MAGIC = (b"%PDF", b"%!PS", b"BM", b"8BPS", b"\x00\x00\x01\x00", b"\xff\x0a",
+                  b"\x00\x00\x00\x0cJXL ", b"\x00\x00\x00\x0cjP  ")
+
+
+def _looks_like_other_format(data: bytes) -> bool:
+    head = data[:1024].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(_FOREIGN_MAGIC):
+        return True
+    lowered = head.lower()
+    return lowered.startswith((b"<?xml", b"<svg", b"<!doctype")) or b"<svg" in lowered
+
+
+def _base_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _check_source_type(source_type: str) -> None:
+    if _base_type(source_type) not in TRANSFORMABLE_TYPES:
+        raise UnsupportedMedia()
+
+
+def _open_header(data: bytes) -> tuple[ImageInfo, bool]:
+    """Header facts, and whether an ICC profile is embedded."""
+    image = _header(data)
+    if image is None:
+        if _looks_like_other_format(data):
+            raise UnsupportedMedia()
+        raise UnprocessableImage("The file is not a readable image")
+    try:
+        return _info(image), bool(image.get_typeof("icc-profile-data"))
+    except pyvips.Error:
+        raise UnprocessableImage("The image header cannot be read") from None
+
+
+def _check_pixels(info: ImageInfo, max_pixels: int) -> None:
+    # Only the first frame is ever decoded, so one frame's pixels are what count.
+    if info.width * info.height > max_pixels:
+        raise UnprocessableImage(
+            f"The image is too large to process ({info.width}x{info.height} pixels)")
+
+
+def _output_format(spec: TransformSpec, info: ImageInfo) -> str:
+    if spec.format is not None:
+        if spec.format not in FORMATS:
+            raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+        return spec.format
+    if info.format in FORMATS:
+        return info.format
+    return "jpeg"  # heif (HEVC) and tiff sources
+
+
+def _box(spec: TransformSpec) -> tuple[int, int]:
+    if spec.width is None and spec.height is None:
+        return _UNBOUNDED, _UNBOUNDED  # format only: keep the size
+    return spec.width or _UNBOUNDED, spec.height or _UNBOUNDED
+
+
+def _load(data: bytes, spec: TransformSpec, has_profile: bool) -> pyvips.Image:
+    """Decode the first frame with shrink-on-load, auto-rotated, fitted inside the box."""
+    width, height = _box(spec)
+    options: dict[str, object] = {"height": height, "size": "down",
+                                  "option_string": _LOAD_OPTIONS}
+    if has_profile:
+        # Convert to sRGB while the profile is known; metadata (and the profile) is then
+        # stripped on save, so the result renders the same everywhere.
+        options["output_profile"] = "srgb"
+    return pyvips.Image.thumbnail_buffer(data, width, **options)
+
+
+def _to_8bit_srgb(image: pyvips.Image) -> pyvips.Image:
+    interpretation = image.interpretation
+    if interpretation in ("b-w", "grey16"):
+        target = "b-w"
+    elif interpretation in ("srgb", "rgb16"):
+        target = "srgb"
+    else:
+        target = "b-w" if image.bands - int(image.hasalpha()) == 1 else "srgb"
+    if interpretation != target or image.format != "uchar":
+        image = image.colourspace(target)
+    if image.format != "uchar":
+        image = image.cast("uchar")
+    return image
+
+
+def _prepare(image: pyvips.Image, fmt: str) -> pyvips.Image:
+    if fmt != "png" or image.interpretation not in ("srgb", "b-w", "rgb16", "grey16"):
+        image = _to_8bit_srgb(image)
+    if fmt == "jpeg" and image.hasalpha():
+        image = image.flatten(background=[255] * (image.bands - 1))
+    return image
+
+
+def _save(image: pyvips.Image, fmt: str) -> bytes:
+    if fmt == "jpeg":
+        return image.jpegsave_buffer(keep="none", **_JPEG_OPTIONS)
+    if fmt == "webp":
+        return image.webpsave_buffer(keep="none", **_WEBP_OPTIONS)
+    if fmt == "avif":
+        return image.heifsave_buffer(keep="none", **_AVIF_OPTIONS)
+    if fmt == "png":
+        return image.pngsave_buffer(keep="none", **_PNG_OPTIONS)
+    if fmt == "gif":
+        return image.gifsave_buffer(keep="none", **_GIF_OPTIONS)
+    raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")  # pragma: no cover
+
+
+def _missing_decoder(error: pyvips.Error) -> bool:
+    text = f"{error.message} {error.detail or ''}".lower()
+    return any(s in text for s in ("not been built in", "no decoding plugin", "unsupported codec",
+                                   "decoder plugin"))
+
+
+def transform(data: bytes, source_type: str, spec: TransformSpec,
+              max_pixels: int) -> tuple[bytes, str]:
+    """Resize and/or convert one image; returns (output bytes, output content type).
+
+    Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
+    allowed loader decodes (SVG, PDF, HEIC without a HEVC decoder), UnprocessableImage
+    (422) when the first frame has more than ``max_pixels`` pixels (checked from the header
+    before decoding) or the file is corrupt or truncated. Only the first frame of an
+    animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
+    converted to sRGB and stripped of metadata. The same input and spec always give the
+    same bytes.
+    """
+    _check_source_type(source_type)
+    info, has_profile = _open_header(data)
+    _check_pixels(info, max_pixels)
+    fmt = _output_format(spec, info)
+    try:
+        image = _prepare(_load(data, spec, has_profile), fmt)
+        return _save(image, fmt), FORMATS[fmt]
+    except pyvips.Error as error:
+        if info.format == "heif" and _missing_decoder(error):
+            raise UnsupportedMedia("This image's compression format cannot be decoded") from None
+        raise UnprocessableImage() from None

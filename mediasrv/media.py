@@ -1,0 +1,133 @@
+"""What the serving hot path keeps in memory: file lookups, resize results, resize slots,
+and the HMAC that signs sharing URLs for private files.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from mediasrv.errors import ServerBusy
+from mediasrv.timeutil import unix
+from store.models import FileRecord
+
+T = TypeVar("T")
+
+
+class FileCache:
+    """LRU of file records by file_id, so a hot key costs no database round trip.
+
+    Records never change after upload, so the only invalidation is on delete. A miss is
+    not cached (a file uploaded a moment later must be found).
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self._max = max_entries
+        self._items: OrderedDict[str, FileRecord] = OrderedDict()
+
+    def get(self, file_id: str) -> FileRecord | None:
+        record = self._items.get(file_id)
+        if record is not None:
+            self._items.move_to_end(file_id)
+        return record
+
+    def put(self, record: FileRecord) -> None:
+        self._items[record.file_id] = record
+        self._items.move_to_end(record.file_id)
+        while len(self._items) > self._max:
+            self._items.popitem(last=False)
+
+    def invalidate(self, file_id: str) -> None:
+        self._items.pop(file_id, None)
+
+
+class ResultCache:
+    """LRU of resize outputs bounded by total bytes; entries die with their file."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max = max_bytes
+        self._size = 0
+        self._items: OrderedDict[tuple[str, str], tuple[bytes, str]] = OrderedDict()
+        self._by_file: dict[str, set[str]] = {}
+
+    def get(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
+        item = self._items.get((file_id, variant))
+        if item is not None:
+            self._items.move_to_end((file_id, variant))
+        return item
+
+    def put(self, file_id: str, variant: str, data: bytes, content_type: str) -> None:
+        if len(data) > self._max // 8:
+            return  # one huge result must not flush everything else
+        self._drop((file_id, variant))
+        self._items[(file_id, variant)] = (data, content_type)
+        self._by_file.setdefault(file_id, set()).add(variant)
+        self._size += len(data)
+        while self._size > self._max and self._items:
+            self._drop(next(iter(self._items)))
+
+    def invalidate(self, file_id: str) -> None:
+        for variant in list(self._by_file.get(file_id, ())):
+            self._drop((file_id, variant))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        item = self._items.pop(key, None)
+        if item is None:
+            return
+        self._size -= len(item[0])
+        variants = self._by_file.get(key[0])
+        if variants is not None:
+            variants.discard(key[1])
+            if not variants:
+                del self._by_file[key[0]]
+
+
+class ResizePool:
+    """At most ``slots`` image operations at once; with none free, fail at once (503).
+
+    The threads only see bytes in and bytes out (pyvips releases the GIL), never a Tornado
+    object. The slot is taken before any blob is read and given back on every path.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.in_use = 0
+        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="resize")
+
+    def try_acquire(self) -> None:
+        if self.in_use >= self.slots:
+            raise ServerBusy()
+        self.in_use += 1
+
+    def release(self) -> None:
+        self.in_use -= 1
+
+    async def execute(self, fn: Callable[[], T]) -> T:
+        """Run in the pool; the caller holds a slot (``try_acquire`` ... ``release``)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class UrlSigner:
+    """``?expires=<unix>&signature=<hmac>`` for sharing a private file until a deadline."""
+
+    def __init__(self, secret: str) -> None:
+        self._key = hashlib.sha256(b"mediasrv-signed-url:" + secret.encode()).digest()
+
+    def sign(self, file_id: str, expires: int) -> str:
+        mac = hmac.new(self._key, f"{file_id}:{expires}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac[:24]).decode().rstrip("=")
+
+    def verify(self, file_id: str, expires: str | None, signature: str | None) -> bool:
+        if not expires or not signature or not expires.isdigit() or len(expires) > 12 or len(signature) > 64:
+            return False
+        if int(expires) < unix():
+            return False
+        return hmac.compare_digest(self.sign(file_id, int(expires)), signature)

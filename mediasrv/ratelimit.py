@@ -1,0 +1,68 @@
+"""Fixed one-minute windows, in memory, with the interface's exact limits.
+
+Windows start on the clock minute, so every counter of a window dies together: when a new
+window begins the whole table is dropped, which keeps memory bounded by the number of
+distinct keys seen in one minute. The limiter is per process (the operator contract runs one
+process per machine; behind several processes each keeps its own counts).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WINDOW_S = 60
+
+# (route name -> requests per window). Route names are the handlers' ``rate_limit`` values.
+IP_LIMITS: dict[str, int] = {"media": 400, "register": 10, "login": 15}
+USER_LIMITS: dict[str, int] = {
+    "api_keys.create": 10, "api_keys.list": 30, "api_keys.delete": 10,
+    "files.upload": 30, "files.bulk_delete": 20, "files.list": 60, "files.get": 120,
+    "files.delete": 60, "files.sign": 60, "settings.get": 60, "settings.patch": 20,
+    "profile": 60, "usage": 60, "logs": 60, "refresh": 30, "forgot_password": 5,
+    "reset_password": 10,
+}
+# Password-reset and refresh requests are anonymous, so they are keyed per IP as well.
+IP_LIMITS.update({"refresh": 30, "forgot_password": 5, "reset_password": 10})
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_s: int
+    """Whole seconds until the window ends (at least 1)."""
+
+    def headers(self) -> dict[str, str]:
+        return {"RateLimit-Limit": str(self.limit), "RateLimit-Remaining": str(self.remaining),
+                "RateLimit-Reset": str(self.reset_s)}
+
+
+class RateLimiter:
+    """Counts hits per (route, key) in the current window."""
+
+    def __init__(self, scale: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+        self._scale = scale
+        self._clock = clock
+        self._window = -1
+        self._counts: dict[tuple[str, str], int] = {}
+
+    def hit(self, route: str, key: str, *, per_ip: bool) -> Decision:
+        """Count one request and say whether it is within the limit."""
+        base = (IP_LIMITS if per_ip else USER_LIMITS)[route]
+        limit = max(1, math.floor(base * self._scale))
+        now = self._clock()
+        window = int(now // WINDOW_S)
+        if window != self._window:
+            self._window, self._counts = window, {}
+        slot = (route, key)
+        count = self._counts.get(slot, 0) + 1
+        self._counts[slot] = count
+        reset_s = max(1, math.ceil((window + 1) * WINDOW_S - now))
+        return Decision(allowed=count <= limit, limit=limit, remaining=max(0, limit - count),
+                        reset_s=reset_s)
+
+    def __len__(self) -> int:
+        return len(self._counts)

@@ -1,0 +1,170 @@
+"""``mediasrv serve`` and ``mediasrv sweep``: the start-up chain and graceful shutdown.
+
+serve: settings -> logging -> secret -> imaging -> stores -> app -> listen -> wait for a
+signal -> stop accepting -> finish requests in flight (at most 10 s) -> flush counters and
+logs -> close stores -> exit 0. Each step is a small function, testable alone.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import tornado.httpserver
+import tornado.web
+
+from mediasrv import imaging
+from mediasrv.app import Runtime, make_app
+from mediasrv.domains import make_provider
+from mediasrv.mail import MailQueue, make_mailer
+from mediasrv.settings import Settings, SettingsError
+from mediasrv.sweep import Sweeper
+from store.base import BlobStore, MetaStore
+from store.fs import FsBlobStore
+from store.sqlite import SqliteMetaStore
+
+log = logging.getLogger("mediasrv")
+DRAIN_S = 10.0
+JSON_BODY_LIMIT = 1024 * 1024
+SWEEP_INTERVAL_S = 3600.0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
+                                     port=getattr(args, "port", 8080)).validate()
+    except SettingsError as exc:
+        print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
+        sys.exit(2)
+    configure_logging(settings.log_level)
+    runner = serve if args.command == "serve" else sweep_once
+    sys.exit(asyncio.run(runner(settings)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="environment variables:\n" + Settings.help_text())
+    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   epilog="environment variables:\n" + Settings.help_text())
+    return parser
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def load_secret(settings: Settings) -> str:
+    """MEDIASRV_JWT_SECRET, or one generated once and kept in DATA_DIR with mode 0600."""
+    if settings.jwt_secret:
+        return settings.jwt_secret
+    path = settings.data_dir / "jwt_secret"
+    if path.exists():
+        return path.read_text().strip()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret)
+    return secret
+
+
+def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
+    return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
+
+
+def access_log(handler: tornado.web.RequestHandler) -> None:
+    """One line per request, without the query string (it may hold tokens or signatures)."""
+    status = handler.get_status()
+    level = logging.INFO if status < 500 else logging.ERROR
+    logging.getLogger("mediasrv.access").log(
+        level, "%d %s %s %.1fms", status, handler.request.method, handler.request.path,
+        1000.0 * handler.request.request_time())
+
+
+@dataclass
+class Running:
+    server: tornado.httpserver.HTTPServer
+    runtime: Runtime
+    meta: MetaStore
+    blobs: BlobStore
+    sweeper: Sweeper
+
+
+async def start(settings: Settings) -> Running:
+    """Open the stores, build the app, listen. Raises on any failure to start."""
+    secret = await asyncio.to_thread(load_secret, settings)
+    imaging.init_vips(settings.max_image_pixels)
+    meta, blobs = make_stores(settings)
+    await meta.open()
+    await blobs.open()
+    await meta.reconcile_usage()  # quota counters are exact after any crash
+    mail = MailQueue(make_mailer(settings))
+    app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
+                            domain_provider=make_provider(settings), jwt_secret=secret)
+    app.settings["log_function"] = access_log
+    server = tornado.httpserver.HTTPServer(app, max_body_size=JSON_BODY_LIMIT, idle_connection_timeout=120,
+                                           body_timeout=300)
+    server.listen(settings.port, settings.host)
+    runtime.flusher.start()
+    sweeper = Sweeper(meta, blobs, grace_s=settings.sweep_grace_s)
+    sweeper.start_periodic(SWEEP_INTERVAL_S)
+    log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
+             settings.public_url)
+    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
+
+
+async def stop(running: Running) -> None:
+    """Stop accepting, let requests finish (at most 10 s), flush, close."""
+    running.server.stop()
+    deadline = time.monotonic() + DRAIN_S
+    while running.runtime.inflight.count > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await running.sweeper.stop()
+    await running.runtime.stop()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(running.server.close_all_connections(), timeout=2)
+    await running.blobs.close()
+    await running.meta.close()
+
+
+async def serve(settings: Settings) -> int:
+    running = await start(settings)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+    log.info("shutting down: finishing requests in flight")
+    await stop(running)
+    log.info("stopped")
+    return 0
+
+
+async def sweep_once(settings: Settings) -> int:
+    meta, blobs = make_stores(settings)
+    await meta.open()
+    await blobs.open()
+    try:
+        report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
+        print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "
+              f"{report.old_logs} old log entries")
+    finally:
+        await blobs.close()
+        await meta.close()
+    return 0
+

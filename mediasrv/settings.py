@@ -1,0 +1,225 @@
+"""One frozen settings object, built from the MEDIASRV_* environment and documented once.
+
+Every field names its environment variable and a one-line description; ``mediasrv serve
+--help`` prints them from here. Nothing else in the project reads ``os.environ``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
+    "image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "image/heic", "image/heif",
+    "image/tiff", "image/bmp", "image/svg+xml", "image/x-icon",
+    "video/mp4", "video/webm", "video/quicktime", "video/ogg", "video/x-matroska",
+    "audio/mpeg", "audio/ogg", "audio/wav", "audio/webm", "audio/aac", "audio/flac", "audio/mp4",
+    "application/pdf", "application/json", "application/zip", "application/gzip",
+    "application/x-tar", "text/plain", "text/csv", "text/markdown",
+)
+CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
+
+
+class SettingsError(ValueError):
+    """A setting has a value the server cannot run with; the message names the variable."""
+
+
+def _env(name: str, help_text: str, **kw: Any) -> Any:
+    return field(metadata={"env": name, "help": help_text}, **kw)
+
+
+def _int(value: str) -> int:
+    return int(value.strip())
+
+
+def _bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(part.strip().lower() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server's whole configuration. Build with ``from_env``; check with ``validate``."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = _env("MEDIASRV_DATA_DIR", "embedded metadata database and blob files",
+                          default=Path("./data"))
+    public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
+                           "(default http://HOST:PORT)", default="")
+    smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "
+                                "unset: e-mails go to DATA_DIR/outbox/", default=None)
+    mail_from: str = _env("MEDIASRV_MAIL_FROM", "sender of e-mails", default="mediasrv@localhost")
+    jwt_secret: str | None = _env("MEDIASRV_JWT_SECRET", "HMAC key of session tokens and signed URLs "
+                                  "(default: generated once, kept in DATA_DIR, mode 0600)", default=None)
+    trial_days: int | None = _env("MEDIASRV_TRIAL_DAYS", "trial length of new accounts in days; 0 ends "
+                                  "it at once (unset: no trial)", default=None)
+    storage_limit_bytes: int | None = _env("MEDIASRV_STORAGE_LIMIT_BYTES", "per-account storage limit "
+                                           "(unset: none)", default=None)
+    file_count_limit: int | None = _env("MEDIASRV_FILE_COUNT_LIMIT", "per-account file count limit "
+                                        "(unset: none)", default=None)
+    max_upload_size_bytes: int = _env("MEDIASRV_MAX_UPLOAD_SIZE_BYTES", "server-wide upload cap; an "
+                                      "account can only lower it", default=104_857_600)
+    trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
+                             "X-Real-IP (only behind a proxy you run)", default=False)
+    mongodb_url: str | None = _env("MEDIASRV_MONGODB_URL", "metadata in MongoDB instead of SQLite",
+                                   default=None)
+    s3_bucket: str | None = _env("MEDIASRV_S3_BUCKET", "blobs in this S3 bucket instead of files",
+                                 default=None)
+    s3_endpoint_url: str | None = _env("MEDIASRV_S3_ENDPOINT_URL", "S3-compatible endpoint "
+                                       "(default: AWS)", default=None)
+    domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
+                                default="manual")
+    cloudflare_api_token: str | None = _env("CLOUDFLARE_API_TOKEN", "Cloudflare API token "
+                                            "(cloudflare provider)", default=None)
+    cloudflare_zone_id: str | None = _env("CLOUDFLARE_ZONE_ID", "Cloudflare zone of the custom "
+                                          "hostnames (cloudflare provider)", default=None)
+    cloudflare_api_url: str = _env("MEDIASRV_CLOUDFLARE_API_URL", "Cloudflare API base URL",
+                                   default=CLOUDFLARE_API_URL)
+    resize_slots: int = _env("MEDIASRV_RESIZE_SLOTS", "concurrent resize/format operations",
+                             default=10)
+    max_image_pixels: int = _env("MEDIASRV_MAX_IMAGE_PIXELS", "largest image (width x height) that "
+                                 "is decoded", default=50_000_000)
+    rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit",
+                                   default=1.0)
+    allowed_content_types: tuple[str, ...] = _env(
+        "MEDIASRV_ALLOWED_CONTENT_TYPES", "comma-separated list of upload MIME types "
+        "(default: built-in list)", default=DEFAULT_ALLOWED_CONTENT_TYPES)
+    redirect_allowlist: tuple[str, ...] = _env(
+        "MEDIASRV_REDIRECT_ALLOWLIST", "comma-separated origins allowed as redirect_to besides "
+        "PUBLIC_URL's", default=())
+    dashboard_url: str = _env("MEDIASRV_DASHBOARD_URL", "where a confirmation link lands without "
+                              "redirect_to (default PUBLIC_URL/)", default="")
+    bcrypt_rounds: int = _env("MEDIASRV_BCRYPT_ROUNDS", "bcrypt cost factor (4..16)", default=12)
+    access_token_ttl_s: int = _env("MEDIASRV_ACCESS_TOKEN_TTL", "session token lifetime, seconds",
+                                   default=3600)
+    refresh_token_ttl_s: int = _env("MEDIASRV_REFRESH_TOKEN_TTL", "refresh token lifetime, seconds",
+                                    default=30 * 86400)
+    result_cache_bytes: int = _env("MEDIASRV_RESULT_CACHE_BYTES", "memory for cached resize "
+                                   "results, bytes", default=128 * 1024 * 1024)
+    sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
+                              "seconds", default=3600)
+    log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, host: str = "127.0.0.1",
+                 port: int = 8080) -> Settings:
+        """Read every documented variable; raise SettingsError naming a bad one."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {"host": host, "port": port}
+        for f in dataclasses.fields(cls):
+            name = f.metadata.get("env")
+            if not name or name not in env or env[name].strip() == "":
+                continue
+            try:
+                values[f.name] = _PARSERS.get(f.name, str)(env[name])
+            except ValueError as exc:
+                raise SettingsError(f"{name}={env[name]!r}: {exc}") from None
+        settings = cls(**values)
+        derived: dict[str, Any] = {}
+        if not settings.public_url:
+            derived["public_url"] = f"http://{host}:{port}"
+        else:
+            derived["public_url"] = settings.public_url.rstrip("/")
+        if not settings.dashboard_url:
+            derived["dashboard_url"] = derived["public_url"] + "/"
+        return dataclasses.replace(settings, **derived)
+
+    def validate(self) -> Settings:
+        """Check ranges and combinations at start-up; raise SettingsError with a clear message."""
+        for check in _CHECKS:
+            problem = check(self)
+            if problem:
+                raise SettingsError(problem)
+        return self
+
+    @classmethod
+    def help_text(cls) -> str:
+        """The list of variables, one line each, for ``mediasrv serve --help``."""
+        lines = []
+        for f in dataclasses.fields(cls):
+            if "env" in f.metadata:
+                lines.append(f"  {f.metadata['env']:<32} {f.metadata['help']}")
+        return "\n".join(lines)
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "data_dir": lambda v: Path(v).expanduser(),
+    "trial_days": _int, "storage_limit_bytes": _int, "file_count_limit": _int,
+    "max_upload_size_bytes": _int, "resize_slots": _int, "max_image_pixels": _int,
+    "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
+    "result_cache_bytes": _int, "sweep_grace_s": _int,
+    "trust_proxy": _bool, "rate_limit_scale": float,
+    "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
+        p.strip().rstrip("/") for p in v.split(",") if p.strip()),
+    "domain_provider": lambda v: v.strip().lower(),
+    "log_level": lambda v: v.strip().upper(),
+}
+
+
+def _check_urls(s: Settings) -> str | None:
+    for name, url in (("MEDIASRV_PUBLIC_URL", s.public_url), ("MEDIASRV_DASHBOARD_URL", s.dashboard_url)):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return f"{name}={url!r}: must be an http(s) URL"
+    if s.smtp_url and urlsplit(s.smtp_url).scheme not in ("smtp", "smtps"):
+        return f"MEDIASRV_SMTP_URL: scheme must be smtp or smtps, not {urlsplit(s.smtp_url).scheme!r}"
+    return None
+
+
+def _check_numbers(s: Settings) -> str | None:
+    positive = {"MEDIASRV_MAX_UPLOAD_SIZE_BYTES": s.max_upload_size_bytes,
+                "MEDIASRV_RESIZE_SLOTS": s.resize_slots, "MEDIASRV_MAX_IMAGE_PIXELS": s.max_image_pixels,
+                "MEDIASRV_ACCESS_TOKEN_TTL": s.access_token_ttl_s,
+                "MEDIASRV_REFRESH_TOKEN_TTL": s.refresh_token_ttl_s}
+    optional = {"MEDIASRV_TRIAL_DAYS": s.trial_days, "MEDIASRV_STORAGE_LIMIT_BYTES": s.storage_limit_bytes,
+                "MEDIASRV_FILE_COUNT_LIMIT": s.file_count_limit}
+    for name, value in positive.items():
+        if value < 1:
+            return f"{name} must be a positive integer, not {value}"
+    for name, value in optional.items():
+        if value is not None and value < 0:
+            return f"{name} must be 0 or more, not {value}"
+    if not 4 <= s.bcrypt_rounds <= 16:
+        return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
+    if s.rate_limit_scale <= 0:
+        return f"MEDIASRV_RATE_LIMIT_SCALE must be positive, not {s.rate_limit_scale}"
+    if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
+        return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
+    return None
+
+
+def _check_choices(s: Settings) -> str | None:
+    if s.domain_provider not in ("manual", "cloudflare"):
+        return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
+    if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
+        return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        return f"MEDIASRV_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {s.log_level!r}"
+    if not s.allowed_content_types or any("/" not in t for t in s.allowed_content_types):
+        return "MEDIASRV_ALLOWED_CONTENT_TYPES must list MIME types such as image/png"
+    return None
+
+
+def _check_backends(s: Settings) -> str | None:
+    if s.mongodb_url:
+        return "MEDIASRV_MONGODB_URL: the MongoDB metadata backend is not available in this version"
+    if s.s3_bucket or s.s3_endpoint_url:
+        return "MEDIASRV_S3_BUCKET: the S3 blob backend is not available in this version"
+    return None
+
+
+_CHECKS: tuple[Callable[[Settings], str | None], ...] = (
+    _check_urls, _check_numbers, _check_choices, _check_backends)

@@ -1,0 +1,57 @@
+"""Timestamps: ISO 8601 in UTC with millisecond precision, as the operator contract fixes.
+
+Stored and returned values are the same string, so a ``created_at`` copied from a record
+into a ``createdAfter``/``createdBefore`` filter matches that record exactly.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+UTC = dt.UTC
+
+
+def now() -> dt.datetime:
+    """The current time, truncated to milliseconds (the stored precision)."""
+    t = dt.datetime.now(UTC)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def iso(t: dt.datetime) -> str:
+    """Format as ``YYYY-MM-DDTHH:MM:SS.mmmZ``; sorts lexicographically in time order."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def now_iso() -> str:
+    return iso(now())
+
+
+def parse_iso(value: str) -> dt.datetime:
+    """Parse an ISO 8601 timestamp; naive values are taken as UTC. Raises ValueError."""
+    text = value.strip()
+    if not text or len(text) > 64:
+        raise ValueError("not a timestamp")
+    if text.endswith(("z", "Z")):
+        text = text[:-1] + "+00:00"
+    parsed = dt.datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def month_period(t: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
+    """The calendar month (UTC) containing ``t``: [start, next month's start)."""
+    t = (t or now()).astimezone(UTC)
+    start = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(
+        month=start.month + 1)
+    return start, end
+
+
+def period_key(t: dt.datetime | None = None) -> str:
+    """``YYYY-MM`` of the month containing ``t``: the key of usage counters."""
+    return month_period(t)[0].strftime("%Y-%m")
+
+
+def unix() -> int:
+    return int(time.time())

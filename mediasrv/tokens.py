@@ -1,0 +1,70 @@
+"""Session tokens (JWT) and opaque single-use tokens.
+
+JWTs are HS256 only (the algorithm is pinned on decode, so ``none`` and RS/HS-confusion
+tokens fail), carry ``exp`` and ``iat`` (both required), the user id in ``sub`` and the
+user's ``token_version`` in ``ver`` so a password change retires every older session.
+Opaque tokens (refresh, e-mail confirmation, password reset) are random and stored only as
+SHA-256 digests: a database dump reveals nothing usable.
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+import jwt
+
+from mediasrv.timeutil import unix
+
+ALGORITHM = "HS256"
+ISSUER = "mediasrv"
+MAX_TOKEN_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class AccessClaims:
+    user_id: str
+    token_version: int
+    issued_at: int
+
+
+class JwtCodec:
+    """Issues and checks session tokens with one HMAC secret."""
+
+    def __init__(self, secret: str, ttl_s: int) -> None:
+        self._secret = secret
+        self.ttl_s = ttl_s
+
+    def issue(self, user_id: str, token_version: int) -> tuple[str, int]:
+        """A signed token and its absolute expiry (Unix seconds)."""
+        now = unix()
+        exp = now + self.ttl_s
+        claims = {"sub": user_id, "ver": token_version, "iat": now, "exp": exp, "iss": ISSUER,
+                  "typ": "access"}
+        return jwt.encode(claims, self._secret, algorithm=ALGORITHM), exp
+
+    def decode(self, token: str) -> AccessClaims | None:
+        """The claims of a valid, unexpired token of ours; None for anything else."""
+        if len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
+            return None
+        try:
+            claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
+                                options={"require": ["exp", "iat", "sub", "iss"]}, leeway=5)
+        except (jwt.PyJWTError, ValueError, TypeError):
+            return None
+        sub, ver, iat = claims.get("sub"), claims.get("ver"), claims.get("iat")
+        if claims.get("typ") != "access" or not isinstance(sub, str) or not isinstance(ver, int):
+            return None
+        if not isinstance(iat, int) or iat > unix() + 5:
+            return None
+        return AccessClaims(user_id=sub, token_version=ver, issued_at=iat)
+
+
+def new_opaque_token() -> str:
+    """256 random bits, URL-safe."""
+    return secrets.token_urlsafe(32)
+
+
+def digest(token: str) -> str:
+    """How an opaque token or API key is stored and looked up."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()

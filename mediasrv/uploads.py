@@ -1,0 +1,141 @@
+"""One streamed upload, from the first header check to the committed record.
+
+The body goes to the blob store chunk by chunk; nothing holds it whole. Quota is reserved
+atomically in the metadata store before the body is read when the size is declared, or
+once it is known for a chunked body, and released on every failure path, so concurrent
+uploads can never push an account past its limits. The blob is committed before the record
+is inserted: a crash in between leaves an unreferenced blob for the sweep, never a record
+without bytes.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from dataclasses import dataclass
+
+from mediasrv import content_types, imaging
+from mediasrv.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.timeutil import now_iso
+from store.base import BlobStore, BlobWriter, MetaStore
+from store.models import FileRecord, User
+
+log = logging.getLogger("mediasrv.uploads")
+IMAGE_HEAD_BYTES = 256 * 1024
+QUOTA_MESSAGE = "Storage limit or file count limit reached"
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    cap_bytes: int
+    storage_limit: int | None
+    count_limit: int | None
+    max_pixels: int
+
+
+def new_file_id() -> str:
+    """128 random bits, URL-safe: unguessable and safe as a blob key."""
+    return secrets.token_urlsafe(16)
+
+
+class Upload:
+    """Lifecycle: ``start`` -> ``feed``* -> ``finish``; ``abort`` on any failure or disconnect."""
+
+    def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str,
+                 name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits) -> None:
+        self._meta, self._blobs, self._user = meta, blobs, user
+        self._type, self._name, self._public = content_type, name, is_public
+        self._declared, self._limits = declared_size, limits
+        self.file_id = new_file_id()
+        self.received = 0
+        self._writer: BlobWriter | None = None
+        self._reserved: int | None = None
+        self._head = b""
+        self._head_wanted = max(content_types.signature_bytes_needed(content_type),
+                                IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0)
+        self._committed = False
+        self._done = False
+
+    async def start(self) -> None:
+        """Reserve the declared size (403 over quota) and open the blob writer."""
+        if self._declared is not None:
+            await self._reserve(self._declared)
+        self._writer = await self._blobs.open_writer(self.file_id)
+
+    async def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self._limits.cap_bytes or (
+                self._declared is not None and self.received > self._declared):
+            raise PayloadTooLarge(f"File too large: the limit is {self._limits.cap_bytes} bytes")
+        if len(self._head) < self._head_wanted:
+            self._head += chunk[: self._head_wanted - len(self._head)]
+            if len(self._head) >= content_types.SNIFF_BYTES:
+                content_types.check_signature(self._type, self._head)
+        assert self._writer is not None
+        await self._writer.write(chunk)
+
+    async def finish(self) -> FileRecord:
+        """Check what only the whole body tells, commit the blob, then insert the record."""
+        if self._declared is not None and self.received != self._declared:
+            raise BadRequest("The body is shorter than its Content-Length", code="INCOMPLETE_BODY")
+        content_types.check_signature(self._type, self._head)
+        width, height = self._check_dimensions()
+        if self._reserved is None:
+            await self._reserve(self.received)
+        assert self._writer is not None
+        await self._writer.commit()
+        self._committed = True
+        record = FileRecord(id=str(uuid.uuid4()), user_id=self._user.id, file_id=self.file_id,
+                            name=self._name, content_type=self._type, size=self.received,
+                            is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
+                            width=width, height=height)
+        await self._meta.insert_file(record)
+        self._done = True
+        return record
+
+    async def abort(self) -> None:
+        """Leave no trace: drop the blob and give the reservation back. Idempotent."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            if self._writer is not None:
+                await self._writer.abort()
+            if self._committed:
+                await self._blobs.delete(self.file_id)
+        except Exception as exc:  # the sweep removes whatever is left
+            log.warning("could not remove the blob of an aborted upload (%s)", type(exc).__name__)
+        if self._reserved is not None:
+            try:
+                await self._meta.release_quota(self._user.id, self._reserved)
+            except Exception as exc:
+                log.warning("could not release a quota reservation (%s); fixed at next start-up",
+                            type(exc).__name__)
+
+    async def _reserve(self, size: int) -> None:
+        ok = await self._meta.reserve_quota(self._user.id, size, self._limits.storage_limit,
+                                            self._limits.count_limit)
+        if not ok:
+            raise Forbidden(QUOTA_MESSAGE, code="QUOTA_EXCEEDED")
+        self._reserved = size
+
+    def _check_dimensions(self) -> tuple[int | None, int | None]:
+        if self._type not in imaging.TRANSFORMABLE_TYPES:
+            return None, None
+        dims = imaging.header_dimensions(self._head)
+        if dims is None:
+            return None, None
+        width, height = dims
+        if width * height > self._limits.max_pixels:
+            raise BadRequest(f"Image of {width}x{height} pixels is larger than the "
+                             f"{self._limits.max_pixels}-pixel limit", code="IMAGE_TOO_LARGE")
+        return width, height
+
+
+def failure_status(exc: BaseException) -> ApiError:
+    """Map a storage exception met mid-upload to the error the client sees."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, OSError):
+        return StoreUnavailable("Storage is full or unavailable; try again later")
+    return StoreUnavailable()

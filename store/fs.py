@@ -1,0 +1,474 @@
+"""Blob store on the local filesystem.
+
+Layout under ``root``::
+
+    blobs/<key[0:2]>/<key>                   committed blobs (immutable once renamed in)
+    blobs/<key[0:2]>/.tmp-<random>-<key>     partial writes (same directory: atomic rename)
+
+Every filesystem call runs on a small thread pool owned by the store, so the event loop
+never blocks. Paths below ``root/blobs`` are never followed through symlinks: the shard
+directory is opened with ``O_DIRECTORY | O_NOFOLLOW`` and the blob itself with
+``O_NOFOLLOW`` relative to that directory descriptor, so a symlink (or a directory, FIFO...)
+planted in the tree is treated as "no such blob" and can never lead outside the root.
+
+Committed files are never modified in place: a replacement is a new inode renamed over the
+old name and a delete is an unlink, so a reader holding a descriptor always sees one
+complete version of the bytes (POSIX unlink semantics).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import errno
+import os
+import re
+import secrets
+import stat as stat_mod
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from store.models import BlobStat
+
+__all__ = ["FsBlobStore", "FsBlobWriter", "validate_key"]
+
+T = TypeVar("T")
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SHARD_RE = re.compile(r"[A-Za-z0-9_-]{1,2}")
+TEMP_PREFIX = ".tmp-"
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+# What a symlinked or non-directory path component looks like to an O_NOFOLLOW open.
+_NOT_A_BLOB = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK)
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is ``[A-Za-z0-9_-]{1,64}``, else raise ValueError."""
+    if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:
+        raise ValueError(f"invalid blob key: {key!r}")
+    return key
+
+
+def _close_quietly(fd: int | None) -> None:
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _missing(key: str) -> FileNotFoundError:
+    return FileNotFoundError(errno.ENOENT, "no such blob", key)
+
+
+class FsBlobStore:
+    """``BlobStore`` on local disk. ``open()`` before use, ``close()`` when done."""
+
+    def __init__(self, root: Path, *, max_workers: int = 8) -> None:
+        self.root = Path(root)
+        self._blobs = self.root / "blobs"
+        self._max_workers = max_workers
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # Shard directories whose entry in blobs/ is known to be on disk (fsynced).
+        self._durable_shards: set[str] = set()
+
+    # lifecycle
+
+    async def open(self) -> None:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self._max_workers, thread_name_prefix="fsblob")
+        await self._run(self._open_sync)
+
+    def _open_sync(self) -> None:
+        self._blobs.mkdir(parents=True, exist_ok=True)
+        st = os.lstat(self._blobs)
+        if not stat_mod.S_ISDIR(st.st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "blob directory is not a directory", str(self._blobs))
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # Let in-flight fsyncs finish, without blocking the loop while they do.
+            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown, True)
+
+    # helpers (the *_sync ones run on the pool)
+
+    async def _run(self, fn: Callable[..., T], *args: Any,
+                   on_orphan: Callable[[T], None] | None = None) -> T:
+        """Run ``fn(*args)`` on the pool. If the caller is cancelled while ``fn`` already
+        runs, ``on_orphan(result)`` releases what ``fn`` acquired (also on the pool)."""
+        executor = self._executor
+        if executor is None:
+            raise RuntimeError("FsBlobStore is not open")
+        cf = executor.submit(fn, *args)
+        try:
+            return await asyncio.wrap_future(cf)
+        except asyncio.CancelledError:
+            if on_orphan is not None:
+                def release(f: concurrent.futures.Future[T]) -> None:
+                    if not f.cancelled() and f.exception() is None:
+                        try:
+                            executor.submit(on_orphan, f.result())
+                        except RuntimeError:  # pool already shut down
+                            on_orphan(f.result())
+                cf.add_done_callback(release)
+            raise
+
+    def _open_blobs_dir(self) -> int:
+        return os.open(self._blobs, _DIR_FLAGS)
+
+    def _open_shard(self, key: str, *, create: bool = False) -> int:
+        """Descriptor of the key's shard directory, never through a symlink."""
+        shard = key[:2]
+        blobs_fd = self._open_blobs_dir()
+        try:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(shard, 0o755, dir_fd=blobs_fd)
+            shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=blobs_fd)
+            if create and shard not in self._durable_shards:
+                os.fsync(blobs_fd)  # the shard's own entry must survive a crash too
+                self._durable_shards.add(shard)
+            return shard_fd
+        finally:
+            os.close(blobs_fd)
+
+    def _open_blob(self, key: str) -> int:
+        """Read descriptor of a committed regular file; FileNotFoundError for anything else."""
+        try:
+            shard_fd = self._open_shard(key)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                raise _missing(key) from None
+            raise
+        try:
+            fd = os.open(key, _READ_FLAGS, dir_fd=shard_fd)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB or exc.errno == errno.ENXIO:
+                raise _missing(key) from None
+            raise
+        finally:
+            os.close(shard_fd)
+        try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                raise _missing(key)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    # writing
+
+    async def open_writer(self, key: str) -> FsBlobWriter:
+        validate_key(key)
+        return await self._run(self._open_writer_sync, key, on_orphan=FsBlobWriter.discard)
+
+    def _open_writer_sync(self, key: str) -> FsBlobWriter:
+        shard_fd = self._open_shard(key, create=True)
+        try:
+            while True:
+                temp_name = f"{TEMP_PREFIX}{secrets.token_hex(8)}-{key}"
+                try:
+                    fd = os.open(temp_name, _CREATE_FLAGS, 0o644, dir_fd=shard_fd)
+                    break
+                except FileExistsError:
+                    continue
+        except BaseException:
+            os.close(shard_fd)
+            raise
+        return FsBlobWriter(self, key, shard_fd, temp_name, fd)
+
+    # reading
+
+    async def stat(self, key: str) -> BlobStat | None:
+        validate_key(key)
+        return await self._run(self._stat_sync, key)
+
+    def _stat_sync(self, key: str) -> BlobStat | None:
+        try:
+            shard_fd = self._open_shard(key)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return None
+            raise
+        try:
+            st = os.stat(key, dir_fd=shard_fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return None
+            raise
+        finally:
+            os.close(shard_fd)
+        if not stat_mod.S_ISREG(st.st_mode):
+            return None
+        return BlobStat(size=st.st_size, mtime=st.st_mtime)
+
+    def read(self, key: str, start: int = 0, end: int | None = None,
+             chunk_size: int = 256 * 1024) -> AsyncIterator[bytes]:
+        """Stream bytes [start, end) (``end`` None or past EOF: to EOF).
+
+        Arguments are checked now (ValueError); the blob is opened on the first iteration,
+        which raises FileNotFoundError if it is missing. Once open, the reader keeps seeing
+        that version even if the blob is deleted or replaced meanwhile. Close the iterator
+        (``contextlib.aclosing``) when stopping early.
+        """
+        validate_key(key)
+        if start < 0 or (end is not None and end < start) or chunk_size <= 0:
+            raise ValueError("invalid range or chunk size")
+        return self._read(key, start, end, chunk_size)
+
+    async def _read(self, key: str, start: int, end: int | None,
+                    chunk_size: int) -> AsyncIterator[bytes]:
+        handle = _ReadHandle(await self._run(self._open_blob, key, on_orphan=_close_quietly))
+        try:
+            pos = start
+            while end is None or pos < end:
+                n = chunk_size if end is None else min(chunk_size, end - pos)
+                chunk = await self._run(handle.pread, n, pos)
+                if not chunk:
+                    break
+                pos += len(chunk)
+                yield chunk
+        finally:
+            try:
+                await self._run(handle.close)
+            except RuntimeError:  # store closed meanwhile: close it here
+                handle.close()
+            except asyncio.CancelledError:
+                handle.close()
+                raise
+
+    async def read_all(self, key: str, limit: int) -> bytes:
+        validate_key(key)
+        return await self._run(self._read_all_sync, key, limit)
+
+    def _read_all_sync(self, key: str, limit: int) -> bytes:
+        fd = self._open_blob(key)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:
+                raise ValueError(f"blob is {size} bytes, over the {limit}-byte limit")
+            parts: list[bytes] = []
+            got = 0
+            while got < size:
+                chunk = os.pread(fd, size - got, got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    def local_path(self, key: str) -> Path | None:
+        """Where the blob lives (it may not exist); None for an invalid key. No I/O.
+
+        Whoever opens this path should use O_NOFOLLOW (or prefer ``read``), since this
+        method cannot check the tree for planted symlinks without touching the disk.
+        """
+        try:
+            validate_key(key)
+        except ValueError:
+            return None
+        return self._blobs / key[:2] / key
+
+    # removal and maintenance
+
+    async def delete(self, key: str) -> None:
+        validate_key(key)
+        await self._run(self._delete_sync, key)
+
+    def _delete_sync(self, key: str) -> None:
+        try:
+            shard_fd = self._open_shard(key)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return
+            raise
+        try:
+            os.unlink(key, dir_fd=shard_fd)  # removes a planted symlink itself, never its target
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(shard_fd)
+
+    def list_keys(self, older_than_s: float) -> AsyncIterator[str]:
+        """Committed keys with mtime before now - ``older_than_s`` (temp files skipped)."""
+        cutoff = time.time() - float(older_than_s)
+        return self._list_keys(cutoff)
+
+    async def _list_keys(self, cutoff: float) -> AsyncIterator[str]:
+        for shard in await self._run(self._list_shards_sync):
+            for key in await self._run(self._scan_shard_sync, shard, cutoff, False):
+                yield key
+
+    async def sweep_temp(self, older_than_s: float) -> int:
+        cutoff = time.time() - float(older_than_s)
+        removed = 0
+        for shard in await self._run(self._list_shards_sync):
+            removed += len(await self._run(self._scan_shard_sync, shard, cutoff, True))
+        return removed
+
+    def _list_shards_sync(self) -> list[str]:
+        try:
+            with os.scandir(self._blobs) as it:
+                return sorted(e.name for e in it
+                              if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def _scan_shard_sync(self, shard: str, cutoff: float, temps: bool) -> list[str]:
+        """Old committed keys of one shard, or (``temps``) remove its old temp files and
+        return their names."""
+        blobs_fd = self._open_blobs_dir()
+        try:
+            shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=blobs_fd)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return []
+            raise
+        finally:
+            os.close(blobs_fd)
+        found: list[str] = []
+        try:
+            for name in sorted(os.listdir(shard_fd)):
+                if temps:
+                    if not name.startswith(TEMP_PREFIX):
+                        continue
+                elif _KEY_RE.fullmatch(name) is None or name[:2] != shard:
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=shard_fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # committed, aborted or deleted meanwhile
+                if not stat_mod.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
+                    continue
+                if temps:
+                    try:
+                        os.unlink(name, dir_fd=shard_fd)
+                    except FileNotFoundError:
+                        continue
+                found.append(name)
+        finally:
+            os.close(shard_fd)
+        return found
+
+
+class _ReadHandle:
+    """One open blob; the lock keeps ``close`` from racing a ``pread`` on another thread."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    def pread(self, n: int, pos: int) -> bytes:
+        with self._lock:
+            if self._fd is None:
+                raise ValueError("read on a closed blob")
+            return os.pread(self._fd, n, pos)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+        _close_quietly(fd)
+
+
+class FsBlobWriter:
+    """A blob being written to a temp file next to its final name.
+
+    Every step runs on the store's pool under a lock, so a cancelled ``commit`` finishes
+    (or fails and cleans up) before a following ``abort`` looks at the state. An OSError
+    from ``write`` or ``commit`` removes the temp file before propagating.
+    """
+
+    def __init__(self, store: FsBlobStore, key: str, dir_fd: int, temp_name: str, fd: int) -> None:
+        self.key = key
+        self._store = store
+        self._dir_fd: int | None = dir_fd
+        self._temp_name = temp_name
+        self._fd: int | None = fd
+        self._size = 0
+        self._state = "open"  # open -> committed | aborted | failed
+        self._lock = threading.Lock()
+
+    async def write(self, chunk: bytes) -> None:
+        if chunk:
+            await self._store._run(self._write_sync, bytes(chunk))
+
+    async def commit(self) -> int:
+        return await self._store._run(self._commit_sync)
+
+    async def abort(self) -> None:
+        try:
+            await self._store._run(self.discard)
+        except RuntimeError:  # store closed: clean up here rather than leak the temp file
+            self.discard()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError(f"blob writer for {self.key!r} is {self._state}")
+
+    def _write_sync(self, data: bytes) -> None:
+        with self._lock:
+            self._check_open()
+            assert self._fd is not None
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                    self._size += n
+            except BaseException:
+                self._cleanup("failed")
+                raise
+
+    def _commit_sync(self) -> int:
+        with self._lock:
+            self._check_open()
+            assert self._fd is not None and self._dir_fd is not None
+            try:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+                os.rename(self._temp_name, self.key, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
+            except BaseException:
+                self._cleanup("failed")
+                raise
+            # Renamed: the blob is visible now; make the new directory entry durable.
+            try:
+                os.fsync(self._dir_fd)
+            except BaseException:
+                self._state = "failed"
+                raise
+            finally:
+                _close_quietly(self._dir_fd)
+                self._dir_fd = None
+            self._state = "committed"
+            return self._size
+
+    def discard(self) -> None:
+        """Abort synchronously: close and remove the temp file. Idempotent."""
+        with self._lock:
+            if self._state in ("open", "failed"):
+                self._cleanup("aborted" if self._state == "open" else "failed")
+
+    def _cleanup(self, state: str) -> None:
+        _close_quietly(self._fd)
+        self._fd = None
+        if self._dir_fd is not None:
+            _unlink_quietly(self._temp_name, self._dir_fd)
+            _close_quietly(self._dir_fd)
+            self._dir_fd = None
+        self._state = state

@@ -1,0 +1,104 @@
+"""Records that cross the storage boundary.
+
+Plain frozen dataclasses with no behaviour beyond what a record needs: every backend
+(SQLite, MongoDB) reads and writes exactly these. Timestamps are ISO 8601 UTC strings with
+millisecond precision (``mediasrv.timeutil.iso``), so they sort and compare as text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    email: str
+    password_hash: str
+    created_at: str
+    updated_at: str
+    email_verified_at: str | None = None
+    token_version: int = 0
+    """Bumped when the password changes: session tokens carry it, so older ones stop working."""
+    trial_ends_at: str | None = None
+    max_upload_size_bytes: int | None = None
+    storage_bytes: int = 0
+    files_count: int = 0
+    subscription_canceled_at: str | None = None
+    access_until: str | None = None
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: str
+    user_id: str
+    name: str | None
+    key_prefix: str
+    key_hash: str
+    """SHA-256 hex digest of the whole key; the key itself is never stored."""
+    created_at: str
+    last_used_at: str | None = None
+    revoked_at: str | None = None
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    id: str
+    user_id: str
+    file_id: str
+    name: str | None
+    content_type: str
+    size: int
+    is_public: bool
+    created_at: str
+    blob_key: str
+    width: int | None = None
+    height: int | None = None
+
+
+@dataclass(frozen=True)
+class FileQuery:
+    """Filters of GET /files, already validated. ``q`` is a literal, never a pattern."""
+
+    q: str | None = None
+    content_type: str | None = None
+    size_min: int | None = None
+    size_max: int | None = None
+    is_public: bool | None = None
+    created_after: str | None = None
+    created_before: str | None = None
+
+
+@dataclass(frozen=True)
+class CustomDomain:
+    user_id: str
+    hostname: str
+    """IDNA (ASCII), lower-case, no trailing dot: the unique key across accounts."""
+    verification_status: str
+    ssl_status: str
+    updated_at: str
+    provider_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    id: str
+    user_id: str
+    method: str
+    path: str
+    status_code: int
+    request_size_bytes: int | None
+    created_at: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UsageCounts:
+    origin_reads: int = 0
+    image_ops: int = 0
+
+
+@dataclass(frozen=True)
+class BlobStat:
+    size: int
+    mtime: float

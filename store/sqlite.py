@@ -1,0 +1,605 @@
+"""The embedded metadata store: one SQLite file in WAL mode, driven from worker threads.
+
+SQLite calls block, and the Tornado event loop must never block, so every call runs on a
+thread: one writer thread owns the only write connection (writes are serialised there, which
+is what makes ``reserve_quota`` and ``consume_token`` atomic without extra locking), and a
+small pool of threads each owns a read connection (WAL lets them read while a write commits).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from mediasrv import timeutil
+from mediasrv.errors import StoreUnavailable
+from store.base import DuplicateError
+from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Row = sqlite3.Row
+Params = Sequence[Any] | dict[str, Any]
+
+IN_CHUNK = 500
+"""Bound variables per ``IN (...)`` query: far below SQLite's limit on every build."""
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE users (
+            id TEXT PRIMARY KEY,
+            email TEXT NOT NULL,
+            password_hash TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            email_verified_at TEXT,
+            token_version INTEGER NOT NULL DEFAULT 0,
+            trial_ends_at TEXT,
+            max_upload_size_bytes INTEGER,
+            storage_bytes INTEGER NOT NULL DEFAULT 0,
+            files_count INTEGER NOT NULL DEFAULT 0,
+            subscription_canceled_at TEXT,
+            access_until TEXT)""",
+        "CREATE UNIQUE INDEX users_email ON users (email COLLATE NOCASE)",
+        """CREATE TABLE tokens (
+            token_hash TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,
+            user_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            expires_at TEXT NOT NULL,
+            used_at TEXT,
+            data TEXT)""",
+        "CREATE INDEX tokens_user_kind ON tokens (user_id, kind) WHERE used_at IS NULL",
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            name TEXT,
+            key_prefix TEXT NOT NULL,
+            key_hash TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            last_used_at TEXT,
+            revoked_at TEXT)""",
+        """CREATE INDEX api_keys_user_active ON api_keys (user_id, created_at DESC, id DESC)
+            WHERE revoked_at IS NULL""",
+        """CREATE TABLE files (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+            file_id TEXT NOT NULL UNIQUE,
+            name TEXT,
+            content_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            is_public INTEGER NOT NULL CHECK (is_public IN (0, 1)),
+            created_at TEXT NOT NULL,
+            blob_key TEXT NOT NULL,
+            width INTEGER,
+            height INTEGER)""",
+        "CREATE INDEX files_user_created ON files (user_id, created_at DESC, id DESC)",
+        """CREATE INDEX files_user_type_created
+            ON files (user_id, content_type, created_at DESC, id DESC)""",
+        "CREATE INDEX files_blob_key ON files (blob_key)",
+        """CREATE TABLE custom_domains (
+            user_id TEXT PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+            hostname TEXT NOT NULL UNIQUE,
+            verification_status TEXT NOT NULL,
+            ssl_status TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            provider_id TEXT)""",
+        # logs and usage have no foreign key on purpose: they are written in batches, and one
+        # unknown user_id must not make a whole batch fail.
+        """CREATE TABLE logs (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            method TEXT NOT NULL,
+            path TEXT NOT NULL,
+            status_code INTEGER NOT NULL,
+            request_size_bytes INTEGER,
+            created_at TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}')""",
+        "CREATE INDEX logs_user_created ON logs (user_id, created_at DESC, id DESC)",
+        "CREATE INDEX logs_created ON logs (created_at)",
+        """CREATE TABLE usage (
+            user_id TEXT NOT NULL,
+            period TEXT NOT NULL,
+            origin_reads INTEGER NOT NULL DEFAULT 0,
+            image_ops INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (user_id, period)) WITHOUT ROWID""",
+    ),
+)
+"""Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
+
+Append new steps, never edit old ones: a database created by an earlier release has already
+run them. Each step is a sequence of single statements so all pending steps can run inside
+one transaction (``executescript`` would commit in between).
+"""
+
+
+def _columns(cls: type) -> str:
+    """The record's field names, which are also its table's column names."""
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+def _insert_sql(table: str, cls: type, verb: str = "INSERT") -> str:
+    """A named-parameter INSERT of every field, so records bind with ``_params``."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return (f"{verb} INTO {table} ({', '.join(names)}) "
+            f"VALUES ({', '.join(':' + n for n in names)})")
+
+
+def _params(record: Any) -> dict[str, Any]:
+    """A record's fields by name (shallow, unlike ``dataclasses.asdict``)."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+USER_COLS = _columns(User)
+KEY_COLS = _columns(ApiKey)
+FILE_COLS = _columns(FileRecord)
+DOMAIN_COLS = _columns(CustomDomain)
+LOG_COLS = _columns(LogEntry)
+
+RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
+    files_count = max(files_count - 1, 0) WHERE id = :user_id"""
+
+RESERVE_SQL = """UPDATE users SET storage_bytes = storage_bytes + :size,
+    files_count = files_count + 1
+    WHERE id = :user_id
+      AND (:storage_limit IS NULL OR storage_bytes + :size <= :storage_limit)
+      AND (:count_limit IS NULL OR files_count + 1 <= :count_limit)"""
+
+RECONCILE_SQL = """UPDATE users SET
+    storage_bytes = coalesce((SELECT sum(size) FROM files WHERE files.user_id = users.id), 0),
+    files_count = (SELECT count(*) FROM files WHERE files.user_id = users.id)"""
+
+USAGE_SQL = """INSERT INTO usage (user_id, period, origin_reads, image_ops) VALUES (?, ?, ?, ?)
+    ON CONFLICT (user_id, period) DO UPDATE SET
+    origin_reads = origin_reads + excluded.origin_reads,
+    image_ops = image_ops + excluded.image_ops"""
+
+# Upsert on user_id only: a clash on hostname (another user's row) must raise, not replace it
+# as INSERT OR REPLACE would.
+DOMAIN_SQL = _insert_sql("custom_domains", CustomDomain) + """
+    ON CONFLICT (user_id) DO UPDATE SET hostname = excluded.hostname,
+    verification_status = excluded.verification_status, ssl_status = excluded.ssl_status,
+    updated_at = excluded.updated_at, provider_id = excluded.provider_id"""
+
+
+# --- row conversion ---------------------------------------------------------------------
+
+def _user(row: Row) -> User:
+    return User(**dict(row))
+
+
+def _key(row: Row) -> ApiKey:
+    return ApiKey(**dict(row))
+
+
+def _file(row: Row) -> FileRecord:
+    """Booleans are stored as 0/1."""
+    values = dict(row)
+    values["is_public"] = bool(values["is_public"])
+    return FileRecord(**values)
+
+
+def _domain(row: Row) -> CustomDomain:
+    return CustomDomain(**dict(row))
+
+
+def _log(row: Row) -> LogEntry:
+    """Metadata is stored as JSON text."""
+    values = dict(row)
+    values["metadata"] = orjson.loads(values["metadata"])
+    return LogEntry(**values)
+
+
+def _log_params(entry: LogEntry) -> dict[str, Any]:
+    values = _params(entry)
+    values["metadata"] = orjson.dumps(entry.metadata).decode()
+    return values
+
+
+def _fold(value: str | None) -> str | None:
+    """Python's case folding for ``q``: SQLite's lower() and LIKE only fold ASCII."""
+    return value.lower() if isinstance(value, str) else None
+
+
+def _file_filters(user_id: str, query: FileQuery) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``list_files``; ``q`` is matched with instr(), never as a pattern."""
+    clauses, params = ["user_id = ?"], [user_id]
+    if query.q:
+        clauses.append("(instr(fold(name), ?) > 0 OR instr(fold(file_id), ?) > 0)")
+        params += [query.q.lower(), query.q.lower()]
+    conditions = (("content_type = ?", query.content_type), ("size >= ?", query.size_min),
+                  ("size <= ?", query.size_max), ("created_at >= ?", query.created_after),
+                  ("created_at <= ?", query.created_before))
+    for clause, value in conditions:
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    if query.is_public is not None:
+        clauses.append("is_public = ?")
+        params.append(int(query.is_public))
+    return " AND ".join(clauses), params
+
+
+def _check_page(offset: int, limit: int) -> None:
+    """SQLite reads a negative LIMIT as "no limit", so refuse it rather than return everything."""
+    if offset < 0 or limit < 0:
+        raise ValueError("offset and limit must not be negative")
+
+
+# --- functions run on a worker thread, inside a transaction ----------------------------
+
+def _execute(conn: sqlite3.Connection, sql: str, params: Params = ()) -> int:
+    return conn.execute(sql, params).rowcount
+
+
+def _execute_many(conn: sqlite3.Connection, sql: str, rows: Iterable[Params]) -> None:
+    conn.executemany(sql, rows)
+
+
+def _fetch_one(conn: sqlite3.Connection, sql: str, params: Params,
+               convert: Callable[[Row], T]) -> T | None:
+    row = conn.execute(sql, params).fetchone()
+    return None if row is None else convert(row)
+
+
+def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: list[Any],
+          offset: int, limit: int, convert: Callable[[Row], T]) -> tuple[list[T], int]:
+    """One page, newest first with ties by id, and the total; one read transaction for both."""
+    total = conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", params).fetchone()[0]
+    rows = conn.execute(f"SELECT {cols} FROM {table} WHERE {where} "
+                        "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                        [*params, limit, offset]).fetchall()
+    return [convert(row) for row in rows], total
+
+
+def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
+                   now: str) -> tuple[str, str | None] | None:
+    """Select-then-update inside the writer's transaction, so only one caller wins."""
+    row = conn.execute("SELECT user_id, data FROM tokens WHERE token_hash = ? AND kind = ? "
+                       "AND used_at IS NULL AND expires_at > ?", (token_hash, kind, now)).fetchone()
+    if row is None:
+        return None
+    conn.execute("UPDATE tokens SET used_at = ? WHERE token_hash = ?", (now, token_hash))
+    return row["user_id"], row["data"]
+
+
+def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRecord | None:
+    """Delete and release the quota in the same transaction, so counters never drift."""
+    record = _fetch_one(conn, f"SELECT {FILE_COLS} FROM files WHERE file_id = ? AND user_id = ?",
+                        (file_id, user_id), _file)
+    if record is not None:
+        conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
+        conn.execute(RELEASE_SQL, {"size": record.size, "user_id": user_id})
+    return record
+
+
+def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(keys), IN_CHUNK):
+        chunk = keys[start:start + IN_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(f"SELECT DISTINCT blob_key FROM files WHERE blob_key IN ({marks})",
+                            chunk)
+        found.update(row[0] for row in rows)
+    return found
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the pending migrations; refuse a database written by a newer release."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise RuntimeError(f"metadata schema version {version} is newer than this server "
+                           f"({len(MIGRATIONS)}); refusing to open it")
+    for step in MIGRATIONS[version:]:
+        for statement in step:
+            conn.execute(statement)
+    if version < len(MIGRATIONS):
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        log.info("metadata schema migrated from version %d to %d", version, len(MIGRATIONS))
+
+
+def _is_unique_violation(exc: sqlite3.IntegrityError) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY") or (
+        "UNIQUE constraint failed" in str(exc))
+
+
+def _is_unavailable(exc: sqlite3.DatabaseError) -> bool:
+    """Locked, busy, I/O, disk-full or corrupt-file errors; not bugs such as misuse of the API."""
+    return isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError) or (
+        type(exc) is sqlite3.DatabaseError)
+
+
+class SqliteMetaStore:
+    """``MetaStore`` over one SQLite file (e.g. ``DATA_DIR/meta.sqlite3``)."""
+
+    def __init__(self, path: Path, *, read_threads: int = 4, busy_timeout_ms: int = 5000) -> None:
+        if read_threads < 1:
+            raise ValueError("read_threads must be at least 1")
+        self.path = Path(path)
+        self._read_threads = read_threads
+        self._busy_timeout_ms = busy_timeout_ms
+        self._writer: ThreadPoolExecutor | None = None
+        self._readers: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start the threads, then create or migrate the schema on the writer thread."""
+        if self._writer is not None:
+            return
+        self._local = threading.local()
+        self._conns = []
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
+        self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="meta-reader")
+        try:
+            await self._run(True, self._open_on_writer)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Let queued writes finish, then close every connection; safe to call twice."""
+        writer, readers = self._writer, self._readers
+        if writer is None or readers is None:
+            return
+        self._writer = self._readers = None
+        await asyncio.to_thread(self._shutdown, writer, readers)
+
+    def _shutdown(self, writer: ThreadPoolExecutor, readers: ThreadPoolExecutor) -> None:
+        """Blocking part of ``close``: no thread uses a connection once the pools are down."""
+        writer.shutdown(wait=True)
+        readers.shutdown(wait=True)
+        with self._conns_lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            conn.close()
+
+    def _open_on_writer(self) -> None:
+        """Create the directory, switch to WAL, migrate; WAL cannot change inside a transaction."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._thread_conn(write=True)
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            log.warning("SQLite refused WAL mode for %s (got %s)", self.path, mode)
+        self._in_transaction(True, _migrate)
+
+    def _connect(self, write: bool) -> sqlite3.Connection:
+        """A connection for the calling thread. check_same_thread is off only so ``close`` can
+        close it from another thread after its owner has stopped."""
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                               timeout=self._busy_timeout_ms / 1000)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        if not write:
+            conn.execute("PRAGMA query_only = ON")
+        conn.create_function("fold", 1, _fold, deterministic=True)
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
+    def _thread_conn(self, write: bool) -> sqlite3.Connection:
+        attr = "writer" if write else "reader"
+        conn = getattr(self._local, attr, None)
+        if conn is None:
+            conn = self._connect(write)
+            setattr(self._local, attr, conn)
+        return conn
+
+    # --- running work off the event loop ----------------------------------------------
+
+    def _in_transaction(self, write: bool, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` in one transaction on this thread's connection.
+
+        Writes take the write lock up front (BEGIN IMMEDIATE) so a read-then-write never has
+        to upgrade; reads get one snapshot, so a page and its total agree.
+        """
+        conn = self._thread_conn(write)
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = fn(conn, *args)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    async def _run(self, write: bool, call: Callable[[], T]) -> T:
+        """Run ``call`` on the writer or a reader thread, translating SQLite's errors."""
+        pool = self._writer if write else self._readers
+        if pool is None:
+            raise StoreUnavailable("Metadata store is not open")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, call)
+        except sqlite3.IntegrityError as exc:
+            if _is_unique_violation(exc):
+                raise DuplicateError(str(exc)) from exc
+            raise
+        except sqlite3.DatabaseError as exc:
+            if not _is_unavailable(exc):
+                raise
+            log.warning("SQLite metadata store unavailable: %s", exc)
+            raise StoreUnavailable() from exc
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._run(True, partial(self._in_transaction, True, fn, *args))
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._run(False, partial(self._in_transaction, False, fn, *args))
+
+    # --- users ------------------------------------------------------------------------
+
+    async def create_user(self, user: User) -> None:
+        await self._write(_execute, _insert_sql("users", User), _params(user))
+
+    async def get_user(self, user_id: str) -> User | None:
+        return await self._read(_fetch_one, f"SELECT {USER_COLS} FROM users WHERE id = ?",
+                                (user_id,), _user)
+
+    async def get_user_by_email(self, email: str) -> User | None:
+        """COLLATE NOCASE matches the unique index, so the lookup uses it."""
+        return await self._read(_fetch_one, f"SELECT {USER_COLS} FROM users "
+                                "WHERE email = ? COLLATE NOCASE", (email,), _user)
+
+    async def mark_email_verified(self, user_id: str, at: str) -> None:
+        """Keeps the first verification time if it is marked again."""
+        await self._write(_execute, "UPDATE users SET email_verified_at = "
+                          "coalesce(email_verified_at, ?), updated_at = ? WHERE id = ?",
+                          (at, at, user_id))
+
+    async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
+        await self._write(_execute, "UPDATE users SET password_hash = ?, "
+                          "token_version = token_version + 1, updated_at = ? WHERE id = ?",
+                          (password_hash, at, user_id))
+
+    async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
+        await self._write(_execute, "UPDATE users SET max_upload_size_bytes = ?, updated_at = ? "
+                          "WHERE id = ?", (value, at, user_id))
+
+    # --- single-use tokens ------------------------------------------------------------
+
+    async def put_token(self, kind: str, token_hash: str, user_id: str, expires_at: str,
+                        data: str | None = None) -> None:
+        await self._write(_execute, "INSERT INTO tokens (kind, token_hash, user_id, expires_at, "
+                          "data) VALUES (?, ?, ?, ?, ?)",
+                          (kind, token_hash, user_id, expires_at, data))
+
+    async def consume_token(self, kind: str, token_hash: str,
+                            now: str) -> tuple[str, str | None] | None:
+        return await self._write(_consume_token, kind, token_hash, now)
+
+    async def revoke_tokens(self, kind: str, user_id: str) -> None:
+        """The protocol passes no time, so the retirement is stamped with the clock here."""
+        await self._write(_execute, "UPDATE tokens SET used_at = ? WHERE user_id = ? AND kind = ? "
+                          "AND used_at IS NULL", (timeutil.now_iso(), user_id, kind))
+
+    # --- API keys ---------------------------------------------------------------------
+
+    async def create_api_key(self, key: ApiKey) -> None:
+        await self._write(_execute, _insert_sql("api_keys", ApiKey), _params(key))
+
+    async def list_api_keys(self, user_id: str, offset: int,
+                            limit: int) -> tuple[list[ApiKey], int]:
+        _check_page(offset, limit)
+        return await self._read(_page, "api_keys", KEY_COLS,
+                                "user_id = ? AND revoked_at IS NULL", [user_id], offset, limit,
+                                _key)
+
+    async def get_api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        return await self._read(_fetch_one, f"SELECT {KEY_COLS} FROM api_keys "
+                                "WHERE key_hash = ? AND revoked_at IS NULL", (key_hash,), _key)
+
+    async def revoke_api_key(self, user_id: str, key_id: str, at: str) -> bool:
+        changed = await self._write(_execute, "UPDATE api_keys SET revoked_at = ? WHERE id = ? "
+                                    "AND user_id = ? AND revoked_at IS NULL",
+                                    (at, key_id, user_id))
+        return changed > 0
+
+    async def touch_api_keys(self, last_used: dict[str, str]) -> None:
+        """The WHERE clause keeps a late, older batch from moving last_used_at backwards."""
+        if not last_used:
+            return
+        rows = [(at, key_id, at) for key_id, at in last_used.items()]
+        await self._write(_execute_many, "UPDATE api_keys SET last_used_at = ? WHERE id = ? "
+                          "AND (last_used_at IS NULL OR last_used_at < ?)", rows)
+
+    # --- files and quotas -------------------------------------------------------------
+
+    async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
+                            count_limit: int | None) -> bool:
+        """One conditional UPDATE on the single writer thread: check and add cannot interleave."""
+        if size < 0:
+            raise ValueError("size must not be negative")
+        params = {"user_id": user_id, "size": size, "storage_limit": storage_limit,
+                  "count_limit": count_limit}
+        return await self._write(_execute, RESERVE_SQL, params) > 0
+
+    async def release_quota(self, user_id: str, size: int) -> None:
+        await self._write(_execute, RELEASE_SQL, {"user_id": user_id, "size": size})
+
+    async def insert_file(self, record: FileRecord) -> None:
+        await self._write(_execute, _insert_sql("files", FileRecord), _params(record))
+
+    async def get_file(self, file_id: str) -> FileRecord | None:
+        return await self._read(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",
+                                (file_id,), _file)
+
+    async def list_files(self, user_id: str, query: FileQuery, offset: int,
+                         limit: int) -> tuple[list[FileRecord], int]:
+        _check_page(offset, limit)
+        where, params = _file_filters(user_id, query)
+        return await self._read(_page, "files", FILE_COLS, where, params, offset, limit, _file)
+
+    async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
+        return await self._write(_delete_file, user_id, file_id)
+
+    async def existing_blob_keys(self, keys: list[str]) -> set[str]:
+        if not keys:
+            return set()
+        return await self._read(_existing_blob_keys, list(keys))
+
+    async def reconcile_usage(self) -> None:
+        await self._write(_execute, RECONCILE_SQL)
+
+    # --- custom domains ---------------------------------------------------------------
+
+    async def get_domain(self, user_id: str) -> CustomDomain | None:
+        return await self._read(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
+                                "WHERE user_id = ?", (user_id,), _domain)
+
+    async def get_domain_by_hostname(self, hostname: str) -> CustomDomain | None:
+        return await self._read(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
+                                "WHERE hostname = ?", (hostname,), _domain)
+
+    async def put_domain(self, domain: CustomDomain) -> None:
+        await self._write(_execute, DOMAIN_SQL, _params(domain))
+
+    async def delete_domain(self, user_id: str) -> None:
+        await self._write(_execute, "DELETE FROM custom_domains WHERE user_id = ?", (user_id,))
+
+    # --- activity logs ----------------------------------------------------------------
+
+    async def insert_logs(self, entries: list[LogEntry]) -> None:
+        """INSERT OR IGNORE: a retried batch does not duplicate rows or fail on its own ids."""
+        if not entries:
+            return
+        await self._write(_execute_many, _insert_sql("logs", LogEntry, "INSERT OR IGNORE"),
+                          [_log_params(entry) for entry in entries])
+
+    async def list_logs(self, user_id: str, offset: int, limit: int) -> tuple[list[LogEntry], int]:
+        _check_page(offset, limit)
+        return await self._read(_page, "logs", LOG_COLS, "user_id = ?", [user_id], offset, limit,
+                                _log)
+
+    async def purge_logs(self, before: str) -> int:
+        return await self._write(_execute, "DELETE FROM logs WHERE created_at < ?", (before,))
+
+    # --- usage counters ---------------------------------------------------------------
+
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+        if not deltas:
+            return
+        rows = [(user_id, period, counts.origin_reads, counts.image_ops)
+                for (user_id, period), counts in deltas.items()]
+        await self._write(_execute_many, USAGE_SQL, rows)
+
+    async def get_usage(self, user_id: str, period: str) -> UsageCounts:
+        counts = await self._read(_fetch_one, "SELECT origin_reads, image_ops FROM usage "
+                                  "WHERE user_id = ? AND period = ?", (user_id, period),
+                                  lambda row: UsageCounts(**dict(row)))
+        return counts or UsageCounts()

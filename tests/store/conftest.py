@@ -1,0 +1,43 @@
+"""Fixtures of the MetaStore contract suite: one fresh store per test, per backend.
+
+pytest-tornasync cannot run async fixtures, so the store is opened and closed with
+``io_loop.run_sync`` around the test, on the same loop the test then runs on.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import tornado.ioloop
+
+from store.base import MetaStore
+from store.sqlite import SqliteMetaStore
+
+META_BACKENDS = ["sqlite"]
+"""Add "mongo" here (and a branch in ``meta_factory``) to run the contract against MongoDB."""
+
+MetaFactory = Callable[[], MetaStore]
+
+
+def sqlite_path(tmp_path: Path) -> Path:
+    """A path whose parent does not exist yet, so every test also checks it is created."""
+    return tmp_path / "data" / "meta.sqlite3"
+
+
+@pytest.fixture(params=META_BACKENDS)
+def meta_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
+    """Builds unopened stores that all address the same (fresh) database, for reopen tests."""
+    if request.param == "sqlite":
+        path = sqlite_path(tmp_path)
+        return lambda: SqliteMetaStore(path, read_threads=2)
+    raise AssertionError(f"unknown backend {request.param!r}")
+
+
+@pytest.fixture
+def meta(meta_factory: MetaFactory, io_loop: tornado.ioloop.IOLoop) -> Iterator[MetaStore]:
+    """An open store on an empty database; closed after the test (close is idempotent)."""
+    store = meta_factory()
+    io_loop.run_sync(store.open)
+    yield store
+    io_loop.run_sync(store.close)

@@ -1,0 +1,571 @@
+"""Contract suite for ``BlobStore`` backends, plus filesystem-specific checks.
+
+The ``backend`` fixture is parametrized by backend name; a new backend (e.g. "s3") adds a
+param and says how to build a store on shared storage and how to age a committed blob.
+Tests in the second half are about ``FsBlobStore`` itself (layout, symlinks, temp files)
+and use their own non-parametrized fixture.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import resource
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from store.base import BlobStore
+from store.fs import FsBlobStore
+
+MIB = 1024 * 1024
+BAD_KEYS = ["../x", "a/b", "", "k" * 65, "%00", "a\\b", "..", ".", "a\x00b", "a b", "caf\u00e9", "/etc"]
+
+
+# fixtures and helpers
+
+@dataclass
+class Backend:
+    name: str
+    make: Callable[[], BlobStore]
+    """A new, unopened store on the same storage (every one made is closed at teardown)."""
+    age: Callable[[str, float], None]
+    """Make a committed blob look ``seconds`` older than now."""
+    made: list[BlobStore] = field(default_factory=list)
+
+
+def _fs_backend(root: Path) -> Backend:
+    backend: Backend
+
+    def make() -> BlobStore:
+        store = FsBlobStore(root)
+        backend.made.append(store)
+        return store
+
+    def age(key: str, seconds: float) -> None:
+        t = time.time() - seconds
+        os.utime(root / "blobs" / key[:2] / key, (t, t), follow_symlinks=False)
+
+    backend = Backend("fs", make, age)
+    return backend
+
+
+@pytest.fixture(params=["fs"])
+def backend(request, tmp_path, io_loop):
+    if request.param == "fs":
+        b = _fs_backend(tmp_path / "root")
+    else:  # pragma: no cover - future backends
+        raise AssertionError(request.param)
+    yield b
+    for store in b.made:
+        io_loop.run_sync(store.close)
+
+
+@pytest.fixture
+def store(backend, io_loop) -> BlobStore:
+    s = backend.make()
+    io_loop.run_sync(s.open)
+    return s
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    """Deterministic, non-repeating-looking bytes."""
+    out = bytearray()
+    counter = 0
+    while len(out) < size:
+        out += hashlib.sha256(f"{seed}:{counter}".encode()).digest()
+        counter += 1
+    return bytes(out[:size])
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def put(store: BlobStore, key: str, data: bytes, piece: int = 64 * 1024) -> int:
+    writer = await store.open_writer(key)
+    for i in range(0, len(data), piece):
+        await writer.write(data[i:i + piece])
+    return await writer.commit()
+
+
+async def collect(chunks: AsyncIterator[bytes]) -> list[bytes]:
+    return [chunk async for chunk in chunks]
+
+
+async def read_bytes(store: BlobStore, key: str, *args, **kwargs) -> bytes:
+    return b"".join(await collect(store.read(key, *args, **kwargs)))
+
+
+async def keys_of(store: BlobStore, older_than_s: float) -> set[str]:
+    return {key async for key in store.list_keys(older_than_s)}
+
+
+# the contract
+
+@pytest.mark.parametrize("size", [0, 1, MIB + 3])
+async def test_round_trip(store, size):
+    data = payload(size)
+    assert await put(store, "blob-1", data) == size
+
+    st = await store.stat("blob-1")
+    assert st is not None and st.size == size
+    assert abs(st.mtime - time.time()) < 60
+
+    chunks = await collect(store.read("blob-1", chunk_size=256 * 1024))
+    assert all(chunks), "no empty chunks"
+    assert all(len(c) <= 256 * 1024 for c in chunks)
+    if size > 256 * 1024:
+        assert len(chunks) >= 5
+    assert sha(b"".join(chunks)) == sha(data)
+    assert sha(await store.read_all("blob-1", limit=size)) == sha(data)
+
+
+async def test_key_alphabet_and_lengths(store):
+    for i, key in enumerate(["a", "Z9", "a-_9", "_", "-", "k" * 64, "AbC-xyz_0123"]):
+        data = payload(10 + i, seed=i)
+        await put(store, key, data)
+        assert await read_bytes(store, key) == data
+    # keys are case-sensitive
+    await put(store, "Case", b"upper")
+    await put(store, "case", b"lower")
+    assert await store.read_all("Case", 10) == b"upper"
+    assert await store.read_all("case", 10) == b"lower"
+
+
+async def test_ranged_reads(store):
+    data = payload(MIB + 3)
+    await put(store, "r", data)
+    n = len(data)
+    cases = [
+        (0, None), (1, None), (n - 1, None), (n, None), (n + 10, None),   # start only
+        (0, 1), (10, 20), (100, 100), (65535, 65537 + 300 * 1024),        # start + end
+        (n - 5, n + 1000), (0, n + 1), (n + 5, n + 50),                     # end past EOF
+    ]
+    for start, end in cases:
+        got = await collect(store.read("r", start, end, chunk_size=100_000))
+        assert b"".join(got) == data[start:end], (start, end)
+        assert all(0 < len(c) <= 100_000 for c in got), (start, end)
+
+
+async def test_read_rejects_bad_ranges(store):
+    await put(store, "r", b"abc")
+    for args in [(-1, None), (5, 4), (0, None, 0), (0, None, -8)]:
+        with pytest.raises(ValueError):
+            store.read("r", *args)
+
+
+async def test_nothing_visible_before_commit(store):
+    old = payload(1000, seed=1)
+    await put(store, "existing", old)
+    new_writer = await store.open_writer("fresh")
+    replace_writer = await store.open_writer("existing")
+    await new_writer.write(b"partial")
+    await replace_writer.write(b"replacement")
+
+    assert await store.stat("fresh") is None
+    with pytest.raises(FileNotFoundError):
+        await collect(store.read("fresh"))
+    with pytest.raises(FileNotFoundError):
+        await store.read_all("fresh", 100)
+    assert await store.read_all("existing", 10_000) == old
+    assert (await store.stat("existing")).size == len(old)
+    assert await keys_of(store, -3600) == {"existing"}
+
+    assert await new_writer.commit() == len(b"partial")
+    assert await replace_writer.commit() == len(b"replacement")
+    assert await store.read_all("fresh", 100) == b"partial"
+    assert await store.read_all("existing", 100) == b"replacement"
+    assert await keys_of(store, -3600) == {"existing", "fresh"}
+
+
+async def test_abort_leaves_nothing_and_is_idempotent(store):
+    writer = await store.open_writer("gone")
+    await writer.write(payload(300_000))
+    await writer.abort()
+    await writer.abort()
+    assert await store.stat("gone") is None
+    assert await keys_of(store, -3600) == set()
+    with pytest.raises(RuntimeError):
+        await writer.write(b"more")
+    with pytest.raises(RuntimeError):
+        await writer.commit()
+
+    # aborting a replacement keeps the old blob
+    await put(store, "kept", b"old")
+    writer = await store.open_writer("kept")
+    await writer.write(b"new")
+    await writer.abort()
+    assert await store.read_all("kept", 10) == b"old"
+
+
+async def test_abort_after_commit_keeps_blob(store):
+    writer = await store.open_writer("done")
+    await writer.write(b"data")
+    assert await writer.commit() == 4
+    await writer.abort()
+    assert await store.read_all("done", 10) == b"data"
+    with pytest.raises(RuntimeError):
+        await writer.commit()
+
+
+async def test_commit_replaces_existing(store):
+    await put(store, "k", payload(MIB, seed=1))
+    new = payload(1234, seed=2)
+    assert await put(store, "k", new) == len(new)
+    assert await store.read_all("k", MIB) == new
+    assert (await store.stat("k")).size == len(new)
+
+
+async def test_concurrent_writers_same_key_one_wins_whole(store):
+    a, b = payload(400_000, seed=1), payload(300_000, seed=2)
+    wa = await store.open_writer("same")
+    wb = await store.open_writer("same")
+    for i in range(0, 400_000, 50_000):
+        await wa.write(a[i:i + 50_000])
+        await wb.write(b[i:i + 50_000])
+    await wa.commit()
+    await wb.commit()
+    assert await store.read_all("same", MIB) == b
+    assert await keys_of(store, -3600) == {"same"}
+
+
+@pytest.mark.parametrize("key", BAD_KEYS)
+async def test_invalid_keys_rejected_everywhere(store, backend, tmp_path, key):
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(ValueError):
+        await store.open_writer(key)
+    with pytest.raises(ValueError):
+        await store.stat(key)
+    with pytest.raises(ValueError):
+        store.read(key)  # checked when called, not only when iterated
+    with pytest.raises(ValueError):
+        await store.read_all(key, 100)
+    with pytest.raises(ValueError):
+        await store.delete(key)
+    assert store.local_path(key) is None
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+async def test_missing_blob(store):
+    assert await store.stat("nope") is None
+    with pytest.raises(FileNotFoundError):
+        await collect(store.read("nope"))
+    with pytest.raises(FileNotFoundError):
+        await collect(store.read("nope", 0, 0))
+    with pytest.raises(FileNotFoundError):
+        await store.read_all("nope", 100)
+    await store.delete("nope")
+
+
+async def test_delete_is_idempotent(store):
+    await put(store, "d", b"bytes")
+    await store.delete("d")
+    await store.delete("d")
+    assert await store.stat("d") is None
+    with pytest.raises(FileNotFoundError):
+        await store.read_all("d", 100)
+    await put(store, "d", b"again")
+    assert await store.read_all("d", 100) == b"again"
+
+
+async def test_reader_started_before_delete_gets_old_bytes(store):
+    data = payload(MIB + 3, seed=7)
+    await put(store, "victim", data)
+    reader = store.read("victim", chunk_size=64 * 1024)
+    async with contextlib.aclosing(reader):
+        first = await anext(reader)
+        await store.delete("victim")
+        assert await store.stat("victim") is None
+        rest = [chunk async for chunk in reader]
+    assert sha(first + b"".join(rest)) == sha(data)
+
+
+async def test_reader_started_before_replace_gets_old_bytes(store):
+    old, new = payload(MIB + 3, seed=1), payload(MIB + 3, seed=2)
+    await put(store, "v", old)
+    reader = store.read("v", chunk_size=64 * 1024)
+    async with contextlib.aclosing(reader):
+        first = await anext(reader)
+        await put(store, "v", new)
+        rest = [chunk async for chunk in reader]
+    assert sha(first + b"".join(rest)) == sha(old)
+    assert sha(await read_bytes(store, "v")) == sha(new)
+
+
+async def test_read_all_limit(store):
+    await put(store, "img", payload(1000))
+    assert len(await store.read_all("img", 1000)) == 1000
+    assert len(await store.read_all("img", 10**9)) == 1000
+    with pytest.raises(ValueError):
+        await store.read_all("img", 999)
+    await put(store, "empty", b"")
+    assert await store.read_all("empty", 0) == b""
+
+
+async def test_list_keys_respects_age(store, backend):
+    for key in ("old1", "old2", "new1"):
+        await put(store, key, key.encode())
+    backend.age("old1", 7200)
+    backend.age("old2", 3700)
+    assert await keys_of(store, 3600) == {"old1", "old2"}
+    assert await keys_of(store, 5000) == {"old1"}
+    assert await keys_of(store, 10_000) == set()
+    assert await keys_of(store, -60) == {"old1", "old2", "new1"}
+    await store.delete("old1")
+    assert await keys_of(store, 3600) == {"old2"}
+
+
+async def test_list_keys_empty_store(store):
+    assert await keys_of(store, 0) == set()
+    assert await store.sweep_temp(0) == 0
+
+
+async def test_persists_across_instances(store, backend):
+    data = payload(MIB + 3, seed=3)
+    await put(store, "durable", data)
+    await store.close()
+
+    again = backend.make()
+    await again.open()
+    assert (await again.stat("durable")).size == len(data)
+    assert sha(await read_bytes(again, "durable")) == sha(data)
+    assert await keys_of(again, -60) == {"durable"}
+
+
+async def test_closed_store_refuses_work(store):
+    await store.close()
+    await store.close()
+    with pytest.raises(RuntimeError):
+        await store.stat("k")
+    with pytest.raises(RuntimeError):
+        await store.open_writer("k")
+
+
+# filesystem backend specifics
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    d = tmp_path / "outside"
+    d.mkdir()
+    (d / "secret").write_bytes(b"top secret")
+    return d
+
+
+@pytest.fixture
+def fs_store(root, io_loop):
+    s = FsBlobStore(root)
+    io_loop.run_sync(s.open)
+    yield s
+    io_loop.run_sync(s.close)
+
+
+def temp_files(root: Path) -> list[Path]:
+    return sorted(root.glob("blobs/*/.tmp-*"))
+
+
+async def test_fs_layout(fs_store, root):
+    writer = await fs_store.open_writer("abcdef")
+    await writer.write(b"x" * 10)
+    [temp] = temp_files(root)
+    assert temp.parent == root / "blobs" / "ab"
+    assert temp.name.startswith(".tmp-") and temp.name.endswith("-abcdef")
+    assert not (root / "blobs" / "ab" / "abcdef").exists()
+    await writer.commit()
+    assert temp_files(root) == []
+
+    path = fs_store.local_path("abcdef")
+    assert path == root / "blobs" / "ab" / "abcdef"
+    assert path.read_bytes() == b"x" * 10
+    await put(fs_store, "z", b"one-char key")
+    assert fs_store.local_path("z").read_bytes() == b"one-char key"
+    assert fs_store.local_path("z") == root / "blobs" / "z" / "z"
+
+
+async def test_fs_symlink_to_outside_is_not_followed(fs_store, root, outside):
+    shard = root / "blobs" / "ev"
+    shard.mkdir(parents=True)
+    (shard / "evil").symlink_to(outside / "secret")
+
+    assert await fs_store.stat("evil") is None
+    with pytest.raises(FileNotFoundError):
+        await collect(fs_store.read("evil"))
+    with pytest.raises(FileNotFoundError):
+        await fs_store.read_all("evil", 100)
+    assert await keys_of(fs_store, -3600) == set()
+
+    # committing over it replaces the link, never writes through it
+    await put(fs_store, "evil", b"mine")
+    assert not (shard / "evil").is_symlink()
+    assert await fs_store.read_all("evil", 100) == b"mine"
+    assert (outside / "secret").read_bytes() == b"top secret"
+
+    # delete removes a planted link, not its target
+    (shard / "evil").unlink()
+    (shard / "evil").symlink_to(outside / "secret")
+    await fs_store.delete("evil")
+    assert not (shard / "evil").is_symlink()
+    assert (outside / "secret").read_bytes() == b"top secret"
+
+
+async def test_fs_symlinked_shard_dir_is_not_followed(fs_store, root, outside):
+    (outside / "sesame").write_bytes(b"outside blob")
+    (root / "blobs" / "se").symlink_to(outside, target_is_directory=True)
+
+    assert await fs_store.stat("sesame") is None
+    with pytest.raises(FileNotFoundError):
+        await collect(fs_store.read("sesame"))
+    with pytest.raises(FileNotFoundError):
+        await fs_store.read_all("sesame", 100)
+    assert await keys_of(fs_store, -3600) == set()
+    with pytest.raises(OSError):
+        await fs_store.open_writer("secure")
+    await fs_store.delete("sesame")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret", "sesame"]
+    assert (outside / "sesame").read_bytes() == b"outside blob"
+    assert await fs_store.sweep_temp(-3600) == 0
+
+
+async def test_fs_non_regular_entries_are_not_blobs(fs_store, root):
+    shard = root / "blobs" / "di"
+    (shard / "dirkey").mkdir(parents=True)
+    os.mkfifo(shard / "fifo")
+    for key in ("dirkey", "fifo"):
+        assert await fs_store.stat(key) is None
+        with pytest.raises(FileNotFoundError):
+            await collect(fs_store.read(key))
+        with pytest.raises(FileNotFoundError):
+            await fs_store.read_all(key, 100)
+    (shard / "README.txt").write_text("not a key")
+    (shard / "zz-wrong-shard").write_text("not in its shard")
+    assert await keys_of(fs_store, -3600) == set()
+
+
+async def test_fs_commit_failure_cleans_up(fs_store, root):
+    # A directory squatting on the final name makes the rename fail for real.
+    squatter = root / "blobs" / "bl" / "blocked"
+    squatter.mkdir(parents=True)
+    (squatter / "inside").write_text("x")
+
+    writer = await fs_store.open_writer("blocked")
+    await writer.write(payload(200_000))
+    assert len(temp_files(root)) == 1
+    with pytest.raises(OSError):
+        await writer.commit()
+    assert temp_files(root) == []
+    await writer.abort()
+    await writer.abort()
+    assert temp_files(root) == []
+    assert (squatter / "inside").read_text() == "x"
+    assert await fs_store.stat("blocked") is None
+
+
+@pytest.fixture
+def file_size_limit():
+    """Lower RLIMIT_FSIZE so writes past it fail with EFBIG (a real kernel error, like ENOSPC)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def apply(limit: int) -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+
+    yield apply
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    signal.signal(signal.SIGXFSZ, previous)
+
+
+async def test_fs_write_error_propagates_and_cleans_up(fs_store, root, file_size_limit):
+    await put(fs_store, "prior", b"keep me")
+    writer = await fs_store.open_writer("prior")
+    await writer.write(payload(100_000))
+    file_size_limit(150_000)
+    with pytest.raises(OSError) as info:
+        await writer.write(payload(100_000, seed=1))
+    assert info.value.errno == errno.EFBIG
+    assert temp_files(root) == []
+    await writer.abort()
+    with pytest.raises(RuntimeError):
+        await writer.commit()
+    assert await fs_store.read_all("prior", 100) == b"keep me"
+
+
+async def test_fs_sweep_temp_removes_only_old_temp_files(fs_store, root):
+    await put(fs_store, "committed", b"c")
+    os.utime(fs_store.local_path("committed"), (1, 1))
+    live = await fs_store.open_writer("live1")
+    await live.write(b"in progress")
+    abandoned = await fs_store.open_writer("abandoned")
+    await abandoned.write(b"left behind")
+    [old_temp] = [p for p in temp_files(root) if p.name.endswith("-abandoned")]
+    stale = time.time() - 7200
+    os.utime(old_temp, (stale, stale))
+    junk = root / "blobs" / "co" / ".tmp-manual-committed"
+    junk.write_bytes(b"crash leftover")
+    os.utime(junk, (stale, stale))
+
+    assert await fs_store.sweep_temp(3600) == 2
+    assert [p.name for p in temp_files(root)] != []
+    assert all(p.name.endswith("-live1") for p in temp_files(root))
+    assert await fs_store.read_all("committed", 10) == b"c"
+    assert await fs_store.sweep_temp(3600) == 0
+
+    assert await live.commit() == len(b"in progress")
+    assert await fs_store.read_all("live1", 100) == b"in progress"
+    # the swept writer cannot commit any more, and cleans up after itself
+    with pytest.raises(OSError):
+        await abandoned.commit()
+    await abandoned.abort()
+    assert await fs_store.stat("abandoned") is None
+    assert temp_files(root) == []
+
+
+async def test_fs_list_keys_skips_temp_files(fs_store, root):
+    await put(fs_store, "visible", b"v")
+    writer = await fs_store.open_writer("hidden")
+    await writer.write(b"h")
+    for p in [fs_store.local_path("visible"), *temp_files(root)]:
+        os.utime(p, (1, 1))
+    assert await keys_of(fs_store, 60) == {"visible"}
+    await writer.abort()
+
+
+async def test_fs_io_runs_off_the_event_loop(fs_store, monkeypatch):
+    loop_thread = threading.get_ident()
+    seen: list[tuple[str, int]] = []
+
+    def spy(name):
+        real = getattr(os, name)
+
+        def wrapper(*args, **kwargs):
+            seen.append((name, threading.get_ident()))
+            return real(*args, **kwargs)
+        monkeypatch.setattr(os, name, wrapper)
+
+    for name in ("open", "write", "fsync", "rename", "stat", "fstat", "pread", "unlink",
+                 "listdir", "scandir", "mkdir", "close"):
+        spy(name)
+
+    await put(fs_store, "spied", payload(300_000))
+    await fs_store.stat("spied")
+    await read_bytes(fs_store, "spied", chunk_size=100_000)
+    await fs_store.read_all("spied", MIB)
+    await keys_of(fs_store, -60)
+    await fs_store.sweep_temp(0)
+    writer = await fs_store.open_writer("aborted")
+    await writer.abort()
+    await fs_store.delete("spied")
+
+    names = {name for name, _ in seen}
+    assert {"open", "write", "fsync", "rename", "pread", "unlink", "listdir"} <= names
+    assert [call for call in seen if call[1] == loop_thread] == []

@@ -1,0 +1,701 @@
+"""The MetaStore contract: every backend in ``conftest.META_BACKENDS`` must pass these.
+
+Tests run against real databases (SQLite files under tmp_path). The last section holds a few
+SQLite-only checks (schema version, WAL, locking, connection cleanup) that have no meaning
+for other backends.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mediasrv import timeutil
+from mediasrv.errors import StoreUnavailable
+from store.base import DuplicateError, MetaStore
+from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.sqlite import MIGRATIONS, SqliteMetaStore
+from tests.store.conftest import MetaFactory, sqlite_path
+
+BASE = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def ts(seconds: float) -> str:
+    """A stored-format timestamp ``seconds`` after a fixed base, so order is under control."""
+    return timeutil.iso(BASE + dt.timedelta(seconds=seconds))
+
+
+NOW = ts(1000)
+
+
+def make_user(user_id: str, **fields: object) -> User:
+    values: dict[str, object] = {"email": f"{user_id}@example.com", "password_hash": "h0",
+                                 "created_at": ts(0), "updated_at": ts(0)}
+    values.update(fields)
+    return User(id=user_id, **values)  # type: ignore[arg-type]
+
+
+async def add_user(meta: MetaStore, user_id: str, **fields: object) -> User:
+    user = make_user(user_id, **fields)
+    await meta.create_user(user)
+    return user
+
+
+def make_file(user_id: str, file_id: str, **fields: object) -> FileRecord:
+    values: dict[str, object] = {"id": f"id-{file_id}", "name": f"{file_id}.png",
+                                 "content_type": "image/png", "size": 100, "is_public": False,
+                                 "created_at": ts(0), "blob_key": f"blob-{file_id}"}
+    values.update(fields)
+    return FileRecord(user_id=user_id, file_id=file_id, **values)  # type: ignore[arg-type]
+
+
+async def add_file(meta: MetaStore, user_id: str, file_id: str, **fields: object) -> FileRecord:
+    """Reserve then insert, as the upload path does, so counters match the records."""
+    record = make_file(user_id, file_id, **fields)
+    assert await meta.reserve_quota(user_id, record.size, None, None)
+    await meta.insert_file(record)
+    return record
+
+
+def make_key(user_id: str, key_id: str, created_at: str, **fields: object) -> ApiKey:
+    values: dict[str, object] = {"name": f"key {key_id}", "key_prefix": f"ms_{key_id}",
+                                 "key_hash": f"hash-{key_id}"}
+    values.update(fields)
+    return ApiKey(id=key_id, user_id=user_id, created_at=created_at, **values)  # type: ignore[arg-type]
+
+
+def make_domain(user_id: str, hostname: str, **fields: object) -> CustomDomain:
+    values: dict[str, object] = {"verification_status": "pending", "ssl_status": "pending",
+                                 "updated_at": ts(0)}
+    values.update(fields)
+    return CustomDomain(user_id=user_id, hostname=hostname, **values)  # type: ignore[arg-type]
+
+
+def make_log(log_id: str, user_id: str, created_at: str, **fields: object) -> LogEntry:
+    values: dict[str, object] = {"method": "GET", "path": "/files", "status_code": 200,
+                                 "request_size_bytes": None}
+    values.update(fields)
+    return LogEntry(id=log_id, user_id=user_id, created_at=created_at, **values)  # type: ignore[arg-type]
+
+
+async def reopen(meta: MetaStore, meta_factory: MetaFactory) -> MetaStore:
+    """Close ``meta`` and open a new store on the same database."""
+    await meta.close()
+    again = meta_factory()
+    await again.open()
+    return again
+
+
+# --- users ----------------------------------------------------------------------------
+
+async def test_user_round_trip(meta: MetaStore) -> None:
+    user = make_user("u1", email_verified_at=ts(1), token_version=3, trial_ends_at=ts(2),
+                     max_upload_size_bytes=1024, subscription_canceled_at=ts(3),
+                     access_until=ts(4))
+    await meta.create_user(user)
+    assert await meta.get_user("u1") == user
+    assert await meta.get_user_by_email("u1@example.com") == user
+    assert await meta.get_user("nobody") is None
+    assert await meta.get_user_by_email("nobody@example.com") is None
+
+
+async def test_duplicate_email_and_id_are_rejected(meta: MetaStore) -> None:
+    original = await add_user(meta, "u1", email="same@example.com")
+    with pytest.raises(DuplicateError):
+        await meta.create_user(make_user("u2", email="same@example.com"))
+    with pytest.raises(DuplicateError):
+        await meta.create_user(make_user("u1", email="other@example.com"))
+    assert await meta.get_user("u2") is None
+    assert await meta.get_user_by_email("same@example.com") == original
+    assert await meta.get_user_by_email("other@example.com") is None
+
+
+async def test_mark_email_verified_keeps_first_time(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.mark_email_verified("u1", ts(10))
+    await meta.mark_email_verified("u1", ts(20))
+    user = await meta.get_user("u1")
+    assert user is not None
+    assert user.email_verified_at == ts(10)
+    assert user.updated_at == ts(20)
+
+
+async def test_set_password_bumps_token_version(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    await meta.set_password("u1", "h1", ts(10))
+    await meta.set_password("u1", "h2", ts(20))
+    user = await meta.get_user("u1")
+    assert user is not None
+    assert (user.password_hash, user.token_version, user.updated_at) == ("h2", 2, ts(20))
+    other = await meta.get_user("u2")
+    assert other is not None and other.token_version == 0 and other.password_hash == "h0"
+
+
+async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.set_max_upload_size("u1", 5_000_000, ts(10))
+    user = await meta.get_user("u1")
+    assert user is not None and user.max_upload_size_bytes == 5_000_000
+    assert user.updated_at == ts(10)
+    await meta.set_max_upload_size("u1", None, ts(11))
+    user = await meta.get_user("u1")
+    assert user is not None and user.max_upload_size_bytes is None
+
+
+# --- single-use tokens ----------------------------------------------------------------
+
+async def test_token_is_single_use(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.put_token("verify", "t1", "u1", ts(2000), data='{"email":"u1@example.com"}')
+    await meta.put_token("reset", "t2", "u1", ts(2000))
+    assert await meta.consume_token("verify", "t1", NOW) == ("u1", '{"email":"u1@example.com"}')
+    assert await meta.consume_token("verify", "t1", NOW) is None
+    assert await meta.consume_token("reset", "t2", NOW) == ("u1", None)
+    assert await meta.consume_token("reset", "unknown", NOW) is None
+
+
+async def test_token_expiry_and_kind(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.put_token("reset", "expired", "u1", ts(999))
+    await meta.put_token("reset", "edge", "u1", NOW)
+    await meta.put_token("reset", "live", "u1", ts(1001))
+    assert await meta.consume_token("reset", "expired", NOW) is None
+    assert await meta.consume_token("reset", "edge", NOW) is None  # expires_at must be > now
+    assert await meta.consume_token("verify", "live", NOW) is None  # wrong kind: not consumed
+    assert await meta.consume_token("reset", "live", NOW) == ("u1", None)
+
+
+async def test_duplicate_token_hash_is_rejected(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.put_token("reset", "t1", "u1", ts(2000))
+    with pytest.raises(DuplicateError):
+        await meta.put_token("reset", "t1", "u1", ts(3000))
+
+
+async def test_concurrent_consume_has_one_winner(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.put_token("refresh", "t1", "u1", ts(2000), data="family-1")
+    results = await asyncio.gather(*(meta.consume_token("refresh", "t1", NOW) for _ in range(10)))
+    assert [r for r in results if r is not None] == [("u1", "family-1")]
+
+
+async def test_revoke_tokens_only_that_kind_and_user(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for token_hash, kind, user_id in [("a", "refresh", "u1"), ("b", "refresh", "u1"),
+                                      ("c", "verify", "u1"), ("d", "refresh", "u2")]:
+        await meta.put_token(kind, token_hash, user_id, ts(2000))
+    await meta.revoke_tokens("refresh", "u1")
+    assert await meta.consume_token("refresh", "a", NOW) is None
+    assert await meta.consume_token("refresh", "b", NOW) is None
+    assert await meta.consume_token("verify", "c", NOW) == ("u1", None)
+    assert await meta.consume_token("refresh", "d", NOW) == ("u2", None)
+
+
+async def test_password_reset_retires_sessions_and_refresh_tokens(meta: MetaStore) -> None:
+    """The reset flow: consume the reset token, set the password, revoke refresh tokens."""
+    await add_user(meta, "u1")
+    await meta.put_token("refresh", "r1", "u1", ts(5000))
+    await meta.put_token("reset", "p1", "u1", ts(2000))
+    assert await meta.consume_token("reset", "p1", NOW) == ("u1", None)
+    await meta.set_password("u1", "new-hash", NOW)
+    await meta.revoke_tokens("refresh", "u1")
+    user = await meta.get_user("u1")
+    assert user is not None and user.token_version == 1
+    assert await meta.consume_token("refresh", "r1", NOW) is None
+    await meta.put_token("refresh", "r2", "u1", ts(5000))  # a fresh login still works
+    assert await meta.consume_token("refresh", "r2", NOW) == ("u1", None)
+
+
+# --- API keys -------------------------------------------------------------------------
+
+async def test_api_key_round_trip_and_lookup(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    key = make_key("u1", "k1", ts(1), name=None)
+    await meta.create_api_key(key)
+    assert await meta.get_api_key_by_hash("hash-k1") == key
+    assert await meta.get_api_key_by_hash("hash-other") is None
+    with pytest.raises(DuplicateError):
+        await meta.create_api_key(make_key("u1", "k2", ts(2), key_hash="hash-k1"))
+
+
+async def test_list_api_keys_order_pagination_total(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for key_id, created in [("k1", ts(1)), ("k2", ts(5)), ("k3", ts(5)), ("k4", ts(3)),
+                            ("k5", ts(9))]:
+        await meta.create_api_key(make_key("u1", key_id, created))
+    await meta.create_api_key(make_key("u2", "k9", ts(7)))
+    assert await meta.revoke_api_key("u1", "k5", ts(10))
+
+    everything, total = await meta.list_api_keys("u1", 0, 100)
+    assert [k.id for k in everything] == ["k3", "k2", "k4", "k1"]
+    assert total == 4
+    pages = [await meta.list_api_keys("u1", offset, 2) for offset in (0, 2, 4)]
+    assert [[k.id for k in page] for page, _ in pages] == [["k3", "k2"], ["k4", "k1"], []]
+    assert {t for _, t in pages} == {4}
+
+
+async def test_revoke_api_key_requires_owner(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    await meta.create_api_key(make_key("u1", "k1", ts(1)))
+    assert not await meta.revoke_api_key("u2", "k1", ts(2))
+    assert await meta.get_api_key_by_hash("hash-k1") is not None
+    assert not await meta.revoke_api_key("u1", "missing", ts(2))
+    assert await meta.revoke_api_key("u1", "k1", ts(3))
+    assert not await meta.revoke_api_key("u1", "k1", ts(4))  # already revoked
+    assert await meta.get_api_key_by_hash("hash-k1") is None
+    assert await meta.list_api_keys("u1", 0, 10) == ([], 0)
+
+
+async def test_touch_api_keys_never_moves_backwards(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.create_api_key(make_key("u1", "k1", ts(1)))
+    await meta.create_api_key(make_key("u1", "k2", ts(1)))
+    await meta.touch_api_keys({"k1": ts(50), "k2": ts(40), "ghost": ts(60)})
+    await meta.touch_api_keys({"k1": ts(30), "k2": ts(45)})
+    await meta.touch_api_keys({})
+    keys = {k.id: k.last_used_at for k in (await meta.list_api_keys("u1", 0, 10))[0]}
+    assert keys == {"k1": ts(50), "k2": ts(45)}
+
+
+# --- quotas ---------------------------------------------------------------------------
+
+async def test_reserve_quota_respects_both_limits(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    assert await meta.reserve_quota("u1", 600, 1000, None)
+    assert not await meta.reserve_quota("u1", 401, 1000, None)
+    assert await meta.reserve_quota("u1", 400, 1000, None)  # exactly at the limit
+    assert not await meta.reserve_quota("u1", 0, None, 2)  # count limit: 2 files already
+    assert await meta.reserve_quota("u1", 10**12, None, None)
+    assert not await meta.reserve_quota("nobody", 1, None, None)
+    user = await meta.get_user("u1")
+    assert user is not None
+    assert (user.storage_bytes, user.files_count) == (1000 + 10**12, 3)
+
+
+async def test_reserve_quota_is_atomic_under_concurrency(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    by_size = await asyncio.gather(*(meta.reserve_quota("u1", 100, 300, None) for _ in range(10)))
+    by_count = await asyncio.gather(*(meta.reserve_quota("u2", 1, None, 3) for _ in range(10)))
+    assert sum(by_size) == 3 and sum(by_count) == 3
+    u1, u2 = await meta.get_user("u1"), await meta.get_user("u2")
+    assert u1 is not None and (u1.storage_bytes, u1.files_count) == (300, 3)
+    assert u2 is not None and (u2.storage_bytes, u2.files_count) == (3, 3)
+
+
+async def test_release_quota_never_goes_below_zero(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    assert await meta.reserve_quota("u1", 100, None, None)
+    await meta.release_quota("u1", 60)
+    user = await meta.get_user("u1")
+    assert user is not None and (user.storage_bytes, user.files_count) == (40, 0)
+    await meta.release_quota("u1", 500)
+    user = await meta.get_user("u1")
+    assert user is not None and (user.storage_bytes, user.files_count) == (0, 0)
+
+
+# --- files ----------------------------------------------------------------------------
+
+async def test_file_round_trip_and_duplicate_file_id(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    record = await add_file(meta, "u1", "f1", is_public=True, width=640, height=480, name=None)
+    stored = await meta.get_file("f1")
+    assert stored == record
+    assert stored is not None and stored.is_public is True
+    assert await meta.get_file("nope") is None
+    with pytest.raises(DuplicateError):
+        await meta.insert_file(make_file("u1", "f1", id="another-id"))
+
+
+@pytest.fixture
+def catalogue() -> list[FileRecord]:
+    """Files of user u1 (plus one of u2 matching everything) for the filter tests."""
+    return [
+        make_file("u1", "AbC123", name="Holiday.JPG", content_type="image/jpeg", size=100,
+                  is_public=True, created_at=ts(10)),
+        make_file("u1", "f2", name="report_100%.pdf", content_type="application/pdf",
+                  size=2000, created_at=ts(20)),
+        make_file("u1", "f3", name="a[1](2).png", content_type="image/png", size=500,
+                  is_public=True, created_at=ts(30)),
+        make_file("u1", "f4", name="back\\slash.txt", content_type="text/plain", size=10,
+                  created_at=ts(40)),
+        make_file("u1", "f5", name="x_%y.bin", content_type="application/octet-stream",
+                  size=999, created_at=ts(50)),
+        make_file("u1", "f6", name="re.*gex.gif", content_type="image/gif", size=501,
+                  is_public=True, created_at=ts(60)),
+        make_file("u1", "f7", name="Été.png", content_type="image/png", size=700,
+                  created_at=ts(70)),
+        make_file("u1", "noname99", name=None, content_type="image/png", size=300,
+                  created_at=ts(80)),
+        make_file("u2", "f9", name="Holiday _%[(\\.* report.png", content_type="image/png",
+                  size=500, is_public=True, created_at=ts(30)),
+    ]
+
+
+async def load(meta: MetaStore, files: list[FileRecord]) -> None:
+    for user_id in sorted({f.user_id for f in files}):
+        await add_user(meta, user_id)
+    for record in files:
+        await meta.insert_file(record)
+
+
+async def file_ids(meta: MetaStore, query: FileQuery, user_id: str = "u1") -> list[str]:
+    page, total = await meta.list_files(user_id, query, 0, 100)
+    assert total == len(page)
+    return [f.file_id for f in page]
+
+
+@pytest.mark.parametrize(("q", "expected"), [
+    (".*", ["f6"]),
+    ("%", ["f5", "f2"]),
+    ("_%", ["f5"]),
+    ("[", ["f3"]),
+    ("(", ["f3"]),
+    ("\\", ["f4"]),
+    ("[1]", ["f3"]),
+    ("holiday", ["AbC123"]),
+    ("abc1", ["AbC123"]),  # matches file_id, case-insensitively
+    ("NONAME", ["noname99"]),  # a file without a name is still found by its file_id
+    ("été", ["f7"]),  # non-ASCII case folding
+    ("zzz", []),
+])
+async def test_list_files_q_is_a_literal_substring(meta: MetaStore, catalogue: list[FileRecord],
+                                                   q: str, expected: list[str]) -> None:
+    await load(meta, catalogue)
+    assert await file_ids(meta, FileQuery(q=q)) == expected
+
+
+async def test_list_files_filters(meta: MetaStore, catalogue: list[FileRecord]) -> None:
+    await load(meta, catalogue)
+    assert await file_ids(meta, FileQuery()) == [
+        "noname99", "f7", "f6", "f5", "f4", "f3", "f2", "AbC123"]
+    assert await file_ids(meta, FileQuery(content_type="image/png")) == ["noname99", "f7", "f3"]
+    assert await file_ids(meta, FileQuery(content_type="image/pn")) == []
+    assert await file_ids(meta, FileQuery(size_min=500)) == ["f7", "f6", "f5", "f3", "f2"]
+    assert await file_ids(meta, FileQuery(size_max=500)) == ["noname99", "f4", "f3", "AbC123"]
+    assert await file_ids(meta, FileQuery(size_min=500, size_max=501)) == ["f6", "f3"]
+    assert await file_ids(meta, FileQuery(is_public=True)) == ["f6", "f3", "AbC123"]
+    assert await file_ids(meta, FileQuery(is_public=False)) == ["noname99", "f7", "f5", "f4", "f2"]
+    assert await file_ids(meta, FileQuery(created_after=ts(60))) == ["noname99", "f7", "f6"]
+    assert await file_ids(meta, FileQuery(created_before=ts(20))) == ["f2", "AbC123"]
+    assert await file_ids(meta, FileQuery(created_after=ts(30), created_before=ts(30))) == ["f3"]
+    combined = FileQuery(q=".", content_type="image/png", size_min=400, is_public=True,
+                         created_after=ts(0), created_before=ts(100))
+    assert await file_ids(meta, combined) == ["f3"]
+    assert await file_ids(meta, FileQuery(), user_id="u2") == ["f9"]
+    assert await file_ids(meta, FileQuery(), user_id="nobody") == []
+
+
+async def test_list_files_pagination_total(meta: MetaStore, catalogue: list[FileRecord]) -> None:
+    await load(meta, catalogue)
+    page, total = await meta.list_files("u1", FileQuery(content_type="image/png"), 1, 1)
+    assert ([f.file_id for f in page], total) == (["f7"], 3)
+    page, total = await meta.list_files("u1", FileQuery(), 50, 10)
+    assert (page, total) == ([], 8)
+
+
+async def test_list_files_ties_broken_by_id_without_overlap(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    ids = ["id-c", "id-a", "id-e", "id-b", "id-d"]
+    for n, record_id in enumerate(ids):
+        await meta.insert_file(make_file("u1", f"f{n}", id=record_id, created_at=ts(5)))
+    await meta.insert_file(make_file("u1", "newest", id="id-0", created_at=ts(6)))
+    seen: list[str] = []
+    for offset in range(0, 6, 2):
+        page, total = await meta.list_files("u1", FileQuery(), offset, 2)
+        assert total == 6
+        seen += [f.id for f in page]
+    assert seen == ["id-0", "id-e", "id-d", "id-c", "id-b", "id-a"]
+
+
+async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    record = await add_file(meta, "u1", "f1", size=250)
+    await add_file(meta, "u1", "f2", size=50)
+    assert await meta.delete_file("u2", "f1") is None
+    assert await meta.get_file("f1") == record
+    assert await meta.delete_file("u1", "f1") == record
+    assert await meta.get_file("f1") is None
+    assert await meta.delete_file("u1", "f1") is None
+    user = await meta.get_user("u1")
+    assert user is not None and (user.storage_bytes, user.files_count) == (50, 1)
+    other = await meta.get_user("u2")
+    assert other is not None and (other.storage_bytes, other.files_count) == (0, 0)
+
+
+async def test_existing_blob_keys_across_chunks(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    present = {f"blob-{n}" for n in (0, 499, 500, 1234)}
+    for n, key in enumerate(sorted(present)):
+        await meta.insert_file(make_file("u1", f"f{n}", blob_key=key))
+    await meta.insert_file(make_file("u1", "dup", blob_key="blob-0"))  # shared key
+    asked = [f"blob-{n}" for n in range(1500)]
+    assert await meta.existing_blob_keys(asked) == present
+    assert await meta.existing_blob_keys([]) == set()
+    assert await meta.existing_blob_keys(["blob-9999"]) == set()
+
+
+async def test_reconcile_usage_recomputes_every_account(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    await add_user(meta, "u3")
+    await meta.insert_file(make_file("u1", "f1", size=70))  # inserted without reservation
+    await add_file(meta, "u1", "f2", size=30)
+    assert await meta.reserve_quota("u2", 999, None, None)  # a reservation that leaked
+    await meta.reconcile_usage()
+    counters = {}
+    for user_id in ("u1", "u2", "u3"):
+        user = await meta.get_user(user_id)
+        assert user is not None
+        counters[user_id] = (user.storage_bytes, user.files_count)
+    assert counters == {"u1": (100, 2), "u2": (0, 0), "u3": (0, 0)}
+
+
+# --- custom domains -------------------------------------------------------------------
+
+async def test_domain_round_trip(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    domain = make_domain("u1", "media.example.com", provider_id="cf-1")
+    await meta.put_domain(domain)
+    assert await meta.get_domain("u1") == domain
+    assert await meta.get_domain_by_hostname("media.example.com") == domain
+    assert await meta.get_domain_by_hostname("example.com") is None
+    assert await meta.get_domain("u2") is None
+    updated = make_domain("u1", "media.example.com", verification_status="verified",
+                          ssl_status="active", updated_at=ts(5), provider_id="cf-1")
+    await meta.put_domain(updated)
+    assert await meta.get_domain("u1") == updated
+
+
+async def test_domain_hostname_unique_across_users(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    mine = make_domain("u1", "media.example.com")
+    await meta.put_domain(mine)
+    with pytest.raises(DuplicateError):
+        await meta.put_domain(make_domain("u2", "media.example.com"))
+    assert await meta.get_domain_by_hostname("media.example.com") == mine
+    assert await meta.get_domain("u2") is None
+
+
+async def test_domain_replacement_frees_old_hostname(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    await meta.put_domain(make_domain("u1", "old.example.com"))
+    await meta.put_domain(make_domain("u1", "new.example.com"))
+    assert await meta.get_domain_by_hostname("old.example.com") is None
+    theirs = make_domain("u2", "old.example.com")
+    await meta.put_domain(theirs)
+    assert await meta.get_domain_by_hostname("old.example.com") == theirs
+    await meta.delete_domain("u1")
+    assert await meta.get_domain("u1") is None
+    assert await meta.get_domain_by_hostname("new.example.com") is None
+    await meta.delete_domain("u1")  # no error when already gone
+    assert await meta.get_domain("u2") == theirs
+
+
+# --- activity logs --------------------------------------------------------------------
+
+async def test_logs_round_trip_order_and_pagination(meta: MetaStore) -> None:
+    entries = [
+        make_log("l1", "u1", ts(1), metadata={"fileId": "f1", "nested": {"n": [1, 2]}}),
+        make_log("l3", "u1", ts(5), method="POST", status_code=201, request_size_bytes=512),
+        make_log("l2", "u1", ts(5), metadata={"text": "été ✓"}),
+        make_log("l4", "u1", ts(9), status_code=404),
+        make_log("l5", "u2", ts(7)),
+    ]
+    await meta.insert_logs(entries)
+    await meta.insert_logs([])
+    page, total = await meta.list_logs("u1", 0, 10)
+    assert [e.id for e in page] == ["l4", "l3", "l2", "l1"] and total == 4
+    assert page == [entries[3], entries[1], entries[2], entries[0]]  # metadata round-trips
+    page, total = await meta.list_logs("u1", 1, 2)
+    assert [e.id for e in page] == ["l3", "l2"] and total == 4
+    assert await meta.list_logs("u2", 0, 10) == ([entries[4]], 1)
+
+
+async def test_purge_logs_deletes_strictly_older(meta: MetaStore) -> None:
+    await meta.insert_logs([make_log(f"l{n}", "u1", ts(n)) for n in range(10)])
+    assert await meta.purge_logs(ts(4)) == 4
+    page, total = await meta.list_logs("u1", 0, 100)
+    assert total == 6 and page[-1].id == "l4"
+    assert await meta.purge_logs(ts(4)) == 0
+
+
+# --- usage counters -------------------------------------------------------------------
+
+async def test_usage_upsert_adds(meta: MetaStore) -> None:
+    assert await meta.get_usage("u1", "2024-05") == UsageCounts()
+    await meta.add_usage({("u1", "2024-05"): UsageCounts(3, 1), ("u2", "2024-05"): UsageCounts(7)})
+    await meta.add_usage({("u1", "2024-05"): UsageCounts(2, 4), ("u1", "2024-06"): UsageCounts(0, 1)})
+    await meta.add_usage({})
+    assert await meta.get_usage("u1", "2024-05") == UsageCounts(5, 5)
+    assert await meta.get_usage("u1", "2024-06") == UsageCounts(0, 1)
+    assert await meta.get_usage("u2", "2024-05") == UsageCounts(7, 0)
+    assert await meta.get_usage("u2", "2024-06") == UsageCounts()
+
+
+# --- lifecycle ------------------------------------------------------------------------
+
+async def seed_everything(meta: MetaStore) -> dict[str, object]:
+    """One row in every table; returns what should read back after a reopen."""
+    user = await add_user(meta, "u1")
+    record = await add_file(meta, "u1", "f1", size=42)
+    key = make_key("u1", "k1", ts(1))
+    domain = make_domain("u1", "media.example.com")
+    entry = make_log("l1", "u1", ts(2), metadata={"a": 1})
+    await meta.create_api_key(key)
+    await meta.put_domain(domain)
+    await meta.insert_logs([entry])
+    await meta.add_usage({("u1", "2024-05"): UsageCounts(1, 2)})
+    await meta.put_token("reset", "t1", "u1", ts(2000))
+    return {"user": user, "file": record, "key": key, "domain": domain, "log": entry}
+
+
+async def check_everything(meta: MetaStore, seeded: dict[str, object]) -> None:
+    user = await meta.get_user("u1")
+    assert user is not None and user.email == "u1@example.com"
+    assert (user.storage_bytes, user.files_count) == (42, 1)
+    assert await meta.get_file("f1") == seeded["file"]
+    assert await meta.get_api_key_by_hash("hash-k1") == seeded["key"]
+    assert await meta.get_domain("u1") == seeded["domain"]
+    assert await meta.list_logs("u1", 0, 10) == ([seeded["log"]], 1)
+    assert await meta.get_usage("u1", "2024-05") == UsageCounts(1, 2)
+
+
+async def test_data_persists_across_close_and_reopen(meta: MetaStore,
+                                                     meta_factory: MetaFactory) -> None:
+    seeded = await seed_everything(meta)
+    again = await reopen(meta, meta_factory)
+    try:
+        await check_everything(again, seeded)
+        assert await again.consume_token("reset", "t1", NOW) == ("u1", None)
+    finally:
+        await again.close()
+
+
+async def test_reopening_twice_keeps_data_and_schema(meta: MetaStore,
+                                                     meta_factory: MetaFactory) -> None:
+    """Each open runs the migration step; a migrated database must come through untouched."""
+    seeded = await seed_everything(meta)
+    second = await reopen(meta, meta_factory)
+    third = await reopen(second, meta_factory)
+    try:
+        await check_everything(third, seeded)
+        with pytest.raises(DuplicateError):  # the unique indexes survived too
+            await third.create_user(make_user("u9", email="u1@example.com"))
+    finally:
+        await third.close()
+
+
+async def test_close_waits_for_pending_writes(meta: MetaStore, meta_factory: MetaFactory) -> None:
+    writes = [asyncio.ensure_future(meta.insert_logs([make_log(f"l{n}", "u1", ts(n))]))
+              for n in range(50)]
+    await asyncio.sleep(0)  # let every write reach the store before it closes
+    await meta.close()
+    await asyncio.gather(*writes)
+    again = meta_factory()
+    await again.open()
+    try:
+        assert (await again.list_logs("u1", 0, 1))[1] == 50
+    finally:
+        await again.close()
+
+
+async def test_calls_after_close_are_unavailable(meta: MetaStore) -> None:
+    await meta.close()
+    await meta.close()  # idempotent
+    with pytest.raises(StoreUnavailable):
+        await meta.get_user("u1")
+    with pytest.raises(StoreUnavailable):
+        await meta.create_user(make_user("u1"))
+
+
+# --- SQLite only ----------------------------------------------------------------------
+
+async def test_sqlite_schema_version_wal_and_parent_dirs(tmp_path: Path) -> None:
+    path = sqlite_path(tmp_path)
+    store = SqliteMetaStore(path)
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master "
+                                                  "WHERE type = 'index'")}
+        assert {"users_email", "files_user_created", "logs_user_created", "logs_created"} <= indexes
+    finally:
+        conn.close()
+
+
+async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = sqlite_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    conn.close()
+    store = SqliteMetaStore(path)
+    with pytest.raises(RuntimeError, match="newer"):
+        await store.open()
+    with pytest.raises(StoreUnavailable):  # open failed, so the store stays closed
+        await store.get_user("u1")
+
+
+async def test_sqlite_email_unique_ignores_case(meta: MetaStore) -> None:
+    if not isinstance(meta, SqliteMetaStore):
+        pytest.skip("SQLite collation")
+    await add_user(meta, "u1", email="a@example.com")
+    with pytest.raises(DuplicateError):
+        await meta.create_user(make_user("u2", email="A@Example.com"))
+
+
+async def test_sqlite_locked_database_is_store_unavailable(tmp_path: Path) -> None:
+    path = sqlite_path(tmp_path)
+    store = SqliteMetaStore(path, busy_timeout_ms=50)
+    await store.open()
+    try:
+        await add_user(store, "u1")
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            with pytest.raises(StoreUnavailable):
+                await store.create_user(make_user("u2"))
+            assert await store.get_user("u1") is not None  # WAL readers are not blocked
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        await store.create_user(make_user("u2"))
+        assert await store.get_user("u2") is not None
+    finally:
+        await store.close()
+
+
+async def test_sqlite_close_closes_every_connection(tmp_path: Path) -> None:
+    store = SqliteMetaStore(sqlite_path(tmp_path), read_threads=3)
+    await store.open()
+    await add_user(store, "u1")
+    await asyncio.gather(*(store.get_user("u1") for _ in range(30)))
+    conns = list(store._conns)
+    assert len(conns) >= 2  # the writer and at least one reader
+    await store.close()
+    for conn in conns:
+        with pytest.raises(sqlite3.ProgrammingError):
+            conn.execute("SELECT 1")
+
+
+async def test_sqlite_negative_page_bounds_are_rejected(meta: MetaStore) -> None:
+    if not isinstance(meta, SqliteMetaStore):
+        pytest.skip("SQLite LIMIT semantics")
+    with pytest.raises(ValueError):
+        await meta.list_files("u1", FileQuery(), 0, -1)
+    with pytest.raises(ValueError):
+        await meta.list_logs("u1", -1, 10)

@@ -1,0 +1,313 @@
+"""The OpenAPI document and the for-agents discovery document (mediasrv.openapi)."""
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import orjson
+import pytest
+from openapi_spec_validator import OpenAPIV30SpecValidator, validate
+
+from mediasrv.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
+
+PUBLIC_URL = "https://media.example.test"
+TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",
+         "text/plain")
+MAX_UPLOAD = 104_857_600
+
+# The conformance suite's list (interface.md, Endpoints) plus the serving routes.
+INTERFACE_ROUTES = [
+    ("post", "/auth/register"), ("post", "/auth/login"), ("post", "/auth/forgot-password"),
+    ("post", "/auth/api-keys"), ("get", "/auth/api-keys"), ("delete", "/auth/api-keys/{id}"),
+    ("post", "/files"), ("get", "/files"), ("get", "/files/{id}"), ("delete", "/files/{id}"),
+    ("post", "/files/bulk-delete"), ("get", "/settings"), ("patch", "/settings"),
+    ("get", "/usage"), ("get", "/logs"), ("get", "/profile"),
+    ("get", "/reference/allowed-content-types"), ("get", "/reference/for-agents"),
+    ("get", "/reference/openapi.json"),
+    ("get", "/m/{id}"), ("head", "/m/{id}"), ("get", "/d/{id}"), ("head", "/d/{id}"),
+    ("get", "/ping"), ("head", "/ping"),
+]
+
+# interface.md, Limits: (method, path) -> (requests per minute, key).
+INTERFACE_RATE_LIMITS = {
+    ("GET", "/m/{id}"): (400, "ip"), ("POST", "/auth/register"): (10, "ip"),
+    ("POST", "/auth/login"): (15, "ip"), ("POST", "/auth/api-keys"): (10, "user"),
+    ("GET", "/auth/api-keys"): (30, "user"), ("DELETE", "/auth/api-keys/{id}"): (10, "user"),
+    ("POST", "/files"): (30, "user"), ("POST", "/files/bulk-delete"): (20, "user"),
+    ("GET", "/files"): (60, "user"), ("GET", "/files/{id}"): (120, "user"),
+    ("DELETE", "/files/{id}"): (60, "user"), ("GET", "/settings"): (60, "user"),
+    ("PATCH", "/settings"): (20, "user"), ("GET", "/profile"): (60, "user"),
+    ("GET", "/usage"): (60, "user"), ("GET", "/logs"): (60, "user"),
+}
+NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
+               ("GET", "/reference/allowed-content-types"), ("GET", "/reference/for-agents"),
+               ("GET", "/reference/openapi.json")]
+JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}")}
+NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("POST", "/auth/register"), ("GET", "/auth/confirm"),
+           ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),
+           ("POST", "/auth/reset-password"), ("GET", "/reference/allowed-content-types"),
+           ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json")}
+OPTIONAL_AUTH = {("GET", "/m/{id}"), ("HEAD", "/m/{id}"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}")}
+
+# Statuses each operation must document (the interface, the operator contract and the brief).
+EXPECTED_STATUSES = {
+    ("POST", "/auth/register"): {"201", "400", "429"},
+    ("GET", "/auth/confirm"): {"303", "400"},
+    ("POST", "/auth/login"): {"200", "401", "403", "429"},
+    ("POST", "/auth/refresh"): {"200", "401"},
+    ("POST", "/auth/forgot-password"): {"200"},
+    ("POST", "/auth/reset-password"): {"200", "400"},
+    ("POST", "/auth/api-keys"): {"201", "401", "403", "429"},
+    ("GET", "/auth/api-keys"): {"200", "401", "403", "429"},
+    ("DELETE", "/auth/api-keys/{id}"): {"204", "401", "403", "404", "429"},
+    ("POST", "/files"): {"201", "400", "401", "403", "413", "429"},
+    ("GET", "/files"): {"200", "400", "401", "429"},
+    ("GET", "/files/{id}"): {"200", "401", "404", "429"},
+    ("DELETE", "/files/{id}"): {"204", "401", "403", "404", "429"},
+    ("POST", "/files/bulk-delete"): {"200", "400", "401", "429"},
+    ("POST", "/files/{id}/signed-url"): {"200", "401", "404"},
+    ("GET", "/settings"): {"200", "401", "429"},
+    ("PATCH", "/settings"): {"200", "400", "401", "409", "429", "502"},
+    ("GET", "/usage"): {"200", "401", "429"},
+    ("GET", "/logs"): {"200", "401", "429"},
+    ("GET", "/profile"): {"200", "401", "429"},
+    ("GET", "/m/{id}"): {"200", "206", "304", "400", "404", "416", "422", "429", "503"},
+    ("HEAD", "/m/{id}"): {"200", "206", "304", "404", "416"},
+    ("GET", "/d/{id}"): {"200", "206", "304", "404", "416"},
+    ("HEAD", "/d/{id}"): {"200", "206", "304", "404", "416"},
+}
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD)
+
+
+@pytest.fixture(scope="module")
+def agents() -> dict[str, Any]:
+    return build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD)
+
+
+def deref(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """Follow local ``$ref`` pointers until a concrete node."""
+    while "$ref" in node:
+        target: Any = doc
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
+def operation(doc: dict[str, Any], method: str, path: str) -> dict[str, Any]:
+    return doc["paths"][path][method.lower()]
+
+
+def operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(method.upper(), path, op) for path, ops in doc["paths"].items()
+            for method, op in ops.items()]
+
+
+def test_document_is_valid_openapi_30(doc):
+    assert doc["openapi"].startswith("3.0")
+    validate(doc)
+    validate(doc, cls=OpenAPIV30SpecValidator)
+
+
+def test_document_is_valid_with_other_settings():
+    other = build_openapi("http://127.0.0.1:8080/", ["text/plain"], max_upload_size_bytes=1,
+                          resize_slots=2, rate_limit_scale=0.001)
+    validate(other, cls=OpenAPIV30SpecValidator)
+    assert other["servers"] == [{"url": "http://127.0.0.1:8080"}]
+
+
+def test_servers_use_public_url(doc):
+    assert doc["servers"] == [{"url": PUBLIC_URL}]
+
+
+def test_routes_and_document_list_the_same_operations(doc):
+    documented = {(method, path) for method, path, _ in operations(doc)}
+    assert len(ROUTES) == len(set(ROUTES))
+    assert set(ROUTES) == documented
+    assert all(method == method.upper() and path.startswith("/") for method, path in ROUTES)
+
+
+@pytest.mark.parametrize(("method", "path"), INTERFACE_ROUTES)
+def test_interface_routes_are_documented(doc, method, path):
+    normalized = {re.sub(r"\{[^}]+\}", "{id}", p): ops for p, ops in doc["paths"].items()}
+    assert path in normalized
+    assert method in normalized[path]
+
+
+def test_operation_ids_are_unique(doc):
+    ids = [op["operationId"] for _, _, op in operations(doc)]
+    assert len(ids) == len(set(ids))
+
+
+def test_path_parameters_are_declared(doc):
+    for method, path, op in operations(doc):
+        params = [deref(doc, p) for p in op.get("parameters", [])]
+        declared = {p["name"] for p in params if p["in"] == "path"}
+        assert declared == set(re.findall(r"\{([^}]+)\}", path)), (method, path)
+
+
+def test_security_schemes(doc):
+    schemes = doc["components"]["securitySchemes"]
+    assert schemes["bearerAuth"] == {**schemes["bearerAuth"], "type": "http", "scheme": "bearer"}
+    assert schemes["apiKeyHeader"] == {**schemes["apiKeyHeader"], "type": "apiKey", "in": "header",
+                                       "name": "X-Api-Key"}
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_security_of_each_operation(doc, method, path):
+    op = operation(doc, method, path)
+    both = [{"bearerAuth": []}, {"apiKeyHeader": []}]
+    if (method, path) in JWT_ONLY:
+        assert op["security"] == [{"bearerAuth": []}]
+        assert "JWT" in op["description"] and "API key" in op["description"]
+    elif (method, path) in NO_AUTH:
+        assert op["security"] == []
+    elif (method, path) in OPTIONAL_AUTH:
+        assert op["security"] == [{}, *both]
+    else:
+        assert op["security"] == both
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(EXPECTED_STATUSES))
+def test_expected_statuses_are_documented(doc, method, path):
+    responses = operation(doc, method, path)["responses"]
+    assert EXPECTED_STATUSES[(method, path)] <= set(responses)
+    assert "default" in responses
+
+
+def test_every_error_response_uses_the_error_schema(doc):
+    for method, path, op in operations(doc):
+        for status, response in op["responses"].items():
+            if status == "default" or int(status) >= 400:
+                schema = deref(doc, response)["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+    error = doc["components"]["schemas"]["Error"]
+    assert error["required"] == ["error"] and set(error["properties"]) == {"error", "code"}
+
+
+@pytest.mark.parametrize(("route", "limit"), sorted(INTERFACE_RATE_LIMITS.items()))
+def test_interface_rate_limits_are_documented(doc, route, limit):
+    op = operation(doc, *route)
+    per_minute, key = limit
+    assert RATE_LIMITS[route] == limit
+    assert op["x-rate-limit"] == {"requests": per_minute, "window_seconds": 60, "key": key}
+    assert f"Rate limit: {per_minute} requests per minute" in op["description"]
+    headers = deref(doc, op["responses"]["429"])["headers"]
+    assert {"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} <= set(headers)
+
+
+@pytest.mark.parametrize("route", NOT_LIMITED)
+def test_unlimited_routes_have_no_rate_limit(doc, route):
+    op = operation(doc, *route)
+    assert "x-rate-limit" not in op and "429" not in op["responses"]
+    assert "Not rate limited." in op["description"]
+
+
+def test_rate_limit_scale_is_applied():
+    doc = build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, rate_limit_scale=2.5)
+    assert operation(doc, "POST", "/auth/register")["x-rate-limit"]["requests"] == 25
+    agents = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD,
+                              rate_limit_scale=0.01)
+    limits = {(r["method"], r["path"]): r["requests_per_minute"]
+              for r in agents["limits"]["rate_limits"]}
+    assert limits[("GET", "/m/{id}")] == 4 and limits[("POST", "/auth/register")] == 1
+
+
+def test_upload_documents_types_size_and_headers(doc):
+    op = operation(doc, "POST", "/files")
+    content = op["requestBody"]["content"]
+    assert set(content) == set(TYPES)
+    assert all(media["schema"] == {"type": "string", "format": "binary"} for media in content.values())
+    params = {p["name"]: p for p in op["parameters"]}
+    assert params["isPublic"]["in"] == "query"
+    assert params["isPublic"]["schema"] == {"type": "boolean", "default": True}
+    assert params["x-file-name"]["in"] == "header"
+    assert str(MAX_UPLOAD) in op["description"]
+    assert "FILE_TOO_LARGE" in op["responses"]["413"]["description"]
+
+
+def test_list_files_filters(doc):
+    params = [deref(doc, p) for p in operation(doc, "GET", "/files")["parameters"]]
+    by_name = {p["name"]: p["schema"] for p in params}
+    assert set(by_name) == {"page", "limit", "q", "type", "sizeMin", "sizeMax", "isPublic",
+                            "createdAfter", "createdBefore"}
+    assert by_name["limit"]["maximum"] == 100 and by_name["limit"]["default"] == 30
+    assert by_name["type"]["enum"] == list(TYPES)
+    assert by_name["isPublic"]["enum"] == ["true", "false"]
+
+
+def test_file_schema_has_every_interface_field(doc):
+    schema = doc["components"]["schemas"]["File"]
+    fields = {"id", "user_id", "file_id", "name", "content_type", "size", "public_url", "default_url",
+              "default_download_url", "public_download_url", "created_at", "is_public"}
+    assert set(schema["properties"]) == fields == set(schema["required"])
+    nullable = {name for name, prop in schema["properties"].items() if prop.get("nullable")}
+    assert nullable == fields - {"id", "user_id", "file_id"}
+
+
+def test_media_parameters(doc):
+    params = {p["name"]: p["schema"] for p in
+              (deref(doc, p) for p in operation(doc, "GET", "/m/{id}")["parameters"])}
+    assert params["width"] == params["height"] == {"type": "integer", "minimum": 1, "maximum": 8192}
+    assert params["format"]["enum"] == ["jpeg", "png", "webp", "avif", "gif"]
+    assert {"expires", "signature"} <= set(params)
+    busy = deref(doc, operation(doc, "GET", "/m/{id}")["responses"]["503"])
+    assert "Server busy; try again shortly" in busy["description"] and "Retry-After" in busy["headers"]
+    head_ok = operation(doc, "HEAD", "/m/{id}")["responses"]["200"]
+    assert "content" not in head_ok
+    download = operation(doc, "GET", "/d/{id}")["responses"]["200"]
+    assert "Content-Disposition" in download["headers"]
+
+
+def test_settings_schema_allows_null_custom_domain(doc):
+    settings = doc["components"]["schemas"]["Settings"]["properties"]
+    assert settings["custom_domain"]["nullable"] is True
+    patch = doc["components"]["schemas"]["SettingsPatch"]
+    assert "required" not in patch
+    assert set(patch["properties"]) == {"custom_domain", "refresh_custom_domain", "max_upload_size_bytes"}
+
+
+def test_documents_serialise_with_orjson(doc, agents):
+    assert orjson.loads(orjson.dumps(doc)) == doc
+    assert orjson.loads(orjson.dumps(agents)) == agents
+
+
+def test_builds_are_fresh_and_deterministic():
+    first = build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD)
+    pristine = copy.deepcopy(first)
+    first["components"]["schemas"]["Error"]["properties"].clear()
+    first["paths"]["/m/{id}"]["get"]["security"][0]["x"] = []
+    assert build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD) == pristine
+
+
+def test_for_agents_links_and_base_url(agents):
+    assert agents["base_url"] == PUBLIC_URL
+    assert agents["links"]["openapi"] == f"{PUBLIC_URL}/reference/openapi.json"
+    assert agents["links"]["allowed_content_types"] == f"{PUBLIC_URL}/reference/allowed-content-types"
+    assert "openapi.json" in orjson.dumps(agents).decode()
+
+
+def test_for_agents_routes_follow_the_route_table(agents, doc):
+    assert [(r["method"], r["path"]) for r in agents["routes"]] == list(ROUTES)
+    for route in agents["routes"]:
+        assert route["summary"] == operation(doc, route["method"], route["path"])["summary"]
+        assert "\n" not in route["summary"]
+
+
+def test_for_agents_auth_and_limits(agents):
+    headers = {m["header"] for m in agents["auth"]["methods"]}
+    assert headers == {"Authorization", "X-Api-Key"}
+    assert agents["auth"]["api_keys_can_manage_api_keys"] is False
+    limits = agents["limits"]
+    table = {(r["method"], r["path"]): (r["requests_per_minute"], r["key"]) for r in limits["rate_limits"]}
+    assert INTERFACE_RATE_LIMITS.items() <= table.items()
+    assert limits["pagination"]["max_limit"] == 100
+    assert limits["bulk_delete_ids"] == {"min": 1, "max": 100}
+    assert limits["resize_slots"] == 10
+    assert limits["max_upload_size_bytes"] == MAX_UPLOAD
+    assert agents["allowed_content_types"] == list(TYPES)
