@@ -13,11 +13,11 @@ from store.base import MetaStore
 
 class AccountBase(BaseHandler):
     meta: MetaStore
-    settings: Settings
+    config: Settings
 
     def initialize(self, base: BaseDeps, meta: MetaStore, settings: Settings) -> None:  # type: ignore[override]
         super().initialize(base)
-        self.meta, self.settings = meta, settings
+        self.meta, self.config = meta, settings
 
 
 class UsageHandler(AccountBase):
@@ -55,9 +55,9 @@ class ProfileHandler(AccountBase):
         user = self.principal.user
         plan: dict[str, Any] = {
             "name": "trial" if user.trial_ends_at else "standard",
-            "storage_limit_bytes": self.settings.storage_limit_bytes,
-            "file_count_limit": self.settings.file_count_limit,
-            "max_upload_size_bytes": self.settings.max_upload_size_bytes,
+            "storage_limit_bytes": self.config.storage_limit_bytes,
+            "file_count_limit": self.config.file_count_limit,
+            "max_upload_size_bytes": self.config.max_upload_size_bytes,
             "trial_ends_at": user.trial_ends_at,
         }
         self.write_json({

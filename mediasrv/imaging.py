@@ -475,7 +475,7 @@ def _heif_dimensions(b: bytes) -> tuple[int, int] | None:
     if primary is not None:
         for index in associations.get(primary, []):
             if 1 <= index <= len(properties) and properties[index - 1]:
-                width, height = properties[index - 1]  # type: ignore[misc]
+                width, height = properties[index - 1]
                 if width and height:
                     return width, height
     return max(sizes, key=lambda wh: wh[0] * wh[1])
