@@ -1,0 +1,168 @@
+"""Shared fixtures: a real app over real SQLite and files, real HTTP, a real SMTP sink.
+
+``app`` is the fixture pytest-tornasync serves; ``http_server_client`` then speaks HTTP to
+it on a real socket. Settings come from ``app_env`` (override it in a test module to run
+the same app with other limits). E-mail goes through ``SmtpMailer`` to an aiosmtpd sink.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from email import message_from_bytes, policy
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import tornado.web
+from aiosmtpd.controller import Controller
+from tornado.httpclient import HTTPResponse
+from tornado.testing import bind_unused_port
+
+from mediasrv.app import Runtime, make_app
+from mediasrv.domains import make_provider
+from mediasrv.mail import MailQueue, SmtpMailer
+from mediasrv.settings import Settings
+from store.fs import FsBlobStore
+from store.sqlite import SqliteMetaStore
+
+LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
+
+
+class Sink:
+    """aiosmtpd handler keeping every message; ``wait_for`` blocks the test thread only."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[list[str], Any]] = []
+        self.cond = threading.Condition()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        msg = message_from_bytes(envelope.content, policy=policy.default)
+        with self.cond:
+            self.messages.append((list(envelope.rcpt_tos), msg))
+            self.cond.notify_all()
+        return "250 OK"
+
+    def for_address(self, address: str) -> list[Any]:
+        with self.cond:
+            return [m for rcpt, m in self.messages if address in rcpt]
+
+
+@pytest.fixture(scope="session")
+def smtp_sink() -> Iterator[tuple[Sink, int]]:
+    sink = Sink()
+    sock, port = bind_unused_port()
+    sock.close()
+    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller.start()
+    yield sink, port
+    controller.stop()
+
+
+@pytest.fixture
+def app_env() -> dict[str, str]:
+    """Extra MEDIASRV_* settings for this test's app (override per module or test)."""
+    return {}
+
+
+@pytest.fixture
+def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple[Sink, int],
+             app_env: dict[str, str]) -> Settings:
+    port = http_server_port[1]
+    env = {"MEDIASRV_DATA_DIR": str(tmp_path / "data"), "MEDIASRV_PUBLIC_URL": f"http://127.0.0.1:{port}",
+           "MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_sink[1]}", "MEDIASRV_MAIL_FROM": "test@mediasrv.test",
+           "MEDIASRV_BCRYPT_ROUNDS": "4", **app_env}
+    return Settings.from_env(env, port=port).validate()
+
+
+@pytest.fixture
+def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[SqliteMetaStore, FsBlobStore]]:
+    meta = SqliteMetaStore(settings.data_dir / "meta.sqlite3")
+    blobs = FsBlobStore(settings.data_dir)
+    io_loop.run_sync(meta.open)
+    io_loop.run_sync(blobs.open)
+    yield meta, blobs
+    io_loop.run_sync(blobs.close)
+    io_loop.run_sync(meta.close)
+
+
+@pytest.fixture
+def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore],
+                    io_loop: Any) -> Iterator[tuple[tornado.web.Application, Runtime]]:
+    meta, blobs = stores
+    mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)
+    app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
+                            domain_provider=make_provider(settings), jwt_secret="test-secret-" + "x" * 20,
+                            flush_interval_s=0.2)
+
+    async def start() -> None:
+        runtime.flusher.start()
+
+    io_loop.run_sync(start)
+    yield app, runtime
+    io_loop.run_sync(runtime.stop)
+
+
+@pytest.fixture
+def app(runtime_and_app: tuple[tornado.web.Application, Runtime]) -> tornado.web.Application:
+    return runtime_and_app[0]
+
+
+@pytest.fixture
+def runtime(runtime_and_app: tuple[tornado.web.Application, Runtime]) -> Runtime:
+    return runtime_and_app[1]
+
+
+class Api:
+    """A small JSON client over pytest-tornasync's real HTTP client."""
+
+    def __init__(self, client: Any, sink: Sink, base: str) -> None:
+        self.client, self.sink, self.base = client, sink, base
+
+    async def call(self, method: str, path: str, *, json: Any = None, body: bytes | None = None,
+                   headers: dict[str, str] | None = None, token: str | None = None) -> HTTPResponse:
+        hdrs = dict(headers or {})
+        if token:
+            hdrs.setdefault("Authorization", f"Bearer {token}")
+        if json is not None:
+            body = orjson.dumps(json)
+            hdrs.setdefault("Content-Type", "application/json")
+        if body is None and method in ("POST", "PATCH", "PUT"):
+            body = b""
+        return await self.client.fetch(path, method=method, body=body, headers=hdrs, raise_error=False,
+                                       follow_redirects=False, allow_nonstandard_methods=True)
+
+    async def mail_link(self, address: str, path: str, after: int = 0, timeout: float = 10.0) -> str:
+        """The first link to ``path`` in the (after+1)-th e-mail to ``address``."""
+        for _ in range(int(timeout / 0.05)):
+            messages = self.sink.for_address(address)
+            if len(messages) > after:
+                text = messages[after].get_body(preferencelist=("plain",)).get_content()
+                links = [u for u in LINK_RE.findall(text) if urllib.parse.urlsplit(u).path == path]
+                assert links, text
+                return links[0]
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no e-mail for {address}")
+
+    async def user(self, email: str, password: str = "s3cret-pass") -> dict[str, Any]:
+        """Register, confirm through the e-mailed link, log in: the login body."""
+        r = await self.call("POST", "/auth/register", json={"email": email, "password": password})
+        assert r.code == 201, r.body
+        link = await self.mail_link(email, "/auth/confirm")
+        r = await self.call("GET", link.replace(self.base, ""))
+        assert r.code == 303, r.body
+        r = await self.call("POST", "/auth/login", json={"email": email, "password": password})
+        assert r.code == 200, r.body
+        return orjson.loads(r.body)
+
+
+@pytest.fixture
+def api(http_server_client: Any, smtp_sink: tuple[Sink, int], settings: Settings) -> Api:
+    return Api(http_server_client, smtp_sink[0], settings.public_url)
+
+
+def body(response: HTTPResponse) -> Any:
+    return orjson.loads(response.body)
