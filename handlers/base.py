@@ -133,6 +133,8 @@ class BaseHandler(tornado.web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
         body: dict[str, str]
+        self.clear_header("Content-Disposition")
+        self.clear_header("Content-Range")
         if isinstance(exc, ApiError):
             self.set_status(exc.status)
             for name, value in exc.headers.items():
@@ -142,8 +144,6 @@ class BaseHandler(tornado.web.RequestHandler):
             if status_code >= 500:
                 self.set_status(500 if status_code == 500 else status_code)
             body = {"error": _GENERIC.get(self.get_status(), self._reason), "code": f"HTTP_{self.get_status()}"}
-        self.clear_header("Content-Disposition")
-        self.clear_header("Content-Range")
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(orjson.dumps(body))

@@ -4,6 +4,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import re
+import unicodedata
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlencode
 
@@ -24,6 +26,7 @@ from store.models import FileQuery
 log = logging.getLogger("mediasrv.files")
 MAX_BULK_IDS = 100
 MAX_Q_CHARS = 255
+DRAIN_LIMIT = 1024 * 1024
 DEFAULT_SIGNED_TTL_S, MIN_SIGNED_TTL_S, MAX_SIGNED_TTL_S = 3600, 60, 7 * 86400
 
 
@@ -50,9 +53,19 @@ class FilesHandler(FilesBase):
     failure: ApiError | None = None
 
     async def prepare(self) -> None:
-        await super().prepare()
-        if self.request.method != "POST":
-            return
+        try:
+            await super().prepare()
+            if self.request.method == "POST":
+                await self._start_upload()
+        except ApiError as exc:
+            if self.request.method != "POST" or not _drainable(self.request.headers):
+                raise
+            # Answer once the small body is read: closing a socket with unread bytes makes the
+            # kernel reset the connection, which can destroy the answer before the client reads it.
+            self.failure = exc
+
+    async def _start_upload(self) -> None:
+        """Every check the headers allow, then the quota reservation and the blob writer."""
         assert self.principal is not None
         user = self.principal.user
         require_active_trial(user)
@@ -78,10 +91,10 @@ class FilesHandler(FilesBase):
             await self.upload.abort()
 
     async def post(self) -> None:
-        assert self.upload is not None
-        self.request_size = self.upload.received
         if self.failure is not None:
             raise self.failure
+        assert self.upload is not None
+        self.request_size = self.upload.received
         try:
             record = await self.upload.finish()
         except Exception as exc:
@@ -148,11 +161,11 @@ class BulkDeleteHandler(FilesBase):
 
     async def post(self) -> None:
         assert self.principal is not None
+        require_active_trial(self.principal.user)  # before any other check (operator contract)
         ids = self.json_body().get("ids")
         if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BULK_IDS or not all(
                 isinstance(i, str) and 0 < len(i) <= 256 for i in ids):
             raise BadRequest(f"ids must be a list of 1 to {MAX_BULK_IDS} file id strings", code="INVALID_IDS")
-        require_active_trial(self.principal.user)
         deleted, errors = 0, []
         for file_id in ids:
             if await self.files.delete(self.principal.user, file_id):
@@ -191,21 +204,37 @@ def _time_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
         raise BadRequest(f"{name} must be an ISO 8601 timestamp", code="INVALID_QUERY") from None
 
 
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _file_name(values: list[str]) -> str | None:
     """x-file-name, percent-decoded as UTF-8; control characters and over-long names refused."""
     if len(values) > 1:
         raise BadRequest("Send at most one x-file-name header", code="INVALID_FILE_NAME")
     if not values or not values[0]:
         return None
+    raw = values[0]
+    # RFC 3986: ASCII only, and every "%" starts a two-hex-digit escape. Tornado decodes raw
+    # header bytes as Latin-1, so unencoded UTF-8 would otherwise be stored as mojibake.
+    if not raw.isascii() or _BAD_PERCENT.search(raw):
+        raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME")
     try:
-        name = unquote(values[0], encoding="utf-8", errors="strict")
+        name = unquote(raw, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
         raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME") from None
     if len(name) > MAX_NAME_CHARS:
         raise BadRequest(f"x-file-name must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
-    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if any(unicodedata.category(c) == "Cc" for c in name):  # C0, DEL and C1 controls
         raise BadRequest("x-file-name must not contain control characters", code="INVALID_FILE_NAME")
     return name or None
+
+
+def _drainable(headers: Any) -> bool:
+    """A declared body small enough to read and drop before answering an early refusal."""
+    try:
+        return int(headers.get("Content-Length", "-1")) in range(0, DRAIN_LIMIT + 1)
+    except ValueError:
+        return False
 
 
 def _content_length(headers: Any) -> int | None:

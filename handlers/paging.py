@@ -7,6 +7,8 @@ from mediasrv.errors import BadRequest
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 30
+MAX_PAGE = 1_000_000
+"""Keeps (page - 1) * limit far inside a 64-bit OFFSET, whatever the backend."""
 
 
 def int_arg(handler: tornado.web.RequestHandler, name: str, default: int | None = None) -> int | None:
@@ -27,8 +29,8 @@ def page_args(handler: tornado.web.RequestHandler) -> tuple[int, int]:
     page = int_arg(handler, "page", 1)
     limit = int_arg(handler, "limit", DEFAULT_LIMIT)
     assert page is not None and limit is not None
-    if page < 1:
-        raise BadRequest("page must be 1 or more", code="INVALID_QUERY")
+    if not 1 <= page <= MAX_PAGE:
+        raise BadRequest(f"page must be between 1 and {MAX_PAGE}", code="INVALID_QUERY")
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}", code="INVALID_QUERY")
     return page, limit

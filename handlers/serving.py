@@ -7,9 +7,12 @@ back on every path; passthrough never waits for one.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import ClassVar
+
+from tornado.iostream import StreamClosedError
 
 from handlers.base import AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
@@ -79,10 +82,11 @@ class ServeBase(BaseHandler):
             raise NotFound("File not found", code="FILE_NOT_FOUND")
         record = self.deps.files.get(key)
         if record is None:
+            generation = self.deps.files.generation
             record = await self.deps.meta.get_file(key)
             if record is None:
                 raise NotFound("File not found", code="FILE_NOT_FOUND")
-            self.deps.files.put(record)
+            self.deps.files.put(record, generation)  # not if a delete ran meanwhile
         if not await self._host_allows(record) or not self._may_read(record):
             raise NotFound("File not found", code="FILE_NOT_FOUND")
         return record
@@ -113,11 +117,16 @@ class ServeBase(BaseHandler):
             self.finish()
             return
         try:
-            window = parse_range(self.request.headers.get("Range"), record.size)
+            window = parse_range(self._range_header(etag, record), record.size)
         except Unsatisfiable:
+            # Like every error: a JSON body, never stored by a cache (write_error would drop
+            # the Content-Range this status needs).
             self.set_status(416)
             self.set_header("Content-Range", f"bytes */{record.size}")
-            self.finish()
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+            self.clear_header("Content-Disposition")
+            self.finish(b'{"error": "Range not satisfiable", "code": "RANGE_NOT_SATISFIABLE"}')
             return
         start, end = window or (0, record.size)
         if window is not None:
@@ -130,19 +139,34 @@ class ServeBase(BaseHandler):
             return
         await self._stream(record.blob_key, start, end)
 
+    def _range_header(self, etag: str, record: FileRecord) -> str | None:
+        """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
+        wanted = self.request.headers.get("Range")
+        if_range = self.request.headers.get("If-Range")
+        if wanted is None or if_range is None:
+            return wanted
+        if_range = if_range.strip()
+        if if_range.startswith('"'):
+            return wanted if if_range == etag else None  # strong comparison
+        return wanted if if_range == http_date(parse_iso(record.created_at)) else None
+
     async def _stream(self, blob_key: str, start: int, end: int) -> None:
         chunks = self.deps.blobs.read(blob_key, start, end, CHUNK)
-        try:
-            first = await anext(chunks, b"")
-        except FileNotFoundError:
-            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        except OSError:
-            raise StoreUnavailable() from None
-        self.write(first)
-        await self.flush()
-        async for chunk in chunks:
-            self.write(chunk)
-            await self.flush()  # flow control: wait for the socket before reading more
+        async with contextlib.aclosing(chunks):  # the blob is closed on every path
+            try:
+                first = await anext(chunks, b"")
+            except FileNotFoundError:
+                raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+            except OSError:
+                raise StoreUnavailable() from None
+            try:
+                self.write(first)
+                await self.flush()
+                async for chunk in chunks:
+                    self.write(chunk)
+                    await self.flush()  # flow control: wait for the socket before reading more
+            except StreamClosedError:
+                return  # the client went away mid-body: nobody to answer, nothing to log
         self.finish()
 
     async def _send_transformed(self, record: FileRecord, spec: imaging.TransformSpec) -> None:
@@ -154,8 +178,9 @@ class ServeBase(BaseHandler):
         etag = f'"{record.file_id}-{variant}"'
         cached = self.deps.results.get(record.file_id, variant)
         if cached is None:
+            generation = self.deps.results.generation
             cached = await self._run_transform(record, spec)
-            self.deps.results.put(record.file_id, variant, *cached)
+            self.deps.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
         self._common_headers(record, out_type, etag)
         if self._not_modified(etag, record):

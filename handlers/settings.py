@@ -66,4 +66,4 @@ class SettingsHandler(BaseHandler):
     async def _settings(self, user: User) -> dict[str, Any]:
         domain = await self.domains.get(user.id)
         return {"public_url_base": public_base(domain), "custom_domain": domain_json(domain),
-                "max_upload_size_bytes": user.max_upload_size_bytes or self.server_cap}
+                "max_upload_size_bytes": min(user.max_upload_size_bytes or self.server_cap, self.server_cap)}

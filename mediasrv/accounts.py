@@ -8,6 +8,7 @@ the same for every address; every password check costs one bcrypt run.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import uuid
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class AccountService:
         try:
             await self._meta.create_user(user)
         except DuplicateError:
-            await self._notify_existing(email, redirect_to)
+            await self._notify_existing(email, redirect_to, password_hash)
             return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
         await self._send_confirmation(user, redirect_to)
         return {"message": REGISTERED, "user": {"id": user.id, "email": email}}
@@ -78,8 +79,16 @@ class AccountService:
         found = await self._meta.consume_token("confirm", tokens.digest(token), now_iso()) if token else None
         if found is None:
             raise BadRequest("This confirmation link is invalid, used or expired", code="INVALID_TOKEN")
-        user_id, redirect_to = found
-        await self._meta.mark_email_verified(user_id, now_iso())
+        user_id, data = found
+        redirect_to, password_hash = _confirm_data(data)
+        at = now_iso()
+        user = await self._meta.get_user(user_id)
+        if password_hash and user is not None and not user.email_verified_at:
+            # A repeated registration of a pending account: the link sets the password of the
+            # registration that sent it, so whoever registered the address first cannot keep it.
+            await self._meta.set_password(user_id, password_hash, at)
+        await self._meta.mark_email_verified(user_id, at)
+        await self._meta.revoke_tokens("confirm", user_id)  # other pending links die with this one
         return redirect_to or self._settings.dashboard_url
 
     async def login(self, email_value: object, password_value: object) -> Session:
@@ -129,6 +138,7 @@ class AccountService:
         at = now_iso()
         await self._meta.set_password(user_id, await self._hasher.hash(password), at)
         await self._meta.revoke_tokens("refresh", user_id)
+        await self._meta.revoke_tokens("reset", user_id)  # older reset links must not work any more
         await self._meta.mark_email_verified(user_id, at)  # the reset link proved the address
         return {"message": "Your password has been changed. Log in with the new password."}
 
@@ -168,22 +178,24 @@ class AccountService:
                              code="INVALID_REDIRECT")
         return value
 
-    async def _send_confirmation(self, user: User, redirect_to: str | None) -> None:
+    async def _send_confirmation(self, user: User, redirect_to: str | None,
+                                 password_hash: str | None = None) -> None:
         token = tokens.new_opaque_token()
-        await self._meta.put_token("confirm", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL),
-                                   redirect_to)
+        data = json.dumps({"redirect_to": redirect_to, "password_hash": password_hash}) if password_hash \
+            else redirect_to
+        await self._meta.put_token("confirm", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL), data)
         link = self._link("/auth/confirm", token)
         self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
             f"Welcome! Confirm your e-mail address by opening this link:\n\n{link}\n\n"
             "The link works once and expires in 48 hours.\n")))
 
-    async def _notify_existing(self, email: str, redirect_to: str | None) -> None:
+    async def _notify_existing(self, email: str, redirect_to: str | None, password_hash: str) -> None:
         """A second registration: resend the confirmation if pending, else tell the owner."""
         user = await self._meta.get_user_by_email(email)
         if user is None:
             return
         if not user.email_verified_at:
-            await self._send_confirmation(user, redirect_to)
+            await self._send_confirmation(user, redirect_to, password_hash)
             return
         self._mail.submit(Message(to=email, subject="Someone tried to register with your address", text=(
             "Someone tried to create an account with this e-mail address, which already has one.\n"
@@ -191,6 +203,14 @@ class AccountService:
 
     def _link(self, path: str, token: str) -> str:
         return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"
+
+
+def _confirm_data(data: str | None) -> tuple[str | None, str | None]:
+    """(redirect_to, password_hash) of a confirmation token: a bare redirect URL, or JSON."""
+    if not data or not data.startswith("{"):
+        return data, None
+    value = json.loads(data)
+    return value.get("redirect_to"), value.get("password_hash")
 
 
 def _origin(url: str) -> str:

@@ -30,4 +30,4 @@ def generate() -> NewKey:
 
 def looks_like_key(value: str) -> bool:
     """Shape check before any lookup: JWTs and junk never reach the key table."""
-    return bool(_KEY_RE.match(value))
+    return bool(_KEY_RE.fullmatch(value))  # fullmatch: `$` alone lets a trailing newline in

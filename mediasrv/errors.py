@@ -47,6 +47,13 @@ class PayloadTooLarge(ApiError):
     status, code, message = 413, "FILE_TOO_LARGE", "File too large"
 
 
+class RangeNotSatisfiable(ApiError):
+    status, code, message = 416, "RANGE_NOT_SATISFIABLE", "Range not satisfiable"
+
+    def __init__(self, size: int) -> None:
+        super().__init__(headers={"Content-Range": f"bytes */{size}"})
+
+
 class UnprocessableImage(ApiError):
     status, code, message = 422, "UNPROCESSABLE_IMAGE", "The image cannot be processed"
 

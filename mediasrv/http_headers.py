@@ -11,7 +11,7 @@ import re
 import unicodedata
 from urllib.parse import quote
 
-_RANGE_RE = re.compile(r"^bytes=(\d{0,18})-(\d{0,18})$")
+_RANGE_RE = re.compile(r"^bytes=([0-9]{0,18})-([0-9]{0,18})$")  # ASCII digits only
 
 
 class Unsatisfiable(Exception):
@@ -77,7 +77,18 @@ def content_disposition(name: str | None, fallback: str) -> str:
     clean = _clean_name(name or "") or fallback
     ascii_name = unicodedata.normalize("NFKD", clean).encode("ascii", "ignore").decode()
     ascii_name = re.sub(r"[^A-Za-z0-9._ ()+-]", "_", ascii_name).strip(" .") or fallback
-    return f"attachment; filename=\"{ascii_name[:150]}\"; filename*=UTF-8''{quote(clean[:200], safe='')}"
+    return (f"attachment; filename=\"{_shorten(ascii_name, 150)}\"; "
+            f"filename*=UTF-8''{quote(_shorten(clean, 200), safe='')}")
+
+
+def _shorten(name: str, limit: int) -> str:
+    """At most ``limit`` characters, keeping a short extension (``.pdf``) when cutting."""
+    if len(name) <= limit:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    if dot and stem and 0 < len(ext) <= 16:
+        return name[: limit - len(ext) - 1] + "." + ext
+    return name[:limit]
 
 
 def _clean_name(name: str) -> str:

@@ -29,6 +29,8 @@ class FileCache:
     def __init__(self, max_entries: int = 50_000) -> None:
         self._max = max_entries
         self._items: OrderedDict[str, FileRecord] = OrderedDict()
+        self.generation = 0
+        """Bumped by every invalidation: a lookup that began before one must not ``put``."""
 
     def get(self, file_id: str) -> FileRecord | None:
         record = self._items.get(file_id)
@@ -36,13 +38,18 @@ class FileCache:
             self._items.move_to_end(file_id)
         return record
 
-    def put(self, record: FileRecord) -> None:
+    def put(self, record: FileRecord, generation: int | None = None) -> None:
+        """Cache ``record``; with ``generation`` (read before the lookup), only if nothing
+        was invalidated since, so a record read just before its deletion is not kept."""
+        if generation is not None and generation != self.generation:
+            return
         self._items[record.file_id] = record
         self._items.move_to_end(record.file_id)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
 
     def invalidate(self, file_id: str) -> None:
+        self.generation += 1
         self._items.pop(file_id, None)
 
 
@@ -54,6 +61,8 @@ class ResultCache:
         self._size = 0
         self._items: OrderedDict[tuple[str, str], tuple[bytes, str]] = OrderedDict()
         self._by_file: dict[str, set[str]] = {}
+        self.generation = 0
+        """Bumped by every invalidation: a result computed across one must not be ``put``."""
 
     def get(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
         item = self._items.get((file_id, variant))
@@ -61,7 +70,10 @@ class ResultCache:
             self._items.move_to_end((file_id, variant))
         return item
 
-    def put(self, file_id: str, variant: str, data: bytes, content_type: str) -> None:
+    def put(self, file_id: str, variant: str, data: bytes, content_type: str,
+            generation: int | None = None) -> None:
+        if generation is not None and generation != self.generation:
+            return  # its file may have been deleted while it was computed
         if len(data) > self._max // 8:
             return  # one huge result must not flush everything else
         self._drop((file_id, variant))
@@ -72,6 +84,7 @@ class ResultCache:
             self._drop(next(iter(self._items)))
 
     def invalidate(self, file_id: str) -> None:
+        self.generation += 1
         for variant in list(self._by_file.get(file_id, ())):
             self._drop((file_id, variant))
 

@@ -24,7 +24,11 @@ def validate_password(value: object, field: str = "password") -> str:
         raise BadRequest(f"{field} must be a string", code="INVALID_PASSWORD")
     if len(value) < MIN_CHARS:
         raise BadRequest(f"{field} must be at least {MIN_CHARS} characters", code="INVALID_PASSWORD")
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+    try:
+        size = len(value.encode("utf-8"))  # strict, as hash() encodes: a lone surrogate is no password
+    except UnicodeEncodeError:
+        raise BadRequest(f"{field} must be valid Unicode text", code="INVALID_PASSWORD") from None
+    if size > MAX_BYTES:
         raise BadRequest(f"{field} must be at most {MAX_BYTES} bytes of UTF-8", code="INVALID_PASSWORD")
     if "\x00" in value:
         raise BadRequest(f"{field} must not contain NUL characters", code="INVALID_PASSWORD")

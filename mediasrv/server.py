@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -46,7 +47,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     configure_logging(settings.log_level)
     runner = serve if args.command == "serve" else sweep_once
-    sys.exit(asyncio.run(runner(settings)))
+    try:
+        code = asyncio.run(runner(settings))
+    except StartupError as exc:
+        print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code)
+
+
+class StartupError(RuntimeError):
+    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,18 +78,38 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+MIN_STORED_SECRET_CHARS = 32
+
+
 def load_secret(settings: Settings) -> str:
-    """MEDIASRV_JWT_SECRET, or one generated once and kept in DATA_DIR with mode 0600."""
+    """MEDIASRV_JWT_SECRET, or one generated once and kept in DATA_DIR with mode 0600.
+
+    The file appears whole or not at all (written aside, then linked into place), so a crash
+    or a second server starting at the same moment never leaves an empty or a different key.
+    """
     if settings.jwt_secret:
         return settings.jwt_secret
     path = settings.data_dir / "jwt_secret"
-    if path.exists():
-        return path.read_text().strip()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secret)
+    if not path.exists():
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        temp = settings.data_dir / f".jwt_secret-{secrets.token_hex(8)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(48))
+                fh.flush()
+                os.fsync(fh.fileno())
+            with contextlib.suppress(FileExistsError):  # another server won the race: use its key
+                os.link(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        log.warning("%s was readable by other users; restricting it to mode 0600", path)
+        os.chmod(path, 0o600)
+    secret = path.read_text().strip()
+    if len(secret) < MIN_STORED_SECRET_CHARS:
+        raise StartupError(f"{path} holds no usable key (empty or too short); remove it to generate a "
+                           "new one (existing sessions end) or set MEDIASRV_JWT_SECRET")
     return secret
 
 
@@ -107,11 +137,16 @@ class Running:
 
 async def start(settings: Settings) -> Running:
     """Open the stores, build the app, listen. Raises on any failure to start."""
-    secret = await asyncio.to_thread(load_secret, settings)
-    imaging.init_vips(settings.max_image_pixels)
     meta, blobs = make_stores(settings)
-    await meta.open()
-    await blobs.open()
+    try:
+        secret = await asyncio.to_thread(load_secret, settings)
+        await meta.open()
+        await blobs.open()
+    except (OSError, sqlite3.Error) as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    imaging.init_vips(settings.max_image_pixels)
     await meta.reconcile_usage()  # quota counters are exact after any crash
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
@@ -119,7 +154,13 @@ async def start(settings: Settings) -> Running:
     app.settings["log_function"] = access_log
     server = tornado.httpserver.HTTPServer(app, max_body_size=JSON_BODY_LIMIT, idle_connection_timeout=120,
                                            body_timeout=300)
-    server.listen(settings.port, settings.host)
+    try:
+        server.listen(settings.port, settings.host)
+    except OSError as exc:
+        await runtime.stop()
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
     runtime.flusher.start()
     sweeper = Sweeper(meta, blobs, grace_s=settings.sweep_grace_s)
     sweeper.start_periodic(SWEEP_INTERVAL_S)
@@ -134,10 +175,12 @@ async def stop(running: Running) -> None:
     deadline = time.monotonic() + DRAIN_S
     while running.runtime.inflight.count > 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    await running.sweeper.stop()
-    await running.runtime.stop()
+    # Close kept-alive connections before the last flush, so that no request arrives on one
+    # after it (its log entry would be lost, and it could meet a closed pool or store).
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(running.server.close_all_connections(), timeout=2)
+    await running.sweeper.stop()
+    await running.runtime.stop()
     await running.blobs.close()
     await running.meta.close()
 
@@ -157,8 +200,13 @@ async def serve(settings: Settings) -> int:
 
 async def sweep_once(settings: Settings) -> int:
     meta, blobs = make_stores(settings)
-    await meta.open()
-    await blobs.open()
+    try:
+        await meta.open()
+        await blobs.open()
+    except (OSError, sqlite3.Error) as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     try:
         report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
         print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "

@@ -6,6 +6,7 @@ Every field names its environment variable and a one-line description; ``mediasr
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
     "application/x-tar", "text/plain", "text/csv", "text/markdown",
 )
 CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
+MAX_TRIAL_DAYS = 36_500
+MAX_TTL_S = 10 * 366 * 86400
 
 
 class SettingsError(ValueError):
@@ -130,7 +133,8 @@ class Settings:
         settings = cls(**values)
         derived: dict[str, Any] = {}
         if not settings.public_url:
-            derived["public_url"] = f"http://{host}:{port}"
+            shown = f"[{host}]" if ":" in host else host  # an IPv6 literal needs brackets in a URL
+            derived["public_url"] = f"http://{shown}:{port}"
         else:
             derived["public_url"] = settings.public_url.rstrip("/")
         if not settings.dashboard_url:
@@ -174,8 +178,18 @@ def _check_urls(s: Settings) -> str | None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return f"{name}={url!r}: must be an http(s) URL"
-    if s.smtp_url and urlsplit(s.smtp_url).scheme not in ("smtp", "smtps"):
-        return f"MEDIASRV_SMTP_URL: scheme must be smtp or smtps, not {urlsplit(s.smtp_url).scheme!r}"
+    if s.smtp_url:
+        smtp = urlsplit(s.smtp_url)
+        if smtp.scheme not in ("smtp", "smtps"):
+            return f"MEDIASRV_SMTP_URL: scheme must be smtp or smtps, not {smtp.scheme!r}"
+        try:
+            port = smtp.port
+        except ValueError:  # not a number, or out of range
+            port = -1
+        if port is not None and not 1 <= port <= 65535:
+            return "MEDIASRV_SMTP_URL: the port must be a number from 1 to 65535"
+        if not smtp.hostname:
+            return "MEDIASRV_SMTP_URL: a host is required, as in smtp://host:port"
     return None
 
 
@@ -186,16 +200,25 @@ def _check_numbers(s: Settings) -> str | None:
                 "MEDIASRV_REFRESH_TOKEN_TTL": s.refresh_token_ttl_s}
     optional = {"MEDIASRV_TRIAL_DAYS": s.trial_days, "MEDIASRV_STORAGE_LIMIT_BYTES": s.storage_limit_bytes,
                 "MEDIASRV_FILE_COUNT_LIMIT": s.file_count_limit}
+    if not 1 <= s.port <= 65535:
+        return f"--port must be from 1 to 65535, not {s.port}"
     for name, value in positive.items():
         if value < 1:
             return f"{name} must be a positive integer, not {value}"
     for name, value in optional.items():
         if value is not None and value < 0:
             return f"{name} must be 0 or more, not {value}"
+    # Beyond these, dates computed from the value overflow (a 500 at registration or login).
+    if s.trial_days is not None and s.trial_days > MAX_TRIAL_DAYS:
+        return f"MEDIASRV_TRIAL_DAYS must be at most {MAX_TRIAL_DAYS}, not {s.trial_days}"
+    for name, value in (("MEDIASRV_ACCESS_TOKEN_TTL", s.access_token_ttl_s),
+                        ("MEDIASRV_REFRESH_TOKEN_TTL", s.refresh_token_ttl_s)):
+        if value > MAX_TTL_S:
+            return f"{name} must be at most {MAX_TTL_S} seconds, not {value}"
     if not 4 <= s.bcrypt_rounds <= 16:
         return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
-    if s.rate_limit_scale <= 0:
-        return f"MEDIASRV_RATE_LIMIT_SCALE must be positive, not {s.rate_limit_scale}"
+    if not math.isfinite(s.rate_limit_scale) or s.rate_limit_scale <= 0:
+        return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
     return None

@@ -54,6 +54,7 @@ class Upload:
         self._head_wanted = max(content_types.signature_bytes_needed(content_type),
                                 IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0)
         self._committed = False
+        self._finishing = False
         self._done = False
 
     async def start(self) -> None:
@@ -75,7 +76,19 @@ class Upload:
         await self._writer.write(chunk)
 
     async def finish(self) -> FileRecord:
-        """Check what only the whole body tells, commit the blob, then insert the record."""
+        """Check what only the whole body tells, commit the blob, then insert the record.
+
+        While this runs, ``abort`` (e.g. from a client that disconnects after sending the whole
+        body) is a no-op: it must not delete the blob or release the quota under a record that
+        is about to be inserted. If ``finish`` fails, ``abort`` works again for the caller.
+        """
+        self._finishing = True
+        try:
+            return await self._finish()
+        finally:
+            self._finishing = False
+
+    async def _finish(self) -> FileRecord:
         if self._declared is not None and self.received != self._declared:
             raise BadRequest("The body is shorter than its Content-Length", code="INCOMPLETE_BODY")
         content_types.check_signature(self._type, self._head)
@@ -95,7 +108,7 @@ class Upload:
 
     async def abort(self) -> None:
         """Leave no trace: drop the blob and give the reservation back. Idempotent."""
-        if self._done:
+        if self._done or self._finishing:
             return
         self._done = True
         try:

@@ -1,0 +1,489 @@
+"""Units of the core: the rate limiter, settings, timestamps and the buffered recorders."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mediasrv import recorders
+from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, WINDOW_S, RateLimiter
+from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
+from mediasrv.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
+from store.models import LogEntry, UsageCounts
+
+UTC = dt.UTC
+
+# ---------------------------------------------------------------------------- rate limiter
+
+# interface.md, Limits: every limited route, its key and its requests per minute.
+INTERFACE_TABLE = {
+    "media": ("ip", 400), "register": ("ip", 10), "login": ("ip", 15),
+    "api_keys.create": ("user", 10), "api_keys.list": ("user", 30), "api_keys.delete": ("user", 10),
+    "files.upload": ("user", 30), "files.bulk_delete": ("user", 20), "files.list": ("user", 60),
+    "files.get": ("user", 120), "files.delete": ("user", 60), "settings.get": ("user", 60),
+    "settings.patch": ("user", 20), "profile": ("user", 60), "usage": ("user", 60), "logs": ("user", 60),
+}
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("route", sorted(INTERFACE_TABLE))
+def test_limits_are_exactly_the_interface_table(route: str) -> None:
+    kind, per_minute = INTERFACE_TABLE[route]
+    table = IP_LIMITS if kind == "ip" else USER_LIMITS
+    assert table[route] == per_minute
+    limiter = RateLimiter(clock=Clock(1_000_020.0))
+    decisions = [limiter.hit(route, "k", per_ip=kind == "ip") for _ in range(per_minute + 2)]
+    assert all(d.allowed for d in decisions[:per_minute])
+    assert not decisions[per_minute].allowed and not decisions[per_minute + 1].allowed
+    assert [d.remaining for d in decisions[-3:]] == [0, 0, 0]
+    assert decisions[0].remaining == per_minute - 1
+    assert {d.limit for d in decisions} == {per_minute}
+
+
+def test_counters_are_per_key_and_per_route() -> None:
+    limiter = RateLimiter(clock=Clock(6000.0))
+    for _ in range(10):
+        assert limiter.hit("register", "10.0.0.1", per_ip=True).allowed
+    assert not limiter.hit("register", "10.0.0.1", per_ip=True).allowed
+    assert limiter.hit("register", "10.0.0.2", per_ip=True).allowed  # another address
+    assert limiter.hit("login", "10.0.0.1", per_ip=True).allowed  # another route
+    for _ in range(20):
+        limiter.hit("settings.patch", "user-a", per_ip=False)
+    assert not limiter.hit("settings.patch", "user-a", per_ip=False).allowed
+    assert limiter.hit("settings.get", "user-a", per_ip=False).allowed
+    assert limiter.hit("settings.patch", "user-b", per_ip=False).allowed
+
+
+def test_window_rolls_over_on_the_clock_minute() -> None:
+    clock = Clock(60 * 1000 + 30.0)
+    limiter = RateLimiter(clock=clock)
+    for _ in range(15):
+        assert limiter.hit("login", "ip", per_ip=True).allowed
+    clock.t = 60 * 1000 + 59.999
+    denied = limiter.hit("login", "ip", per_ip=True)
+    assert not denied.allowed and denied.reset_s == 1
+    clock.t = 60 * 1001  # the next window starts: every counter starts again
+    fresh = limiter.hit("login", "ip", per_ip=True)
+    assert fresh.allowed and fresh.remaining == 14 and fresh.reset_s == 60
+    clock.t = 60 * 1001 + 45.5
+    assert limiter.hit("login", "ip", per_ip=True).reset_s == 15
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.001, 0.5, 1.0, 17.3, 30.0, 58.9, 59.0, 59.5, 59.999999])
+def test_reset_is_whole_seconds_from_1_to_60(offset: float) -> None:
+    t = 60 * 123_456 + offset
+    d = RateLimiter(clock=Clock(t)).hit("usage", "u", per_ip=False)
+    assert isinstance(d.reset_s, int) and 1 <= d.reset_s <= WINDOW_S
+    assert d.reset_s == max(1, math.ceil(60 - offset))
+    headers = d.headers()
+    assert headers == {"RateLimit-Limit": "60", "RateLimit-Remaining": "59", "RateLimit-Reset": str(d.reset_s)}
+
+
+def test_real_clock_reset_is_in_range() -> None:
+    d = RateLimiter().hit("media", "127.0.0.1", per_ip=True)
+    assert 1 <= d.reset_s <= 60 and d.allowed and d.limit == 400
+
+
+@pytest.mark.parametrize(("scale", "route", "expected"), [
+    (1.0, "register", 10), (2.0, "register", 20), (1.5, "login", 22), (10.0, "media", 4000),
+    (0.5, "files.get", 60), (0.01, "register", 1), (1e-9, "media", 1), (1000.0, "usage", 60000),
+])
+def test_scale_multiplies_every_limit_but_never_below_one(scale: float, route: str, expected: int) -> None:
+    limiter = RateLimiter(scale=scale, clock=Clock(120.0))
+    per_ip = route in ("register", "login", "media")
+    decisions = [limiter.hit(route, "k", per_ip=per_ip) for _ in range(expected + 1)]
+    assert decisions[0].limit == expected
+    assert sum(d.allowed for d in decisions) == expected
+    assert not decisions[-1].allowed
+
+
+def test_memory_holds_only_the_current_window() -> None:
+    clock = Clock(60 * 5000 + 1.0)
+    limiter = RateLimiter(clock=clock)
+    for i in range(5000):
+        limiter.hit("media", f"10.0.{i // 256}.{i % 256}", per_ip=True)
+    limiter.hit("usage", "user", per_ip=False)
+    assert len(limiter) == 5001
+    clock.t += 60
+    limiter.hit("media", "10.9.9.9", per_ip=True)
+    assert len(limiter) == 1
+    clock.t += 3600  # long idle: still one window's worth
+    limiter.hit("login", "x", per_ip=True)
+    assert len(limiter) == 1
+
+
+def test_unknown_route_names_fail_loudly() -> None:
+    limiter = RateLimiter()
+    with pytest.raises(KeyError):
+        limiter.hit("nope", "k", per_ip=False)
+    with pytest.raises(KeyError):
+        limiter.hit("usage", "k", per_ip=True)  # a per-user route has no per-IP counter
+
+
+# ---------------------------------------------------------------------------- settings
+
+ALL_VARS = {f.metadata["env"] for f in dataclasses.fields(Settings) if "env" in f.metadata}
+
+
+def test_defaults_with_an_empty_environment() -> None:
+    s = Settings.from_env({}).validate()
+    assert s.data_dir == Path("./data")
+    assert s.public_url == "http://127.0.0.1:8080"
+    assert s.dashboard_url == "http://127.0.0.1:8080/"
+    assert s.smtp_url is None and s.jwt_secret is None
+    assert s.mail_from == "mediasrv@localhost"
+    assert s.trial_days is None and s.storage_limit_bytes is None and s.file_count_limit is None
+    assert s.max_upload_size_bytes == 104_857_600
+    assert s.trust_proxy is False
+    assert s.mongodb_url is None and s.s3_bucket is None and s.s3_endpoint_url is None
+    assert s.domain_provider == "manual"
+    assert s.cloudflare_api_token is None and s.cloudflare_zone_id is None
+    assert s.cloudflare_api_url == "https://api.cloudflare.com/client/v4"
+    assert s.resize_slots == 10 and s.max_image_pixels == 50_000_000
+    assert s.rate_limit_scale == 1.0
+    assert s.allowed_content_types == DEFAULT_ALLOWED_CONTENT_TYPES
+    assert s.bcrypt_rounds >= 10  # a real cost by default; tests lower it
+    assert s.log_level == "INFO"
+
+
+def test_from_env_reads_only_the_mapping_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIASRV_RESIZE_SLOTS", "3")
+    assert Settings.from_env({}).resize_slots == 10
+    assert Settings.from_env().resize_slots == 3
+    monkeypatch.setenv("MEDIASRV_RESIZE_SLOTS", "abc")
+    with pytest.raises(SettingsError, match="MEDIASRV_RESIZE_SLOTS"):
+        Settings.from_env()
+
+
+def test_default_allowed_types_include_the_contract_list_and_no_executables() -> None:
+    required = {"image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",
+                "text/plain"}
+    assert required <= set(DEFAULT_ALLOWED_CONTENT_TYPES)
+    for t in DEFAULT_ALLOWED_CONTENT_TYPES:
+        assert t == t.lower() and t.count("/") == 1
+        assert not any(word in t for word in ("executable", "msdownload", "x-sh", "javascript", "html",
+                                              "x-elf", "java-archive", "x-msi", "mach-binary", "octet-stream"))
+
+
+def test_parsing_of_every_kind_of_value() -> None:
+    env = {
+        "MEDIASRV_DATA_DIR": "/srv/media", "MEDIASRV_PUBLIC_URL": "https://cdn.example.com/",
+        "MEDIASRV_SMTP_URL": "smtps://user:pw@mail.example.com:465", "MEDIASRV_MAIL_FROM": "media@example.com",
+        "MEDIASRV_JWT_SECRET": "k" * 40, "MEDIASRV_TRIAL_DAYS": " 14 ", "MEDIASRV_STORAGE_LIMIT_BYTES": "1000",
+        "MEDIASRV_FILE_COUNT_LIMIT": "0", "MEDIASRV_MAX_UPLOAD_SIZE_BYTES": "5000", "MEDIASRV_TRUST_PROXY": "Yes",
+        "MEDIASRV_DOMAIN_PROVIDER": "Cloudflare", "CLOUDFLARE_API_TOKEN": "tok", "CLOUDFLARE_ZONE_ID": "zone",
+        "MEDIASRV_CLOUDFLARE_API_URL": "http://127.0.0.1:9/client/v4", "MEDIASRV_RESIZE_SLOTS": "2",
+        "MEDIASRV_MAX_IMAGE_PIXELS": "1000000", "MEDIASRV_RATE_LIMIT_SCALE": "2.5",
+        "MEDIASRV_ALLOWED_CONTENT_TYPES": " Image/PNG, text/plain ,,", "MEDIASRV_LOG_LEVEL": "debug",
+        "MEDIASRV_REDIRECT_ALLOWLIST": "https://app.example.com/, https://other.example.com",
+        "MEDIASRV_BCRYPT_ROUNDS": "4",
+    }
+    s = Settings.from_env(env, host="0.0.0.0", port=9000).validate()
+    assert s.data_dir == Path("/srv/media")
+    assert s.public_url == "https://cdn.example.com"  # no trailing slash: links join cleanly
+    assert s.dashboard_url == "https://cdn.example.com/"
+    assert s.smtp_url == "smtps://user:pw@mail.example.com:465"
+    assert s.trial_days == 14 and s.storage_limit_bytes == 1000 and s.file_count_limit == 0
+    assert s.max_upload_size_bytes == 5000 and s.trust_proxy is True
+    assert s.domain_provider == "cloudflare" and s.cloudflare_api_url == "http://127.0.0.1:9/client/v4"
+    assert s.resize_slots == 2 and s.max_image_pixels == 1_000_000 and s.rate_limit_scale == 2.5
+    assert s.allowed_content_types == ("image/png", "text/plain")
+    assert s.redirect_allowlist == ("https://app.example.com", "https://other.example.com")
+    assert s.log_level == "DEBUG" and (s.host, s.port) == ("0.0.0.0", 9000)
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("1", True), ("true", True), ("TRUE", True), ("yes", True), ("on", True),
+    ("0", False), ("false", False), ("No", False), ("off", False),
+])
+def test_booleans(text: str, value: bool) -> None:
+    assert Settings.from_env({"MEDIASRV_TRUST_PROXY": text}).trust_proxy is value
+
+
+def test_empty_values_mean_unset() -> None:
+    env = dict.fromkeys(ALL_VARS, "  ")
+    s = Settings.from_env(env).validate()
+    assert s == Settings.from_env({}).validate()
+
+
+def test_public_url_follows_host_and_port() -> None:
+    assert Settings.from_env({}, host="10.1.2.3", port=8443).public_url == "http://10.1.2.3:8443"
+    s = Settings.from_env({}, host="::1", port=8080).validate()
+    assert s.public_url == "http://[::1]:8080"
+    assert Settings.from_env({"MEDIASRV_DASHBOARD_URL": "https://app.example.com/dash"}).dashboard_url == \
+        "https://app.example.com/dash"
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("MEDIASRV_RESIZE_SLOTS", "abc"), ("MEDIASRV_RESIZE_SLOTS", "0"), ("MEDIASRV_RESIZE_SLOTS", "1.5"),
+    ("MEDIASRV_MAX_IMAGE_PIXELS", "-1"), ("MEDIASRV_MAX_UPLOAD_SIZE_BYTES", "0"),
+    ("MEDIASRV_TRIAL_DAYS", "-1"), ("MEDIASRV_TRIAL_DAYS", "seven"), ("MEDIASRV_TRIAL_DAYS", "99999999999"),
+    ("MEDIASRV_STORAGE_LIMIT_BYTES", "-5"), ("MEDIASRV_FILE_COUNT_LIMIT", "many"),
+    ("MEDIASRV_TRUST_PROXY", "maybe"), ("MEDIASRV_DOMAIN_PROVIDER", "nope"),
+    ("MEDIASRV_DOMAIN_PROVIDER", "cloudflare"),  # without its token and zone
+    ("MEDIASRV_RATE_LIMIT_SCALE", "0"), ("MEDIASRV_RATE_LIMIT_SCALE", "-1"), ("MEDIASRV_RATE_LIMIT_SCALE", "x"),
+    ("MEDIASRV_RATE_LIMIT_SCALE", "nan"), ("MEDIASRV_RATE_LIMIT_SCALE", "inf"),
+    ("MEDIASRV_BCRYPT_ROUNDS", "3"), ("MEDIASRV_BCRYPT_ROUNDS", "17"),
+    ("MEDIASRV_PUBLIC_URL", "ftp://example.com"), ("MEDIASRV_PUBLIC_URL", "example.com"),
+    ("MEDIASRV_DASHBOARD_URL", "javascript:alert(1)"),
+    ("MEDIASRV_SMTP_URL", "http://mail.example.com"), ("MEDIASRV_SMTP_URL", "smtp://"),
+    ("MEDIASRV_SMTP_URL", "smtp://mail.example.com:99999"), ("MEDIASRV_SMTP_URL", "smtp://mail.example.com:x"),
+    ("MEDIASRV_LOG_LEVEL", "LOUD"), ("MEDIASRV_ALLOWED_CONTENT_TYPES", "png,jpeg"),
+    ("MEDIASRV_ALLOWED_CONTENT_TYPES", ","),
+    ("MEDIASRV_MONGODB_URL", "mongodb://localhost"), ("MEDIASRV_S3_BUCKET", "media"),
+    ("MEDIASRV_ACCESS_TOKEN_TTL", "0"), ("MEDIASRV_REFRESH_TOKEN_TTL", "999999999999"),
+    ("MEDIASRV_SWEEP_GRACE", "-1"), ("MEDIASRV_RESULT_CACHE_BYTES", "-1"),
+])
+def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.from_env({name: value}).validate()
+    assert name in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("port", [0, -1, 65536, 70000])
+def test_port_out_of_range_is_refused(port: int) -> None:
+    with pytest.raises(SettingsError, match="port"):
+        Settings.from_env({}, port=port).validate()
+
+
+def test_cloudflare_with_its_credentials_is_valid() -> None:
+    s = Settings.from_env({"MEDIASRV_DOMAIN_PROVIDER": "cloudflare", "CLOUDFLARE_API_TOKEN": "t",
+                           "CLOUDFLARE_ZONE_ID": "z"}).validate()
+    assert s.domain_provider == "cloudflare"
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings.from_env({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.resize_slots = 3  # type: ignore[misc]
+
+
+def test_help_text_lists_every_variable_once_with_a_description() -> None:
+    text = Settings.help_text()
+    lines = text.splitlines()
+    assert len(lines) == len(ALL_VARS)
+    for name in ALL_VARS:
+        matching = [line for line in lines if line.split()[0] == name]
+        assert len(matching) == 1, name
+        assert len(matching[0].split(None, 1)[1].strip()) > 5
+    contract = {"MEDIASRV_DATA_DIR", "MEDIASRV_PUBLIC_URL", "MEDIASRV_SMTP_URL", "MEDIASRV_MAIL_FROM",
+                "MEDIASRV_JWT_SECRET", "MEDIASRV_TRIAL_DAYS", "MEDIASRV_STORAGE_LIMIT_BYTES",
+                "MEDIASRV_FILE_COUNT_LIMIT", "MEDIASRV_MAX_UPLOAD_SIZE_BYTES", "MEDIASRV_TRUST_PROXY",
+                "MEDIASRV_MONGODB_URL", "MEDIASRV_S3_BUCKET", "MEDIASRV_S3_ENDPOINT_URL",
+                "MEDIASRV_DOMAIN_PROVIDER", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ZONE_ID",
+                "MEDIASRV_CLOUDFLARE_API_URL", "MEDIASRV_RESIZE_SLOTS", "MEDIASRV_MAX_IMAGE_PIXELS",
+                "MEDIASRV_RATE_LIMIT_SCALE", "MEDIASRV_ALLOWED_CONTENT_TYPES"}
+    assert contract <= ALL_VARS
+
+
+# ---------------------------------------------------------------------------- timeutil
+
+def test_iso_has_millisecond_precision_and_z() -> None:
+    t = dt.datetime(2024, 2, 3, 4, 5, 6, 789_999, tzinfo=UTC)
+    assert iso(t) == "2024-02-03T04:05:06.789Z"  # truncated, not rounded
+    assert iso(dt.datetime(2024, 2, 3, 4, 5, 6, tzinfo=UTC)) == "2024-02-03T04:05:06.000Z"
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    assert iso(dt.datetime(2024, 1, 1, 1, 0, 0, 5000, tzinfo=plus2)) == "2023-12-31T23:00:00.005Z"
+
+
+def test_now_is_utc_and_truncated_to_milliseconds() -> None:
+    t = now()
+    assert t.tzinfo is not None and t.utcoffset() == dt.timedelta(0)
+    assert t.microsecond % 1000 == 0
+    assert abs(t - dt.datetime.now(UTC)) < dt.timedelta(seconds=5)
+    text = now_iso()
+    assert len(text) == 24 and text.endswith("Z") and text[19] == "."
+    assert iso(parse_iso(text)) == text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2024-05-06T07:08:09.123Z", dt.datetime(2024, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)),
+    ("2024-05-06T07:08:09.123z", dt.datetime(2024, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)),
+    ("2024-05-06T07:08:09Z", dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)),
+    ("2024-05-06T07:08:09.123456+00:00", dt.datetime(2024, 5, 6, 7, 8, 9, 123_456, tzinfo=UTC)),
+    ("2024-05-06T09:08:09+02:00", dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)),
+    ("2024-05-06T02:08:09-05:00", dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)),
+    ("2024-05-06T07:08:09", dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)),  # naive: UTC
+    ("2024-05-06", dt.datetime(2024, 5, 6, tzinfo=UTC)),
+    ("  2024-05-06T07:08:09.5Z ", dt.datetime(2024, 5, 6, 7, 8, 9, 500_000, tzinfo=UTC)),
+    ("2024-05-06 07:08:09Z", dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)),
+])
+def test_parse_iso_variants(text: str, expected: dt.datetime) -> None:
+    parsed = parse_iso(text)
+    assert parsed == expected
+    assert parsed.utcoffset() == dt.timedelta(0)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "yesterday", "2024-13-01", "2024-02-30T00:00:00Z", "Z",
+                                  "2024-05-06T25:00:00Z", "2" * 65, "2024-05-06T07:08:09+25:00"])
+def test_parse_iso_refuses_garbage_with_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_iso(text)
+
+
+def test_stored_timestamps_round_trip_and_sort_as_text() -> None:
+    stamps = [iso(dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=ms))
+              for ms in (0, 1, 999, 1000, 59_999, 86_400_000, 31_622_400_000)]
+    assert stamps == sorted(stamps)
+    for text in stamps:
+        assert iso(parse_iso(text)) == text
+
+
+@pytest.mark.parametrize(("t", "start", "end"), [
+    (dt.datetime(2024, 12, 15, 10, tzinfo=UTC), dt.datetime(2024, 12, 1, tzinfo=UTC),
+     dt.datetime(2025, 1, 1, tzinfo=UTC)),
+    (dt.datetime(2024, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC), dt.datetime(2024, 12, 1, tzinfo=UTC),
+     dt.datetime(2025, 1, 1, tzinfo=UTC)),
+    (dt.datetime(2025, 1, 1, tzinfo=UTC), dt.datetime(2025, 1, 1, tzinfo=UTC), dt.datetime(2025, 2, 1, tzinfo=UTC)),
+    (dt.datetime(2024, 2, 29, 12, tzinfo=UTC), dt.datetime(2024, 2, 1, tzinfo=UTC),
+     dt.datetime(2024, 3, 1, tzinfo=UTC)),
+    # 00:30 on 1 January in UTC+1 is still December in UTC.
+    (dt.datetime(2025, 1, 1, 0, 30, tzinfo=dt.timezone(dt.timedelta(hours=1))),
+     dt.datetime(2024, 12, 1, tzinfo=UTC), dt.datetime(2025, 1, 1, tzinfo=UTC)),
+])
+def test_month_period(t: dt.datetime, start: dt.datetime, end: dt.datetime) -> None:
+    assert month_period(t) == (start, end)
+    assert period_key(t) == start.strftime("%Y-%m")
+
+
+def test_month_period_of_now_contains_now() -> None:
+    start, end = month_period()
+    assert start <= dt.datetime.now(UTC) < end + dt.timedelta(seconds=1)
+    assert start.day == 1 and (start.hour, start.minute, start.second, start.microsecond) == (0, 0, 0, 0)
+    assert period_key() == start.strftime("%Y-%m")
+    assert iso(end).endswith("-01T00:00:00.000Z")
+
+
+# ---------------------------------------------------------------------------- recorders
+
+class FlakyMeta:
+    """A stand-in MetaStore for the three buffered writes: fails the first ``failures`` calls."""
+
+    def __init__(self, failures: int = 1) -> None:
+        self.failures = failures
+        self.usage: list[dict[tuple[str, str], UsageCounts]] = []
+        self.logs: list[list[LogEntry]] = []
+        self.touched: list[dict[str, str]] = []
+        self.during_call: Any = None
+
+    async def _maybe_fail(self) -> None:
+        await asyncio.sleep(0)
+        if self.during_call:
+            self.during_call()
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("store down")
+
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+        await self._maybe_fail()
+        self.usage.append(dict(deltas))
+
+    async def insert_logs(self, entries: list[LogEntry]) -> None:
+        await self._maybe_fail()
+        self.logs.append(list(entries))
+
+    async def touch_api_keys(self, last_used: dict[str, str]) -> None:
+        await self._maybe_fail()
+        self.touched.append(dict(last_used))
+
+
+def entry(n: int) -> LogEntry:
+    return LogEntry(id=f"id-{n}", user_id="u", method="GET", path="/usage", status_code=200,
+                    request_size_bytes=None, created_at=f"2024-01-01T00:00:{n:02d}.000Z")
+
+
+async def test_usage_flush_requeues_on_failure_and_merges_new_counts() -> None:
+    rec = UsageRecorder()
+    meta = FlakyMeta(failures=1)
+    for _ in range(3):
+        rec.origin_read("alice")
+    rec.image_op("alice")
+    rec.origin_read("bob")
+    meta.during_call = lambda: rec.origin_read("alice")  # a read counted while the write is in flight
+    with pytest.raises(ConnectionError):
+        await rec.flush(meta)  # type: ignore[arg-type]
+    meta.during_call = None
+    assert meta.usage == []
+    await rec.flush(meta)  # type: ignore[arg-type]
+    key = period_key()
+    assert meta.usage == [{("alice", key): UsageCounts(origin_reads=4, image_ops=1),
+                           ("bob", key): UsageCounts(origin_reads=1, image_ops=0)}]
+    await rec.flush(meta)  # type: ignore[arg-type]
+    assert len(meta.usage) == 1  # nothing left: no empty write
+
+
+async def test_activity_flush_requeues_in_order() -> None:
+    rec = ActivityRecorder()
+    meta = FlakyMeta(failures=2)
+    rec.add(entry(1))
+    rec.add(entry(2))
+    meta.during_call = lambda: rec.add(entry(3))
+    with pytest.raises(ConnectionError):
+        await rec.flush(meta)  # type: ignore[arg-type]
+    meta.during_call = None
+    with pytest.raises(ConnectionError):
+        await rec.flush(meta)  # type: ignore[arg-type]
+    await rec.flush(meta)  # type: ignore[arg-type]
+    assert [[e.id for e in batch] for batch in meta.logs] == [["id-1", "id-2", "id-3"]]
+    await rec.flush(meta)  # type: ignore[arg-type]
+    assert len(meta.logs) == 1
+
+
+def test_activity_buffer_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(recorders, "MAX_PENDING_LOGS", 5)
+    rec = ActivityRecorder()
+    for n in range(10):
+        rec.add(entry(n))
+    assert len(rec._pending) == 5
+    assert [e.id for e in rec._pending] == [f"id-{n}" for n in range(5)]
+
+
+async def test_key_usage_flush_requeues_without_losing_a_newer_use() -> None:
+    rec = KeyUsageRecorder()
+    meta = FlakyMeta(failures=1)
+    rec.used("k1")
+    rec.used("k2")
+    first = dict(rec._last)
+    newer = "2999-01-01T00:00:00.000Z"
+
+    def newer_use() -> None:
+        rec._last["k1"] = newer  # k1 used again while the failed write was in flight
+
+    meta.during_call = newer_use
+    with pytest.raises(ConnectionError):
+        await rec.flush(meta)  # type: ignore[arg-type]
+    meta.during_call = None
+    await rec.flush(meta)  # type: ignore[arg-type]
+    assert meta.touched == [{"k1": newer, "k2": first["k2"]}]
+
+
+async def test_flusher_keeps_going_when_one_step_fails_and_flushes_at_stop() -> None:
+    usage, activity, keys = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    meta = FlakyMeta(failures=1)  # only the first write (usage) fails
+    flusher = Flusher(meta, [usage.flush, activity.flush, keys.flush], interval_s=0.05)  # type: ignore[arg-type]
+    usage.origin_read("u")
+    activity.add(entry(1))
+    keys.used("k")
+    await flusher.flush_now()  # usage fails and is kept; the others are written
+    assert meta.usage == [] and len(meta.logs) == 1 and len(meta.touched) == 1
+    flusher.start()
+    await asyncio.sleep(0.2)  # the periodic loop retries
+    assert meta.usage == [{("u", period_key()): UsageCounts(origin_reads=1, image_ops=0)}]
+    activity.add(entry(2))
+    await flusher.stop()  # cancels the loop and flushes once more
+    assert [e.id for batch in meta.logs for e in batch] == ["id-1", "id-2"]
+    await flusher.stop()  # idempotent

@@ -1,0 +1,440 @@
+"""Unit tests of the serving helpers: mediasrv.http_headers and mediasrv.media.
+
+Pure functions and small in-memory structures, tested without Tornado or a server.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import email.utils
+import re
+import threading
+import time
+from urllib.parse import unquote
+
+import pytest
+
+from mediasrv.errors import ServerBusy
+from mediasrv.http_headers import (
+    Unsatisfiable,
+    content_disposition,
+    etag_matches,
+    http_date,
+    not_modified_since,
+    parse_range,
+)
+from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from store.models import FileRecord
+
+# ---------------------------------------------------------------------------- parse_range
+
+SIZE = 26  # a 26-byte file: b"abcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.mark.parametrize(("header", "expected"), [
+    ("bytes=0-9", (0, 10)),
+    ("bytes=-10", (16, 26)),
+    ("bytes=20-100", (20, 26)),
+    ("bytes=0-", (0, 26)),
+    ("bytes=25-", (25, 26)),
+    ("bytes=25-25", (25, 26)),
+    ("bytes=0-0", (0, 1)),
+    ("bytes=-26", (0, 26)),
+    ("bytes=-1000", (0, 26)),  # a suffix longer than the file: the whole file
+    ("bytes=3-999999999999999999", (3, 26)),
+    ("  bytes=0-9  ", (0, 10)),
+])
+def test_parse_range_single_ranges(header: str, expected: tuple[int, int]) -> None:
+    start, end = parse_range(header, SIZE) or (None, None)
+    assert (start, end) == expected
+    assert b"abcdefghijklmnopqrstuvwxyz"[start:end]  # a non-empty slice of the file
+
+
+@pytest.mark.parametrize("header", [
+    None, "", "items=0-1", "bytes 0-9", "bytes=", "bytes=-", "bytes=a-b", "bytes=0-9,10-19",
+    "bytes=0-,0-,0-", "bytes=9-3",  # last < first: invalid, so ignored
+    "bytes=1234567890123456789-",  # more digits than we parse
+    "bytes=0-9;x", "bytes=+1-2", "bytes=0x1-2", "bytes=\u0661-2",  # Arabic-Indic digit one
+])
+def test_parse_range_ignored_gives_whole_body(header: str | None) -> None:
+    assert parse_range(header, SIZE) is None
+
+
+def test_parse_range_many_ranges_are_never_amplified() -> None:
+    assert parse_range("bytes=" + ",".join(["0-"] * 200), SIZE) is None
+    assert parse_range("bytes=" + ",".join(f"{i}-{i}" for i in range(1000)), SIZE) is None
+
+
+@pytest.mark.parametrize(("header", "size"), [
+    ("bytes=26-", 26), ("bytes=26-30", 26), ("bytes=100-200", 26), ("bytes=-0", 26),
+    ("bytes=0-9", 0), ("bytes=0-", 0), ("bytes=-10", 0), ("bytes=-0", 0),
+])
+def test_parse_range_unsatisfiable(header: str, size: int) -> None:
+    with pytest.raises(Unsatisfiable):
+        parse_range(header, size)
+
+
+def test_parse_range_without_header_on_empty_file_is_whole_body() -> None:
+    assert parse_range(None, 0) is None
+    assert parse_range("items=0-1", 0) is None
+
+
+# ---------------------------------------------------------------------------- validators
+
+ETAG = '"abc123"'
+
+
+@pytest.mark.parametrize(("inm", "expected"), [
+    ('"abc123"', True),
+    ('W/"abc123"', True),  # If-None-Match uses the weak comparison
+    (' "abc123" ', True),
+    ('"other", "abc123"', True),
+    ('"other",W/"abc123"', True),
+    ("*", True),
+    (" * ", True),
+    ('"other"', False),
+    ('"abc1234"', False),
+    ("abc123", False),  # unquoted is not the same entity tag
+    ('"ABC123"', False),  # entity tags are case-sensitive
+    ("", False),
+    (",", False),
+])
+def test_etag_matches(inm: str, expected: bool) -> None:
+    assert etag_matches(inm, ETAG) is expected
+
+
+def test_etag_matches_weak_stored_tag() -> None:
+    assert etag_matches('"abc123"', 'W/"abc123"')
+    assert not etag_matches('"abc"', 'W/"abc123"')
+
+
+LAST_MODIFIED = dt.datetime(2024, 5, 17, 10, 20, 30, 456000, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(("ims", "expected"), [
+    ("Fri, 17 May 2024 10:20:30 GMT", True),  # same second: the stored milliseconds don't count
+    ("Fri, 17 May 2024 10:20:31 GMT", True),
+    ("Sat, 18 May 2024 00:00:00 GMT", True),
+    ("Fri, 17 May 2024 10:20:29 GMT", False),
+    ("Thu, 01 Jan 1970 00:00:00 GMT", False),
+    ("Fri, 17 May 2024 12:20:30 +0200", True),  # same instant in another zone
+    ("Fri, 17 May 2024 10:20:30 -0000", True),  # naive: taken as UTC
+    ("not a date", False),
+    ("", False),
+    ("Fri, 99 May 2024 10:20:30 GMT", False),
+])
+def test_not_modified_since(ims: str, expected: bool) -> None:
+    assert not_modified_since(ims, LAST_MODIFIED) is expected
+
+
+def test_http_date_is_imf_fixdate_in_gmt() -> None:
+    text = http_date(LAST_MODIFIED)
+    assert text == "Fri, 17 May 2024 10:20:30 GMT"
+    other_zone = LAST_MODIFIED.astimezone(dt.timezone(dt.timedelta(hours=5)))
+    assert http_date(other_zone) == text
+    assert email.utils.parsedate_to_datetime(text) == LAST_MODIFIED.replace(microsecond=0)
+
+
+# ---------------------------------------------------------------------------- Content-Disposition
+
+_HEADER_SAFE = re.compile(r"^[\x20-\x7e]+$")
+_CD_RE = re.compile(r"^attachment; filename=\"([^\"\\]*)\"; filename\*=UTF-8''([A-Za-z0-9%._~!#$&+^`|-]*)$")
+
+
+def _parse_cd(value: str) -> tuple[str, str]:
+    """(ascii filename, decoded filename*) of our Content-Disposition; fails on anything else."""
+    assert _HEADER_SAFE.match(value), value  # printable ASCII only: no CR/LF, no raw UTF-8
+    match = _CD_RE.match(value)
+    assert match, value
+    return match.group(1), unquote(match.group(2), encoding="utf-8", errors="strict")
+
+
+def test_content_disposition_plain_name() -> None:
+    assert _parse_cd(content_disposition("report.pdf", "fid")) == ("report.pdf", "report.pdf")
+
+
+def test_content_disposition_utf8_name_round_trips() -> None:
+    ascii_name, utf8 = _parse_cd(content_disposition("résumé 中文.pdf", "fid"))
+    assert utf8 == "résumé 中文.pdf"
+    assert ascii_name.startswith("resume") and ascii_name.endswith(".pdf")
+
+
+@pytest.mark.parametrize(("name", "forbidden"), [
+    ('say "hi".txt', '"'),
+    ("a;b.txt", ";"),
+    ("a\r\nSet-Cookie: x=1.txt", "\r\n"),
+    ("a\nb\rc.txt", "\r\n"),
+    ("../../etc/passwd", "/"),
+    ("..\\..\\win.ini", "\\"),
+    ("invoice\u202etxt.exe", "\u202e"),  # RTL override would show "invoiceexe.txt"
+    ("a\u2028b\u2029c\x00d\x7fe\x85f.txt", "\u2028\u2029\x00\x7f\x85"),
+    ("zero\u200bwidth\ufeff.txt", "\u200b\ufeff"),
+])
+def test_content_disposition_sanitises(name: str, forbidden: str) -> None:
+    ascii_name, utf8 = _parse_cd(content_disposition(name, "fid"))
+    for ch in forbidden:
+        assert ch not in utf8 and ch not in ascii_name
+    assert "/" not in utf8 and "\\" not in utf8
+    assert not utf8.startswith(".") and not ascii_name.startswith(".")
+    assert utf8 and ascii_name
+
+
+def test_content_disposition_traversal_keeps_no_path() -> None:
+    _, utf8 = _parse_cd(content_disposition("../../etc/passwd", "fid"))
+    assert utf8 == "etcpasswd"
+
+
+@pytest.mark.parametrize("name", [None, "", "   ", "...", "\r\n", "\u202e", '"";;//'])
+def test_content_disposition_falls_back_to_file_id(name: str | None) -> None:
+    assert _parse_cd(content_disposition(name, "Fid_123-x")) == ("Fid_123-x", "Fid_123-x")
+
+
+def test_content_disposition_non_ascii_only_name_has_ascii_fallback() -> None:
+    ascii_name, utf8 = _parse_cd(content_disposition("中文", "Fid_1"))
+    assert utf8 == "中文"
+    assert ascii_name  # never an empty filename=""
+
+
+@pytest.mark.parametrize("length", [250, 255, 1000])
+def test_content_disposition_long_names_are_bounded_and_keep_extension(length: int) -> None:
+    name = "é" * (length - 4) + ".pdf"
+    value = content_disposition(name, "fid")
+    ascii_name, utf8 = _parse_cd(value)
+    assert len(value) < 2500
+    assert utf8.endswith(".pdf") and ascii_name.endswith(".pdf")
+    assert utf8.startswith("é" * 50)
+    assert len(utf8) <= length
+
+
+# ---------------------------------------------------------------------------- ResultCache
+
+
+def test_result_cache_hit_and_miss() -> None:
+    cache = ResultCache(max_bytes=1000)
+    assert cache.get("f1", "w10") is None
+    cache.put("f1", "w10", b"x" * 10, "image/webp")
+    assert cache.get("f1", "w10") == (b"x" * 10, "image/webp")
+    assert cache.get("f1", "w20") is None
+    assert cache.get("f2", "w10") is None
+
+
+def test_result_cache_is_bounded_by_bytes_lru() -> None:
+    cache = ResultCache(max_bytes=800)  # entries up to 100 bytes are accepted
+    for i in range(8):
+        cache.put("f", f"v{i}", bytes([i]) * 100, "image/png")
+    assert cache.get("f", "v0") is not None  # exactly full; reading v0 makes it the newest
+    cache.put("f", "v8", b"z" * 100, "image/png")  # evicts the least recently used: v1
+    assert cache.get("f", "v1") is None
+    assert cache.get("f", "v0") is not None and cache.get("f", "v8") is not None
+    held = sum(len(item[0]) for i in range(9) if (item := cache.get("f", f"v{i}")) is not None)
+    assert held <= 800
+
+
+def test_result_cache_replacing_an_entry_does_not_leak_bytes() -> None:
+    cache = ResultCache(max_bytes=800)
+    for i in range(8):
+        cache.put("f", f"v{i}", b"a" * 100, "image/png")
+    for _ in range(50):  # the same key again and again: its old bytes are released each time
+        cache.put("f", "v7", b"b" * 100, "image/png")
+    assert all(cache.get("f", f"v{i}") is not None for i in range(8))
+    assert cache.get("f", "v7") == (b"b" * 100, "image/png")
+
+
+def test_result_cache_refuses_one_huge_result() -> None:
+    cache = ResultCache(max_bytes=800)
+    for i in range(4):
+        cache.put("f", f"v{i}", b"a" * 100, "image/png")
+    cache.put("f", "huge", b"h" * 101, "image/png")  # more than an eighth of the budget
+    assert cache.get("f", "huge") is None
+    assert all(cache.get("f", f"v{i}") is not None for i in range(4))  # nothing flushed
+
+
+def test_result_cache_invalidate_drops_every_variant_of_that_file_only() -> None:
+    cache = ResultCache(max_bytes=10_000)
+    for v in ("w10", "w20", "fwebp"):
+        cache.put("gone", v, b"g" * 50, "image/webp")
+        cache.put("kept", v, b"k" * 50, "image/webp")
+    cache.invalidate("gone")
+    assert all(cache.get("gone", v) is None for v in ("w10", "w20", "fwebp"))
+    assert all(cache.get("kept", v) is not None for v in ("w10", "w20", "fwebp"))
+    cache.invalidate("gone")  # idempotent
+    cache.invalidate("never-seen")
+    cache.put("new", "v59", b"n" * 50, "image/png")
+    assert cache.get("new", "v59") is not None
+
+
+def test_result_cache_invalidate_frees_budget() -> None:
+    cache = ResultCache(max_bytes=800)
+    for i in range(8):
+        cache.put("a", f"v{i}", b"a" * 100, "image/png")
+    cache.invalidate("a")
+    for i in range(8):
+        cache.put("b", f"v{i}", b"b" * 100, "image/png")
+    assert all(cache.get("b", f"v{i}") is not None for i in range(8))  # no phantom bytes left
+
+
+def test_result_cache_zero_budget_caches_nothing() -> None:
+    cache = ResultCache(max_bytes=0)
+    cache.put("f", "v", b"x", "image/png")
+    assert cache.get("f", "v") is None
+
+
+def test_result_cache_put_after_an_invalidation_is_dropped() -> None:
+    cache = ResultCache(max_bytes=10_000)
+    generation = cache.generation  # read before a (slow) transform starts
+    cache.invalidate("f")  # the file is deleted while it runs
+    cache.put("f", "w10", b"late", "image/png", generation=generation)
+    assert cache.get("f", "w10") is None
+    cache.put("f", "w10", b"fresh", "image/png", generation=cache.generation)
+    assert cache.get("f", "w10") == (b"fresh", "image/png")
+    cache.put("g", "w10", b"plain", "image/png")  # without a generation: always stored
+    assert cache.get("g", "w10") is not None
+
+
+# ---------------------------------------------------------------------------- FileCache
+
+
+def _record(file_id: str) -> FileRecord:
+    return FileRecord(id=f"id-{file_id}", user_id="u1", file_id=file_id, name=None, content_type="text/plain",
+                      size=1, is_public=True, created_at="2024-01-01T00:00:00.000Z", blob_key=file_id)
+
+
+def test_file_cache_lru() -> None:
+    cache = FileCache(max_entries=3)
+    for k in ("a", "b", "c"):
+        cache.put(_record(k))
+    assert cache.get("a") is not None  # a is now the most recently used
+    cache.put(_record("d"))  # evicts b
+    assert cache.get("b") is None
+    assert [k for k in "acd" if cache.get(k) is not None] == ["a", "c", "d"]
+    # The reads above left the order a, c, d (oldest first); a re-put refreshes without duplicating.
+    cache.put(_record("a"))  # order c, d, a
+    cache.put(_record("e"))  # evicts c
+    assert {k for k in "abcde" if cache.get(k) is not None} == {"a", "d", "e"}
+
+
+def test_file_cache_invalidate_and_miss() -> None:
+    cache = FileCache(max_entries=10)
+    rec = _record("x")
+    cache.put(rec)
+    assert cache.get("x") == rec
+    cache.invalidate("x")
+    assert cache.get("x") is None
+    cache.invalidate("x")  # idempotent
+    assert cache.get("never") is None
+
+
+def test_file_cache_put_after_an_invalidation_is_dropped() -> None:
+    cache = FileCache(max_entries=10)
+    generation = cache.generation  # read before the database lookup
+    cache.invalidate("x")  # the file is deleted while the lookup runs
+    cache.put(_record("x"), generation)
+    assert cache.get("x") is None
+    cache.put(_record("x"), cache.generation)
+    assert cache.get("x") is not None
+
+
+# ---------------------------------------------------------------------------- ResizePool
+
+
+def test_resize_pool_slot_accounting() -> None:
+    pool = ResizePool(2)
+    try:
+        pool.try_acquire()
+        pool.try_acquire()
+        assert pool.in_use == 2
+        with pytest.raises(ServerBusy) as busy:
+            pool.try_acquire()
+        assert pool.in_use == 2  # a refused acquire takes nothing
+        assert busy.value.status == 503
+        assert busy.value.message == "Server busy; try again shortly"
+        assert busy.value.headers == {"Retry-After": "5"}
+        pool.release()
+        pool.try_acquire()  # a freed slot is usable again
+        pool.release()
+        pool.release()
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+def test_resize_pool_execute_runs_off_the_event_loop() -> None:
+    pool = ResizePool(2)
+    main = threading.get_ident()
+
+    def work() -> tuple[int, str]:
+        time.sleep(0.05)
+        return threading.get_ident(), threading.current_thread().name
+
+    async def run() -> list[tuple[int, str]]:
+        pool.try_acquire()
+        pool.try_acquire()
+        try:
+            return list(await asyncio.gather(pool.execute(work), pool.execute(work)))
+        finally:
+            pool.release()
+            pool.release()
+
+    try:
+        started = time.monotonic()
+        results = asyncio.run(run())
+        assert time.monotonic() - started < 0.5
+        assert all(ident != main and name.startswith("resize") for ident, name in results)
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+def test_resize_pool_execute_propagates_errors() -> None:
+    pool = ResizePool(1)
+
+    def boom() -> None:
+        raise ValueError("bad image")
+
+    try:
+        with pytest.raises(ValueError, match="bad image"):
+            asyncio.run(pool.execute(boom))
+    finally:
+        pool.close()
+
+
+# ---------------------------------------------------------------------------- UrlSigner
+
+
+def test_url_signer_round_trip() -> None:
+    signer = UrlSigner("secret-one")
+    expires = int(time.time()) + 600
+    sig = signer.sign("file_A", expires)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{32}", sig)  # 192 bits, URL-safe, no padding
+    assert signer.verify("file_A", str(expires), sig)
+    assert signer.sign("file_A", expires) == sig  # deterministic
+
+
+def test_url_signer_rejects() -> None:
+    signer = UrlSigner("secret-one")
+    expires = int(time.time()) + 600
+    sig = signer.sign("file_A", expires)
+    assert not signer.verify("file_B", str(expires), sig)  # another file
+    assert not signer.verify("file_A", str(expires + 1), sig)  # another deadline
+    assert not UrlSigner("secret-two").verify("file_A", str(expires), sig)  # another key
+    tampered = ("A" if sig[0] != "A" else "B") + sig[1:]
+    assert not signer.verify("file_A", str(expires), tampered)
+    assert not signer.verify("file_A", str(expires), sig[:-1])
+    assert not signer.verify("file_A", str(expires), sig + "A")
+    assert not signer.verify("file_A", None, sig)
+    assert not signer.verify("file_A", str(expires), None)
+    assert not signer.verify("file_A", "", sig)
+    assert not signer.verify("file_A", str(expires), "")
+    assert not signer.verify("file_A", f"{expires}.0", sig)
+    assert not signer.verify("file_A", f"-{expires}", sig)
+    assert not signer.verify("file_A", f" {expires}", sig)
+    assert not signer.verify("file_A", "9" * 13, signer.sign("file_A", int("9" * 13)))
+    assert not signer.verify("file_A", str(expires), "x" * 10_000)
+
+
+def test_url_signer_expiry() -> None:
+    signer = UrlSigner("secret-one")
+    past = int(time.time()) - 1
+    assert not signer.verify("file_A", str(past), signer.sign("file_A", past))
+    future = int(time.time()) + 5
+    assert signer.verify("file_A", str(future), signer.sign("file_A", future))
