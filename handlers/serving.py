@@ -18,7 +18,7 @@ from handlers.base import AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, StoreUnavailable, UnsupportedMedia
+from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
 from mediasrv.http_headers import (
     Unsatisfiable,
     content_disposition,
@@ -119,15 +119,7 @@ class ServeBase(BaseHandler):
         try:
             window = parse_range(self._range_header(etag, record), record.size)
         except Unsatisfiable:
-            # Like every error: a JSON body, never stored by a cache (write_error would drop
-            # the Content-Range this status needs).
-            self.set_status(416)
-            self.set_header("Content-Range", f"bytes */{record.size}")
-            self.set_header("Content-Type", "application/json")
-            self.set_header("Cache-Control", "no-store")
-            self.clear_header("Content-Disposition")
-            self.finish(b'{"error": "Range not satisfiable", "code": "RANGE_NOT_SATISFIABLE"}')
-            return
+            raise RangeNotSatisfiable(record.size) from None  # a JSON error, never cached
         start, end = window or (0, record.size)
         if window is not None:
             self.set_status(206)

@@ -340,7 +340,7 @@ async def test_if_range(api: Api) -> None:
 
 
 async def test_range_on_an_empty_file(api: Api, stores: Stores) -> None:
-    token, user_id = await _login(api)
+    _, user_id = await _login(api)
     fid = await _insert(stores, user_id, b"", "text/plain", name="empty.txt")
     for route in ("m", "d"):
         path = f"/{route}/{fid}"
@@ -400,7 +400,7 @@ async def test_download_name_with_crlf(api: Api, stores: Stores) -> None:
     r = await _get(api, f"/d/{fid}")
     assert r.code == 200 and r.body == b"x"
     assert "Set-Cookie" not in r.headers
-    ascii_name, utf8 = _disposition(r)
+    _, utf8 = _disposition(r)
     assert "\r" not in utf8 and "\n" not in utf8 and utf8.endswith(".txt")
 
 

@@ -5,6 +5,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from mediasrv import recorders
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, WINDOW_S, RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.server import StartupError, load_secret
 from mediasrv.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
 from mediasrv.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from store.models import LogEntry, UsageCounts
@@ -487,3 +489,36 @@ async def test_flusher_keeps_going_when_one_step_fails_and_flushes_at_stop() -> 
     await flusher.stop()  # cancels the loop and flushes once more
     assert [e.id for batch in meta.logs for e in batch] == ["id-1", "id-2"]
     await flusher.stop()  # idempotent
+
+
+# ---------------------------------------------------------------------------- the JWT secret file
+
+def test_secret_is_generated_once_with_mode_0600(tmp_path: Path) -> None:
+    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path / "new" / "dir")})
+    first = load_secret(settings)
+    path = settings.data_dir / "jwt_secret"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(first) >= 32 and path.read_text() == first
+    assert load_secret(settings) == first
+    assert sorted(p.name for p in settings.data_dir.iterdir()) == ["jwt_secret"]  # no temp file left
+
+
+def test_explicit_secret_wins_and_writes_nothing(tmp_path: Path) -> None:
+    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_JWT_SECRET": "s" * 40})
+    assert load_secret(settings) == "s" * 40
+    assert not (tmp_path / "jwt_secret").exists()
+
+
+@pytest.mark.parametrize("content", ["", "\n", "short"])
+def test_an_unusable_secret_file_is_refused(tmp_path: Path, content: str) -> None:
+    (tmp_path / "jwt_secret").write_text(content)
+    with pytest.raises(StartupError, match="jwt_secret"):
+        load_secret(Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path)}))
+
+
+def test_a_readable_secret_file_is_tightened(tmp_path: Path) -> None:
+    path = tmp_path / "jwt_secret"
+    path.write_text("k" * 50 + "\n")
+    path.chmod(0o644)
+    assert load_secret(Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path)})) == "k" * 50
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
