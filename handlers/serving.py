@@ -8,9 +8,11 @@ back on every path; passthrough never waits for one.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 from tornado.iostream import StreamClosedError
 
@@ -49,7 +51,8 @@ class ServingDeps:
     signer: UrlSigner
     usage: UsageRecorder
     domains: DomainService
-    default_host: str
+    own_hosts: frozenset[str]
+    """Host names of PUBLIC_URL and the dashboard: requests on them serve any file."""
     max_pixels: int
 
 
@@ -92,14 +95,14 @@ class ServeBase(BaseHandler):
         return record
 
     async def _host_allows(self, record: FileRecord) -> bool:
-        """On a custom hostname, only its (verified) owner's files exist."""
-        host = self.request.host.rsplit(":", 1)[0].lower().rstrip(".") if self.request.host else ""
-        if not host or host == self.deps.default_host:
+        """This server's own names serve every file; an active custom hostname serves only its
+        owner's; any other Host (a pending, removed or unknown domain) serves nothing."""
+        host = _request_host(self.request.host)
+        if host in self.deps.own_hosts or _is_loopback(host):
             return True
         domain = await self.deps.domains.by_host(host)
-        if domain is None:
-            return True  # not a custom domain: another name of this server
-        return domain.verification_status == "active" and domain.user_id == record.user_id
+        return (domain is not None and domain.verification_status == "active"
+                and domain.user_id == record.user_id)
 
     def _may_read(self, record: FileRecord) -> bool:
         if record.is_public:
@@ -236,3 +239,19 @@ class DownloadHandler(ServeBase):
 
     attachment = True
 
+
+def _request_host(host_header: str | None) -> str:
+    """The Host header's name, lower-case, without port or trailing dot ("" if malformed)."""
+    try:
+        return (urlsplit("//" + (host_header or "")).hostname or "").rstrip(".")
+    except ValueError:
+        return ""
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

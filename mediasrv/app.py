@@ -79,7 +79,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
         meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
-        domains=domains, default_host=(urlsplit(settings.public_url).hostname or "").lower(),
+        domains=domains, own_hosts=frozenset(
+            (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
         max_pixels=settings.max_image_pixels)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,

@@ -239,6 +239,13 @@ async def test_manual_custom_domain_lifecycle(api: Api, settings: Settings) -> N
     assert await get_settings(api, a) == body(r)
     f = await upload(api, a, b"after removal")
     assert f["public_url"] == f["default_url"] == f"{settings.public_url}/m/{f['file_id']}"
+    # A removed (or never registered) hostname serves nobody's files; this server's own names do.
+    for route in ("m", "d"):
+        for name in (host, "unknown.example.test"):
+            r = await api.call("GET", f"/{route}/{theirs['file_id']}", headers={"Host": name})
+            assert r.code == 404, (route, name)
+        r = await api.call("GET", f"/{route}/{theirs['file_id']}", headers={"Host": "localhost:8080"})
+        assert r.code == 200, route
     # Removing again is harmless.
     r = await patch(api, a, {"custom_domain": None})
     assert r.code == 200 and body(r)["custom_domain"] is None
