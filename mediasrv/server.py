@@ -135,17 +135,26 @@ class Running:
     sweeper: Sweeper
 
 
-async def start(settings: Settings) -> Running:
-    """Open the stores, build the app, listen. Raises on any failure to start."""
+async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
+    """Both stores, open; StartupError (with both closed again) when the data dir is unusable."""
     meta, blobs = make_stores(settings)
     try:
-        secret = await asyncio.to_thread(load_secret, settings)
         await meta.open()
         await blobs.open()
     except (OSError, sqlite3.Error) as exc:
         await blobs.close()
         await meta.close()
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    return meta, blobs
+
+
+async def start(settings: Settings) -> Running:
+    """Open the stores, build the app, listen. Raises on any failure to start."""
+    try:
+        secret = await asyncio.to_thread(load_secret, settings)
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    meta, blobs = await open_stores(settings)
     imaging.init_vips(settings.max_image_pixels)
     await meta.reconcile_usage()  # quota counters are exact after any crash
     mail = MailQueue(make_mailer(settings))
@@ -199,14 +208,7 @@ async def serve(settings: Settings) -> int:
 
 
 async def sweep_once(settings: Settings) -> int:
-    meta, blobs = make_stores(settings)
-    try:
-        await meta.open()
-        await blobs.open()
-    except (OSError, sqlite3.Error) as exc:
-        await blobs.close()
-        await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    meta, blobs = await open_stores(settings)
     try:
         report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
         print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "
