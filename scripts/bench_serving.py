@@ -43,7 +43,9 @@ def call(base: str, method: str, path: str, body: bytes | None = None,
 def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, MEDIASRV_DATA_DIR=str(data_dir), MEDIASRV_RATE_LIMIT_SCALE="100000",
                MEDIASRV_LOG_LEVEL="WARNING", MEDIASRV_BCRYPT_ROUNDS="4")
-    proc = subprocess.Popen(["mediasrv", "serve", "--port", str(port)], env=env)
+    beside = Path(sys.executable).with_name("mediasrv")  # the venv running this script
+    command = str(beside) if beside.exists() else "mediasrv"
+    proc = subprocess.Popen([command, "serve", "--port", str(port)], env=env)
     for _ in range(200):
         try:
             if call(f"http://127.0.0.1:{port}", "GET", "/ping")[0] == 200:
@@ -87,8 +89,8 @@ def wrk(url: str, seconds: int, connections: int) -> str:
     out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url],
                          capture_output=True, text=True, check=True).stdout
     rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    p50 = re.search(r"50%\s+(\S+)", out)
-    p99 = re.search(r"99%\s+(\S+)", out)
+    p50 = re.search(r"^\s+50%\s+(\S+)", out, re.M)
+    p99 = re.search(r"^\s+99%\s+(\S+)", out, re.M)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return (f"{float(rps.group(1)) if rps else 0:10.0f} req/s  p50 {p50.group(1) if p50 else '?':>8}  "
             f"p99 {p99.group(1) if p99 else '?':>8}  non-2xx {errors.group(1) if errors else 0}")
