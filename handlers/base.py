@@ -16,7 +16,7 @@ import tornado.web
 
 from mediasrv.auth import Authenticator, Principal
 from mediasrv.errors import ApiError, BadRequest, Forbidden, TooManyRequests
-from mediasrv.ratelimit import IP_LIMITS, RateLimiter
+from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
 from mediasrv.recorders import ActivityRecorder
 from mediasrv.timeutil import now_iso
 from store.models import LogEntry
@@ -79,7 +79,7 @@ class BaseHandler(tornado.web.RequestHandler):
     async def prepare(self) -> None:
         method = self.request.method or "GET"
         route = self.limits.get(method)
-        if route and route in IP_LIMITS and self.auth.get(method, "none") in ("none", "optional"):
+        if route in IP_LIMITS:
             self.spend(route, self.client_ip(), per_ip=True)
         mode = self.auth.get(method, "none")
         if mode in ("any", "jwt"):
@@ -88,7 +88,7 @@ class BaseHandler(tornado.web.RequestHandler):
             if mode == "jwt" and self.principal.kind != "jwt":
                 raise Forbidden("API keys cannot manage API keys; use a session token",
                                 code="JWT_REQUIRED")
-            if route:
+            if route in USER_LIMITS:
                 self.spend(route, self.principal.user.id, per_ip=False)
         elif mode == "optional":
             self.principal = await self.base.auth.optional(

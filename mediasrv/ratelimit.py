@@ -14,17 +14,18 @@ from dataclasses import dataclass
 
 WINDOW_S = 60
 
-# (route name -> requests per window). Route names are the handlers' ``rate_limit`` values.
-IP_LIMITS: dict[str, int] = {"media": 400, "register": 10, "login": 15}
+# Route name -> requests per window; the names are the handlers' ``limits`` values. A route
+# is keyed by client address when it is in IP_LIMITS (anonymous routes: the interface's three,
+# plus refresh and the password-reset pair), else by the authenticated user.
+IP_LIMITS: dict[str, int] = {"media": 400, "register": 10, "login": 15,
+                             "refresh": 30, "forgot_password": 5, "reset_password": 10}
 USER_LIMITS: dict[str, int] = {
     "api_keys.create": 10, "api_keys.list": 30, "api_keys.delete": 10,
     "files.upload": 30, "files.bulk_delete": 20, "files.list": 60, "files.get": 120,
     "files.delete": 60, "files.sign": 60, "settings.get": 60, "settings.patch": 20,
-    "profile": 60, "usage": 60, "logs": 60, "refresh": 30, "forgot_password": 5,
-    "reset_password": 10,
+    "profile": 60, "usage": 60, "logs": 60,
 }
-# Password-reset and refresh requests are anonymous, so they are keyed per IP as well.
-IP_LIMITS.update({"refresh": 30, "forgot_password": 5, "reset_password": 10})
+assert not IP_LIMITS.keys() & USER_LIMITS.keys(), "a route is keyed one way only"
 
 
 @dataclass(frozen=True)
