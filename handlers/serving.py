@@ -8,6 +8,7 @@ back on every path; passthrough never waits for one.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -114,13 +115,11 @@ class ServeBase(BaseHandler):
 
     async def _send_blob(self, record: FileRecord) -> None:
         etag = f'"{record.file_id}"'
-        self._common_headers(record, record.content_type, etag)
-        if self._not_modified(etag, record):
-            self.set_status(304)
-            self.finish()
+        modified = parse_iso(record.created_at)
+        if self._answered_not_modified(record, record.content_type, etag, modified):
             return
         try:
-            window = parse_range(self._range_header(etag, record), record.size)
+            window = parse_range(self._range_header(etag, modified), record.size)
         except Unsatisfiable:
             raise RangeNotSatisfiable(record.size) from None  # a JSON error, never cached
         start, end = window or (0, record.size)
@@ -134,7 +133,7 @@ class ServeBase(BaseHandler):
             return
         await self._stream(record.blob_key, start, end)
 
-    def _range_header(self, etag: str, record: FileRecord) -> str | None:
+    def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
         wanted = self.request.headers.get("Range")
         if_range = self.request.headers.get("If-Range")
@@ -143,7 +142,7 @@ class ServeBase(BaseHandler):
         if_range = if_range.strip()
         if if_range.startswith('"'):
             return wanted if if_range == etag else None  # strong comparison
-        return wanted if if_range == http_date(parse_iso(record.created_at)) else None
+        return wanted if if_range == http_date(modified) else None
 
     async def _stream(self, blob_key: str, start: int, end: int) -> None:
         chunks = self.deps.blobs.read(blob_key, start, end, CHUNK)
@@ -177,10 +176,7 @@ class ServeBase(BaseHandler):
             cached = await self._run_transform(record, spec)
             self.deps.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
-        self._common_headers(record, out_type, etag)
-        if self._not_modified(etag, record):
-            self.set_status(304)
-            self.finish()
+        if self._answered_not_modified(record, out_type, etag, parse_iso(record.created_at)):
             return
         self.set_header("Content-Length", str(len(data)))
         self.deps.usage.origin_read(record.user_id)
@@ -201,10 +197,12 @@ class ServeBase(BaseHandler):
         self.deps.usage.image_op(record.user_id)
         return result
 
-    def _common_headers(self, record: FileRecord, content_type: str, etag: str) -> None:
+    def _answered_not_modified(self, record: FileRecord, content_type: str, etag: str,
+                               modified: dt.datetime) -> bool:
+        """Set the representation's headers; answer 304 (True) when the client's copy is current."""
         self.set_header("Content-Type", content_type)
         self.set_header("ETag", etag)
-        self.set_header("Last-Modified", http_date(parse_iso(record.created_at)))
+        self.set_header("Last-Modified", http_date(modified))
         self.set_header("Accept-Ranges", "bytes")
         self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
         if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
@@ -214,13 +212,18 @@ class ServeBase(BaseHandler):
             self.set_header("Content-Disposition", content_disposition(record.name, record.file_id))
         elif content_type in ACTIVE_TYPES:
             self.set_header("Content-Disposition", "attachment")
+        if not self._client_copy_current(etag, modified):
+            return False
+        self.set_status(304)
+        self.finish()
+        return True
 
-    def _not_modified(self, etag: str, record: FileRecord) -> bool:
+    def _client_copy_current(self, etag: str, modified: dt.datetime) -> bool:
         inm = self.request.headers.get("If-None-Match")
         if inm is not None:
             return etag_matches(inm, etag)
         ims = self.request.headers.get("If-Modified-Since")
-        return ims is not None and not_modified_since(ims, parse_iso(record.created_at))
+        return ims is not None and not_modified_since(ims, modified)
 
 
 class MediaHandler(ServeBase):
@@ -229,9 +232,7 @@ class MediaHandler(ServeBase):
     limits: ClassVar[dict[str, str]] = {"GET": "media", "HEAD": "media"}
 
     async def get(self, key: str) -> None:
-        args = {k: [v.decode("utf-8", "replace") for v in vs] for k, vs in self.request.query_arguments.items()}
-        spec = imaging.parse_transform(args)
-        await self.serve(key, spec)
+        await self.serve(key, imaging.parse_transform(self.request.query_arguments))
 
 
 class DownloadHandler(ServeBase):

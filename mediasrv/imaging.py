@@ -236,7 +236,7 @@ def _dimension(args: Mapping[str, Sequence[str | bytes]], name: str) -> int | No
     return value
 
 
-def parse_transform(args: Mapping[str, Sequence[str]]) -> TransformSpec | None:
+def parse_transform(args: Mapping[str, Sequence[str | bytes]]) -> TransformSpec | None:
     """Read ``width``, ``height`` and ``format`` from query arguments (name -> list of values).
 
     Returns None when none of them is present (serve the file as stored). Raises BadRequest
