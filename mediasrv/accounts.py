@@ -8,12 +8,13 @@ the same for every address; every password check costs one bcrypt run.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
+
+import orjson
 
 from mediasrv import tokens
 from mediasrv.errors import BadRequest, Forbidden, Unauthorized
@@ -181,8 +182,7 @@ class AccountService:
     async def _send_confirmation(self, user: User, redirect_to: str | None,
                                  password_hash: str | None = None) -> None:
         token = tokens.new_opaque_token()
-        data = json.dumps({"redirect_to": redirect_to, "password_hash": password_hash}) if password_hash \
-            else redirect_to
+        data = orjson.dumps({"redirect_to": redirect_to, "password_hash": password_hash}).decode()
         await self._meta.put_token("confirm", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL), data)
         link = self._link("/auth/confirm", token)
         self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
@@ -206,10 +206,8 @@ class AccountService:
 
 
 def _confirm_data(data: str | None) -> tuple[str | None, str | None]:
-    """(redirect_to, password_hash) of a confirmation token: a bare redirect URL, or JSON."""
-    if not data or not data.startswith("{"):
-        return data, None
-    value = json.loads(data)
+    """(redirect_to, password_hash) stored with a confirmation token."""
+    value = orjson.loads(data) if data else {}
     return value.get("redirect_to"), value.get("password_hash")
 
 
