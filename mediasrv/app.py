@@ -21,6 +21,7 @@ from mediasrv.content_types import AllowList
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
+from mediasrv.imagejobs import ImageJobs, MemoryBudget
 from mediasrv.mail import MailQueue
 from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
@@ -68,7 +69,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
-    pool = ResizePool(settings.resize_slots)
+    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
+    images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels)
     signer = UrlSigner(jwt_secret)
 
     def forget(record: FileRecord) -> None:
@@ -78,7 +80,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget)
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
-        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
+        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, images=images, signer=signer,
+        usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
         max_pixels=settings.max_image_pixels)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import imaging
+from mediasrv import allocator, imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, make_mailer
@@ -156,6 +156,7 @@ async def start(settings: Settings) -> Running:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
     imaging.init_vips(settings.max_image_pixels)
+    allocator.tune()  # before the resize threads exist: freed image memory goes back
     await meta.reconcile_usage()  # quota counters are exact after any crash
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,

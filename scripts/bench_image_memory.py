@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_serving import account_token, call, free_port, start_server, upload  # noqa: E402
+from bench_serving import account_token, free_port, start_server, upload
 
 
 def photo_24mp() -> bytes:
