@@ -21,7 +21,7 @@ from mediasrv.content_types import AllowList
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
-from mediasrv.imagejobs import ImageJobs, MemoryBudget
+from mediasrv.imagejobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.mail import MailQueue
 from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
@@ -46,6 +46,7 @@ class Runtime:
     hash_executor: ThreadPoolExecutor
     limiter: RateLimiter
     inflight: InFlight
+    images: ImageJobs
 
     async def stop(self) -> None:
         await self.flusher.stop()
@@ -56,8 +57,11 @@ class Runtime:
 
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
-             flush_interval_s: float = 1.0) -> tuple[tornado.web.Application, Runtime]:
-    """The Tornado application and the runtime pieces the caller starts and stops."""
+             flush_interval_s: float = 1.0,
+             image_runner: Runner = run_transform) -> tuple[tornado.web.Application, Runtime]:
+    """The Tornado application and the runtime pieces the caller starts and stops.
+
+    ``image_runner`` does one transform on a worker thread (tests inject a controllable one)."""
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
@@ -70,7 +74,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
     pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
-    images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels)
+    images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
+                       runner=image_runner)
     signer = UrlSigner(jwt_secret)
 
     def forget(record: FileRecord) -> None:
@@ -93,7 +98,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         compress_response=False, xheaders=False, serve_traceback=False)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight)
+                          inflight=inflight, images=images)
 
 
 @dataclass(frozen=True)
