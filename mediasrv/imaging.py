@@ -798,12 +798,15 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
     ``buffered``, or when its loader maps the whole file anyway), a decoded frame for
     decoders that do not stream, the encoder's working set for the (capped) output, and a
     fixed overhead. A header that cannot be read here is assumed ``max_pixels`` large. Raises
-    UnprocessableImage when the header declares more than ``max_pixels`` pixels.
+    UnprocessableImage when the header declares more than ``max_pixels`` pixels, and
+    UnsupportedMedia when the bytes are another format's (SVG, PDF, ...).
     """
     parse = _sniff(bytes(prefix[:64]))
     src = _SNIFFED_FORMATS.get(parse) if parse is not None else None  # type: ignore[arg-type]
     dims = header_dimensions(prefix) if src is not None else None
     if dims is None:
+        if src is None and _looks_like_other_format(prefix):
+            raise UnsupportedMedia()  # SVG, PDF, BMP...: refused before anything is reserved
         src = None
         side = math.isqrt(max_pixels)
         dims = (side, max(1, max_pixels // side))

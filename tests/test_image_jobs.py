@@ -25,7 +25,7 @@ import tornado.web
 from mediasrv import imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
-from mediasrv.errors import ServerBusy, UnprocessableImage
+from mediasrv.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
 from mediasrv.imagejobs import PREFIX_BYTES, MemoryBudget, run_transform
 from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.media import ResizePool
@@ -94,6 +94,9 @@ def test_estimate_refuses_pixel_bombs_and_assumes_the_worst_for_unknown_headers(
         imaging.estimate_cost(_png_header(20000, 20000), 1000, _spec(width=10), 50_000_000, buffered=False)
     unknown = imaging.estimate_cost(b"\x00" * 100, 100, _spec(width=10), 1_000_000, buffered=False)
     assert unknown.source_area >= 999_000
+    with pytest.raises(UnsupportedMedia):
+        imaging.estimate_cost(b"<svg xmlns='http://www.w3.org/2000/svg'/>", 40, _spec(width=10), 1_000_000,
+                              buffered=False)
 
 
 def test_avif_webp_gif_outputs_are_scaled_down_to_their_cap() -> None:
