@@ -18,6 +18,7 @@ from handlers.base import BaseDeps, InFlight, NotFoundHandler
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
 from mediasrv.content_types import AllowList
+from mediasrv.cors import CorsPolicy
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
@@ -87,7 +88,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                             serving=serving_deps)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
-        compress_response=False, xheaders=False, serve_traceback=False)
+        compress_response=False, xheaders=False, serve_traceback=False,
+        cors=CorsPolicy.from_origins(settings.cors_origins))
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight)
