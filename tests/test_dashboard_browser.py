@@ -81,6 +81,26 @@ async def clipboard(page: Page) -> str:
     return await page.evaluate("() => navigator.clipboard.readText()")
 
 
+async def assert_accessible(page: Page) -> None:
+    """Every control of the current view has a label (inputs) or a name (buttons)."""
+    unlabelled = await page.evaluate("""() => [...document.querySelectorAll('input, select, textarea')]
+        .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+        .map(e => e.outerHTML)""")
+    assert unlabelled == []
+    nameless = await page.evaluate("""() => [...document.querySelectorAll('button')]
+        .filter(b => !(b.getAttribute('aria-label') || b.textContent).trim()).map(b => b.outerHTML)""")
+    assert nameless == []
+
+
+async def tab_to(page: Page, selector: str) -> None:
+    """Press Tab until the element matching ``selector`` has the focus (keyboard only)."""
+    for _ in range(60):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("s => document.activeElement && document.activeElement.matches(s)", selector):
+            return
+    raise AssertionError(f"Tab never reached {selector}")
+
+
 async def register_and_confirm(page: Page, api: Api, email: str) -> None:
     await page.goto("/")
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
@@ -125,12 +145,22 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         progress = page.get_by_label("Upload progress of sunset.png")
         assert await progress.get_attribute("value") == "100" or await progress.evaluate("p => p.value") == 100
         await expect(page.locator("ul.grid li.file")).to_have_count(4)
+        # A private upload: its thumbnail is fetched with the session token and shown as a blob.
+        await page.get_by_label("Upload as public").uncheck()
+        await page.get_by_label("Choose files to upload").set_input_files(
+            [{"name": "private.png", "mimeType": "image/png", "buffer": picture((120, 60, 150), "private")}])
+        await expect(page.locator("ul.uploads li[data-state=done]")).to_have_count(5)
+        await expect(page.locator("ul.grid li.file")).to_have_count(5)
         # Every image thumbnail really loaded (decoded pixels), through /m/<id>?width=.
         await page.wait_for_function(
             "() => { const imgs = [...document.querySelectorAll('ul.grid img.thumb')];"
-            " return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0); }")
-        src = await page.locator("ul.grid img.thumb").first.get_attribute("src")
-        assert src is not None and src.startswith("/m/") and "?width=" in src
+            " return imgs.length === 4 && imgs.every(i => i.complete && i.naturalWidth > 0); }")
+        src = await page.get_by_role("img", name="ocean.png").get_attribute("src")
+        assert src is not None and src.startswith("/m/") and "?width=320" in src
+        private_src = await page.get_by_role("img", name="private.png").get_attribute("src")
+        assert private_src is not None and private_src.startswith("blob:")
+        await expect(page.locator("li.file", has_text="private.png")).to_contain_text("Private")
+        await assert_accessible(page)
         await expect(page.get_by_role("img", name="ocean.png")).to_be_visible()
         listed = body(await api.call("GET", "/files?q=ocean", token=await _token(api, email)))["files"]
         assert [f["name"] for f in listed] == ["ocean.png"]
@@ -151,7 +181,7 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await page.get_by_role("button", name="Apply filters").click()
         await expect(page.locator("ul.grid li.file")).to_have_count(1)
         await page.get_by_role("button", name="Clear filters").click()
-        await expect(page.locator("ul.grid li.file")).to_have_count(4)
+        await expect(page.locator("ul.grid li.file")).to_have_count(5)
 
         # API key: created, shown once with a copy button, works, listed, revoked.
         await page.get_by_role("link", name="API keys").click()
@@ -165,6 +195,7 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         assert await _wait_clipboard(page, key) == key
         assert (await api.call("GET", "/files", headers={"X-Api-Key": key})).code == 200
         await expect(page.get_by_role("cell", name="CI uploads", exact=True)).to_be_visible()
+        await assert_accessible(page)
         await page.screenshot(path=str(ARTIFACTS / "dashboard-api-keys.png"), full_page=True)
         await page.get_by_role("button", name="Done, hide the key").click()
         await expect(page.get_by_label("New API key")).to_have_count(0)
@@ -183,6 +214,7 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await expect(page.locator("dl.facts")).to_contain_text("pending")
         await page.get_by_role("button", name="Check domain status").click()
         await expect(page.locator("dl.facts dd.ok").first).to_have_text("active")
+        await assert_accessible(page)
         s = body(await api.call("GET", "/settings", token=await _token(api, email)))
         assert s["max_upload_size_bytes"] == 1024 * 1024
         assert s["custom_domain"]["hostname"] == "media.example.com"
@@ -190,7 +222,8 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         # Usage chart and activity log.
         await page.get_by_role("link", name="Usage").click()
         await expect(page.locator("svg.chart rect.bar")).to_have_count(14)
-        await expect(page.locator(".stat", has_text="Files")).to_contain_text("4")
+        await expect(page.locator(".stat", has_text="Files")).to_contain_text("5")
+        await assert_accessible(page)
         await page.get_by_role("link", name="Activity").click()
         await expect(page.get_by_role("cell", name="/files").first).to_be_visible()
 
@@ -198,9 +231,9 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await page.get_by_role("link", name="Files").click()
         await page.locator("li.file", has_text="sunset.png").get_by_role("button", name="Delete").click()
         await page.get_by_role("dialog").get_by_role("button", name="Delete").click()
-        await expect(page.locator("ul.grid li.file")).to_have_count(3)
+        await expect(page.locator("ul.grid li.file")).to_have_count(4)
         await page.get_by_label("Select all on this page").check()
-        await page.get_by_role("button", name="Delete selected (3)").click()
+        await page.get_by_role("button", name="Delete selected (4)").click()
         await page.get_by_role("dialog").get_by_role("button", name="Delete").click()
         await expect(page.get_by_text("No files yet")).to_be_visible()
 
@@ -244,6 +277,37 @@ async def test_password_reset_from_the_emailed_link(api: Api, settings: Settings
         await page.get_by_role("button", name="Set new password").click()
         await expect(page.get_by_role("alert")).to_contain_text("invalid, used or expired")
         assert problems == [m for m in problems if "status of 400" in m]
+
+
+async def test_keyboard_only_login_upload_and_cancelled_delete(api: Api, settings: Settings) -> None:
+    email = "browser-keyboard@example.com"
+    await api.user(email)
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+        await assert_accessible(page)
+        await tab_to(page, "input[type=email]")
+        await page.keyboard.type(email)
+        await page.keyboard.press("Tab")
+        await page.keyboard.type(PASSWORD)
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("heading", name="Files")).to_be_visible()
+        await tab_to(page, "#upload-input")  # the file chooser is reachable by keyboard
+        token = await _token(api, email)
+        r = await api.call("POST", "/files", body=picture((90, 90, 90), "kbd"),
+                           headers={"Content-Type": "image/png", "x-file-name": "kbd.png"}, token=token)
+        assert r.code == 201
+        await page.get_by_label("Search").focus()
+        await page.keyboard.press("Enter")  # submits the filter form: the grid reloads
+        await expect(page.locator("ul.grid li.file")).to_have_count(1)
+        await tab_to(page, "li.file button.danger")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("dialog")).to_be_visible()
+        await page.keyboard.press("Escape")  # cancels: nothing is deleted
+        await expect(page.get_by_role("dialog")).to_be_hidden()
+        await expect(page.locator("ul.grid li.file")).to_have_count(1)
+        assert body(await api.call("GET", "/files", token=token))["total"] == 1
+        assert problems == []
 
 
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_ACCESS_TOKEN_TTL": "1"}], indirect=True)
