@@ -5,7 +5,7 @@ import { announce } from './dom.js';
 import {
   checkEmailView, confirmedView, forgotView, loginView, registerView, resetView,
 } from './views/auth.js';
-import { filesView } from './views/files.js';
+import { filesView, resetFilesState } from './views/files.js';
 import { keysView } from './views/keys.js';
 import { settingsView } from './views/settings.js';
 import { activityView, usageView } from './views/usage.js';
@@ -94,12 +94,14 @@ async function render() {
 document.getElementById('logout').addEventListener('click', async () => {
   await logout();
   email = null;
+  resetFilesState();
   announce('You are logged out.');
   go('#/login');
 });
 
 onSessionEnd(() => {
   email = null;
+  resetFilesState();
   announce('Your session has ended. Log in again.', 'error');
   go('#/login');
 });

@@ -46,6 +46,11 @@ function thumbnail(file) {
   return img;
 }
 
+/** Forget the filters and selection (at logout: the next user starts clean). */
+export function resetFilesState() {
+  filesView.state = null;
+}
+
 export function filesView({ rerender }) {
   objectUrls.forEach((url) => URL.revokeObjectURL(url));
   objectUrls = [];
