@@ -42,12 +42,12 @@ class DashboardHandler(BaseHandler):
     logged = False
     cors: ClassVar[CorsMode] = "none"
 
+    assets: dict[str, Asset]
+    csp: str
+
     def initialize(self, base: BaseDeps, assets: dict[str, Asset], csp: str) -> None:  # type: ignore[override]
         super().initialize(base)
         self.assets, self.csp = assets, csp
-
-    assets: dict[str, Asset]
-    csp: str
 
     def get(self, path: str = INDEX) -> None:
         send_asset(self, self.assets.get(path), self.csp)
@@ -58,13 +58,13 @@ class DashboardHandler(BaseHandler):
 class ResetPasswordPageHandler(ResetPasswordHandler):
     """/auth/reset-password: GET is the page the e-mail links to (a form), POST the API."""
 
+    assets: dict[str, Asset]
+    csp: str
+
     def initialize(self, base: BaseDeps, accounts: AccountService,  # type: ignore[override]
                    assets: dict[str, Asset], csp: str) -> None:
         super().initialize(base, accounts)
         self.assets, self.csp = assets, csp
-
-    assets: dict[str, Asset]
-    csp: str
 
     def get(self) -> None:
         send_asset(self, self.assets[INDEX], self.csp)
