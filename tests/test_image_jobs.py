@@ -430,7 +430,7 @@ async def test_jobs_over_the_budget_wait_for_memory_inside_their_slot(
     requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?format=webp&width={900 + k}"))
                 for k in range(3)]
     await asyncio.to_thread(runner.started.acquire, True, 30)  # one job runs ...
-    for _ in range(50):
+    for _ in range(3000):  # until the other two requests have arrived (a condition, not a timing)
         if runtime.images.budget.waiting == 2:
             break
         await asyncio.sleep(0.01)
