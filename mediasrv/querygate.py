@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mediasrv.errors import TooManyRequests
 
@@ -19,9 +19,9 @@ RETRY_AFTER_S = 1
 
 @dataclass
 class _UserState:
+    turns: asyncio.Semaphore
     running: int = 0
     waiting: int = 0
-    turn: asyncio.Condition = field(default_factory=asyncio.Condition)
 
 
 class QueryGate:
@@ -42,21 +42,27 @@ class QueryGate:
 
     @contextlib.asynccontextmanager
     async def slot(self, user_id: str) -> AsyncIterator[None]:
-        state = self._users.setdefault(user_id, _UserState())
-        if state.running >= self.per_user and state.waiting >= self.max_waiting:
+        state = self._users.get(user_id)
+        if state is None:
+            state = self._users[user_id] = _UserState(asyncio.Semaphore(self.per_user))
+        if state.turns.locked() and state.waiting >= self.max_waiting:
             raise TooManyRequests(headers={"Retry-After": str(RETRY_AFTER_S)})
         state.waiting += 1
         try:
-            async with state.turn:
-                await state.turn.wait_for(lambda: state.running < self.per_user)
-                state.running += 1
-        finally:
+            await state.turns.acquire()  # FIFO, and safe against cancellation
+        except BaseException:
             state.waiting -= 1
+            self._forget_if_idle(user_id, state)
+            raise
+        state.waiting -= 1
+        state.running += 1
         try:
             yield
         finally:
             state.running -= 1
-            async with state.turn:
-                state.turn.notify(1)
-            if state.running == 0 and state.waiting == 0:
-                self._users.pop(user_id, None)
+            state.turns.release()
+            self._forget_if_idle(user_id, state)
+
+    def _forget_if_idle(self, user_id: str, state: _UserState) -> None:
+        if state.running == 0 and state.waiting == 0 and self._users.get(user_id) is state:
+            del self._users[user_id]
