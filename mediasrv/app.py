@@ -28,6 +28,7 @@ from mediasrv.passwords import PasswordHasher
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.settings import Settings
+from mediasrv.storeguard import StoreGuard
 from mediasrv.tokens import JwtCodec
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
@@ -45,8 +46,10 @@ class Runtime:
     hash_executor: ThreadPoolExecutor
     limiter: RateLimiter
     inflight: InFlight
+    guard: StoreGuard
 
     async def stop(self) -> None:
+        await self.guard.stop()
         await self.flusher.stop()
         await self.mail.drain(timeout_s=5)
         self.pool.close()
@@ -75,7 +78,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         file_cache.invalidate(record.file_id)
         results.invalidate(record.file_id)
 
-    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget)
+    guard = StoreGuard(meta)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
         meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
@@ -84,13 +88,13 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         max_pixels=settings.max_image_pixels)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
-                            serving=serving_deps)
+                            serving=serving_deps, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight)
+                          inflight=inflight, guard=guard)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class _RouteArgs:
     domains: DomainService
     signer: UrlSigner
     serving: serving.ServingDeps
+    guard: StoreGuard
 
 
 def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
@@ -115,7 +120,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     own = {**b, "meta": a.meta, "settings": a.settings}
     docs = _documents(a.settings, a.allow)
     return [
-        (r"/ping", reference.PingHandler, b),
+        (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),

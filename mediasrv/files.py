@@ -12,6 +12,7 @@ from typing import Any
 from mediasrv.custom_domains import DomainService
 from mediasrv.errors import Forbidden
 from mediasrv.settings import Settings
+from mediasrv.storeguard import StoreGuard
 from mediasrv.timeutil import now_iso
 from mediasrv.uploads import UploadLimits
 from store.base import BlobStore, MetaStore
@@ -34,8 +35,9 @@ class FileService:
     """Upload limits, record rendering and deletion for one deployment."""
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
-                 on_deleted: Callable[[FileRecord], None]) -> None:
+                 on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None) -> None:
         self._settings, self._meta, self._blobs = settings, meta, blobs
+        self._guard = guard
         self._domains = domains
         self._on_deleted = on_deleted
 
@@ -46,6 +48,13 @@ class FileService:
         return UploadLimits(cap_bytes=cap, storage_limit=self._settings.storage_limit_bytes,
                             count_limit=self._settings.file_count_limit,
                             max_pixels=self._settings.max_image_pixels)
+
+    async def require_store(self) -> None:
+        """503 before an upload starts if the metadata database changed under the server: its
+        record would be written where nobody reads it again."""
+        if self._guard is not None:
+            await self._guard.check()
+            self._guard.require()
 
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""

@@ -24,9 +24,10 @@ import tornado.web
 from mediasrv import imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
+from mediasrv.errors import StoreUnavailable
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
-from mediasrv.sweep import Sweeper
+from mediasrv.sweep import Sweeper, SweepPolicy
 from store.base import BlobStore, MetaStore
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -46,9 +47,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(settings.log_level)
-    runner = serve if args.command == "serve" else sweep_once
     try:
-        code = asyncio.run(runner(settings))
+        if args.command == "serve":
+            code = asyncio.run(serve(settings))
+        else:
+            code = asyncio.run(sweep_once(settings, force=args.force, purge=args.purge_quarantine))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -67,9 +70,15 @@ def _parser() -> argparse.ArgumentParser:
                                epilog="environment variables:\n" + Settings.help_text())
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
-                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                   epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd = sub.add_parser(
+        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd.add_argument("--force", action="store_true",
+                           help="the database is the right one: quarantine every unreferenced blob past the "
+                                "grace period, even on an empty database or beyond MEDIASRV_SWEEP_MAX_SHARE")
+    sweep_cmd.add_argument("--purge-quarantine", action="store_true",
+                           help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     return parser
 
 
@@ -91,7 +100,7 @@ def load_secret(settings: Settings) -> str:
         return settings.jwt_secret
     path = settings.data_dir / "jwt_secret"
     if not path.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp = settings.data_dir / f".jwt_secret-{secrets.token_hex(8)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -140,12 +149,29 @@ async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
     meta, blobs = make_stores(settings)
     try:
         await meta.open()
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+    except (sqlite3.Error, StoreUnavailable, RuntimeError) as exc:
+        where = getattr(meta, "path", settings.data_dir)
+        raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                           "(restore it from a backup)") from exc
+    try:
         await blobs.open()
-    except (OSError, sqlite3.Error) as exc:
+    except OSError as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
     return meta, blobs
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
+    inner = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+    return str(inner) or type(inner).__name__
+
+
+def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
+    return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
 
 
 async def start(settings: Settings) -> Running:
@@ -156,7 +182,12 @@ async def start(settings: Settings) -> Running:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
     imaging.init_vips(settings.max_image_pixels)
-    await meta.reconcile_usage()  # quota counters are exact after any crash
+    try:
+        await meta.reconcile_usage()  # quota counters are exact after any crash
+    except StoreUnavailable as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
@@ -171,7 +202,8 @@ async def start(settings: Settings) -> Running:
         await meta.close()
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
     runtime.flusher.start()
-    sweeper = Sweeper(meta, blobs, grace_s=settings.sweep_grace_s)
+    runtime.guard.start()
+    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
@@ -207,14 +239,22 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
-async def sweep_once(settings: Settings) -> int:
+async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:
+    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log)."""
     meta, blobs = await open_stores(settings)
     try:
-        report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
-        print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "
+        report = await Sweeper(meta, blobs, sweep_policy(settings, force)).run()
+        print(f"quarantined {report.orphan_blobs} orphan blobs, removed {report.temp_files} temp files and "
               f"{report.old_logs} old log entries")
+        if report.predating:
+            print(f"left {report.predating} unreferenced blobs older than the database alone")
+        if report.refused:
+            print(f"refused: {report.refused}")
+        if purge:
+            purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
+            print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
     finally:
         await blobs.close()
         await meta.close()
-    return 0
+    return 3 if report.refused else 0
 
