@@ -66,7 +66,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
-                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight)
+                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
+                    proxy_hops=settings.proxy_hops)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
