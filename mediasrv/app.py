@@ -48,10 +48,10 @@ class Runtime:
     inflight: InFlight
     guard: StoreGuard
 
-    async def stop(self) -> None:
+    async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         await self.guard.stop()
-        await self.flusher.stop()
-        await self.mail.drain(timeout_s=5)
+        await self.flusher.stop(flush_timeout_s)
+        await self.mail.drain(timeout_s=mail_timeout_s)
         self.pool.close()
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -93,7 +93,9 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False)
-    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
+    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
+                      counters={"usage counts": usage, "activity-log entries": activity,
+                                "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, guard=guard)
 

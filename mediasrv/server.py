@@ -34,6 +34,10 @@ from store.sqlite import SqliteMetaStore
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
+"""Requests in flight may take this long to finish after SIGTERM (operator contract)."""
+CLOSE_CONNECTIONS_S, FLUSH_S, MAIL_S = 1.0, 2.0, 5.0
+SHUTDOWN_S = 14.0
+"""SIGTERM to exit at most (plus the store's close), under supervisord's stopwaitsecs=20."""
 JSON_BODY_LIMIT = 1024 * 1024
 SWEEP_INTERVAL_S = 3600.0
 
@@ -210,20 +214,29 @@ async def start(settings: Settings) -> Running:
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
 
 
-async def stop(running: Running) -> None:
-    """Stop accepting, let requests finish (at most 10 s), flush, close."""
+async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
+    """Stop accepting, let requests finish (at most 10 s), flush, close: all within
+    SHUTDOWN_S, so that a supervisor's stop wait (supervisord.conf: 20 s) never kills us.
+
+    Every step after the drain has its own deadline; a metadata store that does not answer
+    (e.g. SQLite locked by another process) costs at most FLUSH_S, and what could not be
+    flushed is logged as lost with counts.
+    """
+    t0 = time.monotonic()
     running.server.stop()
-    deadline = time.monotonic() + DRAIN_S
-    while running.runtime.inflight.count > 0 and time.monotonic() < deadline:
+    drained = t0 + drain_s
+    while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
     # Close kept-alive connections before the last flush, so that no request arrives on one
     # after it (its log entry would be lost, and it could meet a closed pool or store).
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(running.server.close_all_connections(), timeout=2)
+        await asyncio.wait_for(running.server.close_all_connections(), timeout=CLOSE_CONNECTIONS_S)
     await running.sweeper.stop()
-    await running.runtime.stop()
+    left = max(0.5, SHUTDOWN_S - (time.monotonic() - t0))
+    flush_s = min(FLUSH_S, left / 2)
+    await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))
     await running.blobs.close()
-    await running.meta.close()
+    await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
 
 
 async def serve(settings: Settings) -> int:

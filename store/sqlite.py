@@ -14,6 +14,7 @@ import os
 import sqlite3
 import stat as stat_mod
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Row = sqlite3.Row
 Params = Sequence[Any] | dict[str, Any]
+
+LOCK_SLICE_MS = 200
+"""SQLite's busy wait per attempt; ``_begin_write`` repeats it up to busy_timeout_ms."""
 
 IN_CHUNK = 500
 """Bound variables per ``IN (...)`` query: far below SQLite's limit on every build."""
@@ -381,6 +385,7 @@ class SqliteMetaStore:
         self.path = Path(path)
         self._read_threads = read_threads
         self._busy_timeout_ms = busy_timeout_ms
+        self._closing = False
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._local = threading.local()
@@ -398,6 +403,7 @@ class SqliteMetaStore:
         self._local = threading.local()
         self._conns = []
         self._file = None  # until open succeeds: errors are the caller's to report
+        self._closing = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
         self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="meta-reader")
         try:
@@ -412,6 +418,7 @@ class SqliteMetaStore:
         if writer is None or readers is None:
             return
         self._writer = self._readers = None
+        self._closing = True  # queued writes still run, but none waits for another process's lock
         await asyncio.to_thread(self._shutdown, writer, readers)
 
     def _shutdown(self, writer: ThreadPoolExecutor, readers: ThreadPoolExecutor) -> None:
@@ -436,10 +443,11 @@ class SqliteMetaStore:
     def _connect(self, write: bool) -> sqlite3.Connection:
         """A connection for the calling thread. check_same_thread is off only so ``close`` can
         close it from another thread after its owner has stopped."""
+        wait_ms = min(LOCK_SLICE_MS, self._busy_timeout_ms)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self._busy_timeout_ms / 1000)
+                               timeout=wait_ms / 1000)
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = NORMAL")
         if not write:
@@ -468,7 +476,9 @@ class SqliteMetaStore:
         conn = self._thread_conn(write)
         if write:
             self._require_same_file()
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            self._begin_write(conn)
+        else:
+            conn.execute("BEGIN")
         try:
             result = fn(conn, *args)
             conn.execute("COMMIT")
@@ -477,6 +487,20 @@ class SqliteMetaStore:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+    def _begin_write(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting up to busy_timeout_ms for another process to release
+        it, in slices, so that a store being closed stops waiting at once (SQLite's own busy
+        wait cannot be interrupted; a locked database must not hold up shutdown)."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY or "locked" in str(exc)
+                if not busy or self._closing or time.monotonic() >= deadline:
+                    raise
 
     def _same_file(self) -> bool:
         return self._file is not None and _file_id(self.path) == self._file
