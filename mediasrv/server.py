@@ -23,6 +23,13 @@ import tornado.web
 
 from mediasrv import imaging
 from mediasrv.app import Runtime, make_app
+from mediasrv.connections import (
+    FD_HEADROOM_MIN,
+    ConnectionLimits,
+    GuardedHTTPServer,
+    default_max_connections,
+    raise_fd_limit,
+)
 from mediasrv.domains import make_provider
 from mediasrv.errors import StoreUnavailable
 from mediasrv.mail import MailQueue, make_mailer
@@ -178,6 +185,25 @@ def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
     return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
 
 
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """Raise the descriptor limit, then size the connection caps from the settings and it."""
+    old, fd_limit = raise_fd_limit()
+    cap = settings.max_connections or default_max_connections(fd_limit)
+    if cap > fd_limit - FD_HEADROOM_MIN:
+        log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
+                    "accepting will pause when descriptors run out", cap, fd_limit)
+    per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
+    log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+    return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
+
+
+def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
+    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end."""
+    return GuardedHTTPServer(app, limits=connection_limits(settings), max_body_size=JSON_BODY_LIMIT,
+                             idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
+
+
 async def start(settings: Settings) -> Running:
     """Open the stores, build the app, listen. Raises on any failure to start."""
     try:
@@ -196,8 +222,7 @@ async def start(settings: Settings) -> Running:
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
-    server = tornado.httpserver.HTTPServer(app, max_body_size=JSON_BODY_LIMIT, idle_connection_timeout=120,
-                                           body_timeout=300)
+    server = make_server(app, settings)
     try:
         server.listen(settings.port, settings.host)
     except OSError as exc:
