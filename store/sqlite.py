@@ -443,7 +443,9 @@ class SqliteMetaStore:
     def _connect(self, write: bool) -> sqlite3.Connection:
         """A connection for the calling thread. check_same_thread is off only so ``close`` can
         close it from another thread after its owner has stopped."""
-        wait_ms = min(LOCK_SLICE_MS, self._busy_timeout_ms)
+        # The writer waits for locks in slices (see _begin_write); readers in WAL mode hardly
+        # ever wait, and keep SQLite's own wait.
+        wait_ms = min(LOCK_SLICE_MS, self._busy_timeout_ms) if write else self._busy_timeout_ms
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                timeout=wait_ms / 1000)
         conn.row_factory = sqlite3.Row
