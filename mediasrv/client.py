@@ -48,6 +48,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "confirm_email": ("GET", "/auth/confirm"),
     "login": ("POST", "/auth/login"),
     "refresh": ("POST", "/auth/refresh"),
+    "logout": ("POST", "/auth/logout"),
     "forgot_password": ("POST", "/auth/forgot-password"),
     "reset_password": ("POST", "/auth/reset-password"),
     "create_api_key": ("POST", "/auth/api-keys"),
@@ -395,6 +396,11 @@ class MediasrvClient:
         self.token = result.session.access_token
         return result
 
+    async def logout(self, refresh_token: str) -> None:
+        """Retire the refresh token and forget the access token held by this client."""
+        await self._send("POST", "/auth/logout", json={"refresh_token": refresh_token}, ok=(204,), auth=False)
+        self.token = None
+
     async def forgot_password(self, email: str) -> None:
         await self._send("POST", "/auth/forgot-password", json={"email": email}, auth=False)
 
@@ -574,6 +580,9 @@ class SyncMediasrvClient:
 
     def refresh(self, refresh_token: str) -> Login:
         return self._run(self._async.refresh(refresh_token))
+
+    def logout(self, refresh_token: str) -> None:
+        return self._run(self._async.logout(refresh_token))
 
     def forgot_password(self, email: str) -> None:
         return self._run(self._async.forgot_password(email))

@@ -73,11 +73,17 @@ async def test_every_client_method_is_a_documented_operation(api: Api) -> None:
 async def test_whole_api_through_the_async_client(api: Api, tmp_path: Path) -> None:
     async with MediasrvClient(api.base) as media:
         assert await media.ping()
-        await new_account(api, media)
+        address = await new_account(api, media)
         key = await media.create_api_key("ci")
         assert key.key and key.key.startswith(key.key_prefix)
         keys = await media.list_api_keys()
         assert keys.total == 1 and keys.api_keys[0].key is None and keys.api_keys[0].id == key.id
+        refresh_token = (await media.login(address, PASSWORD)).session.refresh_token
+        renewed = await media.refresh(refresh_token)
+        await media.logout(renewed.session.refresh_token)
+        assert media.token is None
+        with pytest.raises(AuthenticationError):
+            await media.refresh(renewed.session.refresh_token)
 
     async with MediasrvClient(api.base, api_key=key.key) as media:
         # A 3 MiB file goes up in chunks, with progress reported per chunk.
