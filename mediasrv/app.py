@@ -15,6 +15,7 @@ import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
 from mediasrv.content_types import AllowList
@@ -28,6 +29,7 @@ from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.reference_page import render_reference
 from mediasrv.settings import Settings
 from mediasrv.tokens import JwtCodec
 from mediasrv.webassets import content_security_policy, load_assets
@@ -144,6 +146,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
          {**b, "document": {"content_types": list(a.allow.types)}}),
         (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
         (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
+        (r"/reference", reference.ReferencePageHandler, {**b, "page": render_reference(docs[0])}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]
@@ -151,6 +154,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
 
 def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
-                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale}
+                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
+                          "formats": tuple(imaging.FORMATS)}
     return (build_openapi(settings.public_url, allow.types, **kw),
             build_for_agents(settings.public_url, allow.types, **kw))
