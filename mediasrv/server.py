@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import imaging
+from mediasrv import cli_upload, imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -51,6 +51,8 @@ SWEEP_INTERVAL_S = 3600.0
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "upload":  # a client: none of the server's settings apply
+        sys.exit(cli_upload.run(args))
     try:
         settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
                                      port=getattr(args, "port", 8080)).validate()
@@ -90,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "grace period, even on an empty database or beyond MEDIASRV_SWEEP_MAX_SHARE")
     sweep_cmd.add_argument("--purge-quarantine", action="store_true",
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
+    cli_upload.add_parser(sub)
     return parser
 
 
