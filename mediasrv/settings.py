@@ -95,6 +95,12 @@ class Settings:
                              default=10)
     max_image_pixels: int = _env("MEDIASRV_MAX_IMAGE_PIXELS", "largest image (width x height) that "
                                  "is decoded", default=50_000_000)
+    image_memory_bytes: int = _env("MEDIASRV_IMAGE_MEMORY_BYTES", "memory all resize/format jobs "
+                                   "together may use (estimated from headers), bytes",
+                                   default=512 * 1024 * 1024)
+    resize_retry_after: int | None = _env("MEDIASRV_RESIZE_RETRY_AFTER", "Retry-After of a busy "
+                                          "resize 503: seconds (1..30), or auto (measured)",
+                                          default=5)
     rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit",
                                    default=1.0)
     allowed_content_types: tuple[str, ...] = _env(
@@ -209,7 +215,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
     "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
-    "max_connections": _int, "max_connections_per_ip": _int,
+    "max_connections": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
+    "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
@@ -270,6 +277,10 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
     if not math.isfinite(s.rate_limit_scale) or s.rate_limit_scale <= 0:
         return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
+    if s.image_memory_bytes < 64 * 1024 * 1024:
+        return f"MEDIASRV_IMAGE_MEMORY_BYTES must be at least 67108864 (64 MiB), not {s.image_memory_bytes}"
+    if s.resize_retry_after is not None and not 1 <= s.resize_retry_after <= 30:
+        return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
     return _check_safety(s)
