@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, when run from anywhere
 
-from benchkit import report, wrk
+from benchkit import profile, report, wrk
 from benchkit.core import Ctx
 from benchkit.suites import SUITES
 
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, help="length of one load run (default 5, --quick 1)")
     parser.add_argument("--json", type=Path, help="write every figure, with per-round values, here")
     parser.add_argument("--markdown", action="store_true", help="print the table as markdown too")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="py-spy the server during the first run of each mediasrv case (pip install py-spy); "
+                             "collapsed stacks and summaries go to DIR")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SUITES)
@@ -63,9 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         print(wrk.INSTALL_HINT, file=sys.stderr)
         return 2
 
+    if args.profile is not None:
+        if profile.py_spy() is None:
+            print(profile.INSTALL_HINT, file=sys.stderr)
+            return 2
+        args.profile.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="mediasrv-bench-"))
     ctx = Ctx(work=work, quick=args.quick, rounds=args.rounds,
-              seconds=args.seconds or (1.0 if args.quick else 5.0))
+              seconds=args.seconds or (1.0 if args.quick else 5.0), profile_dir=args.profile)
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cores": ctx.cores,
         "python": platform.python_version(), "commit": _git_rev(), "quick": args.quick,

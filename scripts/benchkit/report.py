@@ -43,12 +43,22 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        """Median of the per-round ratios (each round's pair ran back to back, so a burst of
+        outside load hits both); the ratio of the medians when rounds do not pair up."""
         if self.subject is None or self.reference is None or not self.show_ratio:
             return None
-        a, b = self.subject.median, self.reference.median
-        if a is None or b is None or a == 0 or b == 0:
-            return None
-        return a / b if self.subject.higher_is_better else b / a
+        pairs = list(zip(self.subject.values, self.reference.values, strict=False))
+        if len(self.subject.values) != len(self.reference.values) or not pairs:
+            pairs = [(self.subject.median, self.reference.median)]
+        ratios = [_ratio(a, b, self.subject.higher_is_better) for a, b in pairs]
+        good = [r for r in ratios if r is not None]
+        return statistics.median(good) if good else None
+
+
+def _ratio(a: float | None, b: float | None, higher_is_better: bool) -> float | None:
+    if a is None or b is None or a == 0 or b == 0:
+        return None
+    return a / b if higher_is_better else b / a
 
 
 def fmt(value: float | None, unit: str = "") -> str:
