@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     meta["seconds_total"] = round(time.monotonic() - started)
+    meta["load_avg_at_end"] = os.getloadavg()
     meta["failures"] = ctx.failures
     print()
     print(report.text_table(ctx.rows))
@@ -110,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(report.to_json(ctx.rows, meta))
         print(f"\nwrote {args.json}")
-    print(f"\n{meta['seconds_total']} s in all; ratio > 1 means mediasrv does better than the reference.")
+    print(f"\n{meta['seconds_total']} s in all; load average {meta['load_avg_at_start'][0]:.1f} at the start, "
+          f"{meta['load_avg_at_end'][0]:.1f} at the end ({ctx.cores} cores). Ratio: median of the per-round ratios; "
+          "> 1 means mediasrv does better than the reference.")
     if ctx.failures:
         print("failures:\n  " + "\n  ".join(ctx.failures), file=sys.stderr)
         return 1

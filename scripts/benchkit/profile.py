@@ -45,19 +45,24 @@ def record(pid: int, out: Path, seconds: float, fn: Callable[[], T], *, native: 
     return result
 
 
+REPO = str(Path(__file__).resolve().parents[2]) + "/"
+PROJECT_DIRS = ("handlers/", "mediasrv/", "store/")
+
+
 def _short(frame: str) -> str:
     m = _FRAME.match(frame.strip())
     if not m:
         return frame.strip()
     file = m.group("file")
-    for marker in ("site-packages/", "/wt-8-bench/", "/lib/python3"):
+    for marker in (REPO, "site-packages/", "/lib/python3.11/", "/lib/python3.12/", "/lib/python3.13/"):
         if marker in file:
             file = file.split(marker, 1)[1]
     return f"{m.group('func')} ({file})"
 
 
-def summarize(path: Path, top: int = 12) -> str:
-    """Per thread group: share of samples; then the top functions by self and inclusive samples."""
+def summarize(path: Path, top: int = 12, min_share: float = 0.02) -> str:
+    """Per thread group (event loop, each executor): its share of the samples, the functions
+    on top of the stack (self), and the project's own functions by inclusive samples."""
     by_group: dict[str, list[tuple[list[str], int]]] = defaultdict(list)
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -69,9 +74,11 @@ def summarize(path: Path, top: int = 12) -> str:
         group = "event loop" if name == "MainThread" else re.sub(r"(-\d+)?(_\d+)?$", "", name)
         by_group[group].append((frames, int(count)))
     total = sum(n for stacks in by_group.values() for _, n in stacks) or 1
-    out = [f"{path.name}: {total} samples (200 Hz, busy threads only)"]
+    out = [f"{path.name}: {total} samples at 200 Hz (threads not sleeping)"]
     for group, stacks in sorted(by_group.items(), key=lambda kv: -sum(n for _, n in kv[1])):
         group_total = sum(n for _, n in stacks)
+        if group_total < min_share * total:
+            continue
         self_c: Counter[str] = Counter()
         incl: Counter[str] = Counter()
         for frames, n in stacks:
@@ -80,13 +87,12 @@ def summarize(path: Path, top: int = 12) -> str:
             for f in set(frames):
                 incl[f] += n
         out.append(f"\n  [{group}] {group_total} samples, {100 * group_total / total:.0f}% of all")
-        out.append("    self%  incl%  function")
-        shown = [f for f, _ in incl.most_common(top * 3)]
-        ranked = sorted(set(shown) | {f for f, _ in self_c.most_common(top)},
-                        key=lambda f: (-self_c[f], -incl[f]))[:top]
-        for f in ranked:
-            out.append(f"    {100 * self_c[f] / group_total:5.1f}  {100 * incl[f] / group_total:5.1f}  {f}")
-        out.append("    top inclusive:")
-        for f, n in incl.most_common(top):
-            out.append(f"    {100 * self_c[f] / group_total:5.1f}  {100 * n / group_total:5.1f}  {f}")
+        out.append("    self%  incl%  on top of the stack")
+        for f, n in self_c.most_common(top):
+            out.append(f"    {100 * n / group_total:5.1f}  {100 * incl[f] / group_total:5.1f}  {f}")
+        own = [(f, n) for f, n in incl.most_common() if f.split(" (", 1)[-1].startswith(PROJECT_DIRS)]
+        if own:
+            out.append("    self%  incl%  project code, by inclusive samples")
+            for f, n in own[:top]:
+                out.append(f"    {100 * self_c[f] / group_total:5.1f}  {100 * n / group_total:5.1f}  {f}")
     return "\n".join(out)
