@@ -26,15 +26,15 @@ def py_spy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-def record(pid: int, out: Path, seconds: float, fn: Callable[[], T], *, native: bool = False) -> T:
+def record(pid: int, out: Path, seconds: float, fn: Callable[[], T]) -> T:
     """Run ``fn`` while py-spy samples ``pid`` into ``out`` (raw collapsed stacks, per thread)."""
     exe = py_spy()
     if exe is None:
         raise RuntimeError(INSTALL_HINT)
     command = [exe, "record", "--pid", str(pid), "--format", "raw", "--threads", "--rate", "200",
                "--duration", str(max(1, round(seconds))), "--nonblocking", "-o", str(out)]
-    if native:
-        command.append("--native")
+    # Not --native: it must pause the server per sample, and libvips' own worker threads (where
+    # the pixels are decoded) carry no Python frames, so it shows little beyond libc addresses.
     spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         result = fn()
