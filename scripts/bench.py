@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mediasrv bench {meta['date']}, {ctx.cores} cores, Python {meta['python']}, commit {meta['commit']}, "
           f"load avg {meta['load_avg_at_start'][0]:.2f}; {ctx.rounds} interleaved rounds of {ctx.seconds:g} s; "
           f"work dir {work}", flush=True)
+    if meta["load_avg_at_start"][0] > ctx.cores:
+        print(f"WARNING: load average {meta['load_avg_at_start'][0]:.1f} > {ctx.cores} cores: other processes take "
+              "CPU; on a saturated machine every process gets a similar share, which pulls ratios toward 1. "
+              "Prefer a quiet machine.", flush=True)
     started = time.monotonic()
     try:
         for name in names:

@@ -216,7 +216,7 @@ def resize(ctx: Ctx) -> None:
                 thumbor_reason = f"thumbor did not start: {exc}"
         contestants: list[Contestant] = []
         skipped: dict[str, str] = {}
-        for label, set_name, out_fmt, _ in RESIZE_CASES:
+        for label, set_name, out_fmt, thumbor_target in RESIZE_CASES:
             query = "?width=400" + (f"&format={out_fmt}" if out_fmt else "")
             m_paths = [f"/m/{fid}{query}" for fid in ids[set_name]]
             check_ok(server.base, m_paths[0])
@@ -226,7 +226,9 @@ def resize(ctx: Ctx) -> None:
             fmt = out_fmt or sets[set_name].fmt
             contestants.append(Contestant(f"{label}|ceiling",
                                           lambda d=datas, f=fmt: ceiling.rate(d, f, ctx.seconds)))
-            if peer is not None:
+            if peer is not None and ctx.quick and not thumbor_target:
+                skipped[label] = "--quick compares with thumbor on the JPEG sets only"
+            elif peer is not None:
                 filters = f"filters:format({out_fmt})/" if out_fmt else ""
                 rel = sets[set_name].directory(root).name
                 t_paths = [f"/unsafe/400x0/{filters}{rel}/{p.name}" for p in files[set_name]]
