@@ -93,8 +93,8 @@ def interleave(ctx: Ctx, bench: str, contestants: list[Contestant],
 
 
 def figure(results: dict[str, dict[str, list[float]]], key: str, metric: str, name: str, unit: str,
-           higher_is_better: bool = True) -> Figure | None:
+           higher_is_better: bool = True, worst_round: bool = False) -> Figure | None:
     values = results.get(key, {}).get(metric)
     if not values:
         return None
-    return Figure(name=name, unit=unit, values=values, higher_is_better=higher_is_better)
+    return Figure(name=name, unit=unit, values=values, higher_is_better=higher_is_better, worst_round=worst_round)

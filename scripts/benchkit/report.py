@@ -21,11 +21,22 @@ class Figure:
     unit: str
     values: list[float] = field(default_factory=list)
     higher_is_better: bool = True
+    worst_round: bool = False
+    """Show the worst round instead of the median (memory growth: the peak is what counts)."""
 
     @property
     def median(self) -> float | None:
         good = [v for v in self.values if v is not None]
         return statistics.median(good) if good else None
+
+    @property
+    def shown(self) -> float | None:
+        good = [v for v in self.values if v is not None]
+        if not good:
+            return None
+        if self.worst_round:
+            return max(good) if not self.higher_is_better else min(good)
+        return statistics.median(good)
 
 
 @dataclass
@@ -80,8 +91,8 @@ def _cells(row: Row) -> list[str]:
     return [
         row.bench,
         row.case,
-        fmt(subj.median, subj.unit) if subj else "n/a",
-        (f"{ref.name}: {fmt(ref.median, ref.unit)}" if ref else ""),
+        fmt(subj.shown, subj.unit) if subj else "n/a",
+        (f"{ref.name}: {fmt(ref.shown, ref.unit)}" if ref else ""),
         f"{ratio:.2f}" if ratio is not None else "",
         row.target,
         row.note,
@@ -122,5 +133,6 @@ def to_json(rows: list[Row], meta: dict[str, Any]) -> str:
             fig = getattr(row, key)
             if fig is not None:
                 item[key]["median"] = fig.median
+                item[key]["shown"] = fig.shown
         items.append(item)
     return json.dumps({"meta": meta, "rows": items}, indent=2)
