@@ -13,7 +13,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from typing import ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from tornado.iostream import StreamClosedError
 
@@ -58,6 +58,8 @@ class ServingDeps:
     own_hosts: frozenset[str]
     """Host names of PUBLIC_URL and the dashboard: requests on them serve any file."""
     max_pixels: int
+    accel_prefix: str = ""
+    """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (stream here)."""
 
 
 class ServeBase(BaseHandler):
@@ -128,16 +130,33 @@ class ServeBase(BaseHandler):
             window = parse_range(self._range_header(etag, modified), record.size)
         except Unsatisfiable:
             raise RangeNotSatisfiable(record.size) from None  # a JSON error, never cached
+        self.deps.usage.origin_read(record.user_id)
+        accel = self._accel_uri(record.blob_key)
+        if accel is not None:
+            # nginx sends the file (sendfile) and answers the Range itself; everything that
+            # decides whether and how to answer (auth, limits, privacy, 304, 416, counting) ran here.
+            self.set_header("X-Accel-Redirect", accel)
+            self.clear_header("Accept-Ranges")  # nginx adds its own
+            self.finish()
+            return
         start, end = window or (0, record.size)
         if window is not None:
             self.set_status(206)
             self.set_header("Content-Range", f"bytes {start}-{end - 1}/{record.size}")
         self.set_header("Content-Length", str(end - start))
-        self.deps.usage.origin_read(record.user_id)
         if self.request.method == "HEAD":
             self.finish()
             return
         await self._stream(record.blob_key, start, end)
+
+    def _accel_uri(self, blob_key: str) -> str | None:
+        """``<prefix><shard>/<key>`` when nginx can send the blob from local disk, else None."""
+        if not self.deps.accel_prefix:
+            return None
+        path = self.deps.blobs.local_path(blob_key)
+        if path is None:
+            return None
+        return self.deps.accel_prefix + quote(f"{path.parent.name}/{path.name}")
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
