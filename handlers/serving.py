@@ -131,7 +131,7 @@ class ServeBase(BaseHandler):
         except Unsatisfiable:
             raise RangeNotSatisfiable(record.size) from None  # a JSON error, never cached
         self.deps.usage.origin_read(record.user_id)
-        accel = self._accel_uri(record.blob_key)
+        accel = None if self._proxy_caches(record) else self._accel_uri(record.blob_key)
         if accel is not None:
             # nginx sends the file (sendfile) and answers the Range itself; everything that
             # decides whether and how to answer (auth, limits, privacy, 304, 416, counting) ran here.
@@ -148,6 +148,12 @@ class ServeBase(BaseHandler):
             self.finish()
             return
         await self._stream(record.blob_key, start, end)
+
+    def _proxy_caches(self, record: FileRecord) -> bool:
+        """A trusted proxy with a cache asked for the bytes of a public file (it stores them;
+        an X-Accel-Redirect answer cannot be stored)."""
+        return (record.is_public and self.base.trust_proxy
+                and self.request.headers.get("X-Mediasrv-Cache") == "1")
 
     def _accel_uri(self, blob_key: str) -> str | None:
         """``<prefix><shard>/<key>`` when nginx can send the blob from local disk, else None."""
