@@ -224,3 +224,32 @@ def test_supervisord_conf_as_shipped(tmp_path: Path) -> None:
             proc.wait()
     with pytest.raises(OSError):
         request(port, "GET", "/ping")  # nothing left listening
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the parent's pid, after the state
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
+    mediasrv = [p for p in _children(sidecar.proc.pid)
+                if b"\0serve\0--host\0" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(mediasrv) == 2
+    for pid in mediasrv:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "starting it again" not in sidecar.log.read_text():
+        assert time.monotonic() < deadline, sidecar.log.read_text()[-2000:]
+        time.sleep(0.1)
+    wait_ready(sidecar.proc, sidecar.port, sidecar.log)
+    assert sidecar.log.read_text().count("starting it again") == 2
+    sidecar.proc.send_signal(signal.SIGTERM)
+    assert sidecar.proc.wait(20) == 0
