@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import grp
 import hashlib
 import http.client
 import os
+import pwd
 import random
 import shutil
 import sqlite3
@@ -701,7 +703,8 @@ def workers(ctx: Ctx) -> None:
 # --- nginx (issue 9) --------------------------------------------------------------------------
 
 SIDECAR = Path(__file__).resolve().parent.parent / "serve-behind-nginx"
-STATIC_NGINX_CONF = """worker_processes 1;
+STATIC_NGINX_CONF = """{user}
+worker_processes 1;
 pid {tmp}/nginx.pid;
 error_log stderr warn;
 events {{ worker_connections 4096; }}
@@ -751,7 +754,10 @@ def nginx(ctx: Ctx) -> None:
         (static_dir / "p.jpg").write_bytes(data)
         static_port = procs.free_port()
         conf = static_dir / "nginx.conf"
-        conf.write_text(STATIC_NGINX_CONF.format(tmp=static_dir, port=static_port, root=static_dir))
+        user = ""  # as root, nginx's worker would be nobody and could not read the work dir
+        if os.geteuid() == 0:
+            user = f"user {pwd.getpwuid(os.getuid()).pw_name} {grp.getgrgid(os.getgid()).gr_name};"
+        conf.write_text(STATIC_NGINX_CONF.format(user=user, tmp=static_dir, port=static_port, root=static_dir))
         static = procs.start_helper([binary, "-p", str(static_dir), "-c", str(conf), "-e", "stderr",
                                      "-g", "daemon off; master_process on;"], ctx.work, "nginx-static",
                                     "/p.jpg", static_port)
