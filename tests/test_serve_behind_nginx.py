@@ -253,3 +253,10 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
     assert sidecar.log.read_text().count("starting it again") == 2
     sidecar.proc.send_signal(signal.SIGTERM)
     assert sidecar.proc.wait(20) == 0
+
+
+def test_wildcard_host_needs_a_public_url(tmp_path: Path) -> None:
+    done = subprocess.run([str(SCRIPT), "--host", "0.0.0.0", "--port", str(free_port())],
+                          env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "MEDIASRV_PUBLIC_URL" in done.stderr
