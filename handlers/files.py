@@ -69,7 +69,12 @@ class FilesHandler(FilesBase):
         assert self.principal is not None
         user = self.principal.user
         require_active_trial(user)
-        content_type = self.allow.require(content_types.normalize(self.request.headers.get_list("Content-Type")))
+        content_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
+        if content_type == "multipart/form-data":
+            raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
+                             "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
+                             "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
+        content_type = self.allow.require(content_type)
         is_public = _bool_arg(self, "isPublic", default=True)
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
@@ -78,7 +83,7 @@ class FilesHandler(FilesBase):
             raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
         self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
         upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits)
-        await upload.start()
+        await upload.start()  # releases its own reservation if it fails (503)
         self.upload = upload
 
     async def data_received(self, chunk: bytes) -> None:
@@ -238,14 +243,17 @@ def _drainable(headers: Any) -> bool:
 
 
 def _content_length(headers: Any) -> int | None:
-    """The declared body size, or None for a chunked body (Tornado has validated the syntax)."""
+    """The declared body size, or None for a chunked body.
+
+    Checked here, not left to Tornado: ``prepare`` of a streamed upload runs before Tornado
+    parses the length, and ``int()`` would take "-5", " 5" or "5_0".
+    """
     value = headers.get("Content-Length")
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequest("Content-Length is not an integer", code="INVALID_CONTENT_LENGTH") from None
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest("Content-Length must be a non-negative integer", code="INVALID_CONTENT_LENGTH")
+    return int(value)
 
 
 class SignedUrlHandler(FilesBase):

@@ -81,7 +81,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels)
+        max_pixels=settings.max_image_pixels,
+        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
                             serving=serving_deps)
@@ -134,9 +135,11 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/logs", account.LogsHandler, own),
         (r"/profile", account.ProfileHandler, own),
         (r"/reference/allowed-content-types", reference.StaticJsonHandler,
-         {**b, "document": {"content_types": list(a.allow.types)}}),
-        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
-        (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
+         {**b, "document": reference.StaticDocument({"content_types": list(a.allow.types)})}),
+        (r"/reference/for-agents", reference.StaticJsonHandler,
+         {**b, "document": reference.StaticDocument(docs[1])}),
+        (r"/reference/openapi.json", reference.StaticJsonHandler,
+         {**b, "document": reference.StaticDocument(docs[0])}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]

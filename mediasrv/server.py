@@ -24,6 +24,7 @@ import tornado.web
 from mediasrv import imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
+from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.sweep import Sweeper
@@ -126,6 +127,13 @@ def access_log(handler: tornado.web.RequestHandler) -> None:
         1000.0 * handler.request.request_time())
 
 
+def make_http_server(app: tornado.web.Application) -> tornado.httpserver.HTTPServer:
+    """The HTTP server around ``app``: request-size limits answered in JSON (mediasrv.http_limits)."""
+    return tornado.httpserver.HTTPServer(
+        RequestLimits(app, body_limit=JSON_BODY_LIMIT), max_body_size=JSON_BODY_LIMIT,
+        max_header_size=HEADER_READ_LIMIT, idle_connection_timeout=120, body_timeout=300)
+
+
 @dataclass
 class Running:
     server: tornado.httpserver.HTTPServer
@@ -161,8 +169,7 @@ async def start(settings: Settings) -> Running:
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
-    server = tornado.httpserver.HTTPServer(app, max_body_size=JSON_BODY_LIMIT, idle_connection_timeout=120,
-                                           body_timeout=300)
+    server = make_http_server(app)
     try:
         server.listen(settings.port, settings.host)
     except OSError as exc:
