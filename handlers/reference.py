@@ -31,7 +31,7 @@ class StaticJsonHandler(BaseHandler):
 
     def get(self) -> None:
         self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "public, max-age=300")
+        self.set_header("Cache-Control", "max-age=300")
         self.add_vary("Accept-Encoding")
         doc = self.document
         if len(doc.body) >= GZIP_MIN_BYTES and accepts_gzip(self.request.headers.get("Accept-Encoding")):

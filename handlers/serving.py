@@ -45,9 +45,11 @@ def public_cache_control(max_age_s: int, immutable: bool) -> str:
     """Cache-Control of a public file (MEDIASRV_PUBLIC_MAX_AGE, MEDIASRV_PUBLIC_IMMUTABLE).
 
     Bounded by default: a deleted or made-private file leaves browser and CDN caches within
-    max-age; ``immutable`` (no revalidation at all) only when the operator opts in.
+    max-age; ``immutable`` (no revalidation at all) only when the operator opts in. No
+    ``public``: it only matters for requests with credentials (RFC 9111 3.5), and a public
+    file needs none (httplint: STORE_PUBLIC_UNNECESSARY).
     """
-    return f"public, max-age={max_age_s}" + (", immutable" if immutable else "")
+    return f"max-age={max_age_s}" + (", immutable" if immutable else "")
 
 
 @dataclass(frozen=True)

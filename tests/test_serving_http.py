@@ -184,7 +184,7 @@ async def test_passthrough_bytes_and_headers(api: Api) -> None:
         assert email.utils.parsedate_to_datetime(r.headers["Last-Modified"]) == created
         assert r.headers["Accept-Ranges"] == "bytes"
         cache = [d.strip() for d in r.headers["Cache-Control"].split(",")]
-        assert cache == ["public", "max-age=3600"]  # the documented default: no immutable
+        assert cache == ["max-age=3600"]  # the documented default: no immutable
         assert "private" not in cache and "no-store" not in cache
     r = await _get(api, f"/d/{f['file_id']}")
     assert r.headers["Content-Disposition"].startswith("attachment;")
@@ -584,7 +584,7 @@ async def test_resize_and_convert(api: Api, source_jpeg: bytes, query: str, fmt:
     assert r.headers["Content-Length"] == str(len(r.body))
     assert _decode(r.body) == (PIL_FORMAT[fmt], size)
     assert r.headers["ETag"] != plain.headers["ETag"]
-    assert "public" in r.headers["Cache-Control"]
+    assert r.headers["Cache-Control"] == "max-age=3600"  # a public file: cacheable for the default hour
     again = await _get(api, f"/m/{fid}?{query}")
     assert again.body == r.body and again.headers["ETag"] == r.headers["ETag"]
     r = await _get(api, f"/m/{fid}?{query}", If_None_Match=r.headers["ETag"])
