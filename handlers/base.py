@@ -22,6 +22,7 @@ import orjson
 import tornado.web
 
 from mediasrv.auth import Authenticator, Principal
+from mediasrv.cors import CorsMode, CorsPolicy
 from mediasrv.errors import ApiError, BadRequest, Forbidden, TooManyRequests
 from mediasrv.http_headers import accepts_gzip
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
@@ -39,7 +40,18 @@ GZIP_MIN_BYTES = 1024
 GZIP_LEVEL = 6
 _GENERIC = {400: "Bad request", 404: "Not found", 405: "Method not allowed", 411: "Length required",
             413: "Request too large", 500: "Internal server error", 503: "Service unavailable"}
-_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+
+
+class Prerendered:
+    """A body rendered once at start-up, with its gzipped form, for ``send_body``."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.gzipped = _gzip(body)
+
+
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, GZIP_LEVEL, mtime=0)  # mtime=0: the same bytes (and ETag) every time
 
 
 class InFlight:
@@ -69,6 +81,8 @@ class BaseHandler(tornado.web.RequestHandler):
     """Answers depend on the caller (credentials, tokens): ``private, no-store`` and ``Vary`` on
     the credential headers. Handlers whose answers are the same for everyone set False and
     choose their own Cache-Control."""
+    cors: ClassVar[CorsMode] = "api"
+    """Which cross-origin policy of ``mediasrv.cors`` the route follows."""
 
     base: BaseDeps
     principal: Principal | None = None
@@ -97,27 +111,62 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.private:
             self.set_header("Cache-Control", PRIVATE_NO_STORE)
             self.set_header("Vary", CREDENTIAL_VARY)
-
-    @classmethod
-    def allowed_methods(cls) -> list[str]:
-        """The methods this handler implements, for the ``Allow`` header of a 405."""
-        base = tornado.web.RequestHandler
-        return [m for m in _METHODS if m in cls.SUPPORTED_METHODS
-                and getattr(cls, m.lower()) is not getattr(base, m.lower())]
+        self.set_cors_headers()
 
     def add_vary(self, name: str) -> None:
         """Add ``name`` to the response's Vary, keeping what is there."""
         current = self._headers.get("Vary")
         self.set_header("Vary", f"{current}, {name}" if current else name)
 
-    def send_body(self, body: bytes, content_type: str) -> None:
+    def send_body(self, body: bytes | Prerendered, content_type: str) -> None:
         """Finish with ``body`` (JSON or text), gzipped when the client accepts it and it pays."""
         self.set_header("Content-Type", content_type)
         self.add_vary("Accept-Encoding")
-        if len(body) >= GZIP_MIN_BYTES and accepts_gzip(self.request.headers.get("Accept-Encoding")):
-            body = gzip.compress(body, GZIP_LEVEL, mtime=0)  # mtime=0: same bytes, same ETag
-            self.set_header("Content-Encoding", "gzip")
-        self.finish(body)
+        raw = body.body if isinstance(body, Prerendered) else body
+        if len(raw) < GZIP_MIN_BYTES or not accepts_gzip(self.request.headers.get("Accept-Encoding")):
+            self.finish(raw)
+            return
+        self.set_header("Content-Encoding", "gzip")
+        self.finish(body.gzipped if isinstance(body, Prerendered) else _gzip(raw))
+
+    # CORS (policy in mediasrv.cors). set_default_headers runs again after clear(), so error
+    # answers keep these headers and a browser page on an allowed origin can read them.
+    _cors_private = False
+
+    def set_cors_headers(self) -> None:
+        policy: CorsPolicy | None = self.application.settings.get("cors")
+        if policy is None:
+            return
+        if policy.varies(self.cors):
+            self.add_header("Vary", "Origin")
+        origin = self.request.headers.get("Origin")
+        for name, value in policy.response_headers(self.cors, origin, private=self._cors_private).items():
+            self.set_header(name, value)
+
+    def cors_private(self) -> None:
+        """This answer is about a private file: no page on another origin may read it."""
+        self._cors_private = True
+        self.clear_header("Access-Control-Allow-Origin")
+        self.clear_header("Access-Control-Expose-Headers")
+
+    async def options(self, *args: str) -> None:
+        """A CORS preflight, or a plain OPTIONS: the methods (and headers) this route takes."""
+        methods = implemented_methods(type(self))
+        origin = self.request.headers.get("Origin")
+        policy: CorsPolicy | None = self.application.settings.get("cors")
+        if policy is None or not origin or "Access-Control-Request-Method" not in self.request.headers:
+            self.set_header("Allow", ", ".join([*methods, "OPTIONS"]))
+        else:
+            answer = policy.preflight(self.cors, origin, methods)
+            if not answer.allowed:
+                raise Forbidden("This origin may not call the API from a browser; see MEDIASRV_CORS_ORIGINS",
+                                code="CORS_ORIGIN_NOT_ALLOWED")
+            for name, value in answer.headers.items():
+                self.set_header(name, value)
+        self.clear_header("Content-Type")
+        self.set_header("Cache-Control", "no-store")
+        self.set_status(204)
+        self.finish()
 
     async def prepare(self) -> None:
         method = self.request.method or "GET"
@@ -187,7 +236,7 @@ class BaseHandler(tornado.web.RequestHandler):
                 self.set_status(500 if status_code == 500 else status_code)
             body = {"error": _GENERIC.get(self.get_status(), self._reason), "code": f"HTTP_{self.get_status()}"}
         if self.get_status() == 405:  # RFC 9110 15.5.6, also for Tornado's own 405s
-            self.set_header("Allow", ", ".join(self.allowed_methods()))
+            self.set_header("Allow", ", ".join([*implemented_methods(type(self)), "OPTIONS"]))
         self.set_header("Cache-Control", PRIVATE_NO_STORE if self.private else "no-store")
         self.send_body(orjson.dumps(body), "application/json")
 
@@ -218,6 +267,13 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.principal.key_id:
             meta["api_key_id"] = self.principal.key_id
         return meta
+
+
+def implemented_methods(cls: type[tornado.web.RequestHandler]) -> list[str]:
+    """The HTTP methods (besides OPTIONS) a handler class implements."""
+    base = tornado.web.RequestHandler
+    return [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+            if getattr(cls, m.lower()) is not getattr(base, m.lower())]
 
 
 class NotFoundHandler(BaseHandler):

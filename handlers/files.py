@@ -69,12 +69,13 @@ class FilesHandler(FilesBase):
         assert self.principal is not None
         user = self.principal.user
         require_active_trial(user)
-        content_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
-        if content_type == "multipart/form-data":
+        declared_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
+        if declared_type == "multipart/form-data":
             raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
                              "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
                              "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
-        content_type = self.allow.require(content_type)
+        # application/octet-stream (what generated clients send): the type comes from the bytes.
+        content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
         is_public = _bool_arg(self, "isPublic", default=True)
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
@@ -82,7 +83,8 @@ class FilesHandler(FilesBase):
         if declared is not None and declared > limits.cap_bytes:
             raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
         self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
-        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits)
+        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
+                        self.allow)
         await upload.start()  # releases its own reservation if it fails (503)
         self.upload = upload
 

@@ -1,21 +1,17 @@
 """Unauthenticated reference routes and /ping. Documents are built once at start-up."""
 from __future__ import annotations
 
-import gzip
 from typing import Any, ClassVar
 
 import orjson
 
-from handlers.base import GZIP_LEVEL, GZIP_MIN_BYTES, BaseDeps, BaseHandler
-from mediasrv.http_headers import accepts_gzip
+from handlers.base import BaseDeps, BaseHandler, Prerendered
+from mediasrv.reference_page import CONTENT_SECURITY_POLICY
 
 
-class StaticDocument:
-    """A JSON document rendered once, with its gzipped form: built at start-up, not per request."""
-
-    def __init__(self, document: Any) -> None:
-        self.body = orjson.dumps(document)
-        self.gzipped = gzip.compress(self.body, GZIP_LEVEL, mtime=0)
+def static_json(document: Any) -> Prerendered:
+    """A reference document rendered (and gzipped) once, at start-up."""
+    return Prerendered(orjson.dumps(document))
 
 
 class StaticJsonHandler(BaseHandler):
@@ -23,22 +19,15 @@ class StaticJsonHandler(BaseHandler):
 
     logged = False
     private = False
-    document: StaticDocument
+    document: Prerendered
 
-    def initialize(self, base: BaseDeps, document: StaticDocument) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, document: Prerendered) -> None:  # type: ignore[override]
         super().initialize(base)
         self.document = document
 
     def get(self) -> None:
-        self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "max-age=300")
-        self.add_vary("Accept-Encoding")
-        doc = self.document
-        if len(doc.body) >= GZIP_MIN_BYTES and accepts_gzip(self.request.headers.get("Accept-Encoding")):
-            self.set_header("Content-Encoding", "gzip")
-            self.finish(doc.gzipped)
-        else:
-            self.finish(doc.body)
+        self.send_body(self.document, "application/json")
 
 
 class PingHandler(BaseHandler):
@@ -51,3 +40,21 @@ class PingHandler(BaseHandler):
         self.send_body(b'{"status":"ok"}', "application/json")
 
     head = get
+
+
+class ReferencePageHandler(BaseHandler):
+    """GET /reference: the API reference as one self-contained HTML page, rendered at start-up."""
+
+    logged = False
+    private = False
+    page: Prerendered
+
+    def initialize(self, base: BaseDeps, page: Prerendered) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.page = page
+
+    def get(self) -> None:
+        self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        self.set_header("Cache-Control", "max-age=300")
+        self.set_header("Referrer-Policy", "no-referrer")
+        self.send_body(self.page, "text/html; charset=utf-8")

@@ -21,6 +21,7 @@ from tornado.iostream import StreamClosedError
 from handlers.base import CREDENTIAL_VARY, PRIVATE_NO_STORE, AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
+from mediasrv.cors import CorsMode
 from mediasrv.custom_domains import DomainService
 from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
 from mediasrv.http_headers import (
@@ -74,6 +75,7 @@ class ServeBase(BaseHandler):
     logged = False
     private = False  # chosen per file in _answered_not_modified
     attachment = False
+    cors: ClassVar[CorsMode] = "public"
 
     deps: ServingDeps
 
@@ -89,6 +91,8 @@ class ServeBase(BaseHandler):
 
     async def serve(self, key: str, spec: imaging.TransformSpec | None) -> None:
         record = await self._authorized_record(key)
+        if not record.is_public:
+            self.cors_private()
         if spec is not None:
             await self._send_transformed(record, spec)
         else:

@@ -13,11 +13,13 @@ from urllib.parse import urlsplit
 
 import tornado.web
 
-from handlers import account, api_keys, auth, files, reference, serving, settings
-from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
+from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
+from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
 from mediasrv.content_types import AllowList
+from mediasrv.cors import CorsPolicy
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
@@ -27,8 +29,10 @@ from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.reference_page import render_reference
 from mediasrv.settings import Settings
 from mediasrv.tokens import JwtCodec
+from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
@@ -88,7 +92,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                             serving=serving_deps)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
-        compress_response=False, xheaders=False, serve_traceback=False)
+        compress_response=False, xheaders=False, serve_traceback=False,
+        cors=CorsPolicy.from_origins(settings.cors_origins))
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight)
@@ -115,14 +120,18 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     file_args = {**b, "meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
     own = {**b, "meta": a.meta, "settings": a.settings}
     docs = _documents(a.settings, a.allow)
+    page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
     return [
+        (r"/", dashboard.DashboardHandler, {**b, **page}),
+        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
         (r"/ping", reference.PingHandler, b),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),
         (r"/auth/refresh", auth.RefreshHandler, acct),
         (r"/auth/forgot-password", auth.ForgotPasswordHandler, acct),
-        (r"/auth/reset-password", auth.ResetPasswordHandler, acct),
+        (r"/auth/logout", auth.LogoutHandler, acct),
+        (r"/auth/reset-password", dashboard.ResetPasswordPageHandler, {**acct, **page}),
         (r"/auth/api-keys", api_keys.ApiKeysHandler, {**b, "meta": a.meta}),
         (r"/auth/api-keys/([^/]+)", api_keys.ApiKeyHandler, {**b, "meta": a.meta}),
         (r"/files", files.FilesHandler, file_args),
@@ -135,11 +144,11 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/logs", account.LogsHandler, own),
         (r"/profile", account.ProfileHandler, own),
         (r"/reference/allowed-content-types", reference.StaticJsonHandler,
-         {**b, "document": reference.StaticDocument({"content_types": list(a.allow.types)})}),
-        (r"/reference/for-agents", reference.StaticJsonHandler,
-         {**b, "document": reference.StaticDocument(docs[1])}),
+         {**b, "document": reference.static_json({"content_types": list(a.allow.types)})}),
+        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": reference.static_json(docs[1])}),
         (r"/reference/openapi.json", reference.StaticJsonHandler,
-         {**b, "document": reference.StaticDocument(docs[0])}),
+         {**b, "document": reference.static_json(docs[0])}),
+        (r"/reference", reference.ReferencePageHandler, {**b, "page": Prerendered(render_reference(docs[0]))}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]
@@ -147,6 +156,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
 
 def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
-                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale}
+                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
+                          "formats": tuple(imaging.FORMATS)}
     return (build_openapi(settings.public_url, allow.types, **kw),
             build_for_agents(settings.public_url, allow.types, **kw))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import imaging
+from mediasrv import cli_upload, imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
@@ -40,6 +40,8 @@ SWEEP_INTERVAL_S = 3600.0
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "upload":  # a client: none of the server's settings apply
+        sys.exit(cli_upload.run(args))
     try:
         settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
                                      port=getattr(args, "port", 8080)).validate()
@@ -71,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
                    formatter_class=argparse.RawDescriptionHelpFormatter,
                    epilog="environment variables:\n" + Settings.help_text())
+    cli_upload.add_parser(sub)
     return parser
 
 
