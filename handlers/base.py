@@ -114,9 +114,8 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_cors_headers()
 
     def add_vary(self, name: str) -> None:
-        """Add ``name`` to the response's Vary, keeping what is there."""
-        current = self._headers.get("Vary")
-        self.set_header("Vary", f"{current}, {name}" if current else name)
+        """Add ``name`` to the response's Vary (one more field line), keeping what is there."""
+        self.add_header("Vary", name)
 
     def send_body(self, body: bytes | Prerendered, content_type: str) -> None:
         """Finish with ``body`` (JSON or text), gzipped when the client accepts it and it pays."""

@@ -142,11 +142,11 @@ async def test_an_expired_access_token_is_told_apart(api: Api) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "allow"), [
-    ("DELETE", "/ping", "GET, HEAD"),
-    ("PUT", "/files", "GET, POST"),
-    ("POST", "/usage", "GET"),
-    ("PATCH", "/m/abc", "GET, HEAD"),
-    ("PROPFIND", "/files", "GET, POST"),  # not in SUPPORTED_METHODS: Tornado's own 405
+    ("DELETE", "/ping", "GET, HEAD, OPTIONS"),
+    ("PUT", "/files", "GET, POST, OPTIONS"),
+    ("POST", "/usage", "GET, OPTIONS"),
+    ("PATCH", "/m/abc", "GET, HEAD, OPTIONS"),
+    ("PROPFIND", "/files", "GET, POST, OPTIONS"),  # not in SUPPORTED_METHODS: Tornado's own 405
 ])
 async def test_405_lists_the_allowed_methods(api: Api, method: str, path: str, allow: str) -> None:
     r = await api.call(method, path)
@@ -226,6 +226,16 @@ async def test_json_is_gzipped_for_clients_that_accept_it(api: Api) -> None:
     for refused in ("gzip;q=0", "identity", "br", "*;q=0", "gzip;q=0, *"):
         r = await _fetch(api, "/reference/openapi.json", headers={"Accept-Encoding": refused})
         assert "Content-Encoding" not in r.headers and r.body == plain.body, refused
+    # Text: the /reference page and the dashboard's scripts, with their own validators.
+    for path in ("/reference", "/assets/js/app.js"):
+        plain = await _fetch(api, path)
+        r = await _fetch(api, path, headers={"Accept-Encoding": "gzip"})
+        assert r.headers["Content-Encoding"] == "gzip" and gzip.decompress(r.body) == plain.body, path
+        assert "accept-encoding" in _vary(r) and "accept-encoding" in _vary(plain)
+        if "ETag" in r.headers:
+            assert r.headers["ETag"] != plain.headers["ETag"]
+            again = await _fetch(api, path, headers={"Accept-Encoding": "gzip", "If-None-Match": r.headers["ETag"]})
+            assert again.code == 304
     # An authenticated listing: compressed, and still private.
     token = (await _login(api))["session"]["access_token"]
     for i in range(12):
