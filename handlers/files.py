@@ -83,6 +83,7 @@ class FilesHandler(FilesBase):
         if declared is not None and declared > limits.cap_bytes:
             raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
         self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
+        await self.files.require_store()
         upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
                         self.allow)
         await upload.start()  # releases its own reservation if it fails (503)

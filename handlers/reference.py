@@ -7,6 +7,7 @@ import orjson
 
 from handlers.base import BaseDeps, BaseHandler, Prerendered
 from mediasrv.reference_page import CONTENT_SECURITY_POLICY
+from mediasrv.storeguard import StoreGuard
 
 
 def static_json(document: Any) -> Prerendered:
@@ -31,11 +32,19 @@ class StaticJsonHandler(BaseHandler):
 
 
 class PingHandler(BaseHandler):
+    """The health check: 200, or 503 while the metadata database is not the one opened."""
+
     logged = False
     private = False
     limits: ClassVar[dict[str, str]] = {}
+    guard: StoreGuard
+
+    def initialize(self, base: BaseDeps, guard: StoreGuard) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.guard = guard
 
     def get(self) -> None:
+        self.guard.require()
         self.set_header("Cache-Control", "no-store")
         self.send_body(b'{"status":"ok"}', "application/json")
 

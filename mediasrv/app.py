@@ -31,6 +31,7 @@ from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.reference_page import render_reference
 from mediasrv.settings import Settings
+from mediasrv.storeguard import StoreGuard
 from mediasrv.tokens import JwtCodec
 from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
@@ -49,10 +50,12 @@ class Runtime:
     hash_executor: ThreadPoolExecutor
     limiter: RateLimiter
     inflight: InFlight
+    guard: StoreGuard
 
-    async def stop(self) -> None:
-        await self.flusher.stop()
-        await self.mail.drain(timeout_s=5)
+    async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
+        await self.guard.stop()
+        await self.flusher.stop(flush_timeout_s)
+        await self.mail.drain(timeout_s=mail_timeout_s)
         self.pool.close()
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -67,7 +70,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
-                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight)
+                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
+                    proxy_hops=settings.proxy_hops)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
@@ -79,7 +83,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         file_cache.invalidate(record.file_id)
         results.invalidate(record.file_id)
 
-    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget)
+    guard = StoreGuard(meta)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
         meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
@@ -89,14 +94,16 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
-                            serving=serving_deps)
+                            serving=serving_deps, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
-    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
+    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
+                      counters={"usage counts": usage, "activity-log entries": activity,
+                                "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight)
+                          inflight=inflight, guard=guard)
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,7 @@ class _RouteArgs:
     domains: DomainService
     signer: UrlSigner
     serving: serving.ServingDeps
+    guard: StoreGuard
 
 
 def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
@@ -124,7 +132,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     return [
         (r"/", dashboard.DashboardHandler, {**b, **page}),
         (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
-        (r"/ping", reference.PingHandler, b),
+        (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),

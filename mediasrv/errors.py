@@ -108,3 +108,10 @@ class StoreUnavailable(ServiceUnavailable):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message, headers={"Retry-After": "5"})
+
+
+class StorageFull(StoreUnavailable):
+    """The store refused a write for lack of space (disk full). Still a 503 to clients; core
+    code that can free space first (deleting a file) retries once it has."""
+
+    code, message = "STORAGE_FULL", "Storage is full; try again later"

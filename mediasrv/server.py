@@ -23,17 +23,29 @@ import tornado.web
 
 from mediasrv import cli_upload, imaging
 from mediasrv.app import Runtime, make_app
+from mediasrv.connections import (
+    FD_HEADROOM_MIN,
+    ConnectionLimits,
+    GuardedHTTPServer,
+    default_max_connections,
+    raise_fd_limit,
+)
 from mediasrv.domains import make_provider
+from mediasrv.errors import StoreUnavailable
 from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
-from mediasrv.sweep import Sweeper
+from mediasrv.sweep import Sweeper, SweepPolicy
 from store.base import BlobStore, MetaStore
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
+"""Requests in flight may take this long to finish after SIGTERM (operator contract)."""
+CLOSE_CONNECTIONS_S, FLUSH_S, MAIL_S = 1.0, 2.0, 5.0
+SHUTDOWN_S = 14.0
+"""SIGTERM to exit at most (plus the store's close), under supervisord's stopwaitsecs=20."""
 JSON_BODY_LIMIT = 1024 * 1024
 SWEEP_INTERVAL_S = 3600.0
 
@@ -49,9 +61,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(settings.log_level)
-    runner = serve if args.command == "serve" else sweep_once
     try:
-        code = asyncio.run(runner(settings))
+        if args.command == "serve":
+            code = asyncio.run(serve(settings))
+        else:
+            code = asyncio.run(sweep_once(settings, force=args.force, purge=args.purge_quarantine))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -70,9 +84,15 @@ def _parser() -> argparse.ArgumentParser:
                                epilog="environment variables:\n" + Settings.help_text())
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
-                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                   epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd = sub.add_parser(
+        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd.add_argument("--force", action="store_true",
+                           help="the database is the right one: quarantine every unreferenced blob past the "
+                                "grace period, even on an empty database or beyond MEDIASRV_SWEEP_MAX_SHARE")
+    sweep_cmd.add_argument("--purge-quarantine", action="store_true",
+                           help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
     return parser
 
@@ -95,7 +115,7 @@ def load_secret(settings: Settings) -> str:
         return settings.jwt_secret
     path = settings.data_dir / "jwt_secret"
     if not path.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp = settings.data_dir / f".jwt_secret-{secrets.token_hex(8)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -130,13 +150,6 @@ def access_log(handler: tornado.web.RequestHandler) -> None:
         1000.0 * handler.request.request_time())
 
 
-def make_http_server(app: tornado.web.Application) -> tornado.httpserver.HTTPServer:
-    """The HTTP server around ``app``: request-size limits answered in JSON (mediasrv.http_limits)."""
-    return tornado.httpserver.HTTPServer(
-        RequestLimits(app, body_limit=JSON_BODY_LIMIT), max_body_size=JSON_BODY_LIMIT,
-        max_header_size=HEADER_READ_LIMIT, idle_connection_timeout=120, body_timeout=300)
-
-
 @dataclass
 class Running:
     server: tornado.httpserver.HTTPServer
@@ -151,12 +164,51 @@ async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
     meta, blobs = make_stores(settings)
     try:
         await meta.open()
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+    except (sqlite3.Error, StoreUnavailable, RuntimeError) as exc:
+        where = getattr(meta, "path", settings.data_dir)
+        raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                           "(restore it from a backup)") from exc
+    try:
         await blobs.open()
-    except (OSError, sqlite3.Error) as exc:
+    except OSError as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
     return meta, blobs
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
+    inner = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+    return str(inner) or type(inner).__name__
+
+
+def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
+    return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
+
+
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """Raise the descriptor limit, then size the connection caps from the settings and it."""
+    old, fd_limit = raise_fd_limit()
+    cap = settings.max_connections or default_max_connections(fd_limit)
+    if cap > fd_limit - FD_HEADROOM_MIN:
+        log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
+                    "accepting will pause when descriptors run out", cap, fd_limit)
+    per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
+    log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+    return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
+
+
+def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
+    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end.
+    Request-size limits are answered in JSON by ``RequestLimits`` (mediasrv.http_limits), which
+    needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431."""
+    return GuardedHTTPServer(RequestLimits(app, body_limit=JSON_BODY_LIMIT), limits=connection_limits(settings),
+                             max_body_size=JSON_BODY_LIMIT, max_header_size=HEADER_READ_LIMIT,
+                             idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
 async def start(settings: Settings) -> Running:
@@ -167,12 +219,17 @@ async def start(settings: Settings) -> Running:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
     imaging.init_vips(settings.max_image_pixels)
-    await meta.reconcile_usage()  # quota counters are exact after any crash
+    try:
+        await meta.reconcile_usage()  # quota counters are exact after any crash
+    except StoreUnavailable as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
-    server = make_http_server(app)
+    server = make_server(app, settings)
     try:
         server.listen(settings.port, settings.host)
     except OSError as exc:
@@ -181,27 +238,37 @@ async def start(settings: Settings) -> Running:
         await meta.close()
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
     runtime.flusher.start()
-    sweeper = Sweeper(meta, blobs, grace_s=settings.sweep_grace_s)
+    runtime.guard.start()
+    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
 
 
-async def stop(running: Running) -> None:
-    """Stop accepting, let requests finish (at most 10 s), flush, close."""
+async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
+    """Stop accepting, let requests finish (at most 10 s), flush, close: all within
+    SHUTDOWN_S, so that a supervisor's stop wait (supervisord.conf: 20 s) never kills us.
+
+    Every step after the drain has its own deadline; a metadata store that does not answer
+    (e.g. SQLite locked by another process) costs at most FLUSH_S, and what could not be
+    flushed is logged as lost with counts.
+    """
+    t0 = time.monotonic()
     running.server.stop()
-    deadline = time.monotonic() + DRAIN_S
-    while running.runtime.inflight.count > 0 and time.monotonic() < deadline:
+    drained = t0 + drain_s
+    while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
     # Close kept-alive connections before the last flush, so that no request arrives on one
     # after it (its log entry would be lost, and it could meet a closed pool or store).
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(running.server.close_all_connections(), timeout=2)
+        await asyncio.wait_for(running.server.close_all_connections(), timeout=CLOSE_CONNECTIONS_S)
     await running.sweeper.stop()
-    await running.runtime.stop()
+    left = max(0.5, SHUTDOWN_S - (time.monotonic() - t0))
+    flush_s = min(FLUSH_S, left / 2)
+    await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))
     await running.blobs.close()
-    await running.meta.close()
+    await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
 
 
 async def serve(settings: Settings) -> int:
@@ -217,14 +284,22 @@ async def serve(settings: Settings) -> int:
     return 0
 
 
-async def sweep_once(settings: Settings) -> int:
+async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:
+    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log)."""
     meta, blobs = await open_stores(settings)
     try:
-        report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
-        print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "
+        report = await Sweeper(meta, blobs, sweep_policy(settings, force)).run()
+        print(f"quarantined {report.orphan_blobs} orphan blobs, removed {report.temp_files} temp files and "
               f"{report.old_logs} old log entries")
+        if report.predating:
+            print(f"left {report.predating} unreferenced blobs older than the database alone")
+        if report.refused:
+            print(f"refused: {report.refused}")
+        if purge:
+            purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
+            print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
     finally:
         await blobs.close()
         await meta.close()
-    return 0
+    return 3 if report.refused else 0
 

@@ -26,7 +26,7 @@ from tornado.testing import bind_unused_port
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, SmtpMailer
-from mediasrv.server import make_http_server
+from mediasrv.server import make_server
 from mediasrv.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -109,10 +109,10 @@ def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobSto
 
 
 @pytest.fixture
-def http_server(request: Any, io_loop: Any, http_server_port: tuple[Any, int],
-                app: tornado.web.Application) -> Iterator[tornado.httpserver.HTTPServer]:
+def http_server(request: Any, io_loop: Any, http_server_port: tuple[Any, int], app: tornado.web.Application,
+                settings: Settings) -> Iterator[tornado.httpserver.HTTPServer]:
     """pytest-tornasync's fixture, but the server ``mediasrv serve`` builds (limits answered in JSON)."""
-    server = make_http_server(app)
+    server = make_server(app, settings)
     server.add_socket(http_server_port[0])
     yield server
     server.stop()
