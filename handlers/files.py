@@ -124,7 +124,7 @@ class FilesHandler(FilesBase):
         assert self.principal is not None
         page, limit = page_args(self)
         query = self._query()
-        records, total = await self.meta.list_files(self.principal.user.id, query, (page - 1) * limit, limit)
+        records, total = await self.files.list(self.principal.user, query, (page - 1) * limit, limit)
         render = await self.files.renderer(self.principal.user.id)
         self.write_json({"files": [render(r) for r in records], "total": total, "page": page, "limit": limit})
 

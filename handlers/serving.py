@@ -32,6 +32,7 @@ from mediasrv.http_headers import (
     not_modified_since,
     parse_range,
 )
+from mediasrv.imagejobs import ImageJobs
 from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
@@ -60,6 +61,7 @@ class ServingDeps:
     files: FileCache
     results: ResultCache
     pool: ResizePool
+    images: ImageJobs
     signer: UrlSigner
     usage: UsageRecorder
     domains: DomainService
@@ -208,17 +210,7 @@ class ServeBase(BaseHandler):
         await self._send_representation(record, out_type, etag, len(data), send)
 
     async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
-        pool = self.deps.pool
-        pool.try_acquire()
-        try:
-            try:
-                data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
-            except FileNotFoundError:
-                raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-            max_pixels = self.deps.max_pixels
-            result = await pool.execute(lambda: imaging.transform(data, record.content_type, spec, max_pixels))
-        finally:
-            pool.release()
+        result = await self.deps.images.render(record, spec, self.client_ip())
         self.deps.usage.image_op(record.user_id)
         return result
 

@@ -23,6 +23,7 @@ from mediasrv.cors import CorsPolicy
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
+from mediasrv.imagejobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.mail import MailQueue
 from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
@@ -50,6 +51,7 @@ class Runtime:
     hash_executor: ThreadPoolExecutor
     limiter: RateLimiter
     inflight: InFlight
+    images: ImageJobs
     guard: StoreGuard
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
@@ -62,8 +64,11 @@ class Runtime:
 
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
-             flush_interval_s: float = 1.0) -> tuple[tornado.web.Application, Runtime]:
-    """The Tornado application and the runtime pieces the caller starts and stops."""
+             flush_interval_s: float = 1.0,
+             image_runner: Runner = run_transform) -> tuple[tornado.web.Application, Runtime]:
+    """The Tornado application and the runtime pieces the caller starts and stops.
+
+    ``image_runner`` does one transform on a worker thread (tests inject a controllable one)."""
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
@@ -76,7 +81,9 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
-    pool = ResizePool(settings.resize_slots)
+    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
+    images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
+                       runner=image_runner)
     signer = UrlSigner(jwt_secret)
 
     def forget(record: FileRecord) -> None:
@@ -87,7 +94,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
-        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
+        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, images=images, signer=signer,
+        usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
         max_pixels=settings.max_image_pixels,
@@ -103,7 +111,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight, guard=guard)
+                          inflight=inflight, images=images, guard=guard)
 
 
 @dataclass(frozen=True)

@@ -97,8 +97,8 @@ class ServerBusy(ServiceUnavailable):
 
     code, message = "BUSY", "Server busy; try again shortly"
 
-    def __init__(self) -> None:
-        super().__init__(headers={"Retry-After": "5"})
+    def __init__(self, retry_after_s: int = 5) -> None:
+        super().__init__(headers={"Retry-After": str(retry_after_s)})
 
 
 class StoreUnavailable(ServiceUnavailable):

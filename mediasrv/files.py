@@ -14,12 +14,13 @@ from typing import Any
 
 from mediasrv.custom_domains import DomainService
 from mediasrv.errors import Forbidden, StorageFull
+from mediasrv.querygate import QueryGate
 from mediasrv.settings import Settings
 from mediasrv.storeguard import StoreGuard
 from mediasrv.timeutil import now_iso
 from mediasrv.uploads import UploadLimits
 from store.base import BlobStore, MetaStore
-from store.models import FileRecord, User
+from store.models import FileQuery, FileRecord, User
 
 log = logging.getLogger("mediasrv.files")
 MAX_NAME_CHARS = 255
@@ -38,11 +39,19 @@ class FileService:
     """Upload limits, record rendering and deletion for one deployment."""
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
-                 on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None) -> None:
+                 on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
+                 gate: QueryGate | None = None) -> None:
         self._settings, self._meta, self._blobs = settings, meta, blobs
         self._guard = guard
         self._domains = domains
         self._on_deleted = on_deleted
+        self.gate = gate or QueryGate()
+
+    async def list(self, user: User, query: FileQuery, offset: int,
+                   limit: int) -> tuple[list[FileRecord], int]:
+        """One page of the user's files; one list at a time per user (429 when many wait)."""
+        async with self.gate.slot(user.id):
+            return await self._meta.list_files(user.id, query, offset, limit)
 
     def limits_for(self, user: User) -> UploadLimits:
         cap = self._settings.max_upload_size_bytes

@@ -14,6 +14,8 @@ bytes of a file without libvips at all.
 """
 from __future__ import annotations
 
+import math
+import os
 import re
 import struct
 import threading
@@ -28,11 +30,15 @@ __all__ = [
     "ALLOWED_LOADERS",
     "FORMATS",
     "MAX_DIMENSION",
+    "OUTPUT_MAX_PIXELS",
     "TRANSFORMABLE_TYPES",
     "ImageInfo",
     "TransformSpec",
+    "estimate_cost",
+    "estimate_for_size",
     "header_dimensions",
     "init_vips",
+    "output_size",
     "parse_transform",
     "probe",
     "transform",
@@ -58,14 +64,14 @@ ALLOWED_LOADERS: tuple[str, ...] = (
     "VipsForeignLoadTiff",
 )
 
-# Loader nickname (the image's "vips-loader" field) -> our format name.
+# Loader nickname (the image's "vips-loader" field) -> our format name; the *_source loaders
+# read a stored file through its descriptor (only what decoding needs), *_buffer ones bytes.
 _LOADER_FORMATS: dict[str, str] = {
-    "jpegload_buffer": "jpeg",
-    "pngload_buffer": "png",
-    "webpload_buffer": "webp",
-    "gifload_buffer": "gif",
-    "heifload_buffer": "heif",  # "avif" when the HEIF container holds AV1
-    "tiffload_buffer": "tiff",
+    f"{loader}load_{kind}": fmt
+    for loader, fmt in (("jpeg", "jpeg"), ("png", "png"), ("webp", "webp"), ("gif", "gif"),
+                        ("heif", "heif"),  # "avif" when the HEIF container holds AV1
+                        ("tiff", "tiff"))
+    for kind in ("buffer", "source")
 }
 
 # Stored content type -> the loader class that must be available to decode it.
@@ -99,6 +105,24 @@ _GIF_OPTIONS = {"effort": 4}
 _LOAD_OPTIONS = "fail_on=truncated"
 
 _VIPS_CONCURRENCY = 1  # many small jobs run side by side; one libvips worker thread each
+
+OUTPUT_MAX_PIXELS: dict[str, int] = {"avif": 8_388_608, "webp": 16_777_216, "gif": 4_194_304}
+"""Largest output (width x height) per format; a larger result is scaled down to fit.
+
+Their encoders hold the whole image plus large working sets: AVIF (libaom) about 20 bytes
+and 0.3 us of CPU per output pixel, WebP about 11 bytes, GIF's quantiser about 12 bytes and
+0.7 us. 8 MP is a 4K frame (3840x2160); JPEG and PNG stream and are bounded only by
+MEDIASRV_MAX_IMAGE_PIXELS."""
+
+# Estimated peak memory of one job, in bytes per pixel (measured with libvips 8.18, one
+# worker thread per operation, end to end including the compressed output).
+_ENCODE_BYTES_PER_PIXEL = {"avif": 22, "webp": 12, "gif": 13, "png": 6, "jpeg": 0}
+_DECODE_BYTES_PER_PIXEL = 4  # a whole decoded frame (RGBA); JPEG decodes in strips instead
+_STREAMING_DECODERS = frozenset({"jpeg"})
+# Loaders that map or read the whole file, even from a descriptor.
+_WHOLE_FILE_LOADERS = frozenset({"gif", "webp", "heif", "avif"})
+JOB_OVERHEAD_BYTES = 24 * 1024 * 1024
+"""Per job: libvips buffers, thread stack, allocator slack (a JPEG thumbnail needs about this)."""
 
 
 def _has_operation(nickname: str) -> bool:
@@ -270,15 +294,20 @@ class ImageInfo:
     width: int
     height: int
     pages: int
+    orientation: int = 1
+    """EXIF orientation (1..8); 5..8 swap width and height once the image is auto-rotated."""
 
 
-def _header(data: bytes) -> pyvips.Image | None:
+def _header(data: bytes | pyvips.Source) -> pyvips.Image | None:
     """Open the image lazily (header only); None when no allowed loader accepts it."""
     _configure_vips()
-    if not data:
+    if isinstance(data, bytes | bytearray | memoryview) and not data:
         return None
     try:
-        image = pyvips.Image.new_from_buffer(data, "", access="sequential")
+        if isinstance(data, pyvips.Source):
+            image = pyvips.Image.new_from_source(data, "", access="sequential")
+        else:
+            image = pyvips.Image.new_from_buffer(data, "", access="sequential")
     except pyvips.Error:
         return None
     loader = image.get("vips-loader") if image.get_typeof("vips-loader") else ""
@@ -293,7 +322,9 @@ def _info(image: pyvips.Image) -> ImageInfo:
             image.get("heif-compression") == "av1":
         fmt = "avif"
     pages = image.get("n-pages") if image.get_typeof("n-pages") else 1
-    return ImageInfo(format=fmt, width=image.width, height=image.height, pages=max(1, int(pages)))
+    orientation = image.get("orientation") if image.get_typeof("orientation") else 1
+    return ImageInfo(format=fmt, width=image.width, height=image.height, pages=max(1, int(pages)),
+                     orientation=int(orientation) if 1 <= int(orientation) <= 8 else 1)
 
 
 def probe(data: bytes) -> ImageInfo | None:
@@ -585,11 +616,11 @@ def _check_source_type(source_type: str) -> None:
         raise UnsupportedMedia()
 
 
-def _open_header(data: bytes) -> tuple[ImageInfo, bool]:
+def _open_header(data: bytes | FileInput, source: pyvips.Source | None) -> tuple[ImageInfo, bool]:
     """Header facts, and whether an ICC profile is embedded."""
-    image = _header(data)
+    image = _header(source if source is not None else data)  # type: ignore[arg-type]
     if image is None:
-        if _looks_like_other_format(data):
+        if _looks_like_other_format(data.head(1024) if isinstance(data, FileInput) else data):
             raise UnsupportedMedia()
         raise UnprocessableImage("The file is not a readable image")
     try:
@@ -622,15 +653,42 @@ def _box(spec: TransformSpec) -> tuple[int, int]:
     return spec.width or _UNBOUNDED, spec.height or _UNBOUNDED
 
 
-def _load(data: bytes, spec: TransformSpec, has_profile: bool) -> pyvips.Image:
+def output_size(width: int, height: int, spec: TransformSpec, orientation: int = 1) -> tuple[int, int]:
+    """The size ``transform`` gives before any per-format cap: the (auto-rotated) image fitted
+    inside the requested box, never enlarged (libvips may round one side differently by 1)."""
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    box_w, box_h = _box(spec)
+    scale = min(box_w / width, box_h / height, 1.0)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _capped_box(info: ImageInfo, spec: TransformSpec, fmt: str,
+                caps: Mapping[str, int]) -> tuple[int, int]:
+    """The box to fit into: the client's, or a smaller one of the same shape when the result
+    would have more pixels than ``caps[fmt]`` allows."""
+    box = _box(spec)
+    cap = caps.get(fmt)
+    if cap is None:
+        return box
+    width, height = output_size(info.width, info.height, spec, info.orientation)
+    if width * height <= cap:
+        return box
+    scale = math.sqrt(cap / (width * height))
+    return max(1, math.floor(width * scale)), max(1, math.floor(height * scale))
+
+
+def _load(data: bytes | pyvips.Source, box: tuple[int, int], has_profile: bool) -> pyvips.Image:
     """Decode the first frame with shrink-on-load, auto-rotated, fitted inside the box."""
-    width, height = _box(spec)
+    width, height = box
     options: dict[str, object] = {"height": height, "size": "down",
                                   "option_string": _LOAD_OPTIONS}
     if has_profile:
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.
         options["output_profile"] = "srgb"
+    if isinstance(data, pyvips.Source):
+        return pyvips.Image.thumbnail_source(data, width, **options)
     return pyvips.Image.thumbnail_buffer(data, width, **options)
 
 
@@ -677,26 +735,104 @@ def _missing_decoder(error: pyvips.Error) -> bool:
                                    "decoder plugin"))
 
 
-def transform(data: bytes, source_type: str, spec: TransformSpec,
-              max_pixels: int) -> tuple[bytes, str]:
+@dataclass(frozen=True)
+class FileInput:
+    """A stored file to decode through its open descriptor: libvips reads only what the
+    decoder needs (a JPEG in strips), instead of the whole file being read into memory."""
+
+    fd: int
+
+    def head(self, n: int) -> bytes:
+        return os.pread(self.fd, n, 0)
+
+
+def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
+              max_pixels: int, *, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
+              max_source_area: int | None = None) -> tuple[bytes, str]:
     """Resize and/or convert one image; returns (output bytes, output content type).
 
     Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
     allowed loader decodes (SVG, PDF, HEIC without a HEVC decoder), UnprocessableImage
     (422) when the first frame has more than ``max_pixels`` pixels (checked from the header
-    before decoding) or the file is corrupt or truncated. Only the first frame of an
+    before decoding), more than ``max_source_area`` (the size its memory was reserved for,
+    see ``estimate_cost``), or the file is corrupt or truncated. Only the first frame of an
     animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
-    converted to sRGB and stripped of metadata. The same input and spec always give the
-    same bytes.
+    scaled down to ``caps[format]`` pixels when the result would be larger, converted to sRGB
+    and stripped of metadata. The same input and spec always give the same bytes.
     """
     _check_source_type(source_type)
-    info, has_profile = _open_header(data)
+    # One source serves the header and the decode: libvips duplicates the descriptor and
+    # rewinds it between the two.
+    source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
+    info, has_profile = _open_header(data, source)
     _check_pixels(info, max_pixels)
+    if max_source_area is not None and info.width * info.height > max_source_area:
+        raise UnprocessableImage("The image header is inconsistent")
     fmt = _output_format(spec, info)
     try:
-        image = _prepare(_load(data, spec, has_profile), fmt)
-        return _save(image, fmt), FORMATS[fmt]
+        image = _load(source if source is not None else data,  # type: ignore[arg-type]
+                      _capped_box(info, spec, fmt, caps), has_profile)
+        return _save(_prepare(image, fmt), fmt), FORMATS[fmt]
     except pyvips.Error as error:
         if info.format == "heif" and _missing_decoder(error):
             raise UnsupportedMedia("This image's compression format cannot be decoded") from None
         raise UnprocessableImage() from None
+
+
+# ---------------------------------------------------------------------------- cost estimate
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    """What one transform is expected to hold in memory at its peak, from the file's header."""
+
+    cost_bytes: int
+    source_area: int
+    """Pixels of the first frame the estimate assumed (``transform``'s ``max_source_area``)."""
+
+
+_SNIFFED_FORMATS: dict[Callable[[bytes], tuple[int, int] | None], str] = {
+    _png_dimensions: "png", _gif_dimensions: "gif", _jpeg_dimensions: "jpeg",
+    _webp_dimensions: "webp", _tiff_dimensions: "tiff", _heif_dimensions: "heif",
+}
+
+
+def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int, *,
+                  buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS) -> JobEstimate:
+    """Peak memory of transforming a file of ``size`` bytes whose first bytes are ``prefix``.
+
+    Pure Python from the header, before any decoding: the bytes held (the whole file when
+    ``buffered``, or when its loader maps the whole file anyway), a decoded frame for
+    decoders that do not stream, the encoder's working set for the (capped) output, and a
+    fixed overhead. A header that cannot be read here is assumed ``max_pixels`` large. Raises
+    UnprocessableImage when the header declares more than ``max_pixels`` pixels, and
+    UnsupportedMedia when the bytes are another format's (SVG, PDF, ...).
+    """
+    parse = _sniff(bytes(prefix[:64]))
+    src = _SNIFFED_FORMATS.get(parse) if parse is not None else None  # type: ignore[arg-type]
+    dims = header_dimensions(prefix) if src is not None else None
+    if dims is None:
+        if src is None and _looks_like_other_format(prefix):
+            raise UnsupportedMedia()  # SVG, PDF, BMP...: refused before anything is reserved
+        src = None
+        side = math.isqrt(max_pixels)
+        dims = (side, max(1, max_pixels // side))
+    width, height = dims
+    if width * height > max_pixels:
+        raise UnprocessableImage(f"The image is too large to process ({width}x{height} pixels)")
+    return estimate_for_size(src, width, height, size, spec, buffered=buffered, caps=caps)
+
+
+def estimate_for_size(src: str | None, width: int, height: int, size: int, spec: TransformSpec, *,
+                      buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS) -> JobEstimate:
+    """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size."""
+    fmt = spec.format or (src if src in FORMATS else "jpeg")
+    out_pixels = 0
+    for orientation in (1, 6):  # EXIF rotation is unknown here: take the larger result
+        out_w, out_h = output_size(width, height, spec, orientation)
+        out_pixels = max(out_pixels, min(out_w * out_h, caps.get(fmt, out_w * out_h)))
+    held = size if buffered or src is None or src in _WHOLE_FILE_LOADERS else 0
+    decode = 0 if src in _STREAMING_DECODERS else _DECODE_BYTES_PER_PIXEL * width * height
+    encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
+    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode,
+                       source_area=width * height)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import cli_upload, imaging
+from mediasrv import allocator, cli_upload, imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -219,6 +219,7 @@ async def start(settings: Settings) -> Running:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
     imaging.init_vips(settings.max_image_pixels)
+    allocator.tune()  # before the resize threads exist: freed image memory goes back
     try:
         await meta.reconcile_usage()  # quota counters are exact after any crash
     except StoreUnavailable as exc:

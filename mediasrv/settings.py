@@ -96,6 +96,12 @@ class Settings:
                              default=10)
     max_image_pixels: int = _env("MEDIASRV_MAX_IMAGE_PIXELS", "largest image (width x height) that "
                                  "is decoded", default=50_000_000)
+    image_memory_bytes: int = _env("MEDIASRV_IMAGE_MEMORY_BYTES", "memory all resize/format jobs "
+                                   "together may use (estimated from headers), bytes",
+                                   default=512 * 1024 * 1024)
+    resize_retry_after: int | None = _env("MEDIASRV_RESIZE_RETRY_AFTER", "Retry-After of a busy "
+                                          "resize 503: seconds (1..30), or auto (measured)",
+                                          default=5)
     rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit",
                                    default=1.0)
     allowed_content_types: tuple[str, ...] = _env(
@@ -215,8 +221,10 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
     "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
-    "max_connections": _int, "max_connections_per_ip": _int, "public_max_age_s": _int,
-    "trust_proxy": _bool, "public_immutable": _bool, "rate_limit_scale": float,
+    "max_connections": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
+    "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
+    "public_max_age_s": _int, "public_immutable": _bool,
+    "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
@@ -278,6 +286,10 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
     if not 0 <= s.public_max_age_s <= MAX_PUBLIC_MAX_AGE_S:
         return f"MEDIASRV_PUBLIC_MAX_AGE must be from 0 to {MAX_PUBLIC_MAX_AGE_S} seconds, not {s.public_max_age_s}"
+    if s.image_memory_bytes < 64 * 1024 * 1024:
+        return f"MEDIASRV_IMAGE_MEMORY_BYTES must be at least 67108864 (64 MiB), not {s.image_memory_bytes}"
+    if s.resize_retry_after is not None and not 1 <= s.resize_retry_after <= 30:
+        return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
     return _check_safety(s)

@@ -40,9 +40,9 @@ def call(base: str, method: str, path: str, body: bytes | None = None,
         return exc.code, exc.read()
 
 
-def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(data_dir: Path, port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     env = dict(os.environ, MEDIASRV_DATA_DIR=str(data_dir), MEDIASRV_RATE_LIMIT_SCALE="100000",
-               MEDIASRV_LOG_LEVEL="WARNING", MEDIASRV_BCRYPT_ROUNDS="4")
+               MEDIASRV_LOG_LEVEL="WARNING", MEDIASRV_BCRYPT_ROUNDS="4", **(extra_env or {}))
     beside = Path(sys.executable).with_name("mediasrv")  # the venv running this script
     command = str(beside) if beside.exists() else "mediasrv"
     proc = subprocess.Popen([command, "serve", "--port", str(port)], env=env)

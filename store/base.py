@@ -29,7 +29,13 @@ class DuplicateError(Exception):
 
 
 class MetaStore(Protocol):
-    """Metadata: users, tokens, API keys, files, domains, logs and usage counters."""
+    """Metadata: users, tokens, API keys, files, domains, logs and usage counters.
+
+    Lookups by key (``get_user``, ``get_api_key_by_hash`` on every authenticated request;
+    ``get_file``, ``get_domain*``, ``get_usage``) must not wait behind lists and searches,
+    which can take a second on a large account: a backend with a bounded pool of workers or
+    connections keeps some for lookups (SQLite: its own reader threads).
+    """
 
     async def open(self) -> None:
         """Connect, create or migrate the schema and indexes."""
@@ -100,7 +106,15 @@ class MetaStore(Protocol):
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
-        """Matching files, newest first (ties by id), and the total count."""
+        """Matching files, newest first (ties by id), and the total count.
+
+        ``query.q`` is a literal (no wildcard or pattern character: ``%``, ``_``, ``*``, ``.``,
+        quotes match themselves) searched case-insensitively as a substring of the name or of
+        the file_id: a file matches when ``q.lower()`` is a substring of ``name.lower()`` or
+        ``file_id.lower()`` (Python's full Unicode lower-casing, not ASCII-only). Only this
+        user's files are ever considered. Backends may index it (SQLite: an FTS5 trigram
+        index for ``q`` of 3 or more characters), but the result must equal this definition.
+        """
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Delete the user's record and release its quota in one step; the deleted record or None."""

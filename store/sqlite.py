@@ -4,6 +4,11 @@ SQLite calls block, and the Tornado event loop must never block, so every call r
 thread: one writer thread owns the only write connection (writes are serialised there, which
 is what makes ``reserve_quota`` and ``consume_token`` atomic without extra locking), and a
 small pool of threads each owns a read connection (WAL lets them read while a write commits).
+
+Reads come in two kinds with their own threads: lookups by key (the credential check of
+every request: user by id, API key by hash; a file, a domain, a usage row) run on a small
+pool of their own, so they never queue behind lists and searches, which may each take a
+reader for a second on a large account.
 """
 from __future__ import annotations
 
@@ -127,6 +132,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO store_info (key, value) SELECT 'created_at',
             coalesce((SELECT min(created_at) FROM files), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))""",
     ),
+    (
+        # Substring search of q (list_files): a trigram index of the folded name and file_id.
+        # FTS rows are keyed by file_search_rows.seq, an INTEGER PRIMARY KEY, because VACUUM
+        # may renumber the rowids of files (its key is TEXT). Rows are added by insert_file
+        # (folding is Python's str.lower, not SQL's); any delete, even one made outside this
+        # server, drops them through the trigger.
+        """CREATE VIRTUAL TABLE file_search USING fts5(name, file_id,
+            tokenize = 'trigram case_sensitive 1', columnsize = 0)""",
+        "CREATE TABLE file_search_rows (seq INTEGER PRIMARY KEY, file_pk TEXT NOT NULL UNIQUE)",
+        """CREATE TRIGGER file_search_forget AFTER DELETE ON files BEGIN
+            DELETE FROM file_search
+                WHERE rowid = (SELECT seq FROM file_search_rows WHERE file_pk = old.id);
+            DELETE FROM file_search_rows WHERE file_pk = old.id;
+        END""",
+        "INSERT INTO file_search_rows (file_pk) SELECT id FROM files ORDER BY created_at, id",
+        """INSERT INTO file_search (rowid, name, file_id)
+            SELECT r.seq, fold(f.name), fold(f.file_id)
+            FROM file_search_rows r JOIN files f ON f.id = r.file_pk""",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -224,12 +248,46 @@ def _fold(value: str | None) -> str | None:
     return value.lower() if isinstance(value, str) else None
 
 
-def _file_filters(user_id: str, query: FileQuery) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``list_files``; ``q`` is matched with instr(), never as a pattern."""
-    clauses, params = ["user_id = ?"], [user_id]
+TRIGRAM = 3
+"""The trigram index finds substrings of at least this many characters; shorter ones scan
+the user's own rows (through files_user_created), never the whole table."""
+INDEX_MAX_CANDIDATES = 20_000
+"""Above this many indexed rows matching ``q`` (all users), walking the user's rows in order
+is faster than fetching and sorting the candidates."""
+
+SEARCH_CANDIDATES = """id IN (SELECT r.file_pk FROM file_search s
+    JOIN file_search_rows r ON r.seq = s.rowid WHERE file_search MATCH ?)"""
+
+
+def _fts_phrase(text: str) -> str:
+    """``text`` as one FTS5 string: every character literal, double quotes doubled."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _use_search_index(conn: sqlite3.Connection, query: FileQuery) -> bool:
+    """Whether ``q`` is long enough for the trigram index and selective enough to pay."""
+    if not query.q or len(query.q.lower()) < TRIGRAM:
+        return False
+    found = conn.execute("SELECT count(*) FROM (SELECT 1 FROM file_search WHERE file_search MATCH ? "
+                         "LIMIT ?)", (_fts_phrase(query.q.lower()), INDEX_MAX_CANDIDATES + 1)).fetchone()[0]
+    return found <= INDEX_MAX_CANDIDATES
+
+
+def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``list_files``; ``q`` is matched with instr(), never as a pattern.
+
+    ``indexed``: the trigram index gives the candidate rows (and ``+user_id`` keeps SQLite from
+    walking the user's rows instead); instr() on the folded text stays the definition of a
+    match, so the index can only make it faster, never change the result.
+    """
+    clauses, params = ["+user_id = ?" if indexed else "user_id = ?"], [user_id]
     if query.q:
+        folded = query.q.lower()
+        if indexed:
+            clauses.append(SEARCH_CANDIDATES)
+            params.append(_fts_phrase(folded))
         clauses.append("(instr(fold(name), ?) > 0 OR instr(fold(file_id), ?) > 0)")
-        params += [query.q.lower(), query.q.lower()]
+        params += [folded, folded]
     conditions = (("content_type = ?", query.content_type), ("size >= ?", query.size_min),
                   ("size <= ?", query.size_max), ("created_at >= ?", query.created_after),
                   ("created_at <= ?", query.created_before))
@@ -275,6 +333,12 @@ def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: l
     return [convert(row) for row in rows], total
 
 
+def _list_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, offset: int,
+                limit: int) -> tuple[list[FileRecord], int]:
+    where, params = _file_filters(user_id, query, _use_search_index(conn, query))
+    return _page(conn, "files", FILE_COLS, where, params, offset, limit, _file)
+
+
 def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
                    now: str) -> tuple[str, str | None] | None:
     """Select-then-update inside the writer's transaction, so only one caller wins."""
@@ -284,6 +348,14 @@ def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
         return None
     conn.execute("UPDATE tokens SET used_at = ? WHERE token_hash = ?", (now, token_hash))
     return row["user_id"], row["data"]
+
+
+def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
+    """The record and its search row, in one transaction."""
+    conn.execute(_insert_sql("files", FileRecord), _params(record))
+    seq = conn.execute("INSERT INTO file_search_rows (file_pk) VALUES (?)", (record.id,)).lastrowid
+    conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
+                 (seq, _fold(record.name), _fold(record.file_id)))
 
 
 def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRecord | None:
@@ -379,15 +451,18 @@ def _is_unavailable(exc: sqlite3.DatabaseError) -> bool:
 class SqliteMetaStore:
     """``MetaStore`` over one SQLite file (e.g. ``DATA_DIR/meta.sqlite3``)."""
 
-    def __init__(self, path: Path, *, read_threads: int = 4, busy_timeout_ms: int = 5000) -> None:
-        if read_threads < 1:
-            raise ValueError("read_threads must be at least 1")
+    def __init__(self, path: Path, *, read_threads: int = 4, lookup_threads: int = 2,
+                 busy_timeout_ms: int = 5000) -> None:
+        if read_threads < 1 or lookup_threads < 1:
+            raise ValueError("read_threads and lookup_threads must be at least 1")
         self.path = Path(path)
         self._read_threads = read_threads
+        self._lookup_threads = lookup_threads
         self._busy_timeout_ms = busy_timeout_ms
         self._closing = False
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
+        self._lookups: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
@@ -406,6 +481,7 @@ class SqliteMetaStore:
         self._closing = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
         self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="meta-reader")
+        self._lookups = ThreadPoolExecutor(self._lookup_threads, thread_name_prefix="meta-lookup")
         try:
             await self._run(True, self._open_on_writer)
         except BaseException:
@@ -414,17 +490,18 @@ class SqliteMetaStore:
 
     async def close(self) -> None:
         """Let queued writes finish, then close every connection; safe to call twice."""
-        writer, readers = self._writer, self._readers
-        if writer is None or readers is None:
+        writer, readers, lookups = self._writer, self._readers, self._lookups
+        if writer is None or readers is None or lookups is None:
             return
-        self._writer = self._readers = None
+        self._writer = self._readers = self._lookups = None
         self._closing = True  # queued writes still run, but none waits for another process's lock
-        await asyncio.to_thread(self._shutdown, writer, readers)
+        await asyncio.to_thread(self._shutdown, writer, readers, lookups)
 
-    def _shutdown(self, writer: ThreadPoolExecutor, readers: ThreadPoolExecutor) -> None:
+    def _shutdown(self, writer: ThreadPoolExecutor, *readers: ThreadPoolExecutor) -> None:
         """Blocking part of ``close``: no thread uses a connection once the pools are down."""
         writer.shutdown(wait=True)
-        readers.shutdown(wait=True)
+        for pool in readers:
+            pool.shutdown(wait=True)
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:
@@ -517,9 +594,9 @@ class SqliteMetaStore:
                       "refusing writes until it is back (restore it, or restart the server)", self.path)
         raise DatabaseReplaced(f"{self.path} was deleted or replaced")
 
-    async def _run(self, write: bool, call: Callable[[], T]) -> T:
-        """Run ``call`` on the writer or a reader thread, translating SQLite's errors."""
-        pool = self._writer if write else self._readers
+    async def _run(self, write: bool, call: Callable[[], T], lookup: bool = False) -> T:
+        """Run ``call`` on the writer, a reader or a lookup thread, translating SQLite's errors."""
+        pool = self._writer if write else (self._lookups if lookup else self._readers)
         if pool is None:
             raise StoreUnavailable("Metadata store is not open")
         try:
@@ -543,6 +620,10 @@ class SqliteMetaStore:
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
 
+    async def _lookup(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read by key on the lookup threads, which lists and searches never occupy."""
+        return await self._run(False, partial(self._in_transaction, False, fn, *args), lookup=True)
+
     # --- identity -----------------------------------------------------------------------
 
     async def identity(self) -> StoreIdentity:
@@ -552,7 +633,7 @@ class SqliteMetaStore:
         """The file at ``path`` is still the one opened (same device and inode)."""
         if self._readers is None:
             return False
-        return await self._run(False, self._same_file)
+        return await self._run(False, self._same_file, lookup=True)  # never behind searches
 
     # --- users ------------------------------------------------------------------------
 
@@ -560,12 +641,12 @@ class SqliteMetaStore:
         await self._write(_execute, _insert_sql("users", User), _params(user))
 
     async def get_user(self, user_id: str) -> User | None:
-        return await self._read(_fetch_one, f"SELECT {USER_COLS} FROM users WHERE id = ?",
+        return await self._lookup(_fetch_one, f"SELECT {USER_COLS} FROM users WHERE id = ?",
                                 (user_id,), _user)
 
     async def get_user_by_email(self, email: str) -> User | None:
         """COLLATE NOCASE matches the unique index, so the lookup uses it."""
-        return await self._read(_fetch_one, f"SELECT {USER_COLS} FROM users "
+        return await self._lookup(_fetch_one, f"SELECT {USER_COLS} FROM users "
                                 "WHERE email = ? COLLATE NOCASE", (email,), _user)
 
     async def mark_email_verified(self, user_id: str, at: str) -> None:
@@ -613,7 +694,7 @@ class SqliteMetaStore:
                                 _key)
 
     async def get_api_key_by_hash(self, key_hash: str) -> ApiKey | None:
-        return await self._read(_fetch_one, f"SELECT {KEY_COLS} FROM api_keys "
+        return await self._lookup(_fetch_one, f"SELECT {KEY_COLS} FROM api_keys "
                                 "WHERE key_hash = ? AND revoked_at IS NULL", (key_hash,), _key)
 
     async def revoke_api_key(self, user_id: str, key_id: str, at: str) -> bool:
@@ -645,17 +726,16 @@ class SqliteMetaStore:
         await self._write(_execute, RELEASE_SQL, {"user_id": user_id, "size": size})
 
     async def insert_file(self, record: FileRecord) -> None:
-        await self._write(_execute, _insert_sql("files", FileRecord), _params(record))
+        await self._write(_insert_file, record)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
-        return await self._read(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",
+        return await self._lookup(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",
                                 (file_id,), _file)
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
         _check_page(offset, limit)
-        where, params = _file_filters(user_id, query)
-        return await self._read(_page, "files", FILE_COLS, where, params, offset, limit, _file)
+        return await self._read(_list_files, user_id, query, offset, limit)
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         return await self._write(_delete_file, user_id, file_id)
@@ -674,11 +754,11 @@ class SqliteMetaStore:
     # --- custom domains ---------------------------------------------------------------
 
     async def get_domain(self, user_id: str) -> CustomDomain | None:
-        return await self._read(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
+        return await self._lookup(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
                                 "WHERE user_id = ?", (user_id,), _domain)
 
     async def get_domain_by_hostname(self, hostname: str) -> CustomDomain | None:
-        return await self._read(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
+        return await self._lookup(_fetch_one, f"SELECT {DOMAIN_COLS} FROM custom_domains "
                                 "WHERE hostname = ?", (hostname,), _domain)
 
     async def put_domain(self, domain: CustomDomain) -> None:
@@ -714,7 +794,7 @@ class SqliteMetaStore:
         await self._write(_execute_many, USAGE_SQL, rows)
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts:
-        counts = await self._read(_fetch_one, "SELECT origin_reads, image_ops FROM usage "
+        counts = await self._lookup(_fetch_one, "SELECT origin_reads, image_ops FROM usage "
                                   "WHERE user_id = ? AND period = ?", (user_id, period),
                                   lambda row: UsageCounts(**dict(row)))
         return counts or UsageCounts()

@@ -1,0 +1,199 @@
+"""Running one resize/format job within the server's slots and memory budget.
+
+A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> the file's first bytes
+-> its estimated peak memory from the header (``imaging.estimate_cost``; 422 when it could
+never fit the budget) -> a reservation of that much of the budget, waiting in line while
+other jobs hold it -> the transform on a worker thread, reading a local file through its
+descriptor (only what decoding needs) or any other store's bytes through ``read_all`` ->
+budget and slot back, free memory handed back to the system.
+
+So however many requests arrive, the image work in flight never holds more than
+MEDIASRV_IMAGE_MEMORY_BYTES (as estimated): one anonymous request cannot take a gigabyte,
+and ten cannot take ten.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from mediasrv import allocator, imaging
+from mediasrv.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
+from mediasrv.media import ResizePool
+from store.base import BlobStore
+from store.models import FileRecord
+
+PREFIX_BYTES = 512 * 1024
+"""Enough of a file for its header: JPEG APPn segments (EXIF, ICC) come before the frame size."""
+WEIGHT_UNIT_BYTES = 64 * 1024 * 1024
+"""A job's weight in the fair share of slots: its estimated memory in these units (1..4)."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class MemoryBudget:
+    """A byte budget shared by image jobs, granted first come, first served.
+
+    ``reserve(cost)`` waits until ``cost`` fits beside what running jobs hold and no earlier
+    job is still waiting (so a large job is not overtaken forever by small ones); after
+    ``wait_s`` it gives up with ServerBusy. Runs on the event loop only.
+    """
+
+    def __init__(self, total_bytes: int, *, wait_s: float = 60.0) -> None:
+        self.total = total_bytes
+        self.used = 0
+        self._wait_s = wait_s
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def fits_ever(self, cost: int) -> bool:
+        return cost <= self.total
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, cost: int) -> AsyncIterator[None]:
+        await self._acquire(cost)
+        try:
+            yield
+        finally:
+            self._release(cost)
+
+    async def _acquire(self, cost: int) -> None:
+        if not self._waiters and self.used + cost <= self.total:
+            self.used += cost
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (cost, granted)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), self._wait_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if granted.done() and not granted.cancelled():
+                self._release(cost)  # granted just as we gave up: hand it on
+            else:
+                granted.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+                self._grant()  # the head may have changed
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise ServerBusy() from None
+
+    def _release(self, cost: int) -> None:
+        self.used -= cost
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters:
+            cost, granted = self._waiters[0]
+            if granted.done():
+                self._waiters.popleft()
+                continue
+            if self.used + cost > self.total:
+                return
+            self._waiters.popleft()
+            self.used += cost
+            granted.set_result(None)
+
+
+Runner = Callable[[imaging.FileInput | bytes, FileRecord, imaging.TransformSpec, int, int],
+                  tuple[bytes, str]]
+
+
+def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: imaging.TransformSpec,
+                  max_pixels: int, max_source_area: int) -> tuple[bytes, str]:
+    """The real work, on a worker thread; tests inject another runner."""
+    try:
+        return imaging.transform(data, record.content_type, spec, max_pixels,
+                                 max_source_area=max_source_area)
+    finally:
+        allocator.trim()
+
+
+class ImageJobs:
+    """Admission, memory budget and execution of resize/format jobs (the /m hot path)."""
+
+    def __init__(self, blobs: BlobStore, pool: ResizePool, budget: MemoryBudget, max_pixels: int,
+                 *, runner: Runner = run_transform) -> None:
+        self._blobs, self.pool, self.budget = blobs, pool, budget
+        self._max_pixels = max_pixels
+        self._runner = runner
+
+    async def render(self, record: FileRecord, spec: imaging.TransformSpec,
+                     client: str) -> tuple[bytes, str]:
+        """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
+        ticket = self.pool.try_acquire(client, self.weight(record, spec))
+        try:
+            prefix = await self._prefix(record)
+            path = self._blobs.local_path(record.blob_key)
+            estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
+                                             buffered=path is None)
+            if not self.budget.fits_ever(estimate.cost_bytes):
+                raise UnprocessableImage(
+                    "The image is too large to process within this server's memory budget")
+            async with self.budget.reserve(estimate.cost_bytes):
+                return await self._run(record, spec, path, estimate.source_area)
+        finally:
+            self.pool.release(ticket)
+
+    def weight(self, record: FileRecord, spec: imaging.TransformSpec) -> float:
+        """How much of a client's fair share this job counts, from the size stored at upload."""
+        if not record.width or not record.height:
+            return 2.0  # stored before sizes were recorded: a middling guess
+        src = record.content_type.split(";", 1)[0].strip().removeprefix("image/")
+        cost = imaging.estimate_for_size(src, record.width, record.height, record.size, spec,
+                                         buffered=False).cost_bytes
+        return max(1.0, cost / WEIGHT_UNIT_BYTES)
+
+    async def _prefix(self, record: FileRecord) -> bytes:
+        parts: list[bytes] = []
+        try:
+            chunks = self._blobs.read(record.blob_key, 0, PREFIX_BYTES, PREFIX_BYTES)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    parts.append(chunk)
+        except FileNotFoundError:
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        except OSError:
+            raise StoreUnavailable() from None
+        return b"".join(parts)
+
+    async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
+                   source_area: int) -> tuple[bytes, str]:
+        max_pixels, runner = self._max_pixels, self._runner
+        if path is not None:
+            return await self.pool.execute(
+                lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, source_area)))
+        try:
+            data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
+        except FileNotFoundError:
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, source_area))
+
+
+def _with_file(path: Path, use: Callable[[imaging.FileInput], tuple[bytes, str]]) -> tuple[bytes, str]:
+    """Open a local blob without following a symlink at its last two steps (as the store does)."""
+    try:
+        dir_fd = os.open(path.parent, _DIR_FLAGS)
+        try:
+            fd = os.open(path.name, _OPEN_FLAGS, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        raise StoreUnavailable() from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        return use(imaging.FileInput(fd))
+    finally:
+        os.close(fd)
+

@@ -1,0 +1,462 @@
+"""Bounded image work: memory budget, output caps, reading only what decoding needs (issue 12
+item 1), fair and cost-weighted resize slots (item 2), Retry-After of a busy 503 (issue 11
+item 8).
+
+Units run the budget and the pool with an injected clock; the HTTP cases run a real app
+whose transform runner the test controls (no real transform is waited for) and whose blob
+store records what was read.
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import struct
+import threading
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pyvips
+import tornado.web
+
+from mediasrv import imaging
+from mediasrv.app import Runtime, make_app
+from mediasrv.domains import make_provider
+from mediasrv.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
+from mediasrv.imagejobs import PREFIX_BYTES, MemoryBudget, run_transform
+from mediasrv.mail import MailQueue, SmtpMailer
+from mediasrv.media import ResizePool
+from mediasrv.settings import Settings, SettingsError
+from mediasrv.timeutil import now_iso
+from store.fs import FsBlobStore
+from store.models import FileRecord
+from store.sqlite import SqliteMetaStore
+from tests.conftest import Api, body
+
+MIB = 1024 * 1024
+BUSY_TEXT = "Server busy; try again shortly"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _spec(width: int | None = None, height: int | None = None, fmt: str | None = None) -> imaging.TransformSpec:
+    return imaging.TransformSpec(width=width, height=height, format=fmt)
+
+
+def _png_header(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">II5B", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(
+        ">I", zlib.crc32(b"IHDR" + ihdr))
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    return pyvips.Image.black(width, height, bands=3).copy(interpretation="srgb").jpegsave_buffer(Q=60)
+
+
+# ---------------------------------------------------------------------------- cost estimate and caps
+
+
+def test_output_caps_bound_the_costly_encoders() -> None:
+    caps = imaging.OUTPUT_MAX_PIXELS
+    assert caps["avif"] <= 8_388_608 and caps["gif"] <= 4_194_304 and caps["webp"] <= 16_777_216
+
+
+def test_estimate_of_a_full_size_avif_of_24_mp_counts_the_capped_output() -> None:
+    head = _jpeg(6000, 4000)[:PREFIX_BYTES]
+    estimate = imaging.estimate_cost(head, 9 * MIB, _spec(fmt="avif"), 50_000_000, buffered=False)
+    assert estimate.source_area == 24_000_000
+    # A JPEG read from its file streams: the cost is the capped AVIF encode, not 24 MP of it.
+    capped = imaging.OUTPUT_MAX_PIXELS["avif"]
+    assert 20 * capped < estimate.cost_bytes < 30 * capped + 32 * MIB
+    small = imaging.estimate_cost(head, 9 * MIB, _spec(width=200), 50_000_000, buffered=False)
+    assert small.cost_bytes < 32 * MIB  # a JPEG thumbnail costs little more than the overhead
+
+
+def test_estimate_counts_bytes_held_and_whole_frame_decoders() -> None:
+    head = _png_header(4000, 3000)
+    streamed = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=False)
+    buffered = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=True)
+    assert buffered.cost_bytes - streamed.cost_bytes == 80 * MIB  # the whole file in memory
+    assert streamed.cost_bytes >= 4 * 12_000_000  # PNG may decode a whole frame (interlaced)
+
+
+def test_estimate_refuses_pixel_bombs_and_assumes_the_worst_for_unknown_headers() -> None:
+    with pytest.raises(UnprocessableImage):
+        imaging.estimate_cost(_png_header(20000, 20000), 1000, _spec(width=10), 50_000_000, buffered=False)
+    unknown = imaging.estimate_cost(b"\x00" * 100, 100, _spec(width=10), 1_000_000, buffered=False)
+    assert unknown.source_area >= 999_000
+    with pytest.raises(UnsupportedMedia):
+        imaging.estimate_cost(b"<svg xmlns='http://www.w3.org/2000/svg'/>", 40, _spec(width=10), 1_000_000,
+                              buffered=False)
+
+
+def test_avif_webp_gif_outputs_are_scaled_down_to_their_cap() -> None:
+    data = _jpeg(400, 300)
+    for fmt in ("avif", "webp", "gif"):
+        if fmt not in imaging.FORMATS:
+            continue
+        out, _ = imaging.transform(data, "image/jpeg", _spec(fmt=fmt), 50_000_000, caps={fmt: 12_000})
+        image = pyvips.Image.new_from_buffer(out, "")
+        assert image.width * image.height <= 12_000, fmt
+        assert abs(image.width / image.height - 4 / 3) < 0.05, fmt  # same shape
+    # Formats without a cap keep the requested size; a request under the cap is untouched.
+    out, _ = imaging.transform(data, "image/jpeg", _spec(fmt="png"), 50_000_000, caps={"avif": 12_000})
+    assert pyvips.Image.new_from_buffer(out, "").width == 400
+    out, _ = imaging.transform(data, "image/jpeg", _spec(width=100, fmt="webp"), 50_000_000, caps={"webp": 12_000})
+    assert pyvips.Image.new_from_buffer(out, "").width == 100
+
+
+def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> None:
+    data = _jpeg(320, 240)
+    path = tmp_path / "blob"
+    path.write_bytes(data + b"\x00" * (4 * MIB))  # junk after the image is never decoded
+    import os
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out, ctype = imaging.transform(imaging.FileInput(fd), "image/jpeg", _spec(width=32), 50_000_000)
+    finally:
+        os.close(fd)
+    assert ctype == "image/jpeg" and pyvips.Image.new_from_buffer(out, "").width == 32
+    with pytest.raises(UnprocessableImage):  # the header declares more than was reserved for
+        imaging.transform(data, "image/jpeg", _spec(width=32), 50_000_000, max_source_area=1000)
+
+
+# ---------------------------------------------------------------------------- MemoryBudget
+
+
+async def test_budget_grants_in_order_and_makes_later_jobs_wait(io_loop: Any) -> None:
+    budget = MemoryBudget(100)
+    order: list[str] = []
+    first_in = asyncio.Event()
+    first_may_leave = asyncio.Event()
+
+    async def job(name: str, cost: int, hold: asyncio.Event | None = None) -> None:
+        async with budget.reserve(cost):
+            order.append(name)
+            if hold is not None:
+                first_in.set()
+                await hold.wait()
+
+    first = asyncio.ensure_future(job("big", 70, first_may_leave))
+    await first_in.wait()
+    second = asyncio.ensure_future(job("second", 50))
+    third = asyncio.ensure_future(job("small", 10))  # fits now, but must not overtake "second"
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert order == ["big"] and budget.used == 70 and budget.waiting == 2
+    first_may_leave.set()
+    await asyncio.gather(first, second, third)
+    assert order == ["big", "second", "small"] and budget.used == 0 and budget.waiting == 0
+
+
+async def test_budget_wait_gives_up_with_busy(io_loop: Any) -> None:
+    budget = MemoryBudget(100, wait_s=0)
+    async with budget.reserve(80):
+        with pytest.raises(ServerBusy) as busy:
+            async with budget.reserve(30):
+                pass
+        assert busy.value.status == 503 and budget.waiting == 0
+    assert budget.used == 0
+    assert not budget.fits_ever(101) and budget.fits_ever(100)
+
+
+# ---------------------------------------------------------------------------- ResizePool fairness
+
+
+def _pool(slots: int = 10, **kw: Any) -> tuple[ResizePool, Clock]:
+    clock = Clock()
+    return ResizePool(slots, clock=clock, **kw), clock
+
+
+def test_one_client_alone_may_use_every_slot() -> None:
+    pool, _ = _pool()
+    try:
+        tickets = [pool.try_acquire("10.0.0.1", 4.0) for _ in range(10)]  # even costly ones
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("10.0.0.1")
+        assert pool.in_use == 10
+        for t in tickets:
+            pool.release(t)
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+def test_a_client_holding_every_slot_yields_freed_slots_to_a_waiting_client() -> None:
+    pool, clock = _pool()
+    try:
+        attacker = [pool.try_acquire("10.0.0.66") for _ in range(10)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("10.0.0.7")  # all slots taken: the interface's 503
+        clock.now += 1
+        pool.release(attacker.pop())
+        with pytest.raises(ServerBusy):  # the victim is waiting: the attacker is over its share
+            pool.try_acquire("10.0.0.66")
+        victim = pool.try_acquire("10.0.0.7")  # the victim's retry gets the freed slot
+        assert pool.in_use == 10
+        # Attacker's jobs end one by one: the victim keeps getting slots up to half of them.
+        got = [victim]
+        for _ in range(6):
+            pool.release(attacker.pop())
+            try:
+                got.append(pool.try_acquire("10.0.0.7"))
+            except ServerBusy:
+                break
+        assert len(got) == 5
+        for t in attacker + got:
+            pool.release(t)
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+def test_costly_jobs_count_more_against_the_share() -> None:
+    pool, _ = _pool()
+    try:
+        mine = [pool.try_acquire("a"), pool.try_acquire("a")]
+        other = pool.try_acquire("b")  # "b" is asking: each client's share is 5 slots' weight
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("a", 4.0)  # 2 + 4 > 5: a large AVIF would exceed a's share
+        mine.append(pool.try_acquire("a", 1.0))  # 2 + 1 <= 5: a thumbnail fits
+        for t in [*mine, other]:
+            pool.release(t)
+    finally:
+        pool.close()
+
+
+def test_demand_is_forgotten_after_the_window() -> None:
+    pool, clock = _pool(demand_window_s=10)
+    try:
+        held = [pool.try_acquire("a") for _ in range(10)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("b")
+        pool.release(held.pop())
+        clock.now += 11  # "b" gave up long ago: "a" is alone again
+        held.append(pool.try_acquire("a"))
+        for t in held:
+            pool.release(t)
+        pool.release(held[0])  # releasing a ticket twice gives back nothing
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+# ---------------------------------------------------------------------------- Retry-After
+
+
+def test_retry_after_is_the_interface_5_by_default() -> None:
+    pool, _ = _pool(1)
+    try:
+        t = pool.try_acquire("a")
+        with pytest.raises(ServerBusy) as busy:
+            pool.try_acquire("a")
+        assert busy.value.headers == {"Retry-After": "5"}
+        pool.release(t)
+    finally:
+        pool.close()
+
+
+def test_measured_retry_after_follows_job_durations() -> None:
+    pool, clock = _pool(1, retry_after=None)
+    try:
+        t = pool.try_acquire("a")
+        with pytest.raises(ServerBusy) as busy:
+            pool.try_acquire("a")
+        assert busy.value.headers["Retry-After"] == "5"  # nothing measured yet
+        clock.now += 4
+        pool.release(t)  # one job took 4 s
+        t = pool.try_acquire("a")
+        clock.now += 1
+        with pytest.raises(ServerBusy) as busy:
+            pool.try_acquire("a")
+        assert busy.value.headers["Retry-After"] == "3"  # 4 s expected, 1 s already done
+        clock.now += 1000
+        pool.release(t)  # a 1000 s job: the estimate is clamped to 30
+        t = pool.try_acquire("a")
+        assert pool.retry_after_s() == 30
+        pool.release(t)
+        for _ in range(40):  # quick jobs bring it down to the 1 s floor
+            pool.release(pool.try_acquire("a"))
+        t = pool.try_acquire("a")
+        assert pool.retry_after_s() == 1
+        pool.release(t)
+    finally:
+        pool.close()
+
+
+def test_retry_after_and_memory_settings() -> None:
+    assert Settings.from_env({}).resize_retry_after == 5
+    assert Settings.from_env({}).image_memory_bytes == 512 * MIB
+    assert Settings.from_env({"MEDIASRV_RESIZE_RETRY_AFTER": "auto"}).resize_retry_after is None
+    for bad in ({"MEDIASRV_RESIZE_RETRY_AFTER": "0"}, {"MEDIASRV_RESIZE_RETRY_AFTER": "31"},
+                {"MEDIASRV_IMAGE_MEMORY_BYTES": "1000"}):
+        with pytest.raises(SettingsError):
+            Settings.from_env(bad).validate()
+
+
+# ---------------------------------------------------------------------------- over HTTP
+
+
+class RecordingBlobs:
+    """The real file store, recording what is read; ``local`` False hides its files (as S3)."""
+
+    def __init__(self, inner: FsBlobStore, local: bool = True) -> None:
+        self.inner, self.local = inner, local
+        self.read_all_calls: list[str] = []
+        self.read_ranges: list[tuple[int, int | None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, key: str, start: int = 0, end: int | None = None,
+             chunk_size: int = 256 * 1024) -> AsyncIterator[bytes]:
+        self.read_ranges.append((start, end))
+        return self.inner.read(key, start, end, chunk_size)
+
+    async def read_all(self, key: str, limit: int) -> bytes:
+        self.read_all_calls.append(key)
+        return await self.inner.read_all(key, limit)
+
+    def local_path(self, key: str) -> Path | None:
+        return self.inner.local_path(key) if self.local else None
+
+
+class GatedRunner:
+    """A transform runner that waits until the test lets it finish; records what it got."""
+
+    def __init__(self) -> None:
+        self.started = threading.Semaphore(0)
+        self.finish = threading.Event()
+        self.inputs: list[str] = []
+
+    def __call__(self, data: Any, record: FileRecord, spec: Any, max_pixels: int,
+                 area: int) -> tuple[bytes, str]:
+        self.inputs.append("file" if isinstance(data, imaging.FileInput) else "bytes")
+        self.started.release()
+        assert self.finish.wait(30)
+        return b"fake-output", "image/png"
+
+
+@pytest.fixture
+def local_blobs() -> bool:
+    return True
+
+
+@pytest.fixture
+def runner() -> Any:
+    return run_transform
+
+
+@pytest.fixture
+def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore], io_loop: Any,
+                    local_blobs: bool, runner: Any) -> Iterator[tuple[tornado.web.Application, Runtime]]:
+    meta, blobs = stores
+    recording = RecordingBlobs(blobs, local=local_blobs)
+    mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)
+    app, runtime = make_app(settings, meta=meta, blobs=recording, mail=mail,  # type: ignore[arg-type]
+                            domain_provider=make_provider(settings), jwt_secret="test-secret-" + "x" * 20,
+                            flush_interval_s=0.2, image_runner=runner)
+    app.settings["recording_blobs"] = recording
+    yield app, runtime
+    io_loop.run_sync(runtime.stop)
+
+
+async def _insert(stores: tuple[SqliteMetaStore, FsBlobStore], user_id: str, data: bytes, ctype: str,
+                  width: int | None = None, height: int | None = None) -> str:
+    meta, blobs = stores
+    file_id = secrets.token_urlsafe(16)
+    writer = await blobs.open_writer(file_id)
+    await writer.write(data)
+    await writer.commit()
+    await meta.insert_file(FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=None,
+                                      content_type=ctype, size=len(data), is_public=True,
+                                      created_at=now_iso(), blob_key=file_id, width=width, height=height))
+    return file_id
+
+
+async def _user_id(api: Api) -> str:
+    login = await api.user(f"img-{uuid.uuid4().hex[:10]}@example.com")
+    return login["user"]["id"]
+
+
+async def test_a_padded_file_is_never_read_whole(api: Api, app: tornado.web.Application,
+                                                 stores: Any) -> None:
+    user_id = await _user_id(api)
+    padded = _jpeg(64, 64) + secrets.token_bytes(8 * MIB)  # a tiny image in a large file
+    fid = await _insert(stores, user_id, padded, "image/jpeg")
+    r = await api.call("GET", f"/m/{fid}?width=32")
+    assert r.code == 200, r.body
+    assert pyvips.Image.new_from_buffer(r.body, "").width == 32
+    recording: RecordingBlobs = app.settings["recording_blobs"]
+    assert recording.read_all_calls == []  # decoded through the file's descriptor
+    assert recording.read_ranges == [(0, PREFIX_BYTES)]  # only the header was read in Python
+
+
+@pytest.mark.parametrize("local_blobs", [False])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_IMAGE_MEMORY_BYTES": str(64 * MIB)}])
+async def test_a_job_that_can_never_fit_the_budget_is_422_without_reading_it(
+        api: Api, app: tornado.web.Application, stores: Any, runtime: Runtime) -> None:
+    user_id = await _user_id(api)
+    padded = _jpeg(64, 64) + b"\x00" * (70 * MIB)  # a store without local files must buffer it
+    fid = await _insert(stores, user_id, padded, "image/jpeg")
+    r = await api.call("GET", f"/m/{fid}?width=32")
+    assert r.code == 422, r.body
+    assert "memory" in body(r)["error"] and body(r)["code"] == "UNPROCESSABLE_IMAGE"
+    recording: RecordingBlobs = app.settings["recording_blobs"]
+    assert recording.read_all_calls == []
+    assert runtime.pool.in_use == 0 and runtime.images.budget.used == 0
+    small = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg")
+    r = await api.call("GET", f"/m/{small}?width=32")
+    assert r.code == 200 and recording.read_all_calls == [small]  # a small file is buffered
+
+
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_IMAGE_MEMORY_BYTES": str(64 * MIB),
+                                      "MEDIASRV_RATE_LIMIT_SCALE": "10"}])
+async def test_jobs_over_the_budget_wait_for_memory_inside_their_slot(
+        api: Api, stores: Any, runtime: Runtime, runner: GatedRunner) -> None:
+    runner.finish.clear()
+    user_id = await _user_id(api)
+    fid = await _insert(stores, user_id, _jpeg(1000, 1000), "image/jpeg")  # 1 MP to WebP: ~36 MiB
+    requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?format=webp&width={900 + k}"))
+                for k in range(3)]
+    await asyncio.to_thread(runner.started.acquire, True, 30)  # one job runs ...
+    for _ in range(3000):  # until the other two requests have arrived (a condition, not a timing)
+        if runtime.images.budget.waiting == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert runtime.images.budget.waiting == 2  # ... the other two hold slots and wait for memory
+    assert runtime.pool.in_use == 3 and len(runner.inputs) == 1
+    runner.finish.set()
+    results = await asyncio.gather(*requests)
+    assert [r.code for r in results] == [200, 200, 200]
+    assert len(runner.inputs) == 3 and runtime.pool.in_use == 0 and runtime.images.budget.used == 0
+
+
+@pytest.mark.parametrize("runner", [GatedRunner()])
+async def test_a_client_filling_every_slot_cannot_starve_another(api: Api, stores: Any, runtime: Runtime,
+                                                                runner: GatedRunner) -> None:
+    runner.finish.set()
+    user_id = await _user_id(api)
+    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    pool = runtime.pool
+    attacker = [pool.try_acquire("192.0.2.66") for _ in range(pool.slots)]  # slot fillers
+    r = await api.call("GET", f"/m/{fid}?width=10")
+    assert r.code == 503 and r.headers["Retry-After"] == "5" and body(r)["error"] == BUSY_TEXT
+    pool.release(attacker.pop())
+    with pytest.raises(ServerBusy):
+        pool.try_acquire("192.0.2.66")  # the loopback client is waiting: no slot for the filler
+    r = await api.call("GET", f"/m/{fid}?width=11")
+    assert r.code == 200, r.body  # the retry gets the freed slot
+    for t in attacker:
+        pool.release(t)
+    assert pool.in_use == 0

@@ -1,0 +1,156 @@
+"""SQLite reads under load (issue 12 item 5): credential lookups have their own threads, the
+trigram index serves ``q`` (and is built for databases of the previous schema), and one
+user's lists run one at a time.
+
+Blocking is injected (reader threads held on an Event, a store whose list waits for the
+test), never timed.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mediasrv.errors import TooManyRequests
+from mediasrv.files import FileService
+from mediasrv.querygate import QueryGate
+from mediasrv.settings import Settings
+from store.models import ApiKey, FileQuery, FileRecord, User
+from store.sqlite import MIGRATIONS, SqliteMetaStore, _file_filters
+from tests.store.test_meta_contract import make_file, make_user, ts
+
+
+async def _open(path: Path, **kw: Any) -> SqliteMetaStore:
+    meta = SqliteMetaStore(path, **kw)
+    await meta.open()
+    return meta
+
+
+async def test_credential_lookups_never_queue_behind_heavy_reads(tmp_path: Path, io_loop: Any) -> None:
+    meta = await _open(tmp_path / "meta.sqlite3", read_threads=2)
+    release, started = threading.Event(), threading.Semaphore(0)
+
+    def heavy() -> None:  # stands in for a one-second search holding a reader thread
+        started.release()
+        assert release.wait(30)
+
+    try:
+        await meta.create_user(make_user("u1"))
+        await meta.create_api_key(ApiKey(id="k1", user_id="u1", name=None, key_prefix="p",
+                                         key_hash="h" * 64, created_at=ts(0)))
+        searches = [asyncio.ensure_future(meta._run(False, heavy)) for _ in range(2)]
+        for _ in range(2):
+            assert await asyncio.to_thread(started.acquire, True, 30)  # every reader is busy
+        user = await asyncio.wait_for(meta.get_user("u1"), 10)
+        key = await asyncio.wait_for(meta.get_api_key_by_hash("h" * 64), 10)
+        assert user is not None and user.id == "u1" and key is not None and key.id == "k1"
+        assert await asyncio.wait_for(meta.get_file("nope"), 10) is None
+        assert not any(s.done() for s in searches)  # they were still running all along
+        release.set()
+        await asyncio.gather(*searches)
+    finally:
+        release.set()
+        await meta.close()
+
+
+async def test_long_q_is_served_by_the_trigram_index(tmp_path: Path, io_loop: Any) -> None:
+    path = tmp_path / "meta.sqlite3"
+    meta = await _open(path)
+    try:
+        await meta.create_user(make_user("u1"))
+        await meta.insert_file(make_file("u1", "f1", name="Holiday photo.jpg"))
+        # A row written behind the store's back has no index entry: only a scan finds it.
+        with sqlite3.connect(path) as raw:
+            raw.execute("INSERT INTO files (id, user_id, file_id, name, content_type, size, is_public, "
+                        "created_at, blob_key) VALUES ('id-x', 'u1', 'fx', 'Holiday raw.jpg', 'image/png', "
+                        "1, 1, ?, 'bx')", (ts(1),))
+        page, total = await meta.list_files("u1", FileQuery(q="holiday"), 0, 10)
+        assert [f.file_id for f in page] == ["f1"] and total == 1  # found through the index
+        page, total = await meta.list_files("u1", FileQuery(q="ho"), 0, 10)
+        assert [f.file_id for f in page] == ["fx", "f1"]  # 2 characters: the user's rows scanned
+        with sqlite3.connect(path) as raw:
+            raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+            where, params = _file_filters("u1", FileQuery(q="holiday"), indexed=True)
+            plan = " ".join(str(row) for row in raw.execute(
+                f"EXPLAIN QUERY PLAN SELECT id FROM files WHERE {where} ORDER BY created_at DESC", params))
+        assert "VIRTUAL TABLE INDEX" in plan and "files_user_created" not in plan  # driven by FTS5
+    finally:
+        await meta.close()
+
+
+async def test_migration_indexes_the_files_of_an_older_database(tmp_path: Path, io_loop: Any) -> None:
+    path = tmp_path / "meta.sqlite3"
+    with sqlite3.connect(path) as raw:  # a database as the first release left it
+        for statement in MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
+                    "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
+        for n, name in enumerate(["Été à Paris.jpg", "report.pdf", None]):
+            raw.execute("INSERT INTO files (id, user_id, file_id, name, content_type, size, is_public, "
+                        "created_at, blob_key) VALUES (?, 'u1', ?, ?, 'image/png', 1, 1, ?, ?)",
+                        (f"id{n}", f"file{n}", name, ts(n), f"b{n}"))
+    meta = await _open(path)
+    try:
+        for q, expected in (("ÉTÉ À", ["file0"]), ("report", ["file1"]), ("FILE2", ["file2"])):
+            page, _ = await meta.list_files("u1", FileQuery(q=q), 0, 10)
+            assert [f.file_id for f in page] == expected, q
+        await meta.insert_file(make_file("u1", "new1", name="Paris again.jpg", created_at=ts(9)))
+        page, _ = await meta.list_files("u1", FileQuery(q="paris"), 0, 10)
+        assert [f.file_id for f in page] == ["new1", "file0"]
+        await meta.delete_file("u1", "file0")
+    finally:
+        await meta.close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) >= 2
+        # Every file has exactly one index row; the deleted one left none behind.
+        assert raw.execute("SELECT count(*) FROM file_search").fetchone()[0] == 3
+        assert raw.execute("SELECT count(*) FROM file_search_rows r LEFT JOIN files f "
+                           "ON f.id = r.file_pk WHERE f.id IS NULL").fetchone()[0] == 0
+
+
+class GatedMeta:
+    """A metadata store whose list_files waits for the test; counts concurrent lists per user."""
+
+    def __init__(self) -> None:
+        self.proceed = asyncio.Event()
+        self.running: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+
+    async def list_files(self, user_id: str, query: FileQuery, offset: int,
+                         limit: int) -> tuple[list[FileRecord], int]:
+        self.running[user_id] = self.running.get(user_id, 0) + 1
+        self.most[user_id] = max(self.most.get(user_id, 0), self.running[user_id])
+        try:
+            await self.proceed.wait()
+        finally:
+            self.running[user_id] -= 1
+        return [], 0
+
+
+def _user(user_id: str) -> User:
+    return make_user(user_id)
+
+
+async def test_one_list_per_user_at_a_time_and_a_bounded_queue(io_loop: Any) -> None:
+    meta = GatedMeta()
+    files = FileService(Settings(), meta, None, None, on_deleted=lambda r: None,  # type: ignore[arg-type]
+                        gate=QueryGate(per_user=1, max_waiting=2))
+    heavy = [asyncio.ensure_future(files.list(_user("a"), FileQuery(q="x"), 0, 30)) for _ in range(3)]
+    other = asyncio.ensure_future(files.list(_user("b"), FileQuery(q="x"), 0, 30))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert meta.running == {"a": 1, "b": 1}  # user b is not behind a's queue
+    assert files.gate.waiting("a") == 2
+    with pytest.raises(TooManyRequests) as refused:  # a fourth list from "a" is refused at once
+        await files.list(_user("a"), FileQuery(q="x"), 0, 30)
+    assert refused.value.status == 429 and refused.value.message == "Too many requests"
+    assert refused.value.headers["Retry-After"] == "1"
+    meta.proceed.set()
+    await asyncio.gather(*heavy, other)
+    assert meta.most == {"a": 1, "b": 1}
+    assert files.gate.running("a") == 0 and files.gate.waiting("a") == 0
