@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
-from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
 from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
@@ -98,7 +98,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels)
+        max_pixels=settings.max_image_pixels,
+        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
                             serving=serving_deps, guard=guard)
@@ -159,10 +160,11 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/logs", account.LogsHandler, own),
         (r"/profile", account.ProfileHandler, own),
         (r"/reference/allowed-content-types", reference.StaticJsonHandler,
-         {**b, "document": {"content_types": list(a.allow.types)}}),
-        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
-        (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
-        (r"/reference", reference.ReferencePageHandler, {**b, "page": render_reference(docs[0])}),
+         {**b, "document": reference.static_json({"content_types": list(a.allow.types)})}),
+        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": reference.static_json(docs[1])}),
+        (r"/reference/openapi.json", reference.StaticJsonHandler,
+         {**b, "document": reference.static_json(docs[0])}),
+        (r"/reference", reference.ReferencePageHandler, {**b, "page": Prerendered(render_reference(docs[0]))}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]

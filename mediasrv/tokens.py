@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import jwt
 
+from mediasrv.errors import TokenExpired
 from mediasrv.timeutil import unix
 
 ALGORITHM = "HS256"
@@ -44,12 +45,20 @@ class JwtCodec:
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM), exp
 
     def decode(self, token: str) -> AccessClaims | None:
-        """The claims of a valid, unexpired token of ours; None for anything else."""
+        """The claims of a valid, unexpired token of ours; None for anything else.
+
+        Raises ``TokenExpired`` for a token of ours (signature checked first by PyJWT) whose
+        ``exp`` has passed, so the client learns to refresh rather than to log in again.
+        """
         if len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
             return None
         try:
             claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
                                 options={"require": ["exp", "iat", "sub", "iss"]}, leeway=5)
+        except jwt.ExpiredSignatureError:
+            if self._is_access_token(token):
+                raise TokenExpired() from None
+            return None
         except (jwt.PyJWTError, ValueError, TypeError):
             return None
         sub, ver, iat = claims.get("sub"), claims.get("ver"), claims.get("iat")
@@ -58,6 +67,16 @@ class JwtCodec:
         if not isinstance(iat, int) or iat > unix() + 5:
             return None
         return AccessClaims(user_id=sub, token_version=ver, issued_at=iat)
+
+
+    def _is_access_token(self, token: str) -> bool:
+        """Whether an expired token is otherwise one of our access tokens (signature, issuer, type)."""
+        try:
+            claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
+                                options={"require": ["exp", "iat", "sub", "iss"], "verify_exp": False})
+        except (jwt.PyJWTError, ValueError, TypeError):
+            return False
+        return claims.get("typ") == "access" and isinstance(claims.get("sub"), str)
 
 
 def new_opaque_token() -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+import tornado.httpserver
 import tornado.web
 from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
@@ -25,6 +26,7 @@ from tornado.testing import bind_unused_port
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, SmtpMailer
+from mediasrv.server import make_server
 from mediasrv.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -104,6 +106,17 @@ def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobSto
     io_loop.run_sync(start)
     yield app, runtime
     io_loop.run_sync(runtime.stop)
+
+
+@pytest.fixture
+def http_server(request: Any, io_loop: Any, http_server_port: tuple[Any, int], app: tornado.web.Application,
+                settings: Settings) -> Iterator[tornado.httpserver.HTTPServer]:
+    """pytest-tornasync's fixture, but the server ``mediasrv serve`` builds (limits answered in JSON)."""
+    server = make_server(app, settings)
+    server.add_socket(http_server_port[0])
+    yield server
+    server.stop()
+    io_loop.run_sync(server.close_all_connections, timeout=request.config.option.async_test_timeout)
 
 
 @pytest.fixture
