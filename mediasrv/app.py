@@ -6,6 +6,8 @@ in one place (thumbor's ``get_handlers(context)`` pattern).
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -65,12 +67,14 @@ class Runtime:
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
              flush_interval_s: float = 1.0,
-             image_runner: Runner = run_transform) -> tuple[tornado.web.Application, Runtime]:
+             image_runner: Runner = run_transform,
+             clock: Callable[[], float] = time.time) -> tuple[tornado.web.Application, Runtime]:
     """The Tornado application and the runtime pieces the caller starts and stops.
 
-    ``image_runner`` does one transform on a worker thread (tests inject a controllable one)."""
+    ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
+    ``clock`` is the session tokens' time (tests move it forward instead of sleeping)."""
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
-    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
+    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()

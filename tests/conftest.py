@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from email import message_from_bytes, policy
@@ -64,6 +65,25 @@ def smtp_sink() -> Iterator[tuple[Sink, int]]:
     controller.stop()
 
 
+class ShiftableClock:
+    """Wall-clock time plus an offset a test moves forward, so no test sleeps for tokens to expire."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.fixture
+def clock() -> ShiftableClock:
+    """The app's session-token clock."""
+    return ShiftableClock()
+
+
 @pytest.fixture
 def app_env() -> dict[str, str]:
     """Extra MEDIASRV_* settings for this test's app (override per module or test)."""
@@ -93,12 +113,12 @@ def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[SqliteMetaStore, 
 
 @pytest.fixture
 def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore],
-                    io_loop: Any) -> Iterator[tuple[tornado.web.Application, Runtime]]:
+                    io_loop: Any, clock: ShiftableClock) -> Iterator[tuple[tornado.web.Application, Runtime]]:
     meta, blobs = stores
     mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret="test-secret-" + "x" * 20,
-                            flush_interval_s=0.2)
+                            flush_interval_s=0.2, clock=clock)
 
     async def start() -> None:
         runtime.flusher.start()
