@@ -46,7 +46,7 @@ async def test_passthrough_answers_with_accel_redirect_and_keeps_headers(api: Ap
         assert r.headers["X-Accel-Redirect"] == f"{PREFIX}{path.parent.name}/{path.name}"
         assert r.headers["ETag"] == f'"{f["file_id"]}"'
         assert r.headers["Content-Type"] == "text/plain"
-        assert "public" in r.headers["Cache-Control"]
+        assert "max-age" in r.headers["Cache-Control"] and "private" not in r.headers["Cache-Control"]
         assert r.headers["X-Content-Type-Options"] == "nosniff"
         assert "sandbox" in r.headers["Content-Security-Policy"]
         assert "Last-Modified" in r.headers

@@ -174,12 +174,12 @@ def test_accel_redirect_serves_bytes_range_and_validators(sidecar: Sidecar, tmp_
     assert request(port, "GET", f"/m/{fid}", headers={"If-None-Match": f'"{fid}"'}).status == 304
 
 
-def _mail_link(outbox: Path, timeout: float = 10.0) -> str:
+def _mail_link(outbox: Path, address: str = "n@example.com", timeout: float = 10.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for path in outbox.glob("*.eml") if outbox.exists() else ():
             text = path.read_text(errors="replace")
-            start = text.find("/auth/confirm?token=")
+            start = text.find("/auth/confirm?token=") if f"To: {address}" in text else -1
             if start >= 0:
                 end = start
                 while end < len(text) and not text[end].isspace():
@@ -260,3 +260,37 @@ def test_wildcard_host_needs_a_public_url(tmp_path: Path) -> None:
                           env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "MEDIASRV_PUBLIC_URL" in done.stderr
+
+
+def _token(port: int, outbox: Path, email: str, source: str) -> str:
+    creds = json.dumps({"email": email, "password": "s3cret-pass"}).encode()
+    assert request(port, "POST", "/auth/register", body=creds, source=source).status == 201
+    assert request(port, "GET", _mail_link(outbox, email), source=source).status == 303
+    return request(port, "POST", "/auth/login", body=creds, source=source).json()["session"]["access_token"]
+
+
+def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -> None:
+    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
+        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+    outbox = tmp_path / "data" / "outbox"
+    ids = {}
+    for n, public in enumerate((True, False)):
+        source = f"127.0.{os.getpid() % 250 + 1}.{n + 100}"
+        token = _token(sidecar.port, outbox, f"c{n}@example.com", source)
+        r = request(sidecar.port, "POST", "/files" if public else "/files?isPublic=false", body=b"cached?",
+                    source=source, headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain",
+                                            "x-file-name": "c.txt"})
+        assert r.status == 201, r.body
+        ids[public] = (r.json()["file"]["file_id"], token, source)
+    fid, _, source = ids[True]
+    first = request(sidecar.port, "GET", f"/m/{fid}", source=source)
+    second = request(sidecar.port, "GET", f"/m/{fid}", source=source)
+    assert (first.headers.get("x-cache-status"), second.headers.get("x-cache-status")) == ("MISS", "HIT")
+    assert second.body == b"cached?" and second.headers["etag"] == f'"{fid}"'
+    fid, token, source = ids[False]
+    for _ in range(2):
+        r = request(sidecar.port, "GET", f"/m/{fid}", source=source, headers={"Authorization": f"Bearer {token}"})
+        assert r.status == 200 and r.body == b"cached?"
+        assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
+    assert request(sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
+
