@@ -21,7 +21,7 @@ from handlers.base import AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
+from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.http_headers import (
     Unsatisfiable,
     content_disposition,
@@ -34,6 +34,7 @@ from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -149,10 +150,8 @@ class ServeBase(BaseHandler):
         async with contextlib.aclosing(chunks):  # the blob is closed on every path
             try:
                 first = await anext(chunks, b"")
-            except FileNotFoundError:
+            except BlobNotFound:
                 raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-            except OSError:
-                raise StoreUnavailable() from None
             try:
                 self.write(first)
                 await self.flush()
@@ -188,7 +187,7 @@ class ServeBase(BaseHandler):
         try:
             try:
                 data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
-            except FileNotFoundError:
+            except BlobNotFound:
                 raise NotFound("File not found", code="FILE_NOT_FOUND") from None
             max_pixels = self.deps.max_pixels
             result = await pool.execute(lambda: imaging.transform(data, record.content_type, spec, max_pixels))

@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import signal
-import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -26,10 +25,10 @@ from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
+from mediasrv.stores import describe, make_stores
 from mediasrv.sweep import Sweeper
 from store.base import BlobStore, MetaStore
-from store.fs import FsBlobStore
-from store.sqlite import SqliteMetaStore
+from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
@@ -113,10 +112,6 @@ def load_secret(settings: Settings) -> str:
     return secret
 
 
-def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
-    return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
-
-
 def access_log(handler: tornado.web.RequestHandler) -> None:
     """One line per request, without the query string (it may hold tokens or signatures)."""
     status = handler.get_status()
@@ -138,13 +133,15 @@ class Running:
 async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
     """Both stores, open; StartupError (with both closed again) when the data dir is unusable."""
     meta, blobs = make_stores(settings)
+    which = "meta"
     try:
         await meta.open()
+        which = "blobs"
         await blobs.open()
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, StoreError) as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+        raise StartupError(f"{describe(settings, which)}: {exc}") from exc
     return meta, blobs
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 import sqlite3
 import threading
@@ -20,9 +21,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from mediasrv import timeutil
-from mediasrv.errors import StoreUnavailable
-from store.base import DuplicateError
+from store.errors import Duplicate, StoreUnavailable
 from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
 
 log = logging.getLogger(__name__)
@@ -229,6 +228,12 @@ def _file_filters(user_id: str, query: FileQuery) -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
+def _now_iso() -> str:
+    """Now in the stored format (as ``mediasrv.timeutil.now_iso``, which store/ cannot import)."""
+    now = dt.datetime.now(dt.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
 def _check_page(offset: int, limit: int) -> None:
     """SQLite reads a negative LIMIT as "no limit", so refuse it rather than return everything."""
     if offset < 0 or limit < 0:
@@ -358,6 +363,14 @@ class SqliteMetaStore:
         self._writer = self._readers = None
         await asyncio.to_thread(self._shutdown, writer, readers)
 
+    async def health(self) -> dict[str, Any]:
+        """One trivial read on a reader thread: the file opens and answers."""
+        try:
+            await self._run(False, partial(self._in_transaction, False, _execute, "SELECT 1"))
+        except Exception as exc:  # health reports, it never raises
+            return {"ok": False, "backend": "sqlite", "error": type(exc).__name__}
+        return {"ok": True, "backend": "sqlite"}
+
     def _shutdown(self, writer: ThreadPoolExecutor, readers: ThreadPoolExecutor) -> None:
         """Blocking part of ``close``: no thread uses a connection once the pools are down."""
         writer.shutdown(wait=True)
@@ -428,13 +441,15 @@ class SqliteMetaStore:
             return await asyncio.get_running_loop().run_in_executor(pool, call)
         except sqlite3.IntegrityError as exc:
             if _is_unique_violation(exc):
-                raise DuplicateError(str(exc)) from exc
+                raise Duplicate(str(exc)) from exc
             raise
         except sqlite3.DatabaseError as exc:
             if not _is_unavailable(exc):
                 raise
             log.warning("SQLite metadata store unavailable: %s", exc)
-            raise StoreUnavailable() from exc
+            raise StoreUnavailable(f"SQLite: {exc}") from exc
+        except OSError as exc:  # e.g. the directory cannot be created
+            raise StoreUnavailable(f"{self.path.parent}: {exc.strerror or exc}") from exc
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(True, partial(self._in_transaction, True, fn, *args))
@@ -486,7 +501,7 @@ class SqliteMetaStore:
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """The protocol passes no time, so the retirement is stamped with the clock here."""
         await self._write(_execute, "UPDATE tokens SET used_at = ? WHERE user_id = ? AND kind = ? "
-                          "AND used_at IS NULL", (timeutil.now_iso(), user_id, kind))
+                          "AND used_at IS NULL", (_now_iso(), user_id, kind))
 
     # --- API keys ---------------------------------------------------------------------
 

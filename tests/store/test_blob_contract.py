@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from store.base import BlobStore
+from store.errors import BlobNotFound, StoreUnavailable
 from store.fs import FsBlobStore
 
 MIB = 1024 * 1024
@@ -170,9 +171,9 @@ async def test_nothing_visible_before_commit(store):
     await replace_writer.write(b"replacement")
 
     assert await store.stat("fresh") is None
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await collect(store.read("fresh"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await store.read_all("fresh", 100)
     assert await store.read_all("existing", 10_000) == old
     assert (await store.stat("existing")).size == len(old)
@@ -255,11 +256,11 @@ async def test_invalid_keys_rejected_everywhere(store, backend, tmp_path, key):
 
 async def test_missing_blob(store):
     assert await store.stat("nope") is None
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await collect(store.read("nope"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await collect(store.read("nope", 0, 0))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await store.read_all("nope", 100)
     await store.delete("nope")
 
@@ -269,7 +270,7 @@ async def test_delete_is_idempotent(store):
     await store.delete("d")
     await store.delete("d")
     assert await store.stat("d") is None
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await store.read_all("d", 100)
     await put(store, "d", b"again")
     assert await store.read_all("d", 100) == b"again"
@@ -399,9 +400,9 @@ async def test_fs_symlink_to_outside_is_not_followed(fs_store, root, outside):
     (shard / "evil").symlink_to(outside / "secret")
 
     assert await fs_store.stat("evil") is None
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await collect(fs_store.read("evil"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await fs_store.read_all("evil", 100)
     assert await keys_of(fs_store, -3600) == set()
 
@@ -424,12 +425,12 @@ async def test_fs_symlinked_shard_dir_is_not_followed(fs_store, root, outside):
     (root / "blobs" / "se").symlink_to(outside, target_is_directory=True)
 
     assert await fs_store.stat("sesame") is None
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await collect(fs_store.read("sesame"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BlobNotFound):
         await fs_store.read_all("sesame", 100)
     assert await keys_of(fs_store, -3600) == set()
-    with pytest.raises(OSError):
+    with pytest.raises(StoreUnavailable):
         await fs_store.open_writer("secure")
     await fs_store.delete("sesame")
     assert sorted(p.name for p in outside.iterdir()) == ["secret", "sesame"]
@@ -443,9 +444,9 @@ async def test_fs_non_regular_entries_are_not_blobs(fs_store, root):
     os.mkfifo(shard / "fifo")
     for key in ("dirkey", "fifo"):
         assert await fs_store.stat(key) is None
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(BlobNotFound):
             await collect(fs_store.read(key))
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(BlobNotFound):
             await fs_store.read_all(key, 100)
     (shard / "README.txt").write_text("not a key")
     (shard / "zz-wrong-shard").write_text("not in its shard")
@@ -461,7 +462,7 @@ async def test_fs_commit_failure_cleans_up(fs_store, root):
     writer = await fs_store.open_writer("blocked")
     await writer.write(payload(200_000))
     assert len(temp_files(root)) == 1
-    with pytest.raises(OSError):
+    with pytest.raises(StoreUnavailable):
         await writer.commit()
     assert temp_files(root) == []
     await writer.abort()
@@ -490,9 +491,9 @@ async def test_fs_write_error_propagates_and_cleans_up(fs_store, root, file_size
     writer = await fs_store.open_writer("prior")
     await writer.write(payload(100_000))
     file_size_limit(150_000)
-    with pytest.raises(OSError) as info:
+    with pytest.raises(StoreUnavailable) as info:
         await writer.write(payload(100_000, seed=1))
-    assert info.value.errno == errno.EFBIG
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EFBIG
     assert temp_files(root) == []
     await writer.abort()
     with pytest.raises(RuntimeError):
@@ -523,7 +524,7 @@ async def test_fs_sweep_temp_removes_only_old_temp_files(fs_store, root):
     assert await live.commit() == len(b"in progress")
     assert await fs_store.read_all("live1", 100) == b"in progress"
     # the swept writer cannot commit any more, and cleans up after itself
-    with pytest.raises(OSError):
+    with pytest.raises((StoreUnavailable, BlobNotFound)):
         await abandoned.commit()
     await abandoned.abort()
     assert await fs_store.stat("abandoned") is None

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mediasrv import timeutil
-from mediasrv.errors import StoreUnavailable
 from store.base import DuplicateError, MetaStore
+from store.errors import StoreUnavailable
 from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
 from store.sqlite import MIGRATIONS, SqliteMetaStore
 from tests.store.conftest import MetaFactory, sqlite_path
