@@ -28,6 +28,7 @@ from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
+from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 
