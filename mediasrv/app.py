@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import tornado.web
 
-from handlers import account, api_keys, auth, files, reference, serving, settings
+from handlers import account, api_keys, auth, files, health, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
@@ -116,6 +116,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     docs = _documents(a.settings, a.allow)
     return [
         (r"/ping", reference.PingHandler, b),
+        (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),
