@@ -16,6 +16,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import tornado.httpserver
 import tornado.web
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(settings.log_level)
-    runner = {"serve": serve, "sweep": sweep_once, "reconcile": reconcile_once}[args.command]
+    runner = {"serve": serve, "sweep": sweep_once, "reconcile": reconcile_once,
+              "migrate": lambda s: migrate_once(s, args.to)}[args.command]
     try:
         code = asyncio.run(runner(settings))
     except StartupError as exc:
@@ -69,6 +71,15 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
                    formatter_class=argparse.RawDescriptionHelpFormatter,
                    epilog="environment variables:\n" + Settings.help_text())
+    migrate_cmd = sub.add_parser(
+        "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
+        "idempotent and resumable, run with every server stopped",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--to backends copies DATA_DIR into MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET;\n"
+               "--to embedded copies them back into DATA_DIR.\n\nenvironment variables:\n"
+               + Settings.help_text())
+    migrate_cmd.add_argument("--to", choices=["backends", "embedded"], required=True,
+                             help="direction of the copy")
     sub.add_parser("reconcile", help="recompute every account's storage and file counters from its "
                    "files, then exit (run with no upload in flight in any process)",
                    formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -226,6 +237,37 @@ async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
         await blobs.close()
         await meta.close()
         raise StartupError(f"cannot read the shared JWT secret: {exc}") from exc
+
+
+async def migrate_once(settings: Settings, to: str) -> int:
+    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.migrate``."""
+    from mediasrv.migrate import Progress, migrate
+    from mediasrv.stores import make_blobs, make_meta
+    from store.fs import FsBlobStore
+    from store.sqlite import SqliteMetaStore
+
+    if not (settings.mongodb_url or settings.s3_bucket):
+        raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
+    embedded = (SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir))
+    remote = (make_meta(settings) if settings.mongodb_url else None,
+              make_blobs(settings) if settings.s3_bucket else None)
+    source, target = (embedded, remote) if to == "backends" else (remote, embedded)
+    meta_pair = (source[0], target[0]) if remote[0] is not None else (embedded[0], None)
+    blob_pair = (source[1], target[1]) if remote[1] is not None else (embedded[1], None)
+    opened: list[Any] = []
+    try:
+        for store in {id(s): s for s in (*meta_pair, *blob_pair) if s is not None}.values():
+            await store.open()
+            opened.append(store)
+        report = await migrate(meta_pair[0], blob_pair[0], meta_pair[1], blob_pair[1], Progress())  # type: ignore[arg-type]
+    except StoreError as exc:
+        raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
+    finally:
+        for store in reversed(opened):
+            await store.close()
+    print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
+          + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
+    return 0
 
 
 async def reconcile_once(settings: Settings) -> int:

@@ -60,7 +60,8 @@ class RssPeak:
 
 def login(base: str, data_dir: Path) -> str:
     with httpx.Client(base_url=base, timeout=30) as c:
-        assert c.post("/auth/register", json={"email": "bench@example.com", "password": "s3cret-pass"}).status_code == 201
+        r = c.post("/auth/register", json={"email": "bench@example.com", "password": "s3cret-pass"})
+        assert r.status_code == 201, r.text
         for _ in range(100):
             mails = list((data_dir / "outbox").glob("*.eml"))
             if mails:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import orjson
 import pymongo
 from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReturnDocument, UpdateOne
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
 from store.errors import Duplicate, StoreUnavailable
@@ -556,6 +556,27 @@ class MongoMetaStore:
         return [convert(doc) for doc in docs], total
 
 
+    # --- migration (mediasrv migrate) -------------------------------------------------
+
+    async def count_rows(self, table: str) -> int:
+        async with self._op() as db:
+            return int(await db[_COLLECTIONS[table]].count_documents({}))
+
+    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of a table in ``_id`` order, as dicts in the records' field format."""
+        async with self._op() as db:
+            docs = await db[_COLLECTIONS[table]].find({}).sort("_id", ASCENDING).skip(offset).limit(limit).to_list()
+        return [_row(table, doc) for doc in docs]
+
+    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Upsert rows by their key (replace whole documents): running twice changes nothing."""
+        if not rows:
+            return
+        docs = [_row_doc(table, row) for row in rows]
+        async with self._op() as db:
+            await db[_COLLECTIONS[table]].bulk_write(
+                [ReplaceOne({"_id": doc["_id"]}, doc, upsert=True) for doc in docs], ordered=False)
+
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:
     """PyMongo's errors as store errors: duplicates, outages; anything else is a bug and stays."""
@@ -576,3 +597,45 @@ def _translated() -> Iterator[None]:
     except PyMongoError as exc:  # server selection, network, timeout, closed client
         log.warning("MongoDB unavailable: %s", type(exc).__name__)
         raise StoreUnavailable(f"MongoDB: {type(exc).__name__}") from exc
+
+_COLLECTIONS = {"users": "users", "custom_domains": "domains", "api_keys": "api_keys", "tokens": "tokens",
+                "files": "files", "logs": "logs", "usage": "usage"}
+"""The tables of ``store.sqlite.MIGRATION_TABLES`` and the collection holding each."""
+
+
+def _row(table: str, doc: Doc) -> dict[str, Any]:
+    """A document as a migration row (the SQLite columns, ISO strings)."""
+    if table == "tokens":
+        return {"token_hash": doc["_id"], "kind": doc["kind"], "user_id": doc["user_id"],
+                "expires_at": to_iso(doc["expires_at"]), "used_at": to_iso(doc.get("used_at")),
+                "data": doc.get("data")}
+    if table == "usage":
+        return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
+                "image_ops": int(doc.get("image_ops", 0))}
+    convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log}[table]
+    record = convert(doc)
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+def _row_doc(table: str, row: dict[str, Any]) -> Doc:
+    """A migration row as the document this store keeps."""
+    if table == "tokens":
+        return {"_id": row["token_hash"], "kind": row["kind"], "user_id": row["user_id"],
+                "expires_at": to_date(row["expires_at"]), "used_at": to_date(row.get("used_at")),
+                "data": row.get("data")}
+    if table == "usage":
+        return {"_id": f"{row['user_id']}|{row['period']}", "user_id": row["user_id"], "period": row["period"],
+                "origin_reads": row["origin_reads"], "image_ops": row["image_ops"]}
+    if table == "users":
+        user = User(**row)
+        return {**_doc(user, _USER_DATES), "email_folded": fold_email(user.email)}
+    if table == "files":
+        return _file_doc(FileRecord(**row))
+    if table == "api_keys":
+        return _doc(ApiKey(**row), _KEY_DATES)
+    if table == "custom_domains":
+        return _doc(CustomDomain(**row), _DOMAIN_DATES, id_field="user_id")
+    if table == "logs":
+        entry = LogEntry(**row)
+        return {**_doc(entry, _LOG_DATES), "metadata": orjson.dumps(entry.metadata).decode()}
+    raise KeyError(table)

@@ -144,6 +144,12 @@ FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
 
+MIGRATION_TABLES: dict[str, str] = {
+    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash",
+    "files": "id", "logs": "id", "usage": "user_id, period"}
+"""Every table (in an order that satisfies the foreign keys) and its primary key, for
+``mediasrv migrate``: rows cross between backends as dicts of these columns."""
+
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
     files_count = max(files_count - 1, 0) WHERE id = :user_id"""
 
@@ -618,3 +624,48 @@ class SqliteMetaStore:
                                   "WHERE user_id = ? AND period = ?", (user_id, period),
                                   lambda row: UsageCounts(**dict(row)))
         return counts or UsageCounts()
+
+    # --- migration (mediasrv migrate) -------------------------------------------------
+
+    async def count_rows(self, table: str) -> int:
+        MIGRATION_TABLES[table]  # KeyError for anything else: no SQL from outside
+        return int(await self._read(lambda conn: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]))
+
+    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of a table in primary-key order, as dicts in the records' field format."""
+        key = MIGRATION_TABLES[table]
+
+        def page(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(f"SELECT * FROM {table} ORDER BY {key} LIMIT ? OFFSET ?", (limit, offset))
+            out = []
+            for row in rows:
+                values = dict(row)
+                if table == "files":
+                    values["is_public"] = bool(values["is_public"])
+                elif table == "logs":
+                    values["metadata"] = orjson.loads(values["metadata"])
+                out.append(values)
+            return out
+
+        return await self._read(page)
+
+    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Insert or replace rows (as ``dump_rows`` returns them): running twice changes nothing."""
+        key = MIGRATION_TABLES[table]  # KeyError for anything else: no SQL from outside
+        if not rows:
+            return
+        prepared = []
+        for row in rows:
+            values = dict(row)
+            if table == "files":
+                values["is_public"] = int(values["is_public"])
+            elif table == "logs":
+                values["metadata"] = orjson.dumps(values["metadata"]).decode()
+            prepared.append(values)
+        names = list(prepared[0])
+        keys = {k.strip() for k in key.split(",")}
+        updates = ", ".join(f"{n} = excluded.{n}" for n in names if n not in keys)
+        # An upsert, not INSERT OR REPLACE: replacing a user would cascade-delete their rows.
+        sql = (f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)}) "
+               f"ON CONFLICT ({key}) DO UPDATE SET {updates}")
+        await self._write(_execute_many, sql, prepared)
