@@ -53,6 +53,17 @@ class RefreshHandler(AccountHandler):
         self.write_json(session.body)
 
 
+class LogoutHandler(AccountHandler):
+    """Ends a session: its refresh token stops working (the access token expires on its own)."""
+
+    limits: ClassVar[dict[str, str]] = {"POST": "refresh"}
+
+    async def post(self) -> None:
+        await self.accounts.logout(self.json_body().get("refresh_token"))
+        self.set_status(204)
+        self.finish()
+
+
 class ForgotPasswordHandler(AccountHandler):
     limits: ClassVar[dict[str, str]] = {"POST": "forgot_password"}
 

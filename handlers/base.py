@@ -15,6 +15,7 @@ import orjson
 import tornado.web
 
 from mediasrv.auth import Authenticator, Principal
+from mediasrv.cors import CorsMode, CorsPolicy
 from mediasrv.errors import ApiError, BadRequest, Forbidden, TooManyRequests, for_store_error
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
 from mediasrv.recorders import ActivityRecorder
@@ -51,6 +52,8 @@ class BaseHandler(tornado.web.RequestHandler):
     limits: ClassVar[dict[str, str]] = {}
     logged: ClassVar[bool] = True
     """Whether calls by an authenticated user go to that user's activity log."""
+    cors: ClassVar[CorsMode] = "api"
+    """Which cross-origin policy of ``mediasrv.cors`` the route follows."""
 
     base: BaseDeps
     principal: Principal | None = None
@@ -75,6 +78,46 @@ class BaseHandler(tornado.web.RequestHandler):
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
         self.clear_header("Server")
+        self.set_cors_headers()
+
+    # CORS (policy in mediasrv.cors). set_default_headers runs again after clear(), so error
+    # answers keep these headers and a browser page on an allowed origin can read them.
+    _cors_private = False
+
+    def set_cors_headers(self) -> None:
+        policy: CorsPolicy | None = self.application.settings.get("cors")
+        if policy is None:
+            return
+        if policy.varies(self.cors):
+            self.add_header("Vary", "Origin")
+        origin = self.request.headers.get("Origin")
+        for name, value in policy.response_headers(self.cors, origin, private=self._cors_private).items():
+            self.set_header(name, value)
+
+    def cors_private(self) -> None:
+        """This answer is about a private file: no page on another origin may read it."""
+        self._cors_private = True
+        self.clear_header("Access-Control-Allow-Origin")
+        self.clear_header("Access-Control-Expose-Headers")
+
+    async def options(self, *args: str) -> None:
+        """A CORS preflight, or a plain OPTIONS: the methods (and headers) this route takes."""
+        methods = implemented_methods(type(self))
+        origin = self.request.headers.get("Origin")
+        policy: CorsPolicy | None = self.application.settings.get("cors")
+        if policy is None or not origin or "Access-Control-Request-Method" not in self.request.headers:
+            self.set_header("Allow", ", ".join([*methods, "OPTIONS"]))
+        else:
+            answer = policy.preflight(self.cors, origin, methods)
+            if not answer.allowed:
+                raise Forbidden("This origin may not call the API from a browser; see MEDIASRV_CORS_ORIGINS",
+                                code="CORS_ORIGIN_NOT_ALLOWED")
+            for name, value in answer.headers.items():
+                self.set_header(name, value)
+        self.clear_header("Content-Type")
+        self.set_header("Cache-Control", "no-store")
+        self.set_status(204)
+        self.finish()
 
     async def prepare(self) -> None:
         method = self.request.method or "GET"
@@ -179,6 +222,13 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.principal.key_id:
             meta["api_key_id"] = self.principal.key_id
         return meta
+
+
+def implemented_methods(cls: type[tornado.web.RequestHandler]) -> list[str]:
+    """The HTTP methods (besides OPTIONS) a handler class implements."""
+    base = tornado.web.RequestHandler
+    return [m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+            if getattr(cls, m.lower()) is not getattr(base, m.lower())]
 
 
 class NotFoundHandler(BaseHandler):

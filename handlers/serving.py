@@ -20,6 +20,7 @@ from tornado.iostream import StreamClosedError
 from handlers.base import AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
+from mediasrv.cors import CorsMode
 from mediasrv.custom_domains import DomainService
 from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.http_headers import (
@@ -62,6 +63,7 @@ class ServeBase(BaseHandler):
     auth: ClassVar[dict[str, AuthMode]] = {"GET": "optional", "HEAD": "optional"}
     logged = False
     attachment = False
+    cors: ClassVar[CorsMode] = "public"
 
     deps: ServingDeps
 
@@ -77,6 +79,8 @@ class ServeBase(BaseHandler):
 
     async def serve(self, key: str, spec: imaging.TransformSpec | None) -> None:
         record = await self._authorized_record(key)
+        if not record.is_public:
+            self.cors_private()
         if spec is not None:
             await self._send_transformed(record, spec)
         else:

@@ -29,6 +29,8 @@ _EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
 CONFIRM_TTL = dt.timedelta(hours=48)
 RESET_TTL = dt.timedelta(hours=1)
+CONFIRMED_FRAGMENT = "#/confirmed"
+"""Appended to the dashboard URL after confirmation: the dashboard then says so."""
 REGISTERED = "Registration received. Check your e-mail for a confirmation link."
 RESET_SENT = "If an account exists for that address, a password reset link has been sent."
 
@@ -90,7 +92,7 @@ class AccountService:
             await self._meta.set_password(user_id, password_hash, at)
         await self._meta.mark_email_verified(user_id, at)
         await self._meta.revoke_tokens("confirm", user_id)  # other pending links die with this one
-        return redirect_to or self._settings.dashboard_url
+        return redirect_to or self._settings.dashboard_url + CONFIRMED_FRAGMENT
 
     async def login(self, email_value: object, password_value: object) -> Session:
         if not isinstance(email_value, str) or not isinstance(password_value, str):
@@ -113,6 +115,12 @@ class AccountService:
         if user is None or not user.email_verified_at:
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         return await self._session(user)
+
+    async def logout(self, token_value: object) -> None:
+        """Retire a refresh token. Unknown, used or expired tokens are fine: the outcome is the same."""
+        if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
+            raise BadRequest("refresh_token must be a string", code="INVALID_TOKEN")
+        await self._meta.consume_token("refresh", tokens.digest(token_value), now_iso())
 
     async def forgot_password(self, email_value: object) -> dict[str, str]:
         email = normalize_email(email_value)

@@ -13,11 +13,12 @@ from urllib.parse import urlsplit
 
 import tornado.web
 
-from handlers import account, api_keys, auth, files, health, reference, serving, settings
+from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
 from mediasrv.content_types import AllowList
+from mediasrv.cors import CorsPolicy
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
@@ -29,6 +30,7 @@ from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.settings import Settings
 from mediasrv.tokens import JwtCodec
+from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
@@ -87,7 +89,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                             serving=serving_deps)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
-        compress_response=False, xheaders=False, serve_traceback=False)
+        compress_response=False, xheaders=False, serve_traceback=False,
+        cors=CorsPolicy.from_origins(settings.cors_origins))
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight)
@@ -114,7 +117,10 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     file_args = {**b, "meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
     own = {**b, "meta": a.meta, "settings": a.settings}
     docs = _documents(a.settings, a.allow)
+    page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
     return [
+        (r"/", dashboard.DashboardHandler, {**b, **page}),
+        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
         (r"/ping", reference.PingHandler, b),
         (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
         (r"/auth/register", auth.RegisterHandler, acct),
@@ -122,7 +128,8 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/auth/login", auth.LoginHandler, acct),
         (r"/auth/refresh", auth.RefreshHandler, acct),
         (r"/auth/forgot-password", auth.ForgotPasswordHandler, acct),
-        (r"/auth/reset-password", auth.ResetPasswordHandler, acct),
+        (r"/auth/logout", auth.LogoutHandler, acct),
+        (r"/auth/reset-password", dashboard.ResetPasswordPageHandler, {**acct, **page}),
         (r"/auth/api-keys", api_keys.ApiKeysHandler, {**b, "meta": a.meta}),
         (r"/auth/api-keys/([^/]+)", api_keys.ApiKeyHandler, {**b, "meta": a.meta}),
         (r"/files", files.FilesHandler, file_args),

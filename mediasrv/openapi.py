@@ -438,6 +438,24 @@ def _refresh(ctx: _Ctx) -> Json:
                           "401": _err("Invalid, expired or already used refresh token.")}}
 
 
+def _logout(ctx: _Ctx) -> Json:
+    return {"description": "Retires the refresh token (the access token expires on its own). An "
+                           "unknown, used or expired token gets the same answer.",
+            "requestBody": _json_body("RefreshRequest"),
+            "responses": {"204": {"description": "Logged out."},
+                          "400": _ref("BadRequest", "responses")}}
+
+
+def _reset_page(ctx: _Ctx) -> Json:
+    token = {"name": "token", "in": "query", "required": False, "schema": _s("string"),
+             "description": "single-use token from the reset e-mail"}
+    return {"description": "The page the reset e-mail links to: an HTML form (the dashboard) that "
+                           "sends the token and the new password to POST /auth/reset-password.",
+            "parameters": [token],
+            "responses": {"200": {"description": "The HTML page.",
+                                  "content": {"text/html": {"schema": _s("string")}}}}}
+
+
 def _forgot(ctx: _Ctx) -> Json:
     return {"description": "Mails a single-use reset link when the account exists; the answer "
                            "is the same either way.",
@@ -645,6 +663,10 @@ _ROUTE_TABLE: tuple[_Route, ...] = (
            "Log in with e-mail and password; returns user and session (JWT)", _login, (15, "ip")),
     _Route("POST", "/auth/refresh", NONE, "auth", "refreshSession",
            "Exchange a refresh token for a new session", _refresh, (30, "ip")),
+    _Route("POST", "/auth/logout", NONE, "auth", "logout",
+           "Log out: retire a refresh token", _logout, (30, "ip")),
+    _Route("GET", "/auth/reset-password", NONE, "auth", "resetPasswordPage",
+           "The password-reset page the e-mail links to (HTML form)", _reset_page),
     _Route("POST", "/auth/forgot-password", NONE, "auth", "forgotPassword",
            "E-mail a password reset link", _forgot, (5, "ip")),
     _Route("POST", "/auth/reset-password", NONE, "auth", "resetPassword",

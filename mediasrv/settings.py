@@ -119,6 +119,9 @@ class Settings:
     redirect_allowlist: tuple[str, ...] = _env(
         "MEDIASRV_REDIRECT_ALLOWLIST", "comma-separated origins allowed as redirect_to besides "
         "PUBLIC_URL's", default=())
+    cors_origins: tuple[str, ...] = _env(
+        "MEDIASRV_CORS_ORIGINS", "comma-separated origins (scheme://host[:port]) whose browser pages may "
+        "call the API, or * for any (unset: none)", default=())
     dashboard_url: str = _env("MEDIASRV_DASHBOARD_URL", "where a confirmation link lands without "
                               "redirect_to (default PUBLIC_URL/)", default="")
     bcrypt_rounds: int = _env("MEDIASRV_BCRYPT_ROUNDS", "bcrypt cost factor (4..16)", default=12)
@@ -203,6 +206,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
+    "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
     "domain_provider": lambda v: v.strip().lower(),
     "log_level": lambda v: v.strip().upper(),
 }
@@ -213,6 +217,11 @@ def _check_urls(s: Settings) -> str | None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return f"{name}={url!r}: must be an http(s) URL"
+    for origin in s.cors_origins:
+        parts = urlsplit(origin)
+        if origin != "*" and (parts.scheme not in ("http", "https") or not parts.netloc
+                              or parts.path or parts.query or parts.fragment or "@" in parts.netloc):
+            return f"MEDIASRV_CORS_ORIGINS: {origin!r} is not an origin such as https://app.example.com, nor *"
     if s.smtp_url:
         smtp = urlsplit(s.smtp_url)
         if smtp.scheme not in ("smtp", "smtps"):

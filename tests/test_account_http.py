@@ -21,6 +21,7 @@ from PIL import Image
 from tornado.httpclient import HTTPResponse
 
 from handlers.base import BaseHandler
+from handlers.dashboard import DashboardHandler
 from mediasrv import openapi
 from mediasrv.app import Runtime
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS
@@ -490,7 +491,11 @@ def app_handlers(app: tornado.web.Application) -> dict[tuple[str, str], type[Bas
         handler = rule.target
         regex = rule.matcher.regex.pattern  # type: ignore[attr-defined]
         assert issubclass(handler, BaseHandler), handler
+        if handler is DashboardHandler:
+            continue  # the dashboard's page and static files, not API operations
         for method in handler.SUPPORTED_METHODS:
+            if method == "OPTIONS":
+                continue  # CORS preflight, answered by BaseHandler on every route
             impl = getattr(handler, method.lower(), None)
             if impl is not None and impl is not getattr(tornado.web.RequestHandler, method.lower()):
                 found[(method, _path_of(regex))] = handler

@@ -314,7 +314,7 @@ async def test_confirmation_link_is_single_use_and_redirects(api: Api, settings:
     assert (await _register(api, email2)).code == 201
     r = await _confirm(api, email2)
     assert r.code == 303
-    assert r.headers["Location"] == settings.dashboard_url
+    assert r.headers["Location"] == settings.dashboard_url + "#/confirmed"
 
 
 @pytest.mark.parametrize("path", [

@@ -48,7 +48,8 @@ NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("POST", "/a
            ("GET", "/auth/confirm"),
            ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),
            ("POST", "/auth/reset-password"), ("GET", "/reference/allowed-content-types"),
-           ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json")}
+           ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json"),
+           ("POST", "/auth/logout"), ("GET", "/auth/reset-password")}
 OPTIONAL_AUTH = {("GET", "/m/{id}"), ("HEAD", "/m/{id}"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}")}
 
 # Statuses each operation must document (the interface, the operator contract and the brief).

@@ -1,0 +1,70 @@
+"""The dashboard: its page at ``/``, its files at ``/assets/...``, and the reset-password page.
+
+Thin: the files come from ``mediasrv.webassets`` (loaded once), the API does the work. Every
+page answer carries the strict Content-Security-Policy and never lets itself be framed.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from handlers.auth import ResetPasswordHandler
+from handlers.base import BaseDeps, BaseHandler
+from mediasrv.accounts import AccountService
+from mediasrv.cors import CorsMode
+from mediasrv.errors import NotFound
+from mediasrv.http_headers import etag_matches
+from mediasrv.webassets import INDEX, Asset
+
+
+def send_asset(handler: BaseHandler, asset: Asset | None, csp: str) -> None:
+    """Answer with one dashboard file (or 304 when the browser's copy is current)."""
+    if asset is None:
+        raise NotFound("Not found", code="HTTP_404")
+    handler.set_header("Content-Type", asset.content_type)
+    handler.set_header("ETag", asset.etag)
+    handler.set_header("Cache-Control", "no-cache")  # always revalidate: a new release shows at once
+    handler.set_header("Content-Security-Policy", csp)
+    handler.set_header("X-Frame-Options", "DENY")
+    handler.set_header("Referrer-Policy", "no-referrer")  # the reset page's URL holds a token
+    handler.set_header("Cross-Origin-Opener-Policy", "same-origin")
+    inm = handler.request.headers.get("If-None-Match")
+    if inm is not None and etag_matches(inm, asset.etag):
+        handler.set_status(304)
+        handler.finish()
+        return
+    handler.set_header("Content-Length", str(len(asset.body)))
+    handler.finish(b"" if handler.request.method == "HEAD" else asset.body)
+
+
+class DashboardHandler(BaseHandler):
+    """GET / (the single page) and GET /assets/<path>."""
+
+    logged = False
+    cors: ClassVar[CorsMode] = "none"
+
+    assets: dict[str, Asset]
+    csp: str
+
+    def initialize(self, base: BaseDeps, assets: dict[str, Asset], csp: str) -> None:  # type: ignore[override]
+        super().initialize(base)
+        self.assets, self.csp = assets, csp
+
+    def get(self, path: str = INDEX) -> None:
+        send_asset(self, self.assets.get(path), self.csp)
+
+    head = get
+
+
+class ResetPasswordPageHandler(ResetPasswordHandler):
+    """/auth/reset-password: GET is the page the e-mail links to (a form), POST the API."""
+
+    assets: dict[str, Asset]
+    csp: str
+
+    def initialize(self, base: BaseDeps, accounts: AccountService,  # type: ignore[override]
+                   assets: dict[str, Asset], csp: str) -> None:
+        super().initialize(base, accounts)
+        self.assets, self.csp = assets, csp
+
+    def get(self) -> None:
+        send_asset(self, self.assets[INDEX], self.csp)

@@ -1,0 +1,137 @@
+// Small DOM helpers. Text always goes in as text nodes (never innerHTML): file names and
+// everything else the API returns are untrusted.
+
+/** h('button', {type: 'button', onclick: fn}, 'Label') -> element. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on') && typeof value === 'function') {
+      el.addEventListener(name.slice(2), value);
+    } else if (name === 'class') {
+      el.className = value;
+    } else if (name === 'dataset') {
+      Object.assign(el.dataset, value);
+    } else if (name in el && typeof value !== 'string') {
+      el[name] = value;
+    } else {
+      el.setAttribute(name, value === true ? '' : value);
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+let fieldCounter = 0;
+
+/** A labelled input: {wrap, input}. Every input of the dashboard has a visible label. */
+export function field(label, attrs = {}) {
+  fieldCounter += 1;
+  const id = attrs.id || `f${fieldCounter}`;
+  const input = h(attrs.tag || 'input', { ...attrs, tag: undefined, id });
+  const wrap = h('div', { class: 'field' }, h('label', { for: id }, label), input);
+  return { wrap, input };
+}
+
+/** A labelled <select> with [value, text] options. */
+export function select(label, options, attrs = {}) {
+  fieldCounter += 1;
+  const id = `f${fieldCounter}`;
+  const input = h('select', { ...attrs, id }, options.map(([value, text]) => h('option', { value }, text)));
+  return { wrap: h('div', { class: 'field' }, h('label', { for: id }, label), input), input };
+}
+
+const statusEl = () => document.getElementById('status');
+
+/** Announce a message in the polite live region (and show it). */
+export function announce(message, kind = 'info') {
+  const el = statusEl();
+  el.textContent = message;
+  el.dataset.kind = kind;
+}
+
+/** An inline error block for a form. */
+export function errorBox() {
+  const box = h('p', { class: 'error', role: 'alert', hidden: true });
+  return {
+    el: box,
+    show(message) {
+      box.textContent = message;
+      box.hidden = false;
+    },
+    clear() {
+      box.textContent = '';
+      box.hidden = true;
+    },
+  };
+}
+
+/** Disable a form's controls while work runs, and restore them after. */
+export async function busy(form, work) {
+  const controls = [...form.querySelectorAll('button, input, select, textarea')];
+  const before = controls.map((c) => c.disabled);
+  controls.forEach((c) => { c.disabled = true; });
+  form.setAttribute('aria-busy', 'true');
+  try {
+    return await work();
+  } finally {
+    controls.forEach((c, i) => { c.disabled = before[i]; });
+    form.removeAttribute('aria-busy');
+  }
+}
+
+/** Ask with the page's <dialog>; resolves true when confirmed. Esc or Cancel resolve false. */
+export function confirmAction(text, confirmLabel = 'Confirm') {
+  const dialog = document.getElementById('confirm');
+  document.getElementById('confirm-text').textContent = text;
+  document.getElementById('confirm-ok').textContent = confirmLabel;
+  dialog.returnValue = '';
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.showModal();
+  });
+}
+
+/** Copy text to the clipboard; falls back to selecting it in a field the caller shows. */
+export async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function formatBytes(n) {
+  if (n === null || n === undefined) return '—';
+  const units = ['B', 'KB', 'MB', 'GB', 'TB'];
+  let value = n;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit === 0 ? value : value.toFixed(value < 10 ? 1 : 0).replace(/\.0$/, '')} ${units[unit]}`;
+}
+
+export function formatDate(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString();
+}
+
+/** Previous/next buttons and "Page X of Y" for a page envelope. */
+export function pager({ page, limit, total }, go, label) {
+  const pages = Math.max(1, Math.ceil(total / limit));
+  return h('nav', { class: 'pager', 'aria-label': label },
+    h('button', { type: 'button', disabled: page <= 1, onclick: () => go(page - 1) }, 'Previous page'),
+    h('span', {}, `Page ${page} of ${pages} (${total} total)`),
+    h('button', { type: 'button', disabled: page >= pages, onclick: () => go(page + 1) }, 'Next page'));
+}

@@ -1,0 +1,103 @@
+// Usage (counters and a small inline-SVG bar chart) and the activity log.
+import { api } from '../api.js';
+import { errorBox, formatBytes, formatDate, h, pager } from '../dom.js';
+
+const SVG = 'http://www.w3.org/2000/svg';
+const DAYS = 14;
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  children.forEach((c) => el.append(c instanceof Node ? c : document.createTextNode(String(c))));
+  return el;
+}
+
+/** Bars of [label, value] pairs, drawn as inline SVG (no library, nothing from a CDN). */
+export function barChart(points, title) {
+  const width = 560;
+  const height = 180;
+  const pad = { top: 16, bottom: 28, left: 8, right: 8 };
+  const max = Math.max(1, ...points.map(([, v]) => v));
+  const slot = (width - pad.left - pad.right) / points.length;
+  const bars = points.flatMap(([label, value], i) => {
+    const barHeight = ((height - pad.top - pad.bottom) * value) / max;
+    const x = pad.left + i * slot + slot * 0.15;
+    const y = height - pad.bottom - barHeight;
+    return [
+      svg('rect', { x, y, width: slot * 0.7, height: Math.max(barHeight, value ? 1 : 0), rx: 2, class: 'bar' },
+        svg('title', {}, `${label}: ${value}`)),
+      value ? svg('text', { x: x + slot * 0.35, y: y - 4, 'text-anchor': 'middle', class: 'bar-value' }, value) : null,
+      svg('text', { x: x + slot * 0.35, y: height - 10, 'text-anchor': 'middle', class: 'bar-label' }, label),
+    ].filter(Boolean);
+  });
+  const summary = points.map(([l, v]) => `${l}: ${v}`).join(', ');
+  return svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': `${title}. ${summary}`,
+    class: 'chart' }, svg('title', {}, title),
+  svg('line', { x1: pad.left, x2: width - pad.right, y1: height - pad.bottom, y2: height - pad.bottom, class: 'axis' }),
+  ...bars);
+}
+
+function perDay(logs) {
+  const days = [];
+  const today = new Date();
+  for (let i = DAYS - 1; i >= 0; i -= 1) {
+    const d = new Date(today.getFullYear(), today.getMonth(), today.getDate() - i);
+    days.push([d, 0]);
+  }
+  for (const entry of logs) {
+    const t = new Date(entry.created_at);
+    const day = days.find(([d]) => d.getFullYear() === t.getFullYear() && d.getMonth() === t.getMonth()
+      && d.getDate() === t.getDate());
+    if (day) day[1] += 1;
+  }
+  return days.map(([d, n]) => [`${d.getDate()}/${d.getMonth() + 1}`, n]);
+}
+
+export function usageView() {
+  const error = errorBox();
+  const stats = h('dl', { class: 'stats' });
+  const chart = h('figure', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
+  Promise.all([api('GET', '/usage'), api('GET', '/logs', { query: { page: 1, limit: 100 } })])
+    .then(([usage, logs]) => {
+      const items = [
+        ['Storage', formatBytes(usage.storage_bytes)], ['Files', usage.files_count],
+        ['Origin reads', usage.origin_reads], ['Image operations', usage.image_ops],
+      ];
+      stats.replaceChildren(...items.map(([k, v]) => h('div', { class: 'stat' }, h('dt', {}, k), h('dd', {}, v))));
+      chart.replaceChildren(
+        barChart(perDay(logs.logs), `API requests per day, last ${DAYS} days`),
+        h('figcaption', {}, `API requests per day over the last ${DAYS} days (from your latest ${logs.logs.length} `
+          + `logged requests). Period: ${formatDate(usage.period_start)} to ${formatDate(usage.period_end)}.`));
+    })
+    .catch((e) => error.show(e.message));
+  return [h('h1', {}, 'Usage'), error.el, stats, chart];
+}
+
+export function activityView() {
+  const state = { page: 1 };
+  const error = errorBox();
+  const tbody = h('tbody');
+  const pagerSlot = h('div');
+  async function load() {
+    try {
+      const body = await api('GET', '/logs', { query: { page: state.page, limit: 50 } });
+      tbody.replaceChildren(...(body.logs.length ? body.logs.map((e) => h('tr', {},
+        h('td', {}, formatDate(e.created_at)), h('td', {}, h('code', {}, e.method)), h('td', {}, h('code', {}, e.path)),
+        h('td', { class: e.status_code >= 400 ? 'bad' : '' }, e.status_code),
+        h('td', {}, e.request_size_bytes === null ? '—' : formatBytes(e.request_size_bytes)),
+        h('td', {}, (e.metadata && e.metadata.credential) === 'api_key' ? 'API key' : 'Session')))
+        : [h('tr', {}, h('td', { colspan: '6', class: 'empty' }, 'No activity yet.'))]));
+      pagerSlot.replaceChildren(pager(body, (p) => { state.page = p; load(); }, 'Activity pages'));
+    } catch (e) {
+      error.show(e.message);
+    }
+  }
+  load();
+  return [
+    h('h1', {}, 'Activity'), error.el,
+    h('table', { class: 'table' }, h('caption', { class: 'visually-hidden' }, 'Your recent API requests'),
+      h('thead', {}, h('tr', {}, ...['Time', 'Method', 'Path', 'Status', 'Size', 'Credential']
+        .map((t) => h('th', { scope: 'col' }, t)))), tbody),
+    pagerSlot,
+  ];
+}
