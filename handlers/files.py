@@ -21,6 +21,7 @@ from mediasrv.media import UrlSigner
 from mediasrv.timeutil import iso, parse_iso, unix
 from mediasrv.uploads import Upload, failure_status
 from store.base import BlobStore, MetaStore
+from store.errors import StoreError
 from store.models import FileQuery
 
 log = logging.getLogger("mediasrv.files")
@@ -57,12 +58,12 @@ class FilesHandler(FilesBase):
             await super().prepare()
             if self.request.method == "POST":
                 await self._start_upload()
-        except ApiError as exc:
+        except (ApiError, StoreError) as exc:
             if self.request.method != "POST" or not _drainable(self.request.headers):
                 raise
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
-            self.failure = exc
+            self.failure = failure_status(exc)
 
     async def _start_upload(self) -> None:
         """Every check the headers allow, then the quota reservation and the blob writer."""

@@ -93,6 +93,8 @@ async def test_database_stopped_gives_503_within_5s_then_recovers(api: Api, own_
         r = await api.call("GET", "/health")
         assert r.code == 503 and body(r)["meta"]["ok"] is False and body(r)["blobs"]["ok"] is True
         assert (await api.call("GET", "/ping")).code == 200  # /ping never touches the stores
+        r = await api.call("POST", "/files", body=b"x" * 5000, token=token, headers={"Content-Type": "text/plain"})
+        assert r.code == 503 and body(r)["code"] == "STORE_UNAVAILABLE"  # an answer, not a reset
     finally:
         own_mongo.start()  # mongoeco keeps data in memory: it comes back empty
     for _ in range(100):  # the driver reconnects by itself
