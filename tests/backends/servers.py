@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,19 +73,25 @@ def mongoeco_python() -> str | None:
 
 
 class Proc:
-    """A server subprocess on a fixed loopback port that can be stopped and started again."""
+    """A server subprocess on a fixed loopback port that can be stopped and started again.
+
+    Its output goes to a log file, never to a pipe nobody reads: moto logs every request, and
+    a full pipe would block it mid-response after a few hundred of them.
+    """
 
     def __init__(self, argv: list[str], port: int, ready: str) -> None:
         self.argv, self.port, self._ready = argv, port, ready
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = Path(tempfile.gettempdir()) / f"mediasrv-test-server-{port}.log"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out = self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
+                out = self.log_path.read_bytes().decode(errors="replace")
                 raise RuntimeError(f"{self.argv[0]} exited: {out[-2000:]}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
                 return
@@ -102,8 +109,6 @@ class Proc:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        if proc.stdout:
-            proc.stdout.close()
 
 
 def mongoeco_server(python: str, port: int | None = None) -> Proc:
