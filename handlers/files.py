@@ -59,8 +59,12 @@ class FilesHandler(FilesBase):
             if self.request.method == "POST":
                 await self._start_upload()
         except (ApiError, StoreError) as exc:
-            if self.request.method != "POST" or not _drainable(self.request.headers):
+            headers = self.request.headers
+            bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
+            if not (bodyless or _drainable(headers)):
                 raise
+            # Raising here in a stream_request_body handler (a GET too) leaves Tornado waiting
+            # for a body it never reads: the kept-alive connection stops answering.
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
             self.failure = failure_status(exc)
@@ -114,6 +118,8 @@ class FilesHandler(FilesBase):
         super().on_connection_close()
 
     async def get(self) -> None:
+        if self.failure is not None:
+            raise self.failure
         assert self.principal is not None
         page, limit = page_args(self)
         query = self._query()
