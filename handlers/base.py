@@ -45,6 +45,8 @@ class BaseDeps:
     activity: ActivityRecorder
     trust_proxy: bool
     inflight: InFlight
+    proxy_hops: int = 1
+    """With trust_proxy: how many proxies of ours append to X-Forwarded-For."""
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -145,14 +147,21 @@ class BaseHandler(tornado.web.RequestHandler):
             raise TooManyRequests(headers=headers)
 
     def client_ip(self) -> str:
-        """The socket's peer, or behind a trusted proxy the address that proxy saw."""
+        """The socket's peer, or behind trusted proxies the address the outermost one saw.
+
+        Each proxy appends the address it received the request from to X-Forwarded-For, so with
+        ``proxy_hops`` proxies the client is that many entries from the right; anything further
+        left was sent by the client and is not believed. X-Real-Ip, which a client can send too,
+        counts only when no X-Forwarded-For arrived at all (a proxy that sets only X-Real-Ip).
+        """
         if self.base.trust_proxy:
+            hops = [h.strip() for value in self.request.headers.get_list("X-Forwarded-For")
+                    for h in value.split(",") if h.strip()]
+            if hops:
+                return hops[-min(self.base.proxy_hops, len(hops))]
             real = self.request.headers.get("X-Real-Ip", "").strip()
             if real:
                 return real
-            hops = [h.strip() for h in self.request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
-            if hops:
-                return hops[-1]
         return self.request.remote_ip or "unknown"
 
     def json_body(self) -> dict[str, Any]:

@@ -74,7 +74,9 @@ class FilesHandler(FilesBase):
         assert self.principal is not None
         user = self.principal.user
         require_active_trial(user)
-        content_type = self.allow.require(content_types.normalize(self.request.headers.get_list("Content-Type")))
+        declared_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
+        # application/octet-stream (what generated clients send): the type comes from the bytes.
+        content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
         is_public = _bool_arg(self, "isPublic", default=True)
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
@@ -82,7 +84,9 @@ class FilesHandler(FilesBase):
         if declared is not None and declared > limits.cap_bytes:
             raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
         self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
-        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits)
+        await self.files.require_store()
+        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
+                        self.allow)
         await upload.start()
         self.upload = upload
 

@@ -15,6 +15,7 @@ import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
 from mediasrv.content_types import AllowList
@@ -28,7 +29,9 @@ from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.reference_page import render_reference
 from mediasrv.settings import Settings
+from mediasrv.storeguard import StoreGuard
 from mediasrv.tokens import JwtCodec
 from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
@@ -47,10 +50,12 @@ class Runtime:
     hash_executor: ThreadPoolExecutor
     limiter: RateLimiter
     inflight: InFlight
+    guard: StoreGuard
 
-    async def stop(self) -> None:
-        await self.flusher.stop()
-        await self.mail.drain(timeout_s=5)
+    async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
+        await self.guard.stop()
+        await self.flusher.stop(flush_timeout_s)
+        await self.mail.drain(timeout_s=mail_timeout_s)
         self.pool.close()
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -65,7 +70,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
-                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight)
+                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
+                    proxy_hops=settings.proxy_hops)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
@@ -77,7 +83,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         file_cache.invalidate(record.file_id)
         results.invalidate(record.file_id)
 
-    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget)
+    guard = StoreGuard(meta)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
     serving_deps = serving.ServingDeps(
         meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, signer=signer, usage=usage,
@@ -86,14 +93,16 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         max_pixels=settings.max_image_pixels)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
-                            serving=serving_deps)
+                            serving=serving_deps, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
-    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s)
+    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
+                      counters={"usage counts": usage, "activity-log entries": activity,
+                                "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight)
+                          inflight=inflight, guard=guard)
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,7 @@ class _RouteArgs:
     domains: DomainService
     signer: UrlSigner
     serving: serving.ServingDeps
+    guard: StoreGuard
 
 
 def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
@@ -121,7 +131,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
     return [
         (r"/", dashboard.DashboardHandler, {**b, **page}),
         (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
-        (r"/ping", reference.PingHandler, b),
+        (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
         (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
@@ -145,6 +155,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
          {**b, "document": {"content_types": list(a.allow.types)}}),
         (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
         (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
+        (r"/reference", reference.ReferencePageHandler, {**b, "page": render_reference(docs[0])}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]
@@ -152,6 +163,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
 
 def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
-                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale}
+                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
+                          "formats": tuple(imaging.FORMATS)}
     return (build_openapi(settings.public_url, allow.types, **kw),
             build_for_agents(settings.public_url, allow.types, **kw))

@@ -94,6 +94,13 @@ class StoreUnavailable(ServiceUnavailable):
         super().__init__(message, headers={"Retry-After": "5"})
 
 
+class StorageFull(StoreUnavailable):
+    """The store refused a write for lack of space (disk full). Still a 503 to clients; core
+    code that can free space first (deleting a file) retries once it has."""
+
+    code, message = "STORAGE_FULL", "Storage is full; try again later"
+
+
 def for_store_error(exc: BaseException) -> ApiError | None:
     """The HTTP answer for a storage error (``store.errors``), or None for anything else.
 
@@ -101,6 +108,8 @@ def for_store_error(exc: BaseException) -> ApiError | None:
     missing blob -> 404, duplicate key -> 409. Core code lets these propagate (or catches one
     it can act on); ``BaseHandler.write_error`` and the upload path call this.
     """
+    if isinstance(exc, store_errors.StorageFull):
+        return StorageFull()
     if isinstance(exc, store_errors.StoreUnavailable):
         return StoreUnavailable()
     if isinstance(exc, store_errors.BlobNotFound):

@@ -1,7 +1,10 @@
 """File records as users see them, and the operations on stored files.
 
 Deleting removes the record first, then the blob: a crash in between leaves an
-unreferenced blob for the sweep, never a record without bytes.
+unreferenced blob for the sweep, never a record without bytes. The one exception is a full
+disk: removing a record needs a little space (SQLite appends to its write-ahead log), so
+when the store says it is full, the blob goes first to make room and the record follows.
+Users can always free space by deleting files.
 """
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ from typing import Any
 from mediasrv.custom_domains import DomainService
 from mediasrv.errors import Forbidden
 from mediasrv.settings import Settings
+from mediasrv.storeguard import StoreGuard
 from mediasrv.timeutil import now_iso
 from mediasrv.uploads import UploadLimits
 from store.base import BlobStore, MetaStore
+from store.errors import StorageFull
 from store.models import FileRecord, User
 
 log = logging.getLogger("mediasrv.files")
@@ -34,8 +39,9 @@ class FileService:
     """Upload limits, record rendering and deletion for one deployment."""
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
-                 on_deleted: Callable[[FileRecord], None]) -> None:
+                 on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None) -> None:
         self._settings, self._meta, self._blobs = settings, meta, blobs
+        self._guard = guard
         self._domains = domains
         self._on_deleted = on_deleted
 
@@ -47,6 +53,13 @@ class FileService:
                             count_limit=self._settings.file_count_limit,
                             max_pixels=self._settings.max_image_pixels)
 
+    async def require_store(self) -> None:
+        """503 before an upload starts if the metadata database changed under the server: its
+        record would be written where nobody reads it again."""
+        if self._guard is not None:
+            await self._guard.check()
+            self._guard.require()
+
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""
         default_base = self._settings.public_url
@@ -54,7 +67,10 @@ class FileService:
         return lambda record: file_json(record, default_base, public_base)
 
     async def delete(self, user: User, file_id: str) -> bool:
-        record = await self._meta.delete_file(user.id, file_id)
+        try:
+            record = await self._meta.delete_file(user.id, file_id)
+        except StorageFull:
+            return await self._delete_on_full_disk(user, file_id)
         if record is None:
             return False
         self._on_deleted(record)
@@ -63,6 +79,19 @@ class FileService:
         except Exception as exc:  # the record is gone; the sweep removes the bytes later
             log.warning("blob of a deleted file not removed (%s); left to the sweep", type(exc).__name__)
         return True
+
+
+    async def _delete_on_full_disk(self, user: User, file_id: str) -> bool:
+        """Free the blob's space first, then remove the record. If the record still cannot be
+        removed, the answer is 503 and the file reads as gone (its bytes are); a retry finishes."""
+        existing = await self._meta.get_file(file_id)
+        if existing is None or existing.user_id != user.id:
+            return False
+        self._on_deleted(existing)
+        await self._blobs.delete(existing.blob_key)
+        log.warning("storage full: removed the blob of a deleted file before its record to make room")
+        record = await self._meta.delete_file(user.id, file_id)
+        return record is not None
 
 
 def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:

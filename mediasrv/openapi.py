@@ -27,6 +27,9 @@ BULK_DELETE_MAX = 100
 RESIZE_SLOTS_DEFAULT = 10
 RESIZE_MAX_DIMENSION = 8192
 RESIZE_FORMATS = ("jpeg", "png", "webp", "avif", "gif")
+_FORMAT_TYPES = {"jpeg": "image/jpeg", "png": "image/png", "webp": "image/webp", "avif": "image/avif",
+                 "gif": "image/gif"}
+OCTET_STREAM = "application/octet-stream"
 SIGNED_URL_TTL_MIN, SIGNED_URL_TTL_MAX, SIGNED_URL_TTL_DEFAULT = 60, 604_800, 3600
 PASSWORD_MIN_CHARS, PASSWORD_MAX_BYTES = 6, 72
 
@@ -58,6 +61,8 @@ class _Ctx:
     max_upload: int
     resize_slots: int
     rate_scale: float
+    formats: tuple[str, ...] = RESIZE_FORMATS
+    """Output formats this build can encode (``mediasrv.imaging.FORMATS``): avif only where it can."""
 
     def limit(self, per_minute: int) -> int:
         """A table limit as the limiter applies it (MEDIASRV_RATE_LIMIT_SCALE)."""
@@ -315,7 +320,7 @@ def _header_components() -> Json:
             for name, schema in table.items()}
 
 
-def _parameter_components() -> Json:
+def _parameter_components(ctx: _Ctx) -> Json:
     def param(name: str, where: str, description: str, schema: Json, **kw: Any) -> Json:
         return {"name": name, "in": where, "description": description, "schema": schema, **kw}
 
@@ -330,7 +335,7 @@ def _parameter_components() -> Json:
         "Width": param("width", "query", "resize: target width in pixels", dim),
         "Height": param("height", "query", "resize: target height in pixels", dim),
         "Format": param("format", "query", "convert to this image format",
-                        _s("string", enum=list(RESIZE_FORMATS))),
+                        _s("string", enum=list(ctx.formats))),
         "Expires": param("expires", "query", "signed URL: expiry as a Unix timestamp",
                          _s("integer")),
         "Signature": param("signature", "query", "signed URL: signature from "
@@ -374,7 +379,7 @@ def _components(ctx: _Ctx) -> Json:
                              "description": "`X-Api-Key: <API_KEY>`."},
         },
         "schemas": _schemas(ctx),
-        "parameters": _parameter_components(),
+        "parameters": _parameter_components(ctx),
         "headers": _header_components(),
         "responses": _response_components(),
     }
@@ -496,24 +501,29 @@ def _revoke_key(ctx: _Ctx) -> Json:
 # ---------------------------------------------------------------------------- operations: files
 
 def _upload(ctx: _Ctx) -> Json:
-    binary = {"schema": _s("string", format="binary")}
     params = [
         {"name": "isPublic", "in": "query", "schema": _s("boolean", default=True),
          "description": "false makes a private upload, served only to the owner or by signed URL"},
         {"name": "x-file-name", "in": "header", "schema": _s("string"),
          "description": "file name, percent-encoded UTF-8 (RFC 3986); stored up to 255 characters"},
     ]
-    return {"description": "The body is the raw file bytes; the Content-Type header gives their "
-                           "MIME type, which must be one of GET /reference/allowed-content-types. "
+    allowed = ", ".join(f"`{t}`" for t in ctx.content_types)
+    return {"description": "The body is the raw file bytes (not multipart/form-data). Send them as "
+                           "`application/octet-stream` and the server takes their type from their "
+                           "first bytes (images, PDF, archives, audio and video; 400 "
+                           "UNRECOGNIZED_CONTENT when it cannot tell), or set Content-Type to their "
+                           f"MIME type, one of: {allowed} (GET /reference/allowed-content-types). "
                            f"At most {ctx.max_upload} bytes (an account may set a lower cap).",
             "parameters": params,
-            "requestBody": {"required": True, "content": {
-                t: dict(binary) for t in ctx.content_types or ("*/*",)}},
+            "requestBody": {"required": True, "description": "the file's bytes", "content": {
+                OCTET_STREAM: {"schema": _s("string", format="binary")}}},
+            "x-allowed-content-types": list(ctx.content_types),
             "x-max-upload-size-bytes": ctx.max_upload,
             "responses": {
                 "201": _json("Stored.", "FileUploadResponse"),
-                "400": _err("Content type not allowed, bytes that do not match it, or an image "
-                            "too large to decode."),
+                "400": _err("Content type not allowed, bytes that do not match it, bytes whose "
+                            "type cannot be recognised (octet-stream), or an image too large to "
+                            "decode."),
                 "403": _err("The trial has ended, or the storage or file count limit is reached."),
                 "413": _err("File too large; code FILE_TOO_LARGE.")}}
 
@@ -587,6 +597,11 @@ def _patch_settings(ctx: _Ctx) -> Json:
                           "502": _err("The domain provider's API failed.")}}
 
 
+def _html_page(ctx: _Ctx) -> Json:
+    return {"responses": {"200": {"description": "HTML rendered from this document.",
+                                  "content": {"text/html": {"schema": _s("string")}}}}}
+
+
 def _simple_get(schema: str, description: str) -> Callable[[_Ctx], Json]:
     return lambda ctx: {"responses": {"200": _json(description, schema)}}
 
@@ -600,22 +615,33 @@ def _logs(ctx: _Ctx) -> Json:
 
 # ---------------------------------------------------------------------------- operations: serving
 
-def _served(description: str, *, head: bool, **headers: str) -> Json:
+def _binary_content(media_types: Sequence[str]) -> Json:
+    """Concrete binary media types, so that generated clients return bytes, never parse JSON."""
+    return {t: {"schema": _s("string", format="binary")} for t in media_types}
+
+
+def _served(description: str, *, head: bool, media_types: Sequence[str] = (OCTET_STREAM,),
+            **headers: str) -> Json:
     names = {"ETag": "ETag", "Last-Modified": "LastModified", "Cache-Control": "CacheControl",
              "Accept-Ranges": "AcceptRanges", "Content-Length": "ContentLength",
              "X-Content-Type-Options": "NoSniff", **headers}
     response: Json = {"description": description, "headers": _headers(**names)}
     if not head:
-        response["content"] = {"*/*": {"schema": _s("string", format="binary")}}
+        response["content"] = _binary_content(media_types)
     return response
 
 
-def _serving(*, head: bool, download: bool) -> Json:
+def _serving(ctx: _Ctx, *, head: bool, download: bool) -> Json:
     extra = {"Content-Disposition": "ContentDisposition"} if download else {}
+    # /m answers a resize with one of the output image types; anything else (and /d) with the
+    # stored type, which the document cannot know: application/octet-stream stands for it.
+    types = [OCTET_STREAM] if download else [OCTET_STREAM, *(
+        _FORMAT_TYPES[f] for f in ctx.formats if f in _FORMAT_TYPES)]
     return {
-        "200": _served("The bytes with their stored Content-Type." + (
-            " Without a body for HEAD." if head else ""), head=head, **extra),
-        "206": _served("The requested byte range.", head=head,
+        "200": _served("The bytes, with their stored Content-Type (or the output format's for a "
+                       "resize)." + (" Without a body for HEAD." if head else ""), head=head,
+                       media_types=types, **extra),
+        "206": _served("The requested byte range.", head=head, media_types=types,
                        **{"Content-Range": "ContentRange"}, **extra),
         "304": _ref("NotModified", "responses"),
         "404": _err("No such file, or a private file without the owner's credential or a valid "
@@ -626,7 +652,7 @@ def _serving(*, head: bool, download: bool) -> Json:
 
 def _media(ctx: _Ctx, *, head: bool = False) -> Json:
     names = ("FileId", "Width", "Height", "Format", "Expires", "Signature", "Range", "IfNoneMatch")
-    responses = _serving(head=head, download=False)
+    responses = _serving(ctx, head=head, download=False)
     responses.update({
         "400": _err("Invalid width, height or format, or resize parameters on a non-image."),
         "422": _err("The image cannot be processed (e.g. over the pixel limit)."),
@@ -644,7 +670,7 @@ def _download(ctx: _Ctx, *, head: bool = False) -> Json:
     names = ("FileId", "Expires", "Signature", "Range", "IfNoneMatch")
     return {"description": "The stored bytes with `Content-Disposition: attachment`.",
             "parameters": [_ref(name, "parameters") for name in names],
-            "responses": _serving(head=head, download=True)}
+            "responses": _serving(ctx, head=head, download=True)}
 
 
 # ---------------------------------------------------------------------------- the route table
@@ -708,6 +734,8 @@ _ROUTE_TABLE: tuple[_Route, ...] = (
            _simple_get("Document", "JSON discovery document.")),
     _Route("GET", "/reference/openapi.json", NONE, "reference", "openapi",
            "This OpenAPI 3.0 description", _simple_get("Document", "OpenAPI 3.0 document.")),
+    _Route("GET", "/reference", NONE, "reference", "referencePage",
+           "This API reference as a human-readable HTML page", _html_page),
     _Route("GET", "/m/{id}", OPTIONAL, "serving", "getMedia",
            "Serve a file inline, optionally resized or converted (width, height, format)",
            _media, (400, "ip")),
@@ -728,7 +756,7 @@ RATE_LIMITS: Mapping[tuple[str, str], tuple[int, str]] = {
 
 _UNLIMITED_TEXT = "Not rate limited."
 _NOT_LIMITED = {"/ping", "/health", "/d/{id}", "/reference/allowed-content-types", "/reference/for-agents",
-                "/reference/openapi.json"}
+                "/reference/openapi.json", "/reference"}
 
 
 # ---------------------------------------------------------------------------- assembly
@@ -778,18 +806,22 @@ def _paths(ctx: _Ctx) -> Json:
 
 
 def _context(public_url: str, allowed_content_types: Sequence[str], max_upload_size_bytes: int,
-             resize_slots: int, rate_limit_scale: float) -> _Ctx:
+             resize_slots: int, rate_limit_scale: float, formats: Sequence[str]) -> _Ctx:
     return _Ctx(public_url=public_url.rstrip("/"), content_types=tuple(allowed_content_types),
                 max_upload=int(max_upload_size_bytes), resize_slots=resize_slots,
-                rate_scale=rate_limit_scale)
+                rate_scale=rate_limit_scale, formats=tuple(formats))
 
 
 def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
                   max_upload_size_bytes: int, resize_slots: int = RESIZE_SLOTS_DEFAULT,
-                  rate_limit_scale: float = 1.0) -> dict:
-    """The OpenAPI 3.0 document served at /reference/openapi.json."""
+                  rate_limit_scale: float = 1.0, formats: Sequence[str] = RESIZE_FORMATS) -> dict:
+    """The OpenAPI 3.0 document served at /reference/openapi.json.
+
+    ``formats`` are the resize output formats this build can encode (the app passes
+    ``mediasrv.imaging.FORMATS``, so ``avif`` is listed only where libvips can write it).
+    """
     ctx = _context(public_url, allowed_content_types, max_upload_size_bytes, resize_slots,
-                   rate_limit_scale)
+                   rate_limit_scale, formats)
     tags = dict.fromkeys(route.tag for route in _ROUTE_TABLE)
     return {
         "openapi": OPENAPI_VERSION,
@@ -839,7 +871,7 @@ def _agent_limits(ctx: _Ctx) -> Json:
         "bulk_delete_ids": {"min": 1, "max": BULK_DELETE_MAX},
         "resize_slots": ctx.resize_slots,
         "resize_busy_response": "503 with Retry-After: 5 when every resize slot is in use",
-        "resize": {"max_dimension": RESIZE_MAX_DIMENSION, "formats": list(RESIZE_FORMATS)},
+        "resize": {"max_dimension": RESIZE_MAX_DIMENSION, "formats": list(ctx.formats)},
         "signed_url_expires_in_seconds": {"min": SIGNED_URL_TTL_MIN, "max": SIGNED_URL_TTL_MAX,
                                           "default": SIGNED_URL_TTL_DEFAULT},
         "max_upload_size_bytes": ctx.max_upload,
@@ -848,9 +880,10 @@ def _agent_limits(ctx: _Ctx) -> Json:
 
 def _agent_usage() -> Json:
     return {
-        "upload": "POST /files with the raw bytes as the body, Content-Type set to their MIME "
-                  "type, optional x-file-name header (percent-encoded UTF-8) and ?isPublic=false "
-                  "for a private file. The response's file.public_url serves it.",
+        "upload": "POST /files with the raw bytes as the body (not multipart), Content-Type set "
+                  "to their MIME type (or application/octet-stream: the type is then taken from "
+                  "the bytes), optional x-file-name header (percent-encoded UTF-8) and "
+                  "?isPublic=false for a private file. The response's file.public_url serves it.",
         "serve": "GET /m/{file_id}[?width=&height=&format=] inline or resized; GET /d/{file_id} "
                  "as a download. Private files need the owner's credential or a signed URL "
                  "from POST /files/{file_id}/signed-url.",
@@ -860,10 +893,10 @@ def _agent_usage() -> Json:
 
 def build_for_agents(public_url: str, allowed_content_types: Sequence[str], *,
                      max_upload_size_bytes: int, resize_slots: int = RESIZE_SLOTS_DEFAULT,
-                     rate_limit_scale: float = 1.0) -> dict:
+                     rate_limit_scale: float = 1.0, formats: Sequence[str] = RESIZE_FORMATS) -> dict:
     """The JSON discovery document served at /reference/for-agents."""
     ctx = _context(public_url, allowed_content_types, max_upload_size_bytes, resize_slots,
-                   rate_limit_scale)
+                   rate_limit_scale, formats)
     return {
         "name": SERVICE_NAME,
         "description": "Media and file hosting over HTTP: upload files, list and filter them, and "
@@ -876,6 +909,7 @@ def build_for_agents(public_url: str, allowed_content_types: Sequence[str], *,
         "limits": _agent_limits(ctx),
         "allowed_content_types": list(ctx.content_types),
         "links": {"openapi": f"{ctx.public_url}/reference/openapi.json",
+                  "reference": f"{ctx.public_url}/reference",
                   "allowed_content_types": f"{ctx.public_url}/reference/allowed-content-types",
                   "for_agents": f"{ctx.public_url}/reference/for-agents"},
     }

@@ -21,24 +21,37 @@ from typing import Any
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import imaging
+from mediasrv import cli_upload, imaging
 from mediasrv.app import Runtime, make_app
+from mediasrv.connections import (
+    FD_HEADROOM_MIN,
+    ConnectionLimits,
+    GuardedHTTPServer,
+    default_max_connections,
+    raise_fd_limit,
+)
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.stores import describe, make_stores
-from mediasrv.sweep import Sweeper
+from mediasrv.sweep import Sweeper, SweepPolicy
 from store.base import BlobStore, MetaStore
 from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
+"""Requests in flight may take this long to finish after SIGTERM (operator contract)."""
+CLOSE_CONNECTIONS_S, FLUSH_S, MAIL_S = 1.0, 2.0, 5.0
+SHUTDOWN_S = 14.0
+"""SIGTERM to exit at most (plus the store's close), under supervisord's stopwaitsecs=20."""
 JSON_BODY_LIMIT = 1024 * 1024
 SWEEP_INTERVAL_S = 3600.0
 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.command == "upload":  # a client: none of the server's settings apply
+        sys.exit(cli_upload.run(args))
     try:
         settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
                                      port=getattr(args, "port", 8080)).validate()
@@ -46,8 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(settings.log_level)
-    runner = {"serve": serve, "sweep": sweep_once, "reconcile": reconcile_once,
-              "migrate": lambda s: migrate_once(s, args.to)}[args.command]
+    runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
+              "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
     try:
         code = asyncio.run(runner(settings))
     except StartupError as exc:
@@ -68,9 +81,16 @@ def _parser() -> argparse.ArgumentParser:
                                epilog="environment variables:\n" + Settings.help_text())
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    sub.add_parser("sweep", help="remove blobs without records and expired logs, then exit",
-                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                   epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd = sub.add_parser(
+        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd.add_argument("--force", action="store_true",
+                           help="the database is the right one: quarantine every unreferenced blob past the "
+                                "grace period, even on an empty database or beyond MEDIASRV_SWEEP_MAX_SHARE")
+    sweep_cmd.add_argument("--purge-quarantine", action="store_true",
+                           help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
+    cli_upload.add_parser(sub)
     migrate_cmd = sub.add_parser(
         "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
         "idempotent and resumable, run with every server stopped",
@@ -105,7 +125,7 @@ def load_secret(settings: Settings) -> str:
         return settings.jwt_secret
     path = settings.data_dir / "jwt_secret"
     if not path.exists():
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         temp = settings.data_dir / f".jwt_secret-{secrets.token_hex(8)}"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -148,16 +168,52 @@ class Running:
 async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
     """Both stores, open; StartupError (with both closed again) when the data dir is unusable."""
     meta, blobs = make_stores(settings)
-    which = "meta"
     try:
         await meta.open()
-        which = "blobs"
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+    except (StoreError, RuntimeError) as exc:
+        if settings.meta_backend == "sqlite":
+            where = getattr(meta, "path", settings.data_dir)
+            raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                               "(restore it from a backup)") from exc
+        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
+    try:
         await blobs.open()
     except (OSError, StoreError) as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"{describe(settings, which)}: {exc}") from exc
+        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
     return meta, blobs
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
+    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+    return str(inner) or type(inner).__name__
+
+
+def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
+    return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
+
+
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """Raise the descriptor limit, then size the connection caps from the settings and it."""
+    old, fd_limit = raise_fd_limit()
+    cap = settings.max_connections or default_max_connections(fd_limit)
+    if cap > fd_limit - FD_HEADROOM_MIN:
+        log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
+                    "accepting will pause when descriptors run out", cap, fd_limit)
+    per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
+    log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+    return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
+
+
+def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
+    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end."""
+    return GuardedHTTPServer(app, limits=connection_limits(settings), max_body_size=JSON_BODY_LIMIT,
+                             idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
 async def start(settings: Settings) -> Running:
@@ -175,13 +231,17 @@ async def start(settings: Settings) -> Running:
     if settings.meta_backend == "sqlite":
         # Embedded means one process: counters are exact after any crash. A shared database
         # may have other processes' uploads in flight, so there it is `mediasrv reconcile`.
-        await meta.reconcile_usage()
+        try:
+            await meta.reconcile_usage()
+        except StoreError as exc:
+            await blobs.close()
+            await meta.close()
+            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
-    server = tornado.httpserver.HTTPServer(app, max_body_size=JSON_BODY_LIMIT, idle_connection_timeout=120,
-                                           body_timeout=300)
+    server = make_server(app, settings)
     try:
         server.listen(settings.port, settings.host)
     except OSError as exc:
@@ -190,27 +250,37 @@ async def start(settings: Settings) -> Running:
         await meta.close()
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
     runtime.flusher.start()
-    sweeper = Sweeper(meta, blobs, grace_s=settings.sweep_grace_s)
+    runtime.guard.start()
+    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
 
 
-async def stop(running: Running) -> None:
-    """Stop accepting, let requests finish (at most 10 s), flush, close."""
+async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
+    """Stop accepting, let requests finish (at most 10 s), flush, close: all within
+    SHUTDOWN_S, so that a supervisor's stop wait (supervisord.conf: 20 s) never kills us.
+
+    Every step after the drain has its own deadline; a metadata store that does not answer
+    (e.g. SQLite locked by another process) costs at most FLUSH_S, and what could not be
+    flushed is logged as lost with counts.
+    """
+    t0 = time.monotonic()
     running.server.stop()
-    deadline = time.monotonic() + DRAIN_S
-    while running.runtime.inflight.count > 0 and time.monotonic() < deadline:
+    drained = t0 + drain_s
+    while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
     # Close kept-alive connections before the last flush, so that no request arrives on one
     # after it (its log entry would be lost, and it could meet a closed pool or store).
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(running.server.close_all_connections(), timeout=2)
+        await asyncio.wait_for(running.server.close_all_connections(), timeout=CLOSE_CONNECTIONS_S)
     await running.sweeper.stop()
-    await running.runtime.stop()
+    left = max(0.5, SHUTDOWN_S - (time.monotonic() - t0))
+    flush_s = min(FLUSH_S, left / 2)
+    await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))
     await running.blobs.close()
-    await running.meta.close()
+    await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
 
 
 async def serve(settings: Settings) -> int:
@@ -282,14 +352,22 @@ async def reconcile_once(settings: Settings) -> int:
     return 0
 
 
-async def sweep_once(settings: Settings) -> int:
+async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:
+    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log)."""
     meta, blobs = await open_stores(settings)
     try:
-        report = await Sweeper(meta, blobs, grace_s=settings.sweep_grace_s).run()
-        print(f"removed {report.orphan_blobs} orphan blobs, {report.temp_files} temp files, "
+        report = await Sweeper(meta, blobs, sweep_policy(settings, force)).run()
+        print(f"quarantined {report.orphan_blobs} orphan blobs, removed {report.temp_files} temp files and "
               f"{report.old_logs} old log entries")
+        if report.predating:
+            print(f"left {report.predating} unreferenced blobs older than the database alone")
+        if report.refused:
+            print(f"refused: {report.refused}")
+        if purge:
+            purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
+            print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
     finally:
         await blobs.close()
         await meta.close()
-    return 0
+    return 3 if report.refused else 0
 

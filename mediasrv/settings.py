@@ -133,6 +133,21 @@ class Settings:
                                    "results, bytes", default=128 * 1024 * 1024)
     sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
                               "seconds", default=3600)
+    sweep_max_share: float = _env("MEDIASRV_SWEEP_MAX_SHARE", "largest share of the file count one "
+                                  "sweep may quarantine (at least 10 blobs); more: it refuses", default=0.02)
+    quarantine_grace_s: int = _env("MEDIASRV_QUARANTINE_GRACE", "age in seconds after which `mediasrv "
+                                   "sweep --purge-quarantine` deletes quarantined blobs", default=7 * 86400)
+    proxy_hops: int = _env("MEDIASRV_PROXY_HOPS", "with TRUST_PROXY: trusted proxies in front, the client "
+                           "is the address this many entries from the right of X-Forwarded-For", default=1)
+    header_timeout_s: float = _env("MEDIASRV_HEADER_TIMEOUT", "seconds a connection may take to send a "
+                                   "request's headers, idle keep-alive time included", default=20.0)
+    body_idle_timeout_s: float = _env("MEDIASRV_BODY_IDLE_TIMEOUT", "seconds a request body may go without "
+                                      "sending a byte before the connection is closed", default=60.0)
+    max_connections: int | None = _env("MEDIASRV_MAX_CONNECTIONS", "open connections at most; more wait "
+                                       "in the listen queue (default: from the descriptor limit)",
+                                       default=None)
+    max_connections_per_ip: int = _env("MEDIASRV_MAX_CONNECTIONS_PER_IP", "open connections per client "
+                                       "address (not applied with TRUST_PROXY)", default=256)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
 
     @classmethod
@@ -196,13 +211,39 @@ _GROUPS = {"mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
 """Headings of ``help_text``, printed before the named field."""
 
 
+@dataclass(frozen=True)
+class ClientSettings:
+    """What the ``mediasrv upload`` client reads from the environment (command-line options win).
+
+    Kept apart from ``Settings``: a client needs none of the server's variables, and the
+    server none of these.
+    """
+
+    api_key: str | None = _env("MEDIASRV_API_KEY", "API key for `mediasrv upload` (else --api-key)",
+                               default=None)
+    url: str | None = _env("MEDIASRV_URL", "server URL for `mediasrv upload` (else --url, default "
+                           "http://127.0.0.1:8080)", default=None)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientSettings:
+        env = os.environ if environ is None else environ
+        values = {f.name: env[f.metadata["env"]].strip() for f in dataclasses.fields(cls)
+                  if env.get(f.metadata["env"], "").strip()}
+        return cls(**values)
+
+    @classmethod
+    def help_text(cls) -> str:
+        return "\n".join(f"  {f.metadata['env']:<32} {f.metadata['help']}" for f in dataclasses.fields(cls))
+
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "data_dir": lambda v: Path(v).expanduser(),
     "trial_days": _int, "storage_limit_bytes": _int, "file_count_limit": _int,
     "max_upload_size_bytes": _int, "resize_slots": _int, "max_image_pixels": _int,
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
-    "result_cache_bytes": _int, "sweep_grace_s": _int, "mongodb_timeout_ms": _int,
-    "s3_timeout_s": float,
+    "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
+    "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
+    "max_connections": _int, "max_connections_per_ip": _int, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
@@ -265,6 +306,25 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
+    return _check_safety(s)
+
+
+def _check_safety(s: Settings) -> str | None:
+    """Sweep, proxy and connection bounds."""
+    if not (math.isfinite(s.sweep_max_share) and 0 <= s.sweep_max_share <= 1):
+        return f"MEDIASRV_SWEEP_MAX_SHARE must be a share from 0 to 1, not {s.sweep_max_share}"
+    if s.quarantine_grace_s < 0:
+        return f"MEDIASRV_QUARANTINE_GRACE must be 0 or more, not {s.quarantine_grace_s}"
+    if not 1 <= s.proxy_hops <= 32:
+        return f"MEDIASRV_PROXY_HOPS must be from 1 to 32, not {s.proxy_hops}"
+    for name, value in (("MEDIASRV_HEADER_TIMEOUT", s.header_timeout_s),
+                        ("MEDIASRV_BODY_IDLE_TIMEOUT", s.body_idle_timeout_s)):
+        if not (math.isfinite(value) and 0 < value <= 86400):
+            return f"{name} must be a number of seconds above 0 and at most 86400, not {value}"
+    if s.max_connections is not None and s.max_connections < 1:
+        return f"MEDIASRV_MAX_CONNECTIONS must be a positive integer, not {s.max_connections}"
+    if s.max_connections_per_ip < 1:
+        return f"MEDIASRV_MAX_CONNECTIONS_PER_IP must be a positive integer, not {s.max_connections_per_ip}"
     return None
 
 

@@ -41,18 +41,23 @@ def new_file_id() -> str:
 class Upload:
     """Lifecycle: ``start`` -> ``feed``* -> ``finish``; ``abort`` on any failure or disconnect."""
 
-    def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str,
-                 name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits) -> None:
+    def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
+                 name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
+                 allow: content_types.AllowList | None = None) -> None:
+        """``content_type`` None: take the type from the first bytes (an octet-stream upload),
+        checked against ``allow``."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
+        self._allow = allow or content_types.AllowList(())
         self.file_id = new_file_id()
         self.received = 0
         self._writer: BlobWriter | None = None
         self._reserved: int | None = None
         self._head = b""
-        self._head_wanted = max(content_types.signature_bytes_needed(content_type),
-                                IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0)
+        self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
+                             max(content_types.signature_bytes_needed(content_type),
+                                 IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0))
         self._committed = False
         self._finishing = False
         self._done = False
@@ -70,7 +75,9 @@ class Upload:
             raise PayloadTooLarge(f"File too large: the limit is {self._limits.cap_bytes} bytes")
         if len(self._head) < self._head_wanted:
             self._head += chunk[: self._head_wanted - len(self._head)]
-            if len(self._head) >= content_types.SNIFF_BYTES:
+            if self._type is None and len(self._head) >= content_types.SNIFF_WINDOW:
+                self._type = content_types.resolve_sniffed(self._head, self._allow)
+            if self._type is not None and len(self._head) >= content_types.SNIFF_BYTES:
                 content_types.check_signature(self._type, self._head)
         assert self._writer is not None
         await self._writer.write(chunk)
@@ -91,6 +98,8 @@ class Upload:
     async def _finish(self) -> FileRecord:
         if self._declared is not None and self.received != self._declared:
             raise BadRequest("The body is shorter than its Content-Length", code="INCOMPLETE_BODY")
+        if self._type is None:
+            self._type = content_types.resolve_sniffed(self._head, self._allow)
         content_types.check_signature(self._type, self._head)
         width, height = self._check_dimensions()
         if self._reserved is None:

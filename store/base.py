@@ -33,7 +33,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from store.errors import Duplicate
-from store.models import ApiKey, BlobStat, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.models import (
+    ApiKey,
+    BlobStat,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    LogEntry,
+    StoreIdentity,
+    UsageCounts,
+    User,
+)
 
 DuplicateError = Duplicate
 """The earlier name of ``store.errors.Duplicate``, kept for callers written before it."""
@@ -84,6 +94,13 @@ class MetaStore(Protocol):
         For ``GET /health``: it must answer within a few seconds even when the server is
         unreachable (``ok`` False), and stay cheap enough for a load balancer to call often.
         """
+    async def identity(self) -> StoreIdentity:
+        """The database's identity, created with it (migrated databases get one on upgrade)."""
+
+    async def check_identity(self) -> bool:
+        """False when the database under the store is no longer the one ``open`` found
+        (its file deleted or replaced, its identity gone or changed); writes then fail with
+        StoreUnavailable rather than go to a database nobody will read again."""
 
     # users
     async def create_user(self, user: User) -> None:
@@ -144,6 +161,9 @@ class MetaStore(Protocol):
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Delete the user's record and release its quota in one step; the deleted record or None."""
+
+    async def count_files(self) -> int:
+        """How many file records exist (each references one blob); the sweep's yardstick."""
 
     async def existing_blob_keys(self, keys: list[str]) -> set[str]:
         """Which of these blob keys some file record references (for the orphan sweep)."""
@@ -238,4 +258,12 @@ class BlobStore(Protocol):
         """Keys of committed blobs last modified more than ``older_than_s`` ago."""
 
     async def sweep_temp(self, older_than_s: float) -> int:
-        """Remove abandoned partial writes older than that; the number removed."""
+        """Remove abandoned partial writes older than that, and (where the backend can tell)
+        those whose writing process is gone whatever their age; the number removed."""
+
+    async def quarantine(self, key: str) -> None:
+        """Move a committed blob out of the key space into quarantine, stamped with the time;
+        nothing reads it there, and only ``purge_quarantine`` deletes it. No error if gone."""
+
+    async def purge_quarantine(self, older_than_s: float) -> int:
+        """Delete quarantined blobs quarantined more than ``older_than_s`` ago; the number."""

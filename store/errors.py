@@ -29,3 +29,10 @@ class BlobNotFound(StoreError):
     def __init__(self, key: str = "") -> None:
         super().__init__(f"no such blob: {key!r}")
         self.key = key
+
+
+class StorageFull(StoreUnavailable):
+    """A write was refused for lack of space (disk full, quota of the volume or bucket)."""
+
+    def __init__(self, message: str = "storage full") -> None:
+        super().__init__(message)

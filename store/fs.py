@@ -3,7 +3,16 @@
 Layout under ``root``::
 
     blobs/<key[0:2]>/<key>                   committed blobs (immutable once renamed in)
-    blobs/<key[0:2]>/.tmp-<random>-<key>     partial writes (same directory: atomic rename)
+    blobs/<key[0:2]>/.tmp-<owner>-<random>-<key>
+                                             partial writes (same directory: atomic rename);
+                                             <owner> names the writing process (boot, pid,
+                                             start time), so leftovers of a dead process are
+                                             removed at once rather than after the grace period
+    quarantine/<key[0:2]>/<key>              blobs the sweep found unreferenced, kept until the
+                                             operator purges them (mtime = quarantine time)
+
+Directories are created 0700 and files 0600: stored files, private ones included, are for
+this server's user only.
 
 Every filesystem call runs on a small thread pool owned by the store, so the event loop
 never blocks. Paths below ``root/blobs`` are never followed through symlinks: the shard
@@ -32,7 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from store.base import BlobChunks, Delivery, validate_key
-from store.errors import BlobNotFound, StoreUnavailable
+from store.errors import BlobNotFound, StorageFull, StoreUnavailable
 from store.models import BlobStat
 
 __all__ = ["FsBlobStore", "FsBlobWriter", "validate_key"]
@@ -42,6 +51,8 @@ T = TypeVar("T")
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # validate_key's pattern, for scanning names
 _SHARD_RE = re.compile(r"[A-Za-z0-9_-]{1,2}")
 TEMP_PREFIX = ".tmp-"
+_OWNED_TEMP_RE = re.compile(r"\.tmp-([0-9a-f]{8})p(\d+)s(\d+)-")
+DIR_MODE, FILE_MODE = 0o700, 0o600
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -62,6 +73,49 @@ def _unlink_quietly(name: str, dir_fd: int) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
+def _boot_id() -> str:
+    """First 8 hex digits of this boot's id (Linux), else zeros: a pid is only meaningful
+    within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip().replace("-", "")[:8].lower()
+    except OSError:
+        return "0" * 8
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), so a reused pid is not
+    mistaken for the process that wrote a temp file; None where /proc is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces or ")"; fields follow the last ")"
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def _owner_token() -> str:
+    pid = os.getpid()
+    return f"{_boot_id()}p{pid}s{_start_time(pid) or 0}"
+
+
+def _owner_alive(boot: str, pid: int, started: int) -> bool:
+    """Whether the process that wrote a temp file may still be writing it (when unsure: yes)."""
+    if boot != _boot_id():
+        return False  # written before the last reboot
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's
+    now_started = _start_time(pid)
+    return now_started is None or started == 0 or now_started == started
+
+
 def _missing(key: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, "no such blob", key)
 
@@ -72,6 +126,8 @@ class FsBlobStore:
     def __init__(self, root: Path, *, max_workers: int = 8) -> None:
         self.root = Path(root)
         self._blobs = self.root / "blobs"
+        self._quarantine = self.root / "quarantine"
+        self._owner = _owner_token()
         self._max_workers = max_workers
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         # Shard directories whose entry in blobs/ is known to be on disk (fsynced).
@@ -86,10 +142,13 @@ class FsBlobStore:
         await self._run(self._open_sync)
 
     def _open_sync(self) -> None:
-        self._blobs.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        self._blobs.mkdir(mode=DIR_MODE, exist_ok=True)
         st = os.lstat(self._blobs)
         if not stat_mod.S_ISDIR(st.st_mode):
             raise NotADirectoryError(errno.ENOTDIR, "blob directory is not a directory", str(self._blobs))
+        if stat_mod.S_IMODE(st.st_mode) & 0o077:  # created by an older release: close it to others
+            os.chmod(self._blobs, DIR_MODE)
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -112,6 +171,8 @@ class FsBlobStore:
         except FileNotFoundError as exc:  # the store's own "no such blob" (see _missing)
             raise BlobNotFound(str(exc.filename or "")) from exc
         except OSError as exc:  # disk full, I/O error, permissions: the store is unusable now
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageFull(f"blob storage full: {exc.strerror or exc}") from exc
             raise StoreUnavailable(f"blob storage error: {exc.strerror or exc}") from exc
         except asyncio.CancelledError:
             if on_orphan is not None:
@@ -134,7 +195,7 @@ class FsBlobStore:
         try:
             if create:
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(shard, 0o755, dir_fd=blobs_fd)
+                    os.mkdir(shard, DIR_MODE, dir_fd=blobs_fd)
             shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=blobs_fd)
             if create and shard not in self._durable_shards:
                 os.fsync(blobs_fd)  # the shard's own entry must survive a crash too
@@ -178,9 +239,9 @@ class FsBlobStore:
         shard_fd = self._open_shard(key, create=True)
         try:
             while True:
-                temp_name = f"{TEMP_PREFIX}{secrets.token_hex(8)}-{key}"
+                temp_name = f"{TEMP_PREFIX}{self._owner}-{secrets.token_hex(8)}-{key}"
                 try:
-                    fd = os.open(temp_name, _CREATE_FLAGS, 0o644, dir_fd=shard_fd)
+                    fd = os.open(temp_name, _CREATE_FLAGS, FILE_MODE, dir_fd=shard_fd)
                     break
                 except FileExistsError:
                     continue
@@ -367,7 +428,9 @@ class FsBlobStore:
                     st = os.stat(name, dir_fd=shard_fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # committed, aborted or deleted meanwhile
-                if not stat_mod.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
+                if not stat_mod.S_ISREG(st.st_mode):
+                    continue
+                if st.st_mtime >= cutoff and not (temps and _writer_gone(name)):
                     continue
                 if temps:
                     try:
@@ -378,6 +441,84 @@ class FsBlobStore:
         finally:
             os.close(shard_fd)
         return found
+
+
+    # quarantine
+
+    async def quarantine(self, key: str) -> None:
+        validate_key(key)
+        await self._run(self._quarantine_sync, key)
+
+    def _quarantine_sync(self, key: str) -> None:
+        shard = key[:2]
+        self._quarantine.mkdir(mode=DIR_MODE, exist_ok=True)
+        q_fd = os.open(self._quarantine, _DIR_FLAGS)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(shard, DIR_MODE, dir_fd=q_fd)
+            dst_fd = os.open(shard, _DIR_FLAGS, dir_fd=q_fd)
+        finally:
+            os.close(q_fd)
+        try:
+            try:
+                src_fd = self._open_shard(key)
+            except OSError as exc:
+                if exc.errno in _NOT_A_BLOB:
+                    return
+                raise
+            try:
+                try:
+                    os.rename(key, key, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                except FileNotFoundError:
+                    return
+                os.utime(key, dir_fd=dst_fd, follow_symlinks=False)  # the quarantine time
+                os.fsync(dst_fd)
+                os.fsync(src_fd)
+            finally:
+                os.close(src_fd)
+        finally:
+            os.close(dst_fd)
+
+    async def purge_quarantine(self, older_than_s: float) -> int:
+        cutoff = time.time() - float(older_than_s)
+        return await self._run(self._purge_quarantine_sync, cutoff)
+
+    def _purge_quarantine_sync(self, cutoff: float) -> int:
+        try:
+            q_fd = os.open(self._quarantine, _DIR_FLAGS)
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        try:
+            for shard in sorted(os.listdir(q_fd)):
+                if not _SHARD_RE.fullmatch(shard):
+                    continue
+                try:
+                    shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=q_fd)
+                except OSError as exc:
+                    if exc.errno in _NOT_A_BLOB:
+                        continue
+                    raise
+                try:
+                    for name in os.listdir(shard_fd):
+                        st = os.stat(name, dir_fd=shard_fd, follow_symlinks=False)
+                        if stat_mod.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(name, dir_fd=shard_fd)
+                                removed += 1
+                finally:
+                    os.close(shard_fd)
+        finally:
+            os.close(q_fd)
+        return removed
+
+
+def _writer_gone(temp_name: str) -> bool:
+    """A temp file whose name says which process writes it, and that process is gone."""
+    match = _OWNED_TEMP_RE.match(temp_name)
+    if match is None:
+        return False  # an older release's name: only the age rule applies
+    return not _owner_alive(match.group(1), int(match.group(2)), int(match.group(3)))
 
 
 class _ReadHandle:

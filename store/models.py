@@ -102,3 +102,16 @@ class UsageCounts:
 class BlobStat:
     size: int
     mtime: float
+
+
+@dataclass(frozen=True)
+class StoreIdentity:
+    """Who a metadata database is: a random id and creation time, written once when it is made.
+
+    The sweep never treats blobs older than ``created_at`` as crash leftovers (they predate
+    the database, so it is the wrong or a restored database), and the server compares the
+    identity it opened with the one it finds to notice a database deleted or replaced under it.
+    """
+
+    instance_id: str
+    created_at: str

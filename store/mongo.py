@@ -19,6 +19,7 @@ import dataclasses
 import datetime as dt
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -30,7 +31,7 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, Replace
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
 from store.errors import Duplicate, StoreUnavailable
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, StoreIdentity, UsageCounts, User
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,7 @@ class MongoMetaStore:
         self._timeout_ms = timeout_ms
         self._client: AsyncMongoClient[Doc] | None = None
         self._db: Any = None
+        self._identity: StoreIdentity | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -240,6 +242,7 @@ class MongoMetaStore:
             async with self._op():
                 await self._db.command("ping")
                 await self._check_schema()
+                self._identity = await self._load_identity()
                 for name, indexes in INDEXES.items():
                     await self._db[name].create_indexes(indexes)
         except BaseException:
@@ -256,6 +259,35 @@ class MongoMetaStore:
                                f"({SCHEMA_VERSION}); refusing to open it")
         if version < SCHEMA_VERSION:
             await config.update_one({"_id": "schema"}, {"$max": {"version": SCHEMA_VERSION}}, upsert=True)
+
+    async def _load_identity(self) -> StoreIdentity:
+        """The database's identity, written once by whichever process opens it first."""
+        candidate = {"instance_id": uuid.uuid4().hex, "created_at": to_iso(_now())}
+        config = self._db["config"]
+        with contextlib.suppress(DuplicateKeyError):  # another process inserted it meanwhile
+            await config.update_one({"_id": "identity"}, {"$setOnInsert": candidate}, upsert=True)
+        doc = await config.find_one({"_id": "identity"})
+        return StoreIdentity(instance_id=str(doc["instance_id"]), created_at=str(doc["created_at"]))
+
+    async def identity(self) -> StoreIdentity:
+        if self._identity is None:
+            raise StoreUnavailable("metadata store is not open")
+        return self._identity
+
+    async def check_identity(self) -> bool:
+        """False when the database now holds another identity (dropped or restored under us)."""
+        if self._identity is None:
+            return False
+        try:
+            async with self._op() as db:
+                doc = await db["config"].find_one({"_id": "identity"})
+        except StoreUnavailable:
+            return True  # unreachable is not replaced: requests get their own 503s
+        return doc is not None and doc.get("instance_id") == self._identity.instance_id
+
+    async def count_files(self) -> int:
+        async with self._op() as db:
+            return int(await db["files"].count_documents({}))
 
     async def close(self) -> None:
         """Let operations in flight finish (bounded), then close the client; idempotent."""

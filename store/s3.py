@@ -237,6 +237,14 @@ class S3BlobStore:
 
     # removal and maintenance
 
+    async def quarantine(self, key: str) -> None:
+        """Move the blob to ``quarantine/<key>-<ms>`` (out of the key space); only
+        ``purge_quarantine`` deletes it."""
+        await _quarantine(self, key)
+
+    async def purge_quarantine(self, older_than_s: float) -> int:
+        return await _purge_quarantine(self, older_than_s)
+
     async def delete(self, key: str) -> None:
         validate_key(key)
         client = self._s3()
@@ -287,6 +295,45 @@ class S3BlobStore:
                 return removed
             kwargs["KeyMarker"] = page.get("NextKeyMarker")
             kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker")
+
+
+QUARANTINE = "quarantine/"
+
+
+async def _quarantine(store: S3BlobStore, key: str) -> None:
+    """Copy ``blobs/key`` to ``quarantine/key-<ms>`` then delete it; no error if it is gone."""
+    validate_key(key)
+    client, bucket = store._s3(), store.config.bucket
+    name = f"{QUARANTINE}{key}-{int(store._clock() * 1000)}"
+    try:
+        with _translated(key):
+            await client.copy_object(Bucket=bucket, Key=name, CopySource={"Bucket": bucket, "Key": PREFIX + key})
+    except BlobNotFound:
+        return
+    with _translated(key):
+        await client.delete_object(Bucket=bucket, Key=PREFIX + key)
+
+
+async def _purge_quarantine(store: S3BlobStore, older_than_s: float) -> int:
+    """Delete quarantined objects whose quarantine stamp is older than ``older_than_s``."""
+    client, bucket = store._s3(), store.config.bucket
+    cutoff_ms = (store._clock() - float(older_than_s)) * 1000
+    removed, token = 0, None
+    while True:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": QUARANTINE}
+        if token:
+            kwargs["ContinuationToken"] = token
+        with _translated():
+            page = await client.list_objects_v2(**kwargs)
+        for item in page.get("Contents", []):
+            stamp = item["Key"].rsplit("-", 1)[-1]
+            if stamp.isdigit() and int(stamp) < cutoff_ms:
+                with _translated():
+                    await client.delete_object(Bucket=bucket, Key=item["Key"])
+                removed += 1
+        if not page.get("IsTruncated"):
+            return removed
+        token = page.get("NextContinuationToken")
 
 
 class S3BlobWriter:

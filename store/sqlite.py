@@ -11,8 +11,11 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import os
 import sqlite3
+import stat as stat_mod
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -21,14 +24,17 @@ from typing import Any, TypeVar
 
 import orjson
 
-from store.errors import Duplicate, StoreUnavailable
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.errors import Duplicate, StorageFull, StoreUnavailable
+from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, StoreIdentity, UsageCounts, User
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Row = sqlite3.Row
 Params = Sequence[Any] | dict[str, Any]
+
+LOCK_SLICE_MS = 200
+"""SQLite's busy wait per attempt; ``_begin_write`` repeats it up to busy_timeout_ms."""
 
 IN_CHUNK = 500
 """Bound variables per ``IN (...)`` query: far below SQLite's limit on every build."""
@@ -111,6 +117,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             origin_reads INTEGER NOT NULL DEFAULT 0,
             image_ops INTEGER NOT NULL DEFAULT 0,
             PRIMARY KEY (user_id, period)) WITHOUT ROWID""",
+    ),
+    (
+        # The database's identity: the sweep never takes blobs older than the database for
+        # crash leftovers. A database upgraded with files in it dates from its oldest file.
+        "CREATE TABLE store_info (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+        "INSERT INTO store_info (key, value) VALUES ('instance_id', lower(hex(randomblob(16))))",
+        """INSERT INTO store_info (key, value) SELECT 'created_at',
+            coalesce((SELECT min(created_at) FROM files), strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))""",
     ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
@@ -324,6 +338,49 @@ def _is_unique_violation(exc: sqlite3.IntegrityError) -> bool:
         "UNIQUE constraint failed" in str(exc))
 
 
+def _identity(conn: sqlite3.Connection) -> StoreIdentity:
+    values = dict(conn.execute("SELECT key, value FROM store_info").fetchall())
+    return StoreIdentity(instance_id=values["instance_id"], created_at=values["created_at"])
+
+
+class DatabaseReplaced(sqlite3.OperationalError):
+    """The database file the store opened was deleted or replaced under it."""
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file (and its directory) readable by the owner only; SQLite gives
+    its -wal and -shm files the mode of the database file. Narrow an existing wider mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        mode = stat_mod.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            log.warning("%s was readable by other users; restricting it to mode 0600", path)
+            os.fchmod(fd, mode & 0o700)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        try:
+            if stat_mod.S_IMODE(os.stat(side).st_mode) & 0o077:
+                os.chmod(side, 0o600)
+        except FileNotFoundError:
+            pass
+
+
+def _is_full(exc: sqlite3.DatabaseError) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
+        "database or disk is full" in str(exc))
+
+
 def _is_unavailable(exc: sqlite3.DatabaseError) -> bool:
     """Locked, busy, I/O, disk-full or corrupt-file errors; not bugs such as misuse of the API."""
     return isinstance(exc, sqlite3.OperationalError | sqlite3.InternalError) or (
@@ -339,11 +396,14 @@ class SqliteMetaStore:
         self.path = Path(path)
         self._read_threads = read_threads
         self._busy_timeout_ms = busy_timeout_ms
+        self._closing = False
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
+        self._file: tuple[int, int] | None = None
+        self._replaced_logged = False
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -353,6 +413,8 @@ class SqliteMetaStore:
             return
         self._local = threading.local()
         self._conns = []
+        self._file = None  # until open succeeds: errors are the caller's to report
+        self._closing = False
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
         self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="meta-reader")
         try:
@@ -367,6 +429,7 @@ class SqliteMetaStore:
         if writer is None or readers is None:
             return
         self._writer = self._readers = None
+        self._closing = True  # queued writes still run, but none waits for another process's lock
         await asyncio.to_thread(self._shutdown, writer, readers)
 
     async def health(self) -> dict[str, Any]:
@@ -388,20 +451,24 @@ class SqliteMetaStore:
 
     def _open_on_writer(self) -> None:
         """Create the directory, switch to WAL, migrate; WAL cannot change inside a transaction."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self.path)
         conn = self._thread_conn(write=True)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             log.warning("SQLite refused WAL mode for %s (got %s)", self.path, mode)
         self._in_transaction(True, _migrate)
+        self._file = _file_id(self.path)
 
     def _connect(self, write: bool) -> sqlite3.Connection:
         """A connection for the calling thread. check_same_thread is off only so ``close`` can
         close it from another thread after its owner has stopped."""
+        # The writer waits for locks in slices (see _begin_write); readers in WAL mode hardly
+        # ever wait, and keep SQLite's own wait.
+        wait_ms = min(LOCK_SLICE_MS, self._busy_timeout_ms) if write else self._busy_timeout_ms
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=self._busy_timeout_ms / 1000)
+                               timeout=wait_ms / 1000)
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = NORMAL")
         if not write:
@@ -428,7 +495,11 @@ class SqliteMetaStore:
         to upgrade; reads get one snapshot, so a page and its total agree.
         """
         conn = self._thread_conn(write)
-        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        if write:
+            self._require_same_file()
+            self._begin_write(conn)
+        else:
+            conn.execute("BEGIN")
         try:
             result = fn(conn, *args)
             conn.execute("COMMIT")
@@ -437,6 +508,33 @@ class SqliteMetaStore:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+    def _begin_write(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock, waiting up to busy_timeout_ms for another process to release
+        it, in slices, so that a store being closed stops waiting at once (SQLite's own busy
+        wait cannot be interrupted; a locked database must not hold up shutdown)."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY or "locked" in str(exc)
+                if not busy or self._closing or time.monotonic() >= deadline:
+                    raise
+
+    def _same_file(self) -> bool:
+        return self._file is not None and _file_id(self.path) == self._file
+
+    def _require_same_file(self) -> None:
+        """Refuse a write that would go to a deleted or replaced file: it would be lost."""
+        if self._file is None or self._same_file():
+            return
+        if not self._replaced_logged:
+            self._replaced_logged = True
+            log.error("the metadata database %s was deleted or replaced while the server runs; "
+                      "refusing writes until it is back (restore it, or restart the server)", self.path)
+        raise DatabaseReplaced(f"{self.path} was deleted or replaced")
 
     async def _run(self, write: bool, call: Callable[[], T]) -> T:
         """Run ``call`` on the writer or a reader thread, translating SQLite's errors."""
@@ -452,7 +550,10 @@ class SqliteMetaStore:
         except sqlite3.DatabaseError as exc:
             if not _is_unavailable(exc):
                 raise
-            log.warning("SQLite metadata store unavailable: %s", exc)
+            if not isinstance(exc, DatabaseReplaced) and self._file is not None:
+                log.warning("SQLite metadata store unavailable: %s", exc)
+            if _is_full(exc):
+                raise StorageFull(f"SQLite: {exc}") from exc
             raise StoreUnavailable(f"SQLite: {exc}") from exc
         except OSError as exc:  # e.g. the directory cannot be created
             raise StoreUnavailable(f"{self.path.parent}: {exc.strerror or exc}") from exc
@@ -462,6 +563,17 @@ class SqliteMetaStore:
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
+
+    # --- identity -----------------------------------------------------------------------
+
+    async def identity(self) -> StoreIdentity:
+        return await self._read(_identity)
+
+    async def check_identity(self) -> bool:
+        """The file at ``path`` is still the one opened (same device and inode)."""
+        if self._readers is None:
+            return False
+        return await self._run(False, self._same_file)
 
     # --- users ------------------------------------------------------------------------
 
@@ -568,6 +680,9 @@ class SqliteMetaStore:
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         return await self._write(_delete_file, user_id, file_id)
+
+    async def count_files(self) -> int:
+        return await self._read(lambda conn: conn.execute("SELECT count(*) FROM files").fetchone()[0])
 
     async def existing_blob_keys(self, keys: list[str]) -> set[str]:
         if not keys:

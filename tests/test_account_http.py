@@ -420,7 +420,7 @@ async def test_documented_auth_and_rate_limits_match_the_handlers(api: Api, app:
 
 
 async def test_unknown_routes_and_methods_are_json_errors(api: Api) -> None:
-    for path in ("/nope", "/files/a/b/c", "/reference", "/reference/nope", "/auth", "/m/", "/m/a/b"):
+    for path in ("/nope", "/files/a/b/c", "/reference/", "/reference/nope", "/auth", "/m/", "/m/a/b"):
         assert_json_error(await api.call("GET", path), 404)
     assert_json_error(await api.call("POST", "/nope", body=b"x"), 404)
     assert_json_error(await api.call("PUT", "/usage", body=b""), 405)

@@ -42,13 +42,13 @@ INTERFACE_RATE_LIMITS = {
 }
 NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
                ("GET", "/reference/allowed-content-types"), ("GET", "/reference/for-agents"),
-               ("GET", "/reference/openapi.json")]
+               ("GET", "/reference/openapi.json"), ("GET", "/reference")]
 JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}")}
 NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("POST", "/auth/register"),
            ("GET", "/auth/confirm"),
            ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),
            ("POST", "/auth/reset-password"), ("GET", "/reference/allowed-content-types"),
-           ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json"),
+           ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json"), ("GET", "/reference"),
            ("POST", "/auth/logout"), ("GET", "/auth/reset-password")}
 OPTIONAL_AUTH = {("GET", "/m/{id}"), ("HEAD", "/m/{id}"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}")}
 
@@ -222,9 +222,13 @@ def test_rate_limit_scale_is_applied():
 
 def test_upload_documents_types_size_and_headers(doc):
     op = operation(doc, "POST", "/files")
+    # One raw-bytes entry, so generated clients send the bytes as they are (issue 10): the
+    # allowed types are listed in the description and an extension, and sniffed when untyped.
     content = op["requestBody"]["content"]
-    assert set(content) == set(TYPES)
-    assert all(media["schema"] == {"type": "string", "format": "binary"} for media in content.values())
+    assert content == {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    assert op["x-allowed-content-types"] == list(TYPES)
+    assert all(t in op["description"] for t in TYPES)
+    assert "multipart" in op["description"] and "UNRECOGNIZED_CONTENT" in op["description"]
     params = {p["name"]: p for p in op["parameters"]}
     assert params["isPublic"]["in"] == "query"
     assert params["isPublic"]["schema"] == {"type": "boolean", "default": True}
@@ -260,10 +264,41 @@ def test_media_parameters(doc):
     assert {"expires", "signature"} <= set(params)
     busy = deref(doc, operation(doc, "GET", "/m/{id}")["responses"]["503"])
     assert "Server busy; try again shortly" in busy["description"] and "Retry-After" in busy["headers"]
+    ok = operation(doc, "GET", "/m/{id}")["responses"]
+    for status in ("200", "206"):
+        content = ok[status]["content"]
+        assert list(content) == ["application/octet-stream", "image/jpeg", "image/png", "image/webp",
+                                 "image/avif", "image/gif"]
+        assert all(m["schema"] == {"type": "string", "format": "binary"} for m in content.values())
+        assert "*/*" not in content
     head_ok = operation(doc, "HEAD", "/m/{id}")["responses"]["200"]
     assert "content" not in head_ok
     download = operation(doc, "GET", "/d/{id}")["responses"]["200"]
     assert "Content-Disposition" in download["headers"]
+    assert download["content"] == {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+
+
+def test_formats_follow_what_this_build_can_encode():
+    without_avif = build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD,
+                                 formats=("jpeg", "png", "webp", "gif"))
+    params = {p["name"]: p["schema"] for p in (deref(without_avif, p) for p in
+                                                operation(without_avif, "GET", "/m/{id}")["parameters"])}
+    assert params["format"]["enum"] == ["jpeg", "png", "webp", "gif"]
+    content = operation(without_avif, "GET", "/m/{id}")["responses"]["200"]["content"]
+    assert "image/avif" not in content and "image/webp" in content
+    agents = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, formats=("png",))
+    assert agents["limits"]["resize"]["formats"] == ["png"]
+
+
+def test_no_operation_has_a_wildcard_or_json_binary_media_type(doc):
+    for method, path, op in operations(doc):
+        for media in op.get("requestBody", {}).get("content", {}):
+            assert "*" not in media, (method, path)
+        for status, response in op["responses"].items():
+            for media, spec in deref(doc, response).get("content", {}).items():
+                assert "*" not in media, (method, path, status)
+                if spec["schema"].get("format") == "binary":
+                    assert media != "application/json", (method, path, status)
 
 
 def test_settings_schema_allows_null_custom_domain(doc):

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -422,6 +423,8 @@ class SweepCommandTest(ServerTestCase):
         kept = self.upload(server, token, b"referenced bytes")
         rc, _ = server.terminate()
         self.assertEqual(rc, 0)
+        with sqlite3.connect(self.data_dir / "meta.sqlite3") as conn:  # a database in use for a while
+            conn.execute("UPDATE store_info SET value = '2020-01-01T00:00:00.000Z' WHERE key = 'created_at'")
 
         old = time.time() - 2 * 86400
         blobs = self.data_dir / "blobs"
@@ -445,8 +448,9 @@ class SweepCommandTest(ServerTestCase):
         out = subprocess.run([MEDIASRV, "sweep"], capture_output=True, text=True, timeout=60,
                              env=base_env(self.data_dir))
         self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("removed 1 orphan blobs, 1 temp files", out.stdout)
+        self.assertIn("quarantined 1 orphan blobs, removed 1 temp files", out.stdout)
         self.assertFalse(orphan.exists())
+        self.assertEqual((self.data_dir / "quarantine" / "zz" / orphan_key).read_bytes(), b"left behind by a crash")
         self.assertFalse(temp.exists())
         self.assertTrue(young.exists())
         self.assertEqual(referenced.read_bytes(), b"referenced bytes")

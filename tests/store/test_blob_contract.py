@@ -13,6 +13,7 @@ import hashlib
 import os
 import resource
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -689,3 +690,43 @@ async def test_fs_delivery_is_the_local_path(fs_store, root):
     assert delivery is not None and delivery.url is None
     assert delivery.path == root / "blobs" / "lo" / "local" and delivery.path.read_bytes() == b"x"
     assert await fs_store.delivery("missing") is None
+# quarantine (sweep safety: unreferenced blobs are moved, never deleted by the sweep)
+
+async def test_quarantine_takes_a_blob_out_of_the_key_space_until_purged(store, backend):
+    await put(store, "suspect", b"maybe someone's file")
+    await put(store, "other", b"kept")
+    backend.age("suspect", 7200)
+    backend.age("other", 7200)
+    await store.quarantine("suspect")
+    await store.quarantine("never-existed")  # no error
+    assert await store.stat("suspect") is None
+    assert [k async for k in store.list_keys(0)] == ["other"]
+    assert await store.purge_quarantine(3600) == 0  # quarantined just now, whatever the blob's age
+    assert await store.purge_quarantine(-1) == 1
+    assert await store.purge_quarantine(-1) == 0
+    assert await store.read_all("other", 100) == b"kept"
+
+
+async def test_fs_temp_files_of_a_dead_writer_are_swept_at_once(fs_store, root):
+    live = await fs_store.open_writer("live2")
+    await live.write(b"mine")
+    [mine] = temp_files(root)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    boot = mine.name.split("-")[1].split("p")[0]
+    gone = mine.parent / f".tmp-{boot}p{dead.pid}s1-0123456789abcdef-li"
+    gone.write_bytes(b"half")
+    other_boot = "00000000" if boot != "00000000" else "11111111"
+    rebooted = mine.parent / f".tmp-{other_boot}p{os.getpid()}s1-0123456789abcdef-li"  # a pid of an earlier boot
+    rebooted.write_bytes(b"before a reboot")
+    assert await fs_store.sweep_temp(3600) == 2  # fresh, but their writers are gone
+    assert not gone.exists() and not rebooted.exists()
+    assert mine.exists()  # this process's own upload in progress is kept
+    assert await live.commit() == 4
+
+
+async def test_fs_files_and_directories_are_private(fs_store, root):
+    await put(fs_store, "private1", b"x")
+    assert os.stat(root / "blobs").st_mode & 0o777 == 0o700
+    assert os.stat(root / "blobs" / "pr").st_mode & 0o777 == 0o700
+    assert os.stat(root / "blobs" / "pr" / "private1").st_mode & 0o777 == 0o600

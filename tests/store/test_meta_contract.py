@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import sqlite3
 from pathlib import Path
 
@@ -728,3 +729,33 @@ def test_mongo_database_name_defaults_to_mediasrv() -> None:
     assert MongoMetaStore("mongodb://db.example:27017/?replicaSet=rs").database == "mediasrv"
     assert MongoMetaStore("mongodb://db.example:27017").database == "mediasrv"
     assert MongoMetaStore("mongodb://u:p@db.example/media_prod?tls=true").database == "media_prod"
+# --- identity (sweep safety, issue 12 item 3) -------------------------------------------
+
+async def test_identity_is_stable_and_files_are_counted(meta: MetaStore, meta_factory: MetaFactory) -> None:
+    first = await meta.identity()
+    assert len(first.instance_id) >= 16 and first.created_at.endswith("Z")
+    assert await meta.check_identity()
+    assert await meta.count_files() == 0
+    await add_user(meta, "u1")
+    await add_file(meta, "u1", "f1")
+    await add_file(meta, "u1", "f2")
+    assert await meta.count_files() == 2
+    again = await reopen(meta, meta_factory)
+    try:
+        assert await again.identity() == first
+        assert await again.count_files() == 2
+    finally:
+        await again.close()
+
+
+async def test_sqlite_database_and_directory_are_private(tmp_path: Path) -> None:
+    path = sqlite_path(tmp_path)
+    store = SqliteMetaStore(path)
+    await store.open()
+    try:
+        await add_user(store, "u1")
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert os.stat(path.parent).st_mode & 0o777 == 0o700
+        assert os.stat(str(path) + "-wal").st_mode & 0o777 == 0o600
+    finally:
+        await store.close()

@@ -70,7 +70,12 @@ export function settingsView() {
     patch(capForm, capError, { max_upload_size_bytes: Math.max(1, Math.round(mb * MB)) }, 'Upload limit saved.');
   });
 
-  api('GET', '/settings').then(show).catch((e) => domainError.show(e.message));
+  // Both forms stay disabled until the current settings arrive, so a value typed before then
+  // is never overwritten by the late answer.
+  const setEnabled = (on) => [domainForm, capForm].forEach((f) => { for (const el of f.elements) el.disabled = !on; });
+  setEnabled(false);
+  api('GET', '/settings').then((settings) => { setEnabled(true); show(settings); })
+    .catch((e) => domainError.show(e.message));
   return [
     h('h1', {}, 'Settings'),
     h('section', { class: 'card', 'aria-labelledby': 'domain-title' },
