@@ -23,7 +23,7 @@ from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.cors import CorsMode
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
+from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.http_headers import (
     Unsatisfiable,
     content_disposition,
@@ -37,6 +37,7 @@ from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -204,10 +205,8 @@ class ServeBase(BaseHandler):
         async with contextlib.aclosing(chunks):  # the blob is closed on every path
             try:
                 first = await anext(chunks, b"")
-            except FileNotFoundError:
+            except BlobNotFound:
                 raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-            except OSError:
-                raise StoreUnavailable() from None
             try:
                 self.write(first)
                 await self.flush()
