@@ -139,7 +139,7 @@ class ServeBase(BaseHandler):
         async def stream(start: int, end: int) -> None:
             await self._stream(record.blob_key, start, end)
 
-        accel = None if self._proxy_caches(record) else self._accel_uri(record.blob_key)
+        accel = None if self._proxy_caches(record) else await self._accel_uri(record.blob_key)
         await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, stream,
                                         accel=accel)
 
@@ -180,14 +180,16 @@ class ServeBase(BaseHandler):
         return (record.is_public and self.base.trust_proxy
                 and self.request.headers.get("X-Mediasrv-Cache") == "1")
 
-    def _accel_uri(self, blob_key: str) -> str | None:
-        """``<prefix><shard>/<key>`` when nginx can send the blob from local disk, else None."""
+    async def _accel_uri(self, blob_key: str) -> str | None:
+        """``<prefix><shard>/<key>`` when nginx can send the blob from local disk (the store's
+        delivery is a path under its blob directory), else None: mediasrv streams it (an S3
+        presigned URL is not handed to nginx yet; a missing blob gets mediasrv's own 404)."""
         if not self.deps.accel_prefix:
             return None
-        path = self.deps.blobs.local_path(blob_key)
-        if path is None:
+        delivery = await self.deps.blobs.delivery(blob_key)
+        if delivery is None or delivery.path is None:
             return None
-        return self.deps.accel_prefix + quote(f"{path.parent.name}/{path.name}")
+        return self.deps.accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}")
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""

@@ -71,7 +71,7 @@ class Delivery:
 
     Exactly one of ``path`` (a local file: ``X-Accel-Redirect`` to an internal location) or
     ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. Nothing uses
-    it yet; mediasrv streams every body itself.
+    it for paths with MEDIASRV_ACCEL_REDIRECT (handlers/serving.py); presigned URLs are not used yet.
     """
 
     path: Path | None = None
