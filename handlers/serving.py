@@ -11,7 +11,8 @@ import contextlib
 import datetime as dt
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar
 from urllib.parse import urlsplit
 
@@ -32,7 +33,7 @@ from mediasrv.http_headers import (
     parse_range,
 )
 from mediasrv.imagejobs import ImageJobs
-from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
@@ -41,7 +42,8 @@ from store.models import FileRecord
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PUBLIC_CACHE = "public, max-age=31536000, immutable"
 PRIVATE_CACHE = "private, no-store"
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
+"""Read size when streaming a large blob: few executor hops, bounded memory per download."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class ServingDeps:
     own_hosts: frozenset[str]
     """Host names of PUBLIC_URL and the dashboard: requests on them serve any file."""
     max_pixels: int
+    bodies: BlobCache = field(default_factory=lambda: BlobCache(0, 0))
+    """Bytes of small hot public files (see ``_send_blob``)."""
 
 
 class ServeBase(BaseHandler):
@@ -121,7 +125,7 @@ class ServeBase(BaseHandler):
 
     async def _send_blob(self, record: FileRecord) -> None:
         etag = f'"{record.file_id}"'
-        modified = parse_iso(record.created_at)
+        modified = _modified(record.created_at)
         if self._answered_not_modified(record, record.content_type, etag, modified):
             return
         try:
@@ -137,7 +141,29 @@ class ServeBase(BaseHandler):
         if self.request.method == "HEAD":
             self.finish()
             return
+        if record.size <= self.deps.bodies.max_item or record.size <= CHUNK // 4:
+            # Small: one executor hop (open, read, close), or none when it is cached, and
+            # one socket write of headers and body (finish, no flush round trip).
+            data = await self._small_body(record)
+            self.finish(data[start:end] if window is not None else data)
+            return
         await self._stream(record.blob_key, start, end)
+
+    async def _small_body(self, record: FileRecord) -> bytes:
+        bodies = self.deps.bodies
+        data = bodies.get(record.file_id) if record.is_public else None
+        if data is not None:
+            return data
+        generation = bodies.generation
+        try:
+            data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
+        except (FileNotFoundError, ValueError):  # gone, or not the blob the record describes
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        except OSError:
+            raise StoreUnavailable() from None
+        if record.is_public and len(data) == record.size:
+            bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
+        return data
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
@@ -182,7 +208,7 @@ class ServeBase(BaseHandler):
             cached = await self._run_transform(record, spec)
             self.deps.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
-        if self._answered_not_modified(record, out_type, etag, parse_iso(record.created_at)):
+        if self._answered_not_modified(record, out_type, etag, _modified(record.created_at)):
             return
         self.set_header("Content-Length", str(len(data)))
         self.deps.usage.origin_read(record.user_id)
@@ -198,7 +224,7 @@ class ServeBase(BaseHandler):
         """Set the representation's headers; answer 304 (True) when the client's copy is current."""
         self.set_header("Content-Type", content_type)
         self.set_header("ETag", etag)
-        self.set_header("Last-Modified", http_date(modified))
+        self.set_header("Last-Modified", _http_date(modified))
         self.set_header("Accept-Ranges", "bytes")
         self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
         if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
@@ -235,6 +261,17 @@ class DownloadHandler(ServeBase):
     """/d/:key: the stored bytes as an attachment; never rate limited."""
 
     attachment = True
+
+
+@lru_cache(maxsize=4096)
+def _modified(created_at: str) -> dt.datetime:
+    """A record's Last-Modified time (memoised: hot files are parsed once, not per request)."""
+    return parse_iso(created_at)
+
+
+@lru_cache(maxsize=4096)
+def _http_date(modified: dt.datetime) -> str:
+    return http_date(modified)
 
 
 def _request_host(host_header: str | None) -> str:

@@ -25,7 +25,7 @@ from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
 from mediasrv.imagejobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.mail import MailQueue
-from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
 from mediasrv.ratelimit import RateLimiter
@@ -81,6 +81,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
+    bodies = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
     pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
     images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
                        runner=image_runner)
@@ -89,6 +90,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     def forget(record: FileRecord) -> None:
         file_cache.invalidate(record.file_id)
         results.invalidate(record.file_id)
+        bodies.invalidate(record.file_id)
 
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
@@ -98,7 +100,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels)
+        max_pixels=settings.max_image_pixels, bodies=bodies)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
                             serving=serving_deps, guard=guard)

@@ -103,6 +103,54 @@ class ResultCache:
                 del self._by_file[key[0]]
 
 
+class BlobCache:
+    """Byte-bounded LRU of the bytes of small public files, by file_id: the passthrough fast
+    path answers a hot file without any executor hop.
+
+    Safe because a file's bytes never change after upload (a new upload is a new file_id);
+    the only invalidation is on delete. Across processes a delete elsewhere is noticed by
+    the record lookup the handler still does on every request (FileCache, which expires
+    entries quickly), never by this cache: a cached body is served only after its record
+    was found and authorised. Runs on the event loop only.
+    """
+
+    def __init__(self, max_bytes: int, max_item_bytes: int) -> None:
+        self._max = max_bytes
+        self.max_item = min(max_item_bytes, max_bytes)
+        self._size = 0
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self.generation = 0
+        """Bumped by every invalidation: bytes read before one must not be ``put``."""
+
+    def get(self, file_id: str) -> bytes | None:
+        data = self._items.get(file_id)
+        if data is not None:
+            self._items.move_to_end(file_id)
+        return data
+
+    def put(self, file_id: str, data: bytes, generation: int | None = None) -> None:
+        if (generation is not None and generation != self.generation) or len(data) > self.max_item:
+            return
+        old = self._items.pop(file_id, None)
+        if old is not None:
+            self._size -= len(old)
+        self._items[file_id] = data
+        self._size += len(data)
+        while self._size > self._max and self._items:
+            _, dropped = self._items.popitem(last=False)
+            self._size -= len(dropped)
+
+    def invalidate(self, file_id: str) -> None:
+        self.generation += 1
+        data = self._items.pop(file_id, None)
+        if data is not None:
+            self._size -= len(data)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
 @dataclass(eq=False)  # compared and hashed by identity: each admission is its own ticket
 class SlotTicket:
     """One admitted image job: who holds the slot, how much of a share it counts, since when."""

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import logging
+import logging.handlers
 import os
+import queue
 import secrets
 import signal
 import sqlite3
@@ -96,9 +99,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def configure_logging(level: str) -> logging.handlers.QueueListener:
+    """Log lines are written to stderr by a thread of their own, never by the event loop.
+
+    The loop only builds a record and puts it on a queue (the access log runs once per
+    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
+    request). The listener is stopped, and the queue flushed, when the process exits.
+    """
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    listener.start()
+    atexit.register(listener.stop)
+    return listener
 
 
 MIN_STORED_SECRET_CHARS = 32
