@@ -202,31 +202,38 @@ class ServeBase(BaseHandler):
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         variant = spec.cache_key()
         etag = f'"{record.file_id}-{variant}"'
+        modified = _modified(record.created_at)
+        if self._client_copy_current(etag, modified):
+            # The variant's validators come from the file and the normalised spec alone: a
+            # revalidation takes no slot, reads nothing and counts no image operation.
+            self._set_validators(record, etag, modified)
+            self.set_status(304)
+            self.finish()
+            return
         cached = self.deps.results.get(record.file_id, variant)
         if cached is None:
             generation = self.deps.results.generation
             cached = await self._run_transform(record, spec)
             self.deps.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
-        if self._answered_not_modified(record, out_type, etag, _modified(record.created_at)):
+        if self._answered_not_modified(record, out_type, etag, modified):
             return
         self.set_header("Content-Length", str(len(data)))
         self.deps.usage.origin_read(record.user_id)
         self.finish(b"" if self.request.method == "HEAD" else data)
 
     async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
-        result = await self.deps.images.render(record, spec, self.client_ip())
-        self.deps.usage.image_op(record.user_id)
+        result, ran = await self.deps.images.render_shared(record, spec, self.client_ip())
+        if ran:  # identical requests sharing one transform count one image operation
+            self.deps.usage.image_op(record.user_id)
         return result
 
     def _answered_not_modified(self, record: FileRecord, content_type: str, etag: str,
                                modified: dt.datetime) -> bool:
         """Set the representation's headers; answer 304 (True) when the client's copy is current."""
         self.set_header("Content-Type", content_type)
-        self.set_header("ETag", etag)
-        self.set_header("Last-Modified", _http_date(modified))
+        self._set_validators(record, etag, modified)
         self.set_header("Accept-Ranges", "bytes")
-        self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
         if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
             # Never let uploaded markup run on this origin.
             self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
@@ -239,6 +246,11 @@ class ServeBase(BaseHandler):
         self.set_status(304)
         self.finish()
         return True
+
+    def _set_validators(self, record: FileRecord, etag: str, modified: dt.datetime) -> None:
+        self.set_header("ETag", etag)
+        self.set_header("Last-Modified", _http_date(modified))
+        self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
 
     def _client_copy_current(self, etag: str, modified: dt.datetime) -> bool:
         inm = self.request.headers.get("If-None-Match")

@@ -82,7 +82,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
     bodies = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
-    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
+    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after,
+                      threads=settings.resize_threads or None)
     images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
                        runner=image_runner)
     signer = UrlSigner(jwt_secret)

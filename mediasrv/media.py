@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import math
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -185,7 +186,7 @@ class ResizePool:
     RETRY_MIN_S, RETRY_MAX_S = 1, 30
 
     def __init__(self, slots: int, *, retry_after: int | None = 5, demand_window_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, threads: int | None = None) -> None:
         self.slots = slots
         self.in_use = 0
         self._retry_after = retry_after
@@ -196,7 +197,11 @@ class ResizePool:
         self._asked: OrderedDict[str, float] = OrderedDict()  # client -> last request, oldest first
         self.ewma_s: float | None = None
         """Smoothed duration of a finished job, seconds (None until one finished)."""
-        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="resize")
+        # Admission (``slots``) and execution are separate: ten admitted jobs on two cores run
+        # two at a time (the rest wait in the executor's queue, holding their slot), since ten
+        # libvips threads on two cores only thrash caches and memory.
+        self.threads = min(slots, threads or os.cpu_count() or 1)
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="resize")
 
     def try_acquire(self, client: str = "", weight: float = 1.0) -> SlotTicket:
         """A slot for ``client``'s job of ``weight`` (1 = a thumbnail), or ServerBusy."""
