@@ -89,3 +89,39 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
     assert runtime.pool.in_use == 0
     # One image operation, five origin reads (each answer is a read of the variant).
     assert deps.usage.pending() - counted == 1 + 5
+
+
+def test_jpeg_shrink_on_load_is_the_largest_that_leaves_a_final_step() -> None:
+    from mediasrv.imaging import ImageInfo, jpeg_shrink
+
+    photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
+    assert jpeg_shrink(photo, (400, 10_000_000)) == 8  # libvips' thumbnail alone stops at 4
+    assert jpeg_shrink(photo, (500, 10_000_000)) == 8  # exactly 1/8: the final step is 1
+    assert jpeg_shrink(photo, (800, 10_000_000)) == 4
+    assert jpeg_shrink(photo, (2000, 10_000_000)) == 2
+    assert jpeg_shrink(photo, (3000, 10_000_000)) == 1
+    rotated = ImageInfo(format="jpeg", width=4000, height=3000, pages=1, orientation=6)  # shown 3000x4000
+    assert jpeg_shrink(rotated, (400, 10_000_000)) == 4  # 3000 / 400 = 7.5
+    assert jpeg_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
+
+
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_shrunk_jpeg_decodes_to_the_exact_fitted_size(orientation: int) -> None:
+    import io
+
+    import pyvips
+    from PIL import Image
+
+    from mediasrv import imaging
+
+    imaging.init_vips(50_000_000)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    Image.linear_gradient("L").resize((4000, 300)).convert("RGB").save(out, "JPEG", exif=exif.tobytes())
+    for width, expected in ((400, (400, 30)), (390, (390, 29))) if orientation == 1 else (
+            ((30, (30, 400)), (29, (29, 387)))):
+        data, _ = imaging.transform(out.getvalue(), "image/jpeg",
+                                    imaging.TransformSpec(width=width, height=None, format=None), 50_000_000)
+        image = pyvips.Image.new_from_buffer(data, "")
+        assert (image.width, image.height) == expected
