@@ -28,6 +28,7 @@ from mediasrv.mail import MailQueue
 from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
+from mediasrv.principals import CredentialLookups, ForgetfulMeta
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.reference_page import render_reference
@@ -69,12 +70,16 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     """The Tornado application and the runtime pieces the caller starts and stops.
 
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one)."""
+    # Credentials are looked up through a short-lived cache that this process's own writes
+    # clear at once (mediasrv.principals); every service below sees the forgetting store.
+    lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
+    meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
-    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
+    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
                     proxy_hops=settings.proxy_hops)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
