@@ -95,3 +95,30 @@ async def test_requests_reuse_the_user_and_see_this_processes_changes_at_once(
         assert (await api.call("GET", "/files", headers={"X-Api-Key": key})).code == 401
     finally:
         meta.get_user = real_get_user  # type: ignore[method-assign]
+
+
+def test_a_token_signature_is_checked_once_but_its_expiry_every_time(monkeypatch: Any) -> None:
+    import jwt
+    import pytest
+
+    from mediasrv import tokens
+
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    codec = tokens.JwtCodec("s" * 40, 60, clock)
+    token, _ = codec.issue("u1", 3)
+    calls: list[str] = []
+    real = jwt.decode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("decode")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jwt, "decode", counting)
+    first, second = codec.decode(token), codec.decode(token)
+    assert first == second and first is not None and first.token_version == 3
+    assert calls == ["decode"]  # the second came from the memo
+    assert codec.decode(token[:-2] + "xx") is None  # a forged signature is still checked
+    clock.now += 60 + tokens.LEEWAY_S + 1
+    with pytest.raises(tokens.TokenExpired):
+        codec.decode(token)  # remembered, and still expired on time
