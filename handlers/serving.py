@@ -24,7 +24,7 @@ from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.cors import CorsMode
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
+from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.http_headers import (
     Unsatisfiable,
     content_disposition,
@@ -38,6 +38,7 @@ from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSig
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -178,10 +179,8 @@ class ServeBase(BaseHandler):
         generation = bodies.generation
         try:
             data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
-        except (FileNotFoundError, ValueError):  # gone, or not the blob the record describes
+        except (BlobNotFound, ValueError):  # gone, or not the blob the record describes
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        except OSError:
-            raise StoreUnavailable() from None
         if record.is_public and len(data) == record.size:
             bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
         return data
@@ -202,10 +201,8 @@ class ServeBase(BaseHandler):
         async with contextlib.aclosing(chunks):  # the blob is closed on every path
             try:
                 first = await anext(chunks, b"")
-            except FileNotFoundError:
+            except BlobNotFound:
                 raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-            except OSError:
-                raise StoreUnavailable() from None
             try:
                 self.write(first)
                 await self.flush()

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import tornado.web
 
-from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
+from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
 from mediasrv import imaging
 from mediasrv.accounts import AccountService
@@ -153,6 +153,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/", dashboard.DashboardHandler, {**b, **page}),
         (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
         (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
+        (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),

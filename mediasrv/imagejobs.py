@@ -26,6 +26,7 @@ from mediasrv import allocator, imaging
 from mediasrv.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.media import ResizePool
 from store.base import BlobStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 PREFIX_BYTES = 512 * 1024
@@ -154,7 +155,7 @@ class ImageJobs:
         ticket = self.pool.try_acquire(client, self.weight(record, spec))
         try:
             prefix = await self._prefix(record)
-            path = self._blobs.local_path(record.blob_key)
+            path = await self._local_path(record)
             estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
                                              buffered=path is None)
             if not self.budget.fits_ever(estimate.cost_bytes):
@@ -181,11 +182,15 @@ class ImageJobs:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     parts.append(chunk)
-        except FileNotFoundError:
+        except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        except OSError:
-            raise StoreUnavailable() from None
         return b"".join(parts)
+
+    async def _local_path(self, record: FileRecord) -> Path | None:
+        """The blob's local file, decoded through a descriptor (only what decoding needs is
+        read); None for a store without local files (S3), whose bytes are read whole."""
+        delivery = await self._blobs.delivery(record.blob_key)
+        return delivery.path if delivery is not None else None
 
     async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
                    source_area: int) -> tuple[bytes, str]:
@@ -196,7 +201,7 @@ class ImageJobs:
                 lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, source_area)))
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
-        except FileNotFoundError:
+        except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
         return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, source_area))
 

@@ -24,30 +24,40 @@ T = TypeVar("T")
 
 
 class FileCache:
-    """LRU of file records by file_id, so a hot key costs no database round trip.
+    """LRU of file records by file_id, so a hot key costs at most one lookup per ``ttl_s``.
 
-    Records never change after upload, so the only invalidation is on delete. A miss is
-    not cached (a file uploaded a moment later must be found).
+    Records never change after upload, so the only change is a delete. In this process a
+    delete invalidates at once; a delete by another process sharing the database is seen when
+    the entry expires (``ttl_s``, 1 s by default), which also bounds how long cached resize
+    results of a deleted file are served: serving looks the record up before the results.
+    A miss is not cached (a file uploaded a moment later must be found).
     """
 
-    def __init__(self, max_entries: int = 50_000) -> None:
+    def __init__(self, max_entries: int = 50_000, *, ttl_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._max = max_entries
-        self._items: OrderedDict[str, FileRecord] = OrderedDict()
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, FileRecord]] = OrderedDict()
         self.generation = 0
         """Bumped by every invalidation: a lookup that began before one must not ``put``."""
 
     def get(self, file_id: str) -> FileRecord | None:
-        record = self._items.get(file_id)
-        if record is not None:
-            self._items.move_to_end(file_id)
-        return record
+        item = self._items.get(file_id)
+        if item is None:
+            return None
+        if item[0] <= self._clock():
+            del self._items[file_id]  # expired: ask the database again
+            return None
+        self._items.move_to_end(file_id)
+        return item[1]
 
     def put(self, record: FileRecord, generation: int | None = None) -> None:
         """Cache ``record``; with ``generation`` (read before the lookup), only if nothing
         was invalidated since, so a record read just before its deletion is not kept."""
         if generation is not None and generation != self.generation:
             return
-        self._items[record.file_id] = record
+        self._items[record.file_id] = (self._clock() + self._ttl_s, record)
         self._items.move_to_end(record.file_id)
         while len(self._items) > self._max:
             self._items.popitem(last=False)

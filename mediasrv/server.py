@@ -17,10 +17,10 @@ import queue
 import secrets
 import signal
 import socket
-import sqlite3
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import tornado.httpserver
 import tornado.web
@@ -35,14 +35,13 @@ from mediasrv.connections import (
     raise_fd_limit,
 )
 from mediasrv.domains import make_provider
-from mediasrv.errors import StoreUnavailable
 from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
+from mediasrv.stores import describe, make_stores
 from mediasrv.sweep import Sweeper, SweepPolicy
 from store.base import BlobStore, MetaStore
-from store.fs import FsBlobStore
-from store.sqlite import SqliteMetaStore
+from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
@@ -65,14 +64,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     listener = configure_logging(settings.log_level)
+    runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
+              "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
     try:
         if args.command == "serve" and args.workers > 1:
-            code = workers.run(settings, args.workers, serve=serve, reconcile=reconcile_once,
+            code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
                                configure_logging=configure_logging, listener=listener)
-        elif args.command == "serve":
-            code = asyncio.run(serve(settings))
         else:
-            code = asyncio.run(sweep_once(settings, force=args.force, purge=args.purge_quarantine))
+            code = asyncio.run(runner(settings))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -104,6 +103,19 @@ def _parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("--purge-quarantine", action="store_true",
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
+    migrate_cmd = sub.add_parser(
+        "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
+        "idempotent and resumable, run with every server stopped",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--to backends copies DATA_DIR into MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET;\n"
+               "--to embedded copies them back into DATA_DIR.\n\nenvironment variables:\n"
+               + Settings.help_text())
+    migrate_cmd.add_argument("--to", choices=["backends", "embedded"], required=True,
+                             help="direction of the copy")
+    sub.add_parser("reconcile", help="recompute every account's storage and file counters from its "
+                   "files, then exit (run with no upload in flight in any process)",
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   epilog="environment variables:\n" + Settings.help_text())
     return parser
 
 
@@ -175,10 +187,6 @@ def load_secret(settings: Settings) -> str:
     return secret
 
 
-def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
-    return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
-
-
 def access_log(handler: tornado.web.RequestHandler) -> None:
     """One line per request, without the query string (it may hold tokens or signatures)."""
     status = handler.get_status()
@@ -204,22 +212,24 @@ async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
         await meta.open()
     except OSError as exc:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
-    except (sqlite3.Error, StoreUnavailable, RuntimeError) as exc:
-        where = getattr(meta, "path", settings.data_dir)
-        raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
-                           "(restore it from a backup)") from exc
+    except (StoreError, RuntimeError) as exc:
+        if settings.meta_backend == "sqlite":
+            where = getattr(meta, "path", settings.data_dir)
+            raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                               "(restore it from a backup)") from exc
+        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
     try:
         await blobs.open()
-    except OSError as exc:
+    except (OSError, StoreError) as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
     return meta, blobs
 
 
 def _cause(exc: BaseException) -> str:
     """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
-    inner = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
     return str(inner) or type(inner).__name__
 
 
@@ -257,17 +267,23 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
     the start-up reconcile, which the parent ran before forking.
     """
-    try:
-        secret = await asyncio.to_thread(load_secret, settings)
-    except OSError as exc:
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    secret: str | None = None
+    if settings.jwt_secret or settings.meta_backend == "sqlite":
+        try:
+            secret = await asyncio.to_thread(load_secret, settings)
+        except OSError as exc:
+            raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
+    if secret is None:
+        secret = await shared_secret(meta, blobs)
     imaging.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    if sockets is None:
+    if settings.meta_backend == "sqlite" and sockets is None:
+        # Embedded means one process: counters are exact after any crash. A shared database
+        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`.
         try:
-            await meta.reconcile_usage()  # quota counters are exact after any crash
-        except StoreUnavailable as exc:
+            await meta.reconcile_usage()
+        except StoreError as exc:
             await blobs.close()
             await meta.close()
             raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
@@ -337,12 +353,70 @@ async def serve(settings: Settings, *, sockets: list[socket.socket] | None = Non
     return 0
 
 
-async def reconcile_once(settings: Settings) -> None:
-    """The start-up reconcile, once, before ``--workers`` forks (stores closed again after)."""
+async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
+    """The signing key every process sharing a MongoDB database uses: generated by the first."""
+    get = getattr(meta, "shared_secret", None)
+    if get is None:
+        raise StartupError("this metadata store cannot keep a shared secret; set MEDIASRV_JWT_SECRET")
+    try:
+        return str(await get("jwt", secrets.token_urlsafe(48)))
+    except StoreError as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"cannot read the shared JWT secret: {exc}") from exc
+
+
+async def migrate_once(settings: Settings, to: str) -> int:
+    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.migrate``."""
+    from mediasrv.migrate import Progress, migrate
+    from mediasrv.stores import make_blobs, make_meta
+    from store.fs import FsBlobStore
+    from store.sqlite import SqliteMetaStore
+
+    if not (settings.mongodb_url or settings.s3_bucket):
+        raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
+    embedded = (SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir))
+    remote = (make_meta(settings) if settings.mongodb_url else None,
+              make_blobs(settings) if settings.s3_bucket else None)
+    source, target = (embedded, remote) if to == "backends" else (remote, embedded)
+    meta_pair = (source[0], target[0]) if remote[0] is not None else (embedded[0], None)
+    blob_pair = (source[1], target[1]) if remote[1] is not None else (embedded[1], None)
+    opened: list[Any] = []
+    try:
+        for store in {id(s): s for s in (*meta_pair, *blob_pair) if s is not None}.values():
+            await store.open()
+            opened.append(store)
+        report = await migrate(meta_pair[0], blob_pair[0], meta_pair[1], blob_pair[1], Progress())  # type: ignore[arg-type]
+    except StoreError as exc:
+        raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
+    finally:
+        for store in reversed(opened):
+            await store.close()
+    print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
+          + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
+    return 0
+
+
+async def reconcile_once(settings: Settings) -> int:
+    """``mediasrv reconcile``: counters from the file records (drops leaked reservations)."""
     meta, blobs = await open_stores(settings)
     try:
         await meta.reconcile_usage()
-    except StoreUnavailable as exc:
+        print("storage and file counters recomputed from the file records")
+    finally:
+        await blobs.close()
+        await meta.close()
+    return 0
+
+
+async def _reconcile_before_fork(settings: Settings) -> None:
+    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist."""
+    if settings.meta_backend != "sqlite":
+        return
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+    except StoreError as exc:
         raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
     finally:
         await blobs.close()

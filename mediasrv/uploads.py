@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from mediasrv import content_types, imaging
-from mediasrv.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.timeutil import now_iso
 from store.base import BlobStore, BlobWriter, MetaStore
 from store.models import FileRecord, User
@@ -188,6 +188,4 @@ def failure_status(exc: BaseException) -> ApiError:
     """Map a storage exception met during an upload to the error the client sees (503 + Retry-After)."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, OSError):
-        return StoreUnavailable("Storage is full or unavailable; try again later")
-    return StoreUnavailable()
+    return for_store_error(exc) or StoreUnavailable()
