@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import math
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -113,6 +114,54 @@ class ResultCache:
                 del self._by_file[key[0]]
 
 
+class BlobCache:
+    """Byte-bounded LRU of the bytes of small public files, by file_id: the passthrough fast
+    path answers a hot file without any executor hop.
+
+    Safe because a file's bytes never change after upload (a new upload is a new file_id);
+    the only invalidation is on delete. Across processes a delete elsewhere is noticed by
+    the record lookup the handler still does on every request (FileCache, which expires
+    entries quickly), never by this cache: a cached body is served only after its record
+    was found and authorised. Runs on the event loop only.
+    """
+
+    def __init__(self, max_bytes: int, max_item_bytes: int) -> None:
+        self._max = max_bytes
+        self.max_item = min(max_item_bytes, max_bytes)
+        self._size = 0
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self.generation = 0
+        """Bumped by every invalidation: bytes read before one must not be ``put``."""
+
+    def get(self, file_id: str) -> bytes | None:
+        data = self._items.get(file_id)
+        if data is not None:
+            self._items.move_to_end(file_id)
+        return data
+
+    def put(self, file_id: str, data: bytes, generation: int | None = None) -> None:
+        if (generation is not None and generation != self.generation) or len(data) > self.max_item:
+            return
+        old = self._items.pop(file_id, None)
+        if old is not None:
+            self._size -= len(old)
+        self._items[file_id] = data
+        self._size += len(data)
+        while self._size > self._max and self._items:
+            _, dropped = self._items.popitem(last=False)
+            self._size -= len(dropped)
+
+    def invalidate(self, file_id: str) -> None:
+        self.generation += 1
+        data = self._items.pop(file_id, None)
+        if data is not None:
+            self._size -= len(data)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
 @dataclass(eq=False)  # compared and hashed by identity: each admission is its own ticket
 class SlotTicket:
     """One admitted image job: who holds the slot, how much of a share it counts, since when."""
@@ -147,7 +196,7 @@ class ResizePool:
     RETRY_MIN_S, RETRY_MAX_S = 1, 30
 
     def __init__(self, slots: int, *, retry_after: int | None = 5, demand_window_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, threads: int | None = None) -> None:
         self.slots = slots
         self.in_use = 0
         self._retry_after = retry_after
@@ -158,7 +207,11 @@ class ResizePool:
         self._asked: OrderedDict[str, float] = OrderedDict()  # client -> last request, oldest first
         self.ewma_s: float | None = None
         """Smoothed duration of a finished job, seconds (None until one finished)."""
-        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="resize")
+        # Admission (``slots``) and execution are separate: ten admitted jobs on two cores run
+        # two at a time (the rest wait in the executor's queue, holding their slot), since ten
+        # libvips threads on two cores only thrash caches and memory.
+        self.threads = min(slots, threads or os.cpu_count() or 1)
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="resize")
 
     def try_acquire(self, client: str = "", weight: float = 1.0) -> SlotTicket:
         """A slot for ``client``'s job of ``weight`` (1 = a thumbnail), or ServerBusy."""

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import logging
+import logging.handlers
 import os
+import queue
 import secrets
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -21,7 +25,7 @@ from typing import Any
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import allocator, cli_upload, imaging
+from mediasrv import allocator, cli_upload, imaging, workers
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -59,11 +63,15 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
-    configure_logging(settings.log_level)
+    listener = configure_logging(settings.log_level)
     runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
               "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
     try:
-        code = asyncio.run(runner(settings))
+        if args.command == "serve" and args.workers > 1:
+            code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
+                               configure_logging=configure_logging, listener=listener)
+        else:
+            code = asyncio.run(runner(settings))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -82,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
                                epilog="environment variables:\n" + Settings.help_text())
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve_cmd.add_argument("--workers", type=_workers_arg, default=1,
+                           help="processes serving the same port (SO_REUSEPORT), each one event loop; "
+                                "caches and per-IP rate limits are then per worker (default 1)")
     sweep_cmd = sub.add_parser(
         "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -108,9 +119,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _workers_arg(value: str) -> int:
+    n = int(value) if value.isdigit() else 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1..64, not {value!r}")
+    return n
+
+
+def configure_logging(level: str) -> logging.handlers.QueueListener:
+    """Log lines are written to stderr by a thread of their own, never by the event loop.
+
+    The loop only builds a record and puts it on a queue (the access log runs once per
+    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
+    request). The listener is stopped, and the queue flushed, when the process exits.
+    """
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.handlers.QueueHandler)]:
+        root.removeHandler(handler)  # again in a forked worker: the parent's thread is not there
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
+    root.setLevel(level)
+    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    listener.start()
+    atexit.register(_stop_listener, listener)
+    return listener
+
+
+def _stop_listener(listener: logging.handlers.QueueListener) -> None:
+    if listener._thread is not None:  # stopped already (before a fork), or never started here
+        listener.stop()
 
 
 MIN_STORED_SECRET_CHARS = 32
@@ -220,8 +259,14 @@ def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTP
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
-async def start(settings: Settings) -> Running:
-    """Open the stores, build the app, listen. Raises on any failure to start."""
+async def start(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> Running:
+    """Open the stores, build the app, listen. Raises on any failure to start.
+
+    A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT, shared by
+    all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
+    the start-up reconcile, which the parent ran before forking.
+    """
     secret: str | None = None
     if settings.jwt_secret or settings.meta_backend == "sqlite":
         try:
@@ -233,7 +278,7 @@ async def start(settings: Settings) -> Running:
         secret = await shared_secret(meta, blobs)
     imaging.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    if settings.meta_backend == "sqlite":
+    if settings.meta_backend == "sqlite" and sockets is None:
         # Embedded means one process: counters are exact after any crash. A shared database
         # may have other processes' uploads in flight, so there it is `mediasrv reconcile`.
         try:
@@ -248,7 +293,10 @@ async def start(settings: Settings) -> Running:
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
     try:
-        server.listen(settings.port, settings.host)
+        if sockets is not None:
+            server.add_sockets(sockets)
+        else:
+            server.listen(settings.port, settings.host)
     except OSError as exc:
         await runtime.stop()
         await blobs.close()
@@ -257,7 +305,8 @@ async def start(settings: Settings) -> Running:
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
-    sweeper.start_periodic(SWEEP_INTERVAL_S)
+    if primary:
+        sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
@@ -288,12 +337,15 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
 
 
-async def serve(settings: Settings) -> int:
-    running = await start(settings)
+async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> int:
+    running = await start(settings, sockets=sockets, primary=primary)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    if workers.stop_requested():  # a worker told to stop while it was starting
+        stopping.set()
     await stopping.wait()
     log.info("shutting down: finishing requests in flight")
     await stop(running)
@@ -355,6 +407,20 @@ async def reconcile_once(settings: Settings) -> int:
         await blobs.close()
         await meta.close()
     return 0
+
+
+async def _reconcile_before_fork(settings: Settings) -> None:
+    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist."""
+    if settings.meta_backend != "sqlite":
+        return
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+    except StoreError as exc:
+        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+    finally:
+        await blobs.close()
+        await meta.close()
 
 
 async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:

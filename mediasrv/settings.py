@@ -143,6 +143,15 @@ class Settings:
                                   "(no revalidation at all until max-age ends)", default=False)
     result_cache_bytes: int = _env("MEDIASRV_RESULT_CACHE_BYTES", "memory for cached resize "
                                    "results, bytes", default=128 * 1024 * 1024)
+    blob_cache_bytes: int = _env("MEDIASRV_BLOB_CACHE_BYTES", "memory for the bytes of small hot public "
+                                 "files served from memory, bytes (0: off)", default=64 * 1024 * 1024)
+    blob_cache_item_bytes: int = _env("MEDIASRV_BLOB_CACHE_ITEM_BYTES", "largest file kept in that "
+                                      "memory, bytes", default=256 * 1024)
+    credential_cache_s: float = _env("MEDIASRV_CREDENTIAL_CACHE_TTL", "seconds a user or API key looked "
+                                     "up for a request is reused; changes by another process (a second "
+                                     "worker, an operator command) take effect within this", default=2.0)
+    resize_threads: int = _env("MEDIASRV_RESIZE_THREADS", "threads running admitted resize jobs "
+                               "(0: one per CPU core)", default=0)
     sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
                               "seconds", default=3600)
     sweep_max_share: float = _env("MEDIASRV_SWEEP_MAX_SHARE", "largest share of the file count one "
@@ -256,7 +265,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "trial_days": _int, "storage_limit_bytes": _int, "file_count_limit": _int,
     "max_upload_size_bytes": _int, "resize_slots": _int, "max_image_pixels": _int,
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
-    "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
+    "result_cache_bytes": _int, "blob_cache_bytes": _int, "blob_cache_item_bytes": _int,
+    "resize_threads": _int, "credential_cache_s": float, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
     "max_connections": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
@@ -332,6 +342,11 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
+    if not 0 <= s.credential_cache_s <= 60:
+        return f"MEDIASRV_CREDENTIAL_CACHE_TTL must be 0..60 seconds, not {s.credential_cache_s}"
+    if min(s.blob_cache_bytes, s.blob_cache_item_bytes, s.resize_threads) < 0:
+        return ("MEDIASRV_BLOB_CACHE_BYTES, MEDIASRV_BLOB_CACHE_ITEM_BYTES and MEDIASRV_RESIZE_THREADS "
+                "must be 0 or more")
     return _check_safety(s)
 
 

@@ -364,9 +364,22 @@ def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
 def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
     """The record and its search row, in one transaction."""
     conn.execute(_insert_sql("files", FileRecord), _params(record))
-    seq = conn.execute("INSERT INTO file_search_rows (file_pk) VALUES (?)", (record.id,)).lastrowid
-    conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
-                 (seq, _fold(record.name), _fold(record.file_id)))
+    _index_file(conn, record.id, record.name, record.file_id)
+
+
+def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: str) -> None:
+    """Add a file row's search entry unless it has one (file rows never change once written)."""
+    cursor = conn.execute("INSERT OR IGNORE INTO file_search_rows (file_pk) VALUES (?)", (pk,))
+    if cursor.rowcount:
+        conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
+                     (cursor.lastrowid, _fold(name), _fold(file_id)))
+
+
+def _load_files(conn: sqlite3.Connection, sql: str, rows: list[dict[str, Any]]) -> None:
+    """Upserted file rows (``mediasrv migrate``) get their search entries like inserted ones."""
+    conn.executemany(sql, rows)
+    for row in rows:
+        _index_file(conn, row["id"], row["name"], row["file_id"])
 
 
 def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRecord | None:
@@ -867,4 +880,4 @@ class SqliteMetaStore:
         # An upsert, not INSERT OR REPLACE: replacing a user would cascade-delete their rows.
         sql = (f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)}) "
                f"ON CONFLICT ({key}) DO UPDATE SET {updates}")
-        await self._write(_execute_many, sql, prepared)
+        await self._write(_load_files if table == "files" else _execute_many, sql, prepared)
