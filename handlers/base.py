@@ -172,7 +172,7 @@ class BaseHandler(tornado.web.RequestHandler):
     async def prepare(self) -> None:
         method = self.request.method or "GET"
         route = self.limits.get(method)
-        if route in IP_LIMITS:
+        if route in IP_LIMITS and not self._counted_by_proxy(route):
             self.spend(route, self.client_ip(), per_ip=True)
         mode = self.auth.get(method, "none")
         if mode in ("any", "jwt"):
@@ -193,6 +193,11 @@ class BaseHandler(tornado.web.RequestHandler):
         if not decision.allowed:
             headers = decision.headers() | {"Retry-After": str(decision.reset_s)}
             raise TooManyRequests(headers=headers)
+
+    def _counted_by_proxy(self, route: str) -> bool:
+        """Behind a trusted proxy that counts this route itself (the nginx sidecar counts every
+        /m request, cache hits included, and says so), counting here again would double it."""
+        return self.base.trust_proxy and self.request.headers.get("X-Mediasrv-Counted") == route
 
     def client_ip(self) -> str:
         """The socket's peer, or behind trusted proxies the address the outermost one saw.

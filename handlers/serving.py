@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from tornado.iostream import StreamClosedError
 
@@ -75,6 +75,8 @@ class ServingDeps:
     """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
     bodies: BlobCache = field(default_factory=lambda: BlobCache(0, 0))
     """Bytes of small hot public files (see ``_send_blob``)."""
+    accel_prefix: str = ""
+    """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (stream here)."""
 
 
 class ServeBase(BaseHandler):
@@ -147,12 +149,15 @@ class ServeBase(BaseHandler):
                 return
             await self._stream(record.blob_key, start, end)
 
-        await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, send)
+        accel = None if self._proxy_caches(record) else await self._accel_uri(record.blob_key)
+        await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, send,
+                                        accel=accel)
 
     async def _send_representation(self, record: FileRecord, content_type: str, etag: str, size: int,
-                                   send: Callable[[int, int], Awaitable[None]]) -> None:
+                                   send: Callable[[int, int], Awaitable[None]], *, accel: str | None = None) -> None:
         """The one answering path of passthrough and resized results: validators, 304,
-        Range / If-Range / 416, HEAD; ``send(start, end)`` writes the selected bytes."""
+        Range / If-Range / 416, HEAD; ``send(start, end)`` writes the selected bytes, or with
+        ``accel`` nginx sends the file named by X-Accel-Redirect."""
         modified = _modified(record.created_at)
         if self._answered_not_modified(record, content_type, etag, modified):
             return
@@ -160,6 +165,14 @@ class ServeBase(BaseHandler):
             window = parse_range(self._range_header(etag, modified), size)
         except Unsatisfiable:
             raise RangeNotSatisfiable(size) from None  # a JSON error, never cached
+        if accel is not None:
+            # nginx sends the file (sendfile) and answers the Range itself; everything that
+            # decides whether and how to answer (auth, limits, privacy, 304, 416, counting) ran here.
+            self.deps.usage.origin_read(record.user_id)
+            self.set_header("X-Accel-Redirect", accel)
+            self.clear_header("Accept-Ranges")  # nginx adds its own
+            self.finish()
+            return
         start, end = window or (0, size)
         if window is not None:
             self.set_status(206)
@@ -184,6 +197,23 @@ class ServeBase(BaseHandler):
         if record.is_public and len(data) == record.size:
             bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
         return data
+
+    def _proxy_caches(self, record: FileRecord) -> bool:
+        """A trusted proxy with a cache asked for the bytes of a public file (it stores them;
+        an X-Accel-Redirect answer cannot be stored)."""
+        return (record.is_public and self.base.trust_proxy
+                and self.request.headers.get("X-Mediasrv-Cache") == "1")
+
+    async def _accel_uri(self, blob_key: str) -> str | None:
+        """``<prefix><shard>/<key>`` when nginx can send the blob from local disk (the store's
+        delivery is a path under its blob directory), else None: mediasrv streams it (an S3
+        presigned URL is not handed to nginx yet; a missing blob gets mediasrv's own 404)."""
+        if not self.deps.accel_prefix:
+            return None
+        delivery = await self.deps.blobs.delivery(blob_key)
+        if delivery is None or delivery.path is None:
+            return None
+        return self.deps.accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}")
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""

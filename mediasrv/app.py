@@ -111,7 +111,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
         max_pixels=settings.max_image_pixels, bodies=bodies,
-        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
+        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable),
+        accel_prefix=settings.accel_redirect)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
                             serving=serving_deps, guard=guard)

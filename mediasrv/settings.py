@@ -169,6 +169,9 @@ class Settings:
                                        default=None)
     max_connections_per_ip: int = _env("MEDIASRV_MAX_CONNECTIONS_PER_IP", "open connections per client "
                                        "address (not applied with TRUST_PROXY)", default=256)
+    accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
+                               "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
+                               "sends the blob file; empty: mediasrv streams it", default="")
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
 
     @classmethod
@@ -278,6 +281,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
 
 
 def _check_urls(s: Settings) -> str | None:
+    if s.accel_redirect and not (s.accel_redirect.startswith("/") and s.accel_redirect.endswith("/")
+                                 and s.accel_redirect.isascii() and " " not in s.accel_redirect):
+        return f"MEDIASRV_ACCEL_REDIRECT={s.accel_redirect!r}: must be a location prefix such as /_blobs/"
     for name, url in (("MEDIASRV_PUBLIC_URL", s.public_url), ("MEDIASRV_DASHBOARD_URL", s.dashboard_url)):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:

@@ -70,8 +70,8 @@ class Delivery:
     """How a front proxy (e.g. an nginx sidecar) could send a blob without mediasrv streaming it.
 
     Exactly one of ``path`` (a local file: ``X-Accel-Redirect`` to an internal location) or
-    ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. Nothing uses
-    it yet; mediasrv streams every body itself.
+    ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. With
+    MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx; ``url`` is not used yet.
     """
 
     path: Path | None = None

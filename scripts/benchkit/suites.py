@@ -14,9 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import grp
 import hashlib
 import http.client
 import os
+import pwd
 import random
 import shutil
 import sqlite3
@@ -698,6 +700,86 @@ def workers(ctx: Ctx) -> None:
                         figure(results, "w1", "rps", "mediasrv, 1 process", "req/s"), ">= 1.7", note))
 
 
+# --- nginx (issue 9) --------------------------------------------------------------------------
+
+SIDECAR = Path(__file__).resolve().parent.parent / "serve-behind-nginx"
+STATIC_NGINX_CONF = """{user}
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off; sendfile on; tcp_nopush on;
+    client_body_temp_path {tmp}/cb; proxy_temp_path {tmp}/px; fastcgi_temp_path {tmp}/fc;
+    uwsgi_temp_path {tmp}/uw; scgi_temp_path {tmp}/sc;
+    types {{ image/jpeg jpg; }}
+    server {{ listen 127.0.0.1:{port}; location / {{ root {root}; }} }}
+}}
+"""
+
+
+def _nginx_binary() -> str | None:
+    return shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+
+
+def nginx(ctx: Ctx) -> None:
+    """/m of a public 50 KB JPEG: one mediasrv process direct, through the nginx sidecar cold
+    (/d: mediasrv answers X-Accel-Redirect, nginx sends the file) and hot (/m from nginx's
+    cache), and nginx serving the same file statically. nginx runs one worker in both."""
+    binary = _nginx_binary()
+    if binary is None:
+        raise RuntimeError("nginx is not installed (apt-get install nginx libnginx-mod-http-lua)")
+    jpeg = images.jpeg_near(50_000)
+    data = jpeg.read_bytes()
+    direct = procs.start_mediasrv(ctx.work, "nginx-direct")
+    with contextlib.ExitStack() as stack:
+        stack.callback(direct.stop)
+        procs.seed_account(direct)
+        direct_id = direct.upload(data, "image/jpeg", name="p.jpg")
+        port = procs.free_port()
+        side_dir = ctx.work / "nginx-sidecar"
+        side_dir.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIASRV_")}
+        env.update(MEDIASRV_DATA_DIR=str(side_dir), MEDIASRV_RATE_LIMIT_SCALE=procs.RATE_LIMIT_SCALE,
+                   MEDIASRV_WORKERS="1", MEDIASRV_NGINX_WORKERS="1",
+                   PATH=f"{Path(procs.mediasrv_command()).parent}:{env.get('PATH', '')}")
+        helper = procs.start_helper([str(SIDECAR), "--host", "127.0.0.1", "--port", str(port)], ctx.work,
+                                    "nginx-sidecar", "/ping", port, env=env)
+        stack.callback(helper.stop)
+        sidecar = procs.Mediasrv(data_dir=side_dir, port=port, proc=helper.proc, log=helper.log)
+        procs.seed_account(sidecar)
+        side_id = sidecar.upload(data, "image/jpeg", name="p.jpg")
+        static_dir = ctx.work / "nginx-static"
+        static_dir.mkdir()
+        (static_dir / "p.jpg").write_bytes(data)
+        static_port = procs.free_port()
+        conf = static_dir / "nginx.conf"
+        user = ""  # as root, nginx's worker would be nobody and could not read the work dir
+        if os.geteuid() == 0:
+            user = f"user {pwd.getpwuid(os.getuid()).pw_name} {grp.getgrgid(os.getgid()).gr_name};"
+        conf.write_text(STATIC_NGINX_CONF.format(user=user, tmp=static_dir, port=static_port, root=static_dir))
+        static = procs.start_helper([binary, "-p", str(static_dir), "-c", str(conf), "-e", "stderr",
+                                     "-g", "daemon off; master_process on;"], ctx.work, "nginx-static",
+                                    "/p.jpg", static_port)
+        stack.callback(static.stop)
+        paths = {"direct": (direct.base, f"/m/{direct_id}"), "accel": (sidecar.base, f"/d/{side_id}"),
+                 "hot": (sidecar.base, f"/m/{side_id}"), "static": (static.base, "/p.jpg")}
+        for base, path in paths.values():
+            check_ok(base, path)
+        procs.call(sidecar.base, "GET", f"/m/{side_id}")  # now in nginx's cache
+        contestants = [Contestant(k, lambda b=b, p=p: wrk_rate(b, [p], ctx)) for k, (b, p) in paths.items()]
+        results, note = interleave(ctx, "nginx", contestants, 60 if ctx.quick else 150)
+    case = f"public {len(data) // 1000} KB JPEG, wrk -c{ctx.connections}"
+    static_fig = figure(results, "static", "rps", "nginx static, 1 worker", "req/s")
+    errors = _errors_note(results, *paths)
+    ctx.rows.append(Row("nginx", f"/m direct to 1 mediasrv, {case}",
+                        figure(results, "direct", "rps", "mediasrv direct", "req/s"), static_fig, "", errors))
+    ctx.rows.append(Row("nginx", f"/d X-Accel-Redirect (cold) via sidecar, {case}",
+                        figure(results, "accel", "rps", "sidecar X-Accel", "req/s"), static_fig))
+    ctx.rows.append(Row("nginx", f"/m nginx cache (hot) via sidecar, {case}",
+                        figure(results, "hot", "rps", "sidecar hot cache", "req/s"), static_fig, ">= 0.5", note))
+
+
 SUITES: dict[str, Callable[[Ctx], None]] = {
     "passthrough": passthrough,
     "resize": resize,
@@ -706,5 +788,5 @@ SUITES: dict[str, Callable[[Ctx], None]] = {
     "listing": listing,
     "credentials": credentials,
     "workers": workers,
-    # "nginx": nginx,  # issue 9: direct / X-Accel-Redirect cold / nginx cache hot / nginx static
+    "nginx": nginx,
 }
