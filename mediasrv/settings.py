@@ -6,6 +6,7 @@ Every field names its environment variable and a one-line description; ``mediasr
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -85,6 +86,13 @@ class Settings:
                                        "(default: AWS)", default=None)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
+    domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "
+                                    "domain turns active once its TXT record _mediasrv-challenge.HOST "
+                                    "holds its token, or an operator approves it) or none (any hostname "
+                                    "turns active on refresh)", default="dns")
+    dns_nameservers: tuple[str, ...] = _env("MEDIASRV_DNS_NAMESERVERS", "comma-separated resolvers "
+                                            "(IP or IP:port) for the domain TXT check (default: the "
+                                            "system's)", default=())
     cloudflare_api_token: str | None = _env("CLOUDFLARE_API_TOKEN", "Cloudflare API token "
                                             "(cloudflare provider)", default=None)
     cloudflare_zone_id: str | None = _env("CLOUDFLARE_ZONE_ID", "Cloudflare zone of the custom "
@@ -138,6 +146,9 @@ class Settings:
                                        default=None)
     max_connections_per_ip: int = _env("MEDIASRV_MAX_CONNECTIONS_PER_IP", "open connections per client "
                                        "address (not applied with TRUST_PROXY)", default=256)
+    metrics_port: int | None = _env("MEDIASRV_METRICS_PORT", "serve GET /metrics (Prometheus text) on "
+                                    "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
+                                    default=None)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
 
     @classmethod
@@ -215,15 +226,38 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
     "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
-    "max_connections": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
+    "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
     "domain_provider": lambda v: v.strip().lower(),
+    "domain_verification": lambda v: v.strip().lower(),
+    "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
 }
+
+
+def parse_nameserver(entry: str) -> tuple[str, int]:
+    """``1.2.3.4``, ``1.2.3.4:5353``, ``::1`` or ``[::1]:5353`` as (address, port); ValueError otherwise."""
+    text = entry.strip()
+    port = 53
+    if text.startswith("["):
+        address, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"{entry!r} is not an address[:port]")
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        address, _, port_text = text.partition(":")
+        port = int(port_text)
+    else:
+        address = text
+    ipaddress.ip_address(address)  # ValueError when it is not an IP address
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{entry!r}: port must be 1..65535")
+    return address, port
 
 
 def _check_urls(s: Settings) -> str | None:
@@ -310,6 +344,15 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
     if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
         return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.domain_verification not in ("dns", "none"):
+        return f"MEDIASRV_DOMAIN_VERIFICATION must be dns or none, not {s.domain_verification!r}"
+    for entry in s.dns_nameservers:
+        try:
+            parse_nameserver(entry)
+        except ValueError:
+            return f"MEDIASRV_DNS_NAMESERVERS: {entry!r} is not an IP address with an optional :port"
+    if s.metrics_port is not None and not 1 <= s.metrics_port <= 65535:
+        return f"MEDIASRV_METRICS_PORT must be from 1 to 65535, not {s.metrics_port}"
     if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         return f"MEDIASRV_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {s.log_level!r}"
     if not s.allowed_content_types or any("/" not in t for t in s.allowed_content_types):

@@ -31,7 +31,17 @@ import orjson
 from mediasrv import timeutil
 from mediasrv.errors import StorageFull, StoreUnavailable
 from store.base import DuplicateError
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, StoreIdentity, UsageCounts, User
+from store.models import (
+    AccountPlan,
+    ApiKey,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    LogEntry,
+    StoreIdentity,
+    UsageCounts,
+    User,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +160,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO file_search (rowid, name, file_id)
             SELECT r.seq, fold(f.name), fold(f.file_id)
             FROM file_search_rows r JOIN files f ON f.id = r.file_pk""",
+    ),
+    (
+        # Per-account plan set by an operator (`mediasrv accounts set`); NULL: server-wide default.
+        "ALTER TABLE users ADD COLUMN plan TEXT",
+        "ALTER TABLE users ADD COLUMN storage_limit_bytes INTEGER",
+        "ALTER TABLE users ADD COLUMN file_count_limit INTEGER",
     ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
@@ -330,6 +346,15 @@ def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: l
     rows = conn.execute(f"SELECT {cols} FROM {table} WHERE {where} "
                         "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
                         [*params, limit, offset]).fetchall()
+    return [convert(row) for row in rows], total
+
+
+def _page_oldest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
+                 convert: Callable[[Row], T]) -> tuple[list[T], int]:
+    """One page of a whole table, oldest first with ties by id, and the total."""
+    total = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    rows = conn.execute(f"SELECT {cols} FROM {table} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
     return [convert(row) for row in rows], total
 
 
@@ -663,6 +688,17 @@ class SqliteMetaStore:
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
         await self._write(_execute, "UPDATE users SET max_upload_size_bytes = ?, updated_at = ? "
                           "WHERE id = ?", (value, at, user_id))
+
+    async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
+        changed = await self._write(_execute, "UPDATE users SET plan = ?, storage_limit_bytes = ?, "
+                                    "file_count_limit = ?, trial_ends_at = ?, updated_at = ? WHERE id = ?",
+                                    (plan.plan, plan.storage_limit_bytes, plan.file_count_limit,
+                                     plan.trial_ends_at, at, user_id))
+        return changed > 0
+
+    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+        _check_page(offset, limit)
+        return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
 
     # --- single-use tokens ------------------------------------------------------------
 
