@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import allocator, cli_upload, imaging
+from mediasrv import allocator, cli_admin, cli_upload, imaging
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -35,6 +35,7 @@ from mediasrv.errors import StoreUnavailable
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.sweep import Sweeper, SweepPolicy
+from mediasrv.version import version
 from store.base import BlobStore, MetaStore
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     configure_logging(settings.log_level)
+    if args.command in cli_admin.COMMANDS:
+        sys.exit(cli_admin.run(args, settings))
     try:
         if args.command == "serve":
             code = asyncio.run(serve(settings))
@@ -77,6 +80,7 @@ class StartupError(RuntimeError):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
+    parser.add_argument("--version", action="version", version=f"mediasrv {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
                                formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("--purge-quarantine", action="store_true",
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
+    cli_admin.add_parsers(sub, "environment variables:\n" + Settings.help_text())
     return parser
 
 

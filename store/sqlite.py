@@ -462,6 +462,21 @@ def _create_private(path: Path) -> None:
             pass
 
 
+def _snapshot(source: Path, dest: Path) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    src = sqlite3.connect(source, timeout=30)
+    try:
+        out = sqlite3.connect(dest)
+        try:
+            src.backup(out)
+            out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal beside it
+        finally:
+            out.close()
+    finally:
+        src.close()
+
+
 def _is_full(exc: sqlite3.DatabaseError) -> bool:
     return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
         "database or disk is full" in str(exc))
@@ -659,6 +674,11 @@ class SqliteMetaStore:
         if self._readers is None:
             return False
         return await self._run(False, self._same_file, lookup=True)  # never behind searches
+
+    async def snapshot_to(self, dest: Path) -> None:
+        """A consistent copy of the whole database at ``dest`` (a new file, mode 0600), taken with
+        SQLite's online backup API while the server keeps writing; for ``mediasrv backup``."""
+        await asyncio.to_thread(_snapshot, self.path, Path(dest))
 
     # --- users ------------------------------------------------------------------------
 
