@@ -73,14 +73,14 @@ def add_parsers(sub: Any, epilog: str) -> None:
     reject = domains_sub.add_parser("reject", help="remove the claim, freeing the hostname for its owner")
     reject.add_argument("hostname")
 
-    make = sub.add_parser("backup", help="back up the database (consistent SQLite snapshot, embedded store "
-                                         "only), the blobs it references and the secret; safe while serving",
-                          formatter_class=raw, epilog=epilog)
+    text = ("back up the database (a consistent SQLite snapshot: embedded store only; with MongoDB use "
+            "mongodump), the blobs it references and the secret; safe while serving")
+    make = sub.add_parser("backup", help=text, description=text, formatter_class=raw, epilog=epilog)
     make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar")
     make.add_argument("--tar", action="store_true", help="write one tar file instead of a directory")
-    put = sub.add_parser("restore", help="restore a backup (directory or tar) into MEDIASRV_DATA_DIR "
-                                         "(embedded store only); stop the server first",
-                         formatter_class=raw, epilog=epilog)
+    text = ("restore a backup (directory or tar) into MEDIASRV_DATA_DIR (embedded store only); stop the "
+            "server first; refuses a data directory that is not empty unless --force")
+    put = sub.add_parser("restore", help=text, description=text, formatter_class=raw, epilog=epilog)
     put.add_argument("source", type=Path)
     put.add_argument("--force", action="store_true",
                      help="replace the database, blobs and secret of a data directory that is not empty")
