@@ -33,6 +33,7 @@ from mediasrv.connections import (
 from mediasrv.domains import make_provider
 from mediasrv.errors import StoreUnavailable
 from mediasrv.mail import MailQueue, make_mailer
+from mediasrv.metrics import Metrics, chain, metrics_app
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.sweep import Sweeper, SweepPolicy
 from mediasrv.version import version
@@ -161,6 +162,7 @@ class Running:
     meta: MetaStore
     blobs: BlobStore
     sweeper: Sweeper
+    metrics_server: tornado.httpserver.HTTPServer | None = None
 
 
 async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
@@ -232,20 +234,37 @@ async def start(settings: Settings) -> Running:
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
+    metrics_server = None
+    where = f"{settings.host}:{settings.port}"
     try:
         server.listen(settings.port, settings.host)
+        if settings.metrics_port is not None:
+            where = f"127.0.0.1:{settings.metrics_port} (MEDIASRV_METRICS_PORT)"
+            metrics_server = start_metrics(app, runtime, settings.metrics_port)
     except OSError as exc:
+        server.stop()
         await runtime.stop()
         await blobs.close()
         await meta.close()
-        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
-    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
+    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
+                   metrics_server=metrics_server)
+
+
+def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
+    """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    app.settings["log_function"] = chain(app.settings.get("log_function") or access_log, recorder.observe)
+    metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
+    metrics_server.listen(port, "127.0.0.1")
+    log.info("metrics at http://127.0.0.1:%d/metrics", port)
+    return metrics_server
 
 
 async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
@@ -258,6 +277,8 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     """
     t0 = time.monotonic()
     running.server.stop()
+    if running.metrics_server is not None:
+        running.metrics_server.stop()
     drained = t0 + drain_s
     while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
