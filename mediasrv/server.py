@@ -35,6 +35,7 @@ from mediasrv.errors import StoreUnavailable
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.metrics import Metrics, chain, metrics_app
 from mediasrv.settings import Settings, SettingsError
+from mediasrv.startup_log import log_startup
 from mediasrv.sweep import Sweeper, SweepPolicy
 from mediasrv.version import version
 from store.base import BlobStore, MetaStore
@@ -247,6 +248,7 @@ async def start(settings: Settings) -> Running:
         await blobs.close()
         await meta.close()
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    log_startup(settings, meta, blobs)
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))

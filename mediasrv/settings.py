@@ -186,12 +186,32 @@ class Settings:
 
     @classmethod
     def help_text(cls) -> str:
-        """The list of variables, one line each, for ``mediasrv serve --help``."""
+        """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
         lines = []
         for f in dataclasses.fields(cls):
             if "env" in f.metadata:
-                lines.append(f"  {f.metadata['env']:<32} {f.metadata['help']}")
+                text = f.metadata["help"]
+                if "default" not in text and "unset" not in text:  # else the text says it in words
+                    text += f" (default {default_text(f)})"
+                lines.append(f"  {f.metadata['env']:<32} {text}")
         return "\n".join(lines)
+
+
+def default_text(f: dataclasses.Field[Any]) -> str:
+    """A field's default as an operator would write it in the environment."""
+    value = f.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Path) and not value.is_absolute():
+        return f"./{value}"
+    if isinstance(value, tuple):
+        if not value:
+            return "none"
+        text = ",".join(value)
+        return text if len(text) <= 60 else "built-in list, see `mediasrv config`"
+    return str(value)
 
 
 @dataclass(frozen=True)
