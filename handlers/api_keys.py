@@ -36,7 +36,6 @@ class ApiKeysHandler(ApiKeysBase):
         record = ApiKey(id=str(uuid.uuid4()), user_id=self.principal.user.id, name=name,
                         key_prefix=new.key_prefix, key_hash=new.key_hash, created_at=now_iso())
         await self.meta.create_api_key(record)
-        self.set_header("Cache-Control", "no-store")
         self.write_json({"id": record.id, "key": new.key, "key_prefix": record.key_prefix,
                          "name": record.name, "created_at": record.created_at}, 201)
 

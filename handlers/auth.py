@@ -40,8 +40,7 @@ class LoginHandler(AccountHandler):
     async def post(self) -> None:
         body = self.json_body()
         session = await self.accounts.login(body.get("email"), body.get("password"))
-        self.set_header("Cache-Control", "no-store")
-        self.write_json(session.body)
+        self.write_json(session.body)  # private, no-store: handlers.base
 
 
 class RefreshHandler(AccountHandler):
@@ -49,8 +48,7 @@ class RefreshHandler(AccountHandler):
 
     async def post(self) -> None:
         session = await self.accounts.refresh(self.json_body().get("refresh_token"))
-        self.set_header("Cache-Control", "no-store")
-        self.write_json(session.body)
+        self.write_json(session.body)  # private, no-store: handlers.base
 
 
 class LogoutHandler(AccountHandler):

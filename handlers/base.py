@@ -3,9 +3,16 @@
 A handler declares, per HTTP method, who may call it (``auth``) and which rate-limit
 counter it spends (``limits``); ``prepare`` enforces both before any body is read. Every
 error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
+
+Caching is decided here, once: a handler is ``private`` unless it says otherwise, so every
+answer of the API (data, tokens and errors alike) says ``Cache-Control: private, no-store``
+and ``Vary`` on the credential headers; a shared cache in front never stores one user's
+answer for another. JSON and text bodies leave through ``send_body``, which gzips them
+for clients that accept it.
 """
 from __future__ import annotations
 
+import gzip
 import logging
 import uuid
 from dataclasses import dataclass
@@ -17,6 +24,7 @@ import tornado.web
 from mediasrv.auth import Authenticator, Principal
 from mediasrv.cors import CorsMode, CorsPolicy
 from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests
+from mediasrv.http_headers import accepts_gzip
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
 from mediasrv.recorders import ActivityRecorder
 from mediasrv.timeutil import now_iso
@@ -25,8 +33,25 @@ from store.models import LogEntry
 log = logging.getLogger("mediasrv.http")
 AuthMode = Literal["none", "any", "jwt", "optional"]
 MAX_JSON_BYTES = 64 * 1024
+PRIVATE_NO_STORE = "private, no-store"
+CREDENTIAL_VARY = "Authorization, X-Api-Key"
+GZIP_MIN_BYTES = 1024
+"""Smaller bodies gain less than gzip's header and the CPU cost."""
+GZIP_LEVEL = 6
 _GENERIC = {400: "Bad request", 404: "Not found", 405: "Method not allowed", 411: "Length required",
             413: "Request too large", 500: "Internal server error", 503: "Service unavailable"}
+
+
+class Prerendered:
+    """A body rendered once at start-up, with its gzipped form, for ``send_body``."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.gzipped = _gzip(body)
+
+
+def _gzip(body: bytes) -> bytes:
+    return gzip.compress(body, GZIP_LEVEL, mtime=0)  # mtime=0: the same bytes (and ETag) every time
 
 
 class InFlight:
@@ -54,6 +79,10 @@ class BaseHandler(tornado.web.RequestHandler):
     limits: ClassVar[dict[str, str]] = {}
     logged: ClassVar[bool] = True
     """Whether calls by an authenticated user go to that user's activity log."""
+    private: ClassVar[bool] = True
+    """Answers depend on the caller (credentials, tokens): ``private, no-store`` and ``Vary`` on
+    the credential headers. Handlers whose answers are the same for everyone set False and
+    choose their own Cache-Control."""
     cors: ClassVar[CorsMode] = "api"
     """Which cross-origin policy of ``mediasrv.cors`` the route follows."""
 
@@ -80,9 +109,28 @@ class BaseHandler(tornado.web.RequestHandler):
         super().on_connection_close()
 
     def set_default_headers(self) -> None:
+        """Also run again by ``send_error`` (via ``clear``), so error answers get them too."""
         self.set_header("X-Content-Type-Options", "nosniff")
         self.clear_header("Server")
+        if self.private:
+            self.set_header("Cache-Control", PRIVATE_NO_STORE)
+            self.set_header("Vary", CREDENTIAL_VARY)
         self.set_cors_headers()
+
+    def add_vary(self, name: str) -> None:
+        """Add ``name`` to the response's Vary (one more field line), keeping what is there."""
+        self.add_header("Vary", name)
+
+    def send_body(self, body: bytes | Prerendered, content_type: str) -> None:
+        """Finish with ``body`` (JSON or text), gzipped when the client accepts it and it pays."""
+        self.set_header("Content-Type", content_type)
+        self.add_vary("Accept-Encoding")
+        raw = body.body if isinstance(body, Prerendered) else body
+        if len(raw) < GZIP_MIN_BYTES or not accepts_gzip(self.request.headers.get("Accept-Encoding")):
+            self.finish(raw)
+            return
+        self.set_header("Content-Encoding", "gzip")
+        self.finish(body.gzipped if isinstance(body, Prerendered) else _gzip(raw))
 
     # CORS (policy in mediasrv.cors). set_default_headers runs again after clear(), so error
     # answers keep these headers and a browser page on an allowed origin can read them.
@@ -181,8 +229,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def write_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.set_header("Content-Type", "application/json")
-        self.finish(orjson.dumps(body))
+        self.send_body(orjson.dumps(body), "application/json")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
@@ -199,9 +246,10 @@ class BaseHandler(tornado.web.RequestHandler):
             if status_code >= 500:
                 self.set_status(500 if status_code == 500 else status_code)
             body = {"error": _GENERIC.get(self.get_status(), self._reason), "code": f"HTTP_{self.get_status()}"}
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(orjson.dumps(body))
+        if self.get_status() == 405:  # RFC 9110 15.5.6, also for Tornado's own 405s
+            self.set_header("Allow", ", ".join([*implemented_methods(type(self)), "OPTIONS"]))
+        self.set_header("Cache-Control", PRIVATE_NO_STORE if self.private else "no-store")
+        self.send_body(orjson.dumps(body), "application/json")
 
     def log_exception(self, typ, value, tb) -> None:  # type: ignore[no-untyped-def]
         if isinstance(value, ApiError):
@@ -243,6 +291,7 @@ class NotFoundHandler(BaseHandler):
     """Unknown routes: a JSON 404 rather than Tornado's HTML page."""
 
     logged = False
+    private = False
 
     async def prepare(self) -> None:
         raise tornado.web.HTTPError(404)

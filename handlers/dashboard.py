@@ -12,7 +12,7 @@ from handlers.base import BaseDeps, BaseHandler
 from mediasrv.accounts import AccountService
 from mediasrv.cors import CorsMode
 from mediasrv.errors import NotFound
-from mediasrv.http_headers import etag_matches
+from mediasrv.http_headers import accepts_gzip, etag_matches
 from mediasrv.webassets import INDEX, Asset
 
 
@@ -27,19 +27,27 @@ def send_asset(handler: BaseHandler, asset: Asset | None, csp: str) -> None:
     handler.set_header("X-Frame-Options", "DENY")
     handler.set_header("Referrer-Policy", "no-referrer")  # the reset page's URL holds a token
     handler.set_header("Cross-Origin-Opener-Policy", "same-origin")
+    body, etag = asset.body, asset.etag
+    if asset.gzipped is not None:
+        handler.add_vary("Accept-Encoding")
+        if accepts_gzip(handler.request.headers.get("Accept-Encoding")):
+            body, etag = asset.gzipped, asset.etag[:-1] + '-gz"'  # another representation, another tag
+            handler.set_header("Content-Encoding", "gzip")
+            handler.set_header("ETag", etag)
     inm = handler.request.headers.get("If-None-Match")
-    if inm is not None and etag_matches(inm, asset.etag):
+    if inm is not None and etag_matches(inm, etag):
         handler.set_status(304)
         handler.finish()
         return
-    handler.set_header("Content-Length", str(len(asset.body)))
-    handler.finish(b"" if handler.request.method == "HEAD" else asset.body)
+    handler.set_header("Content-Length", str(len(body)))
+    handler.finish(b"" if handler.request.method == "HEAD" else body)
 
 
 class DashboardHandler(BaseHandler):
     """GET / (the single page) and GET /assets/<path>."""
 
     logged = False
+    private = False  # the same files for everyone (Cache-Control: no-cache, set in send_asset)
     cors: ClassVar[CorsMode] = "none"
 
     assets: dict[str, Asset]

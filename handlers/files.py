@@ -70,6 +70,10 @@ class FilesHandler(FilesBase):
         user = self.principal.user
         require_active_trial(user)
         declared_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
+        if declared_type == "multipart/form-data":
+            raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
+                             "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
+                             "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
         # application/octet-stream (what generated clients send): the type comes from the bytes.
         content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
         is_public = _bool_arg(self, "isPublic", default=True)
@@ -82,7 +86,7 @@ class FilesHandler(FilesBase):
         await self.files.require_store()
         upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
                         self.allow)
-        await upload.start()
+        await upload.start()  # releases its own reservation if it fails (503)
         self.upload = upload
 
     async def data_received(self, chunk: bytes) -> None:
@@ -242,14 +246,17 @@ def _drainable(headers: Any) -> bool:
 
 
 def _content_length(headers: Any) -> int | None:
-    """The declared body size, or None for a chunked body (Tornado has validated the syntax)."""
+    """The declared body size, or None for a chunked body.
+
+    Checked here, not left to Tornado: ``prepare`` of a streamed upload runs before Tornado
+    parses the length, and ``int()`` would take "-5", " 5" or "5_0".
+    """
     value = headers.get("Content-Length")
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise BadRequest("Content-Length is not an integer", code="INVALID_CONTENT_LENGTH") from None
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest("Content-Length must be a non-negative integer", code="INVALID_CONTENT_LENGTH")
+    return int(value)
 
 
 class SignedUrlHandler(FilesBase):

@@ -5,31 +5,37 @@ from typing import Any, ClassVar
 
 import orjson
 
-from handlers.base import BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler, Prerendered
 from mediasrv.reference_page import CONTENT_SECURITY_POLICY
 from mediasrv.storeguard import StoreGuard
+
+
+def static_json(document: Any) -> Prerendered:
+    """A reference document rendered (and gzipped) once, at start-up."""
+    return Prerendered(orjson.dumps(document))
 
 
 class StaticJsonHandler(BaseHandler):
     """Serves one pre-rendered JSON document; credentials, good or bad, are ignored."""
 
     logged = False
-    body: bytes
+    private = False
+    document: Prerendered
 
-    def initialize(self, base: BaseDeps, document: Any) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, document: Prerendered) -> None:  # type: ignore[override]
         super().initialize(base)
-        self.body = orjson.dumps(document)
+        self.document = document
 
     def get(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "public, max-age=300")
-        self.finish(self.body)
+        self.set_header("Cache-Control", "max-age=300")
+        self.send_body(self.document, "application/json")
 
 
 class PingHandler(BaseHandler):
     """The health check: 200, or 503 while the metadata database is not the one opened."""
 
     logged = False
+    private = False
     limits: ClassVar[dict[str, str]] = {}
     guard: StoreGuard
 
@@ -40,8 +46,7 @@ class PingHandler(BaseHandler):
     def get(self) -> None:
         self.guard.require()
         self.set_header("Cache-Control", "no-store")
-        self.set_header("Content-Type", "application/json")
-        self.finish(b'{"status":"ok"}')
+        self.send_body(b'{"status":"ok"}', "application/json")
 
     head = get
 
@@ -50,15 +55,15 @@ class ReferencePageHandler(BaseHandler):
     """GET /reference: the API reference as one self-contained HTML page, rendered at start-up."""
 
     logged = False
-    page: bytes
+    private = False
+    page: Prerendered
 
-    def initialize(self, base: BaseDeps, page: bytes) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, page: Prerendered) -> None:  # type: ignore[override]
         super().initialize(base)
         self.page = page
 
     def get(self) -> None:
-        self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        self.set_header("Cache-Control", "public, max-age=300")
+        self.set_header("Cache-Control", "max-age=300")
         self.set_header("Referrer-Policy", "no-referrer")
-        self.finish(self.page)
+        self.send_body(self.page, "text/html; charset=utf-8")

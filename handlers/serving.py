@@ -11,13 +11,14 @@ import contextlib
 import datetime as dt
 import ipaddress
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import ClassVar
 from urllib.parse import urlsplit
 
 from tornado.iostream import StreamClosedError
 
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import CREDENTIAL_VARY, PRIVATE_NO_STORE, AuthMode, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.cors import CorsMode
@@ -39,9 +40,18 @@ from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-PUBLIC_CACHE = "public, max-age=31536000, immutable"
-PRIVATE_CACHE = "private, no-store"
 CHUNK = 256 * 1024
+
+
+def public_cache_control(max_age_s: int, immutable: bool) -> str:
+    """Cache-Control of a public file (MEDIASRV_PUBLIC_MAX_AGE, MEDIASRV_PUBLIC_IMMUTABLE).
+
+    Bounded by default: a deleted or made-private file leaves browser and CDN caches within
+    max-age; ``immutable`` (no revalidation at all) only when the operator opts in. No
+    ``public``: it only matters for requests with credentials (RFC 9111 3.5), and a public
+    file needs none (httplint: STORE_PUBLIC_UNNECESSARY).
+    """
+    return f"max-age={max_age_s}" + (", immutable" if immutable else "")
 
 
 @dataclass(frozen=True)
@@ -58,11 +68,14 @@ class ServingDeps:
     own_hosts: frozenset[str]
     """Host names of PUBLIC_URL and the dashboard: requests on them serve any file."""
     max_pixels: int
+    public_cache: str
+    """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
 
 
 class ServeBase(BaseHandler):
     auth: ClassVar[dict[str, AuthMode]] = {"GET": "optional", "HEAD": "optional"}
     logged = False
+    private = False  # chosen per file in _answered_not_modified
     attachment = False
     cors: ClassVar[CorsMode] = "public"
 
@@ -120,24 +133,32 @@ class ServeBase(BaseHandler):
                                        self.get_query_argument("signature", None))
 
     async def _send_blob(self, record: FileRecord) -> None:
-        etag = f'"{record.file_id}"'
+        async def stream(start: int, end: int) -> None:
+            await self._stream(record.blob_key, start, end)
+
+        await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, stream)
+
+    async def _send_representation(self, record: FileRecord, content_type: str, etag: str, size: int,
+                                   send: Callable[[int, int], Awaitable[None]]) -> None:
+        """The one answering path of passthrough and resized results: validators, 304,
+        Range / If-Range / 416, HEAD; ``send(start, end)`` writes the selected bytes."""
         modified = parse_iso(record.created_at)
-        if self._answered_not_modified(record, record.content_type, etag, modified):
+        if self._answered_not_modified(record, content_type, etag, modified):
             return
         try:
-            window = parse_range(self._range_header(etag, modified), record.size)
+            window = parse_range(self._range_header(etag, modified), size)
         except Unsatisfiable:
-            raise RangeNotSatisfiable(record.size) from None  # a JSON error, never cached
-        start, end = window or (0, record.size)
+            raise RangeNotSatisfiable(size) from None  # a JSON error, never cached
+        start, end = window or (0, size)
         if window is not None:
             self.set_status(206)
-            self.set_header("Content-Range", f"bytes {start}-{end - 1}/{record.size}")
+            self.set_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.set_header("Content-Length", str(end - start))
         self.deps.usage.origin_read(record.user_id)
         if self.request.method == "HEAD":
             self.finish()
             return
-        await self._stream(record.blob_key, start, end)
+        await send(start, end)
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
@@ -182,11 +203,11 @@ class ServeBase(BaseHandler):
             cached = await self._run_transform(record, spec)
             self.deps.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
-        if self._answered_not_modified(record, out_type, etag, parse_iso(record.created_at)):
-            return
-        self.set_header("Content-Length", str(len(data)))
-        self.deps.usage.origin_read(record.user_id)
-        self.finish(b"" if self.request.method == "HEAD" else data)
+
+        async def send(start: int, end: int) -> None:
+            self.finish(data if (start, end) == (0, len(data)) else data[start:end])
+
+        await self._send_representation(record, out_type, etag, len(data), send)
 
     async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
         result = await self.deps.images.render(record, spec, self.client_ip())
@@ -200,7 +221,11 @@ class ServeBase(BaseHandler):
         self.set_header("ETag", etag)
         self.set_header("Last-Modified", http_date(modified))
         self.set_header("Accept-Ranges", "bytes")
-        self.set_header("Cache-Control", PUBLIC_CACHE if record.is_public else PRIVATE_CACHE)
+        if record.is_public:
+            self.set_header("Cache-Control", self.deps.public_cache)
+        else:
+            self.set_header("Cache-Control", PRIVATE_NO_STORE)
+            self.set_header("Vary", CREDENTIAL_VARY)
         if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
             # Never let uploaded markup run on this origin.
             self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")

@@ -178,7 +178,11 @@ class AccountService:
             return None
         if not isinstance(value, str) or len(value) > 2048:
             raise BadRequest("redirect_to must be a URL string", code="INVALID_REDIRECT")
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 -- raises ValueError for a bad port, as urlsplit does for "[::1"
+        except ValueError:
+            raise BadRequest("redirect_to is not a valid URL", code="INVALID_REDIRECT") from None
         origin = f"{parts.scheme}://{parts.netloc}".lower()
         allowed = {_origin(self._settings.public_url), _origin(self._settings.dashboard_url),
                    *(_origin(o) for o in self._settings.redirect_allowlist)}

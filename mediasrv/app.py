@@ -6,6 +6,8 @@ in one place (thumbor's ``get_handlers(context)`` pattern).
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,7 @@ from urllib.parse import urlsplit
 import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
-from handlers.base import BaseDeps, InFlight, NotFoundHandler
+from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
 from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
@@ -67,12 +69,14 @@ class Runtime:
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
              flush_interval_s: float = 1.0,
-             image_runner: Runner = run_transform) -> tuple[tornado.web.Application, Runtime]:
+             image_runner: Runner = run_transform,
+             clock: Callable[[], float] = time.time) -> tuple[tornado.web.Application, Runtime]:
     """The Tornado application and the runtime pieces the caller starts and stops.
 
-    ``image_runner`` does one transform on a worker thread (tests inject a controllable one)."""
+    ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
+    ``clock`` is the session tokens' time (tests move it forward instead of sleeping)."""
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
-    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s)
+    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
@@ -100,7 +104,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels)
+        max_pixels=settings.max_image_pixels,
+        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
                             serving=serving_deps, guard=guard)
@@ -161,10 +166,11 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/logs", account.LogsHandler, own),
         (r"/profile", account.ProfileHandler, own),
         (r"/reference/allowed-content-types", reference.StaticJsonHandler,
-         {**b, "document": {"content_types": list(a.allow.types)}}),
-        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": docs[1]}),
-        (r"/reference/openapi.json", reference.StaticJsonHandler, {**b, "document": docs[0]}),
-        (r"/reference", reference.ReferencePageHandler, {**b, "page": render_reference(docs[0])}),
+         {**b, "document": reference.static_json({"content_types": list(a.allow.types)})}),
+        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": reference.static_json(docs[1])}),
+        (r"/reference/openapi.json", reference.StaticJsonHandler,
+         {**b, "document": reference.static_json(docs[0])}),
+        (r"/reference", reference.ReferencePageHandler, {**b, "page": Prerendered(render_reference(docs[0]))}),
         (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
         (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
     ]

@@ -27,8 +27,26 @@ class BadRequest(ApiError):
     status, code, message = 400, "BAD_REQUEST", "Bad request"
 
 
+REALM = 'Bearer realm="mediasrv"'
+"""The challenge of every 401 (RFC 9110 15.5.2, RFC 6750 3): API keys go in the same Bearer header."""
+
+
 class Unauthorized(ApiError):
     status, code, message = 401, "UNAUTHORIZED", "Unauthorized"
+
+    def __init__(self, message: str | None = None, *, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, code=code, headers={"WWW-Authenticate": REALM, **(headers or {})})
+
+
+class TokenExpired(Unauthorized):
+    """A genuine session token past its ``exp``: the client should refresh, not log in again."""
+
+    code, message = "TOKEN_EXPIRED", "The access token has expired; refresh the session"
+
+    def __init__(self) -> None:
+        super().__init__(headers={"WWW-Authenticate": f'{REALM}, error="invalid_token", '
+                                                      'error_description="The access token expired"'})
 
 
 class Forbidden(ApiError):

@@ -162,6 +162,9 @@ def _available_formats() -> dict[str, str]:
 FORMATS: dict[str, str] = _available_formats()
 """Output formats this libvips can write: query ``format`` value -> content type."""
 
+FORMAT_ALIASES: dict[str, str] = {"jpg": "jpeg"}
+"""Other spellings of a ``format`` value; the canonical one names the cached result."""
+
 _ALLOWED_LOADER_CLASSES: tuple[str, ...] = tuple(c for c in ALLOWED_LOADERS if _has_class(c))
 
 TRANSFORMABLE_TYPES: frozenset[str] = frozenset(
@@ -265,13 +268,16 @@ def parse_transform(args: Mapping[str, Sequence[str | bytes]]) -> TransformSpec 
 
     Returns None when none of them is present (serve the file as stored). Raises BadRequest
     when one is repeated, a dimension is not a plain decimal integer in 1..8192, or the
-    format is not a key of ``FORMATS``. Other parameters are ignored.
+    format is not a key of ``FORMATS`` once case-folded and de-aliased. Other parameters are ignored.
     """
     width = _dimension(args, "width")
     height = _dimension(args, "height")
     fmt = _single_value(args, "format")
+    if fmt is not None:  # case-folded; jpg is jpeg
+        fmt = FORMAT_ALIASES.get(fmt.lower(), fmt.lower())
     if fmt is not None and fmt not in FORMATS:
-        raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+        raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)} (any case; jpg means jpeg)",
+                         code="INVALID_FORMAT")
     if width is None and height is None and fmt is None:
         return None
     return TransformSpec(width=width, height=height, format=fmt)
@@ -633,7 +639,8 @@ def _check_pixels(info: ImageInfo, max_pixels: int) -> None:
 def _output_format(spec: TransformSpec, info: ImageInfo) -> str:
     if spec.format is not None:
         if spec.format not in FORMATS:
-            raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+            raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)} (any case; jpg means jpeg)",
+                         code="INVALID_FORMAT")
         return spec.format
     if info.format in FORMATS:
         return info.format

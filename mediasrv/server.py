@@ -32,6 +32,7 @@ from mediasrv.connections import (
 )
 from mediasrv.domains import make_provider
 from mediasrv.errors import StoreUnavailable
+from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.metrics import Metrics, chain, metrics_app
 from mediasrv.settings import Settings, SettingsError
@@ -210,8 +211,11 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
 
 
 def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
-    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end."""
-    return GuardedHTTPServer(app, limits=connection_limits(settings), max_body_size=JSON_BODY_LIMIT,
+    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end.
+    Request-size limits are answered in JSON by ``RequestLimits`` (mediasrv.http_limits), which
+    needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431."""
+    return GuardedHTTPServer(RequestLimits(app, body_limit=JSON_BODY_LIMIT), limits=connection_limits(settings),
+                             max_body_size=JSON_BODY_LIMIT, max_header_size=HEADER_READ_LIMIT,
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 

@@ -26,6 +26,7 @@ DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
 CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
 MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
+MAX_PUBLIC_MAX_AGE_S = 365 * 86400
 
 
 class SettingsError(ValueError):
@@ -127,6 +128,11 @@ class Settings:
                                    default=3600)
     refresh_token_ttl_s: int = _env("MEDIASRV_REFRESH_TOKEN_TTL", "refresh token lifetime, seconds",
                                     default=30 * 86400)
+    public_max_age_s: int = _env("MEDIASRV_PUBLIC_MAX_AGE", "seconds browsers and CDNs may cache a public "
+                                 "/m or /d response; a deleted file can outlive its deletion this long",
+                                 default=3600)
+    public_immutable: bool = _env("MEDIASRV_PUBLIC_IMMUTABLE", "true: add 'immutable' to public responses "
+                                  "(no revalidation at all until max-age ends)", default=False)
     result_cache_bytes: int = _env("MEDIASRV_RESULT_CACHE_BYTES", "memory for cached resize "
                                    "results, bytes", default=128 * 1024 * 1024)
     sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
@@ -248,6 +254,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
     "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
+    "public_max_age_s": _int, "public_immutable": _bool,
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
@@ -331,6 +338,8 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
     if not math.isfinite(s.rate_limit_scale) or s.rate_limit_scale <= 0:
         return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
+    if not 0 <= s.public_max_age_s <= MAX_PUBLIC_MAX_AGE_S:
+        return f"MEDIASRV_PUBLIC_MAX_AGE must be from 0 to {MAX_PUBLIC_MAX_AGE_S} seconds, not {s.public_max_age_s}"
     if s.image_memory_bytes < 64 * 1024 * 1024:
         return f"MEDIASRV_IMAGE_MEMORY_BYTES must be at least 67108864 (64 MiB), not {s.image_memory_bytes}"
     if s.resize_retry_after is not None and not 1 <= s.resize_retry_after <= 30:
@@ -383,7 +392,10 @@ def _check_choices(s: Settings) -> str | None:
 def _check_backends(s: Settings) -> str | None:
     if s.mongodb_url:
         return "MEDIASRV_MONGODB_URL: the MongoDB metadata backend is not available in this version"
-    if s.s3_bucket or s.s3_endpoint_url:
+    if s.s3_endpoint_url and not s.s3_bucket:
+        return ("MEDIASRV_S3_ENDPOINT_URL is set without MEDIASRV_S3_BUCKET: set the bucket too, "
+                "or unset the endpoint to keep blobs in files")
+    if s.s3_bucket:
         return "MEDIASRV_S3_BUCKET: the S3 blob backend is not available in this version"
     return None
 

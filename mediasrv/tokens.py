@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jwt
 
-from mediasrv.timeutil import unix
+from mediasrv.errors import TokenExpired
 
 ALGORITHM = "HS256"
 ISSUER = "mediasrv"
 MAX_TOKEN_CHARS = 4096
+LEEWAY_S = 5
+"""Clock skew tolerated on exp and iat between processes."""
 
 
 @dataclass(frozen=True)
@@ -31,32 +35,42 @@ class AccessClaims:
 class JwtCodec:
     """Issues and checks session tokens with one HMAC secret."""
 
-    def __init__(self, secret: str, ttl_s: int) -> None:
+    def __init__(self, secret: str, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
         self._secret = secret
         self.ttl_s = ttl_s
+        self._clock = clock
+        """Seconds since the epoch; injected so tests move time instead of sleeping."""
 
     def issue(self, user_id: str, token_version: int) -> tuple[str, int]:
         """A signed token and its absolute expiry (Unix seconds)."""
-        now = unix()
+        now = int(self._clock())
         exp = now + self.ttl_s
         claims = {"sub": user_id, "ver": token_version, "iat": now, "exp": exp, "iss": ISSUER,
                   "typ": "access"}
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM), exp
 
     def decode(self, token: str) -> AccessClaims | None:
-        """The claims of a valid, unexpired token of ours; None for anything else."""
+        """The claims of a valid, unexpired token of ours; None for anything else.
+
+        Raises ``TokenExpired`` for a token of ours (signature checked first by PyJWT) whose
+        ``exp`` has passed, so the client learns to refresh rather than to log in again.
+        """
         if len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
             return None
-        try:
+        try:  # signature, algorithm, issuer and required claims; time is checked below, on our clock
             claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
-                                options={"require": ["exp", "iat", "sub", "iss"]}, leeway=5)
+                                options={"require": ["exp", "iat", "sub", "iss"], "verify_exp": False,
+                                         "verify_iat": False})
         except (jwt.PyJWTError, ValueError, TypeError):
             return None
-        sub, ver, iat = claims.get("sub"), claims.get("ver"), claims.get("iat")
+        sub, ver, iat, exp = claims.get("sub"), claims.get("ver"), claims.get("iat"), claims.get("exp")
         if claims.get("typ") != "access" or not isinstance(sub, str) or not isinstance(ver, int):
             return None
-        if not isinstance(iat, int) or iat > unix() + 5:
+        now = self._clock()
+        if not isinstance(iat, int) or not isinstance(exp, int) or iat > now + LEEWAY_S:
             return None
+        if exp + LEEWAY_S < now:
+            raise TokenExpired()
         return AccessClaims(user_id=sub, token_version=ver, issued_at=iat)
 
 

@@ -63,10 +63,20 @@ class Upload:
         self._done = False
 
     async def start(self) -> None:
-        """Reserve the declared size (403 over quota) and open the blob writer."""
+        """Reserve the declared size (403 over quota) and open the blob writer.
+
+        If anything fails after the reservation (the blob store cannot open a writer), the
+        reservation is released here and the client gets 503 (StoreUnavailable, Retry-After):
+        no phantom bytes or file stay on the account.
+        """
         if self._declared is not None:
             await self._reserve(self._declared)
-        self._writer = await self._blobs.open_writer(self.file_id)
+        try:
+            self._writer = await self._blobs.open_writer(self.file_id)
+        except Exception as exc:
+            log.warning("upload refused: the blob store cannot open a writer (%s)", type(exc).__name__)
+            await self.abort()
+            raise failure_status(exc) from exc
 
     async def feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
@@ -98,6 +108,9 @@ class Upload:
     async def _finish(self) -> FileRecord:
         if self._declared is not None and self.received != self._declared:
             raise BadRequest("The body is shorter than its Content-Length", code="INCOMPLETE_BODY")
+        if self.received == 0 and (self._type is None or content_types.signature_bytes_needed(self._type)):
+            raise BadRequest(f"The upload body is empty: send the file's bytes ({self._type or 'any type'}) as "
+                             "the request body", code="EMPTY_BODY")
         if self._type is None:
             self._type = content_types.resolve_sniffed(self._head, self._allow)
         content_types.check_signature(self._type, self._head)
@@ -155,7 +168,7 @@ class Upload:
 
 
 def failure_status(exc: BaseException) -> ApiError:
-    """Map a storage exception met mid-upload to the error the client sees."""
+    """Map a storage exception met during an upload to the error the client sees (503 + Retry-After)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, OSError):

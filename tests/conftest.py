@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from email import message_from_bytes, policy
@@ -17,6 +18,7 @@ from typing import Any
 
 import orjson
 import pytest
+import tornado.httpserver
 import tornado.web
 from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
@@ -25,6 +27,7 @@ from tornado.testing import bind_unused_port
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, SmtpMailer
+from mediasrv.server import make_server
 from mediasrv.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -62,6 +65,25 @@ def smtp_sink() -> Iterator[tuple[Sink, int]]:
     controller.stop()
 
 
+class ShiftableClock:
+    """Wall-clock time plus an offset a test moves forward, so no test sleeps for tokens to expire."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.fixture
+def clock() -> ShiftableClock:
+    """The app's session-token clock."""
+    return ShiftableClock()
+
+
 @pytest.fixture
 def app_env() -> dict[str, str]:
     """Extra MEDIASRV_* settings for this test's app (override per module or test)."""
@@ -91,12 +113,12 @@ def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[SqliteMetaStore, 
 
 @pytest.fixture
 def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore],
-                    io_loop: Any) -> Iterator[tuple[tornado.web.Application, Runtime]]:
+                    io_loop: Any, clock: ShiftableClock) -> Iterator[tuple[tornado.web.Application, Runtime]]:
     meta, blobs = stores
     mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret="test-secret-" + "x" * 20,
-                            flush_interval_s=0.2)
+                            flush_interval_s=0.2, clock=clock)
 
     async def start() -> None:
         runtime.flusher.start()
@@ -104,6 +126,17 @@ def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobSto
     io_loop.run_sync(start)
     yield app, runtime
     io_loop.run_sync(runtime.stop)
+
+
+@pytest.fixture
+def http_server(request: Any, io_loop: Any, http_server_port: tuple[Any, int], app: tornado.web.Application,
+                settings: Settings) -> Iterator[tornado.httpserver.HTTPServer]:
+    """pytest-tornasync's fixture, but the server ``mediasrv serve`` builds (limits answered in JSON)."""
+    server = make_server(app, settings)
+    server.add_socket(http_server_port[0])
+    yield server
+    server.stop()
+    io_loop.run_sync(server.close_all_connections, timeout=request.config.option.async_test_timeout)
 
 
 @pytest.fixture

@@ -175,6 +175,10 @@ def test_parse_transform_absent_means_passthrough() -> None:
     ({"width": ["1"], "height": ["8192"], "format": ["jpeg"]}, TransformSpec(1, 8192, "jpeg")),
     ({"width": [b"50"], "format": [b"png"]}, TransformSpec(50, None, "png")),
     ({"width": ["0160"], "other": ["x", "y"]}, TransformSpec(160, None, None)),
+    # issue 11 item 7: case-folded, and jpg is jpeg (one cached result for every spelling)
+    ({"format": ["JPEG"]}, TransformSpec(None, None, "jpeg")),
+    ({"format": ["jpg"]}, TransformSpec(None, None, "jpeg")),
+    ({"format": [b"WebP"]}, TransformSpec(None, None, "webp")),
 ])
 def test_parse_transform_accepts(args: dict, expected: TransformSpec) -> None:
     assert parse_transform(args) == expected
@@ -194,7 +198,7 @@ def test_parse_transform_rejects_bad_dimensions(name: str, value: str) -> None:
     {"height": ["10", "10"]},
     {"format": ["png", "png"]},
     {"format": ["bmp"]},
-    {"format": ["JPEG"]},
+    {"format": ["jpeg "]},
     {"format": [""]},
     {"format": ["svg"]},
     {"width": [b"\xff"]},

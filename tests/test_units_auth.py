@@ -21,7 +21,7 @@ import pytest
 
 from mediasrv import apikeys, tokens
 from mediasrv.auth import Authenticator, _credential
-from mediasrv.errors import BadRequest, Unauthorized
+from mediasrv.errors import BadRequest, TokenExpired, Unauthorized
 from mediasrv.passwords import MAX_BYTES, MIN_CHARS, PasswordHasher, validate_password
 from mediasrv.timeutil import now_iso
 from store.models import ApiKey, User
@@ -201,7 +201,8 @@ def test_jwt_round_trip() -> None:
     pytest.param(lambda: _sign(_claims(), alg="HS512", header={"alg": "HS512"}), id="hs512"),
     pytest.param(lambda: _sign(_claims(), header={"alg": "RS256"}), id="rs256-header"),
     pytest.param(lambda: _sign(_claims(), header={"typ": "JWT"}), id="no-alg"),
-    pytest.param(lambda: _sign(_claims(exp=int(time.time()) - 30)), id="expired"),
+    pytest.param(lambda: _sign(_claims(exp=int(time.time()) - 30), key="wrong-" + "k" * 40), id="expired-forged"),
+    pytest.param(lambda: _sign(_claims(exp=int(time.time()) - 30, typ="refresh")), id="expired-refresh-typ"),
     pytest.param(lambda: _sign(_claims(exp=DROP)), id="no-exp"),
     pytest.param(lambda: _sign(_claims(iat=DROP)), id="no-iat"),
     pytest.param(lambda: _sign(_claims(sub=DROP)), id="no-sub"),
@@ -234,6 +235,14 @@ def test_jwt_decode_rejects(token_factory: Any) -> None:
     assert codec.decode(token_factory()) is None
 
 
+def test_jwt_decode_of_a_genuine_expired_token_raises_token_expired() -> None:
+    codec = tokens.JwtCodec(SECRET, 900)
+    with pytest.raises(TokenExpired) as info:
+        codec.decode(_sign(_claims(exp=int(time.time()) - 30)))
+    assert info.value.status == 401 and info.value.code == "TOKEN_EXPIRED"
+    assert 'error="invalid_token"' in info.value.headers["WWW-Authenticate"]
+
+
 def test_jwt_payload_swap_keeps_no_signature() -> None:
     codec = tokens.JwtCodec(SECRET, 900)
     token, _ = codec.issue(str(uuid.uuid4()), 0)
@@ -246,7 +255,8 @@ def test_jwt_expiry_leeway_is_small() -> None:
     codec = tokens.JwtCodec(SECRET, 900)
     now = int(time.time())
     assert codec.decode(_sign(_claims(iat=now - 100, exp=now - 1))) is not None  # within the 5 s leeway
-    assert codec.decode(_sign(_claims(iat=now - 100, exp=now - 10))) is None
+    with pytest.raises(TokenExpired):
+        codec.decode(_sign(_claims(iat=now - 100, exp=now - 10)))
 
 
 def test_jwt_other_secret_cannot_decode() -> None:

@@ -248,6 +248,9 @@ def test_public_url_follows_host_and_port() -> None:
     ("MEDIASRV_MONGODB_URL", "mongodb://localhost"), ("MEDIASRV_S3_BUCKET", "media"),
     ("MEDIASRV_ACCESS_TOKEN_TTL", "0"), ("MEDIASRV_REFRESH_TOKEN_TTL", "999999999999"),
     ("MEDIASRV_SWEEP_GRACE", "-1"), ("MEDIASRV_RESULT_CACHE_BYTES", "-1"),
+    ("MEDIASRV_S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
+    ("MEDIASRV_PUBLIC_MAX_AGE", "-1"), ("MEDIASRV_PUBLIC_MAX_AGE", "99999999999"),
+    ("MEDIASRV_PUBLIC_IMMUTABLE", "sometimes"),
 ])
 def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError) as info:
