@@ -23,7 +23,7 @@ import tornado.web
 
 from mediasrv.auth import Authenticator, Principal
 from mediasrv.cors import CorsMode, CorsPolicy
-from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests
+from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
 from mediasrv.http_headers import accepts_gzip
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
 from mediasrv.recorders import ActivityRecorder
@@ -233,6 +233,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None, None))[1]
+        exc = for_store_error(exc) or exc
         body: dict[str, str]
         self.clear_header("Content-Disposition")
         self.clear_header("Content-Range")
@@ -254,6 +255,9 @@ class BaseHandler(tornado.web.RequestHandler):
     def log_exception(self, typ, value, tb) -> None:  # type: ignore[no-untyped-def]
         if isinstance(value, ApiError):
             return  # an expected outcome, already rendered
+        if for_store_error(value) is not None:
+            log.warning("%s on %s %s: %s", type(value).__name__, self.request.method, self.request.path, value)
+            return
         if isinstance(value, tornado.web.HTTPError):
             super().log_exception(typ, value, tb)
             return

@@ -21,6 +21,7 @@ from mediasrv.media import UrlSigner
 from mediasrv.timeutil import iso, parse_iso, unix
 from mediasrv.uploads import Upload, failure_status
 from store.base import BlobStore, MetaStore
+from store.errors import StoreError
 from store.models import FileQuery
 
 log = logging.getLogger("mediasrv.files")
@@ -57,12 +58,16 @@ class FilesHandler(FilesBase):
             await super().prepare()
             if self.request.method == "POST":
                 await self._start_upload()
-        except ApiError as exc:
-            if self.request.method != "POST" or not _drainable(self.request.headers):
+        except (ApiError, StoreError) as exc:
+            headers = self.request.headers
+            bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
+            if not (bodyless or _drainable(headers)):
                 raise
+            # Raising here in a stream_request_body handler (a GET too) leaves Tornado waiting
+            # for a body it never reads: the kept-alive connection stops answering.
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
-            self.failure = exc
+            self.failure = failure_status(exc)
 
     async def _start_upload(self) -> None:
         """Every check the headers allow, then the quota reservation and the blob writer."""
@@ -121,6 +126,8 @@ class FilesHandler(FilesBase):
         super().on_connection_close()
 
     async def get(self) -> None:
+        if self.failure is not None:
+            raise self.failure
         assert self.principal is not None
         page, limit = page_args(self)
         query = self._query()

@@ -12,7 +12,8 @@ import datetime as dt
 import ipaddress
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import ClassVar
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.cors import CorsMode
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, StoreUnavailable, UnsupportedMedia
+from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.http_headers import (
     Unsatisfiable,
     content_disposition,
@@ -33,14 +34,16 @@ from mediasrv.http_headers import (
     parse_range,
 )
 from mediasrv.imagejobs import ImageJobs
-from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.recorders import UsageRecorder
 from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
+"""Read size when streaming a large blob: few executor hops, bounded memory per download."""
 
 
 def public_cache_control(max_age_s: int, immutable: bool) -> str:
@@ -70,6 +73,8 @@ class ServingDeps:
     max_pixels: int
     public_cache: str
     """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
+    bodies: BlobCache = field(default_factory=lambda: BlobCache(0, 0))
+    """Bytes of small hot public files (see ``_send_blob``)."""
 
 
 class ServeBase(BaseHandler):
@@ -133,16 +138,22 @@ class ServeBase(BaseHandler):
                                        self.get_query_argument("signature", None))
 
     async def _send_blob(self, record: FileRecord) -> None:
-        async def stream(start: int, end: int) -> None:
+        async def send(start: int, end: int) -> None:
+            if record.size <= self.deps.bodies.max_item or record.size <= CHUNK // 4:
+                # Small: one executor hop (open, read, close), or none when it is cached, and
+                # one socket write of headers and body (finish, no flush round trip).
+                data = await self._small_body(record)
+                self.finish(data if (start, end) == (0, len(data)) else data[start:end])
+                return
             await self._stream(record.blob_key, start, end)
 
-        await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, stream)
+        await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, send)
 
     async def _send_representation(self, record: FileRecord, content_type: str, etag: str, size: int,
                                    send: Callable[[int, int], Awaitable[None]]) -> None:
         """The one answering path of passthrough and resized results: validators, 304,
         Range / If-Range / 416, HEAD; ``send(start, end)`` writes the selected bytes."""
-        modified = parse_iso(record.created_at)
+        modified = _modified(record.created_at)
         if self._answered_not_modified(record, content_type, etag, modified):
             return
         try:
@@ -160,6 +171,20 @@ class ServeBase(BaseHandler):
             return
         await send(start, end)
 
+    async def _small_body(self, record: FileRecord) -> bytes:
+        bodies = self.deps.bodies
+        data = bodies.get(record.file_id) if record.is_public else None
+        if data is not None:
+            return data
+        generation = bodies.generation
+        try:
+            data = await self.deps.blobs.read_all(record.blob_key, max(record.size, 1))
+        except (BlobNotFound, ValueError):  # gone, or not the blob the record describes
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        if record.is_public and len(data) == record.size:
+            bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
+        return data
+
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
         wanted = self.request.headers.get("Range")
@@ -176,10 +201,8 @@ class ServeBase(BaseHandler):
         async with contextlib.aclosing(chunks):  # the blob is closed on every path
             try:
                 first = await anext(chunks, b"")
-            except FileNotFoundError:
+            except BlobNotFound:
                 raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-            except OSError:
-                raise StoreUnavailable() from None
             try:
                 self.write(first)
                 await self.flush()
@@ -197,6 +220,14 @@ class ServeBase(BaseHandler):
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         variant = spec.cache_key()
         etag = f'"{record.file_id}-{variant}"'
+        modified = _modified(record.created_at)
+        if self._client_copy_current(etag, modified):
+            # The variant's validators come from the file and the normalised spec alone: a
+            # revalidation takes no slot, reads nothing and counts no image operation.
+            self._set_validators(record, etag, modified)
+            self.set_status(304)
+            self.finish()
+            return
         cached = self.deps.results.get(record.file_id, variant)
         if cached is None:
             generation = self.deps.results.generation
@@ -210,22 +241,17 @@ class ServeBase(BaseHandler):
         await self._send_representation(record, out_type, etag, len(data), send)
 
     async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
-        result = await self.deps.images.render(record, spec, self.client_ip())
-        self.deps.usage.image_op(record.user_id)
+        result, ran = await self.deps.images.render_shared(record, spec, self.client_ip())
+        if ran:  # identical requests sharing one transform count one image operation
+            self.deps.usage.image_op(record.user_id)
         return result
 
     def _answered_not_modified(self, record: FileRecord, content_type: str, etag: str,
                                modified: dt.datetime) -> bool:
         """Set the representation's headers; answer 304 (True) when the client's copy is current."""
         self.set_header("Content-Type", content_type)
-        self.set_header("ETag", etag)
-        self.set_header("Last-Modified", http_date(modified))
+        self._set_validators(record, etag, modified)
         self.set_header("Accept-Ranges", "bytes")
-        if record.is_public:
-            self.set_header("Cache-Control", self.deps.public_cache)
-        else:
-            self.set_header("Cache-Control", PRIVATE_NO_STORE)
-            self.set_header("Vary", CREDENTIAL_VARY)
         if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
             # Never let uploaded markup run on this origin.
             self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
@@ -238,6 +264,15 @@ class ServeBase(BaseHandler):
         self.set_status(304)
         self.finish()
         return True
+
+    def _set_validators(self, record: FileRecord, etag: str, modified: dt.datetime) -> None:
+        self.set_header("ETag", etag)
+        self.set_header("Last-Modified", _http_date(modified))
+        if record.is_public:
+            self.set_header("Cache-Control", self.deps.public_cache)
+        else:
+            self.set_header("Cache-Control", PRIVATE_NO_STORE)
+            self.set_header("Vary", CREDENTIAL_VARY)
 
     def _client_copy_current(self, etag: str, modified: dt.datetime) -> bool:
         inm = self.request.headers.get("If-None-Match")
@@ -260,6 +295,17 @@ class DownloadHandler(ServeBase):
     """/d/:key: the stored bytes as an attachment; never rate limited."""
 
     attachment = True
+
+
+@lru_cache(maxsize=4096)
+def _modified(created_at: str) -> dt.datetime:
+    """A record's Last-Modified time (memoised: hot files are parsed once, not per request)."""
+    return parse_iso(created_at)
+
+
+@lru_cache(maxsize=4096)
+def _http_date(modified: dt.datetime) -> str:
+    return http_date(modified)
 
 
 def _request_host(host_header: str | None) -> str:

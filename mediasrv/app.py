@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import tornado.web
 
-from handlers import account, api_keys, auth, dashboard, files, reference, serving, settings
+from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
 from mediasrv import imaging
 from mediasrv.accounts import AccountService
@@ -27,9 +27,10 @@ from mediasrv.domains import DomainProvider
 from mediasrv.files import FileService
 from mediasrv.imagejobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.mail import MailQueue
-from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
+from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
 from mediasrv.openapi import build_for_agents, build_openapi
 from mediasrv.passwords import PasswordHasher
+from mediasrv.principals import CredentialLookups, ForgetfulMeta
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.reference_page import render_reference
@@ -75,19 +76,25 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
     ``clock`` is the session tokens' time (tests move it forward instead of sleeping)."""
+    # Credentials are looked up through a short-lived cache that this process's own writes
+    # clear at once (mediasrv.principals); every service below sees the forgetting store.
+    lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
+    meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(settings.rate_limit_scale)
     inflight = InFlight()
-    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used), limiter=limiter,
+    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
                     proxy_hops=settings.proxy_hops)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
-    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after)
+    bodies = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
+    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after,
+                      threads=settings.resize_threads or None)
     images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
                        runner=image_runner)
     signer = UrlSigner(jwt_secret)
@@ -95,6 +102,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     def forget(record: FileRecord) -> None:
         file_cache.invalidate(record.file_id)
         results.invalidate(record.file_id)
+        bodies.invalidate(record.file_id)
 
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
@@ -104,7 +112,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         usage=usage,
         domains=domains, own_hosts=frozenset(
             (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels,
+        max_pixels=settings.max_image_pixels, bodies=bodies,
         public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable))
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
@@ -147,6 +155,7 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
         (r"/", dashboard.DashboardHandler, {**b, **page}),
         (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
         (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
+        (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
         (r"/auth/register", auth.RegisterHandler, acct),
         (r"/auth/confirm", auth.ConfirmHandler, acct),
         (r"/auth/login", auth.LoginHandler, acct),

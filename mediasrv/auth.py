@@ -11,6 +11,7 @@ from typing import Literal
 
 from mediasrv import apikeys
 from mediasrv.errors import Unauthorized
+from mediasrv.principals import CredentialLookups
 from mediasrv.tokens import JwtCodec, digest
 from store.base import MetaStore
 from store.models import User
@@ -31,8 +32,8 @@ class Authenticator:
     """Turns request headers into a Principal, or raises Unauthorized."""
 
     def __init__(self, meta: MetaStore, jwt_codec: JwtCodec,
-                 on_key_used: Callable[[str], None]) -> None:
-        self._meta = meta
+                 on_key_used: Callable[[str], None], lookups: CredentialLookups | None = None) -> None:
+        self._lookups = lookups or CredentialLookups(meta, ttl_s=0.0)
         self._jwt = jwt_codec
         self._on_key_used = on_key_used
 
@@ -58,16 +59,16 @@ class Authenticator:
         claims = self._jwt.decode(token)
         if claims is None:
             raise Unauthorized()
-        user = await self._meta.get_user(claims.user_id)
+        user = await self._lookups.user(claims.user_id)
         if user is None or user.token_version != claims.token_version or not user.email_verified_at:
             raise Unauthorized()
         return Principal(user=user, kind="jwt")
 
     async def _from_key(self, key: str) -> Principal:
-        record = await self._meta.get_api_key_by_hash(digest(key))
+        record = await self._lookups.api_key(digest(key))
         if record is None:
             raise Unauthorized()
-        user = await self._meta.get_user(record.user_id)
+        user = await self._lookups.user(record.user_id)
         if user is None:
             raise Unauthorized()
         self._on_key_used(record.id)

@@ -6,6 +6,8 @@ secrets or internals, so an error can be shown to any client.
 """
 from __future__ import annotations
 
+from store import errors as store_errors
+
 
 class ApiError(Exception):
     """An error with an HTTP status, a machine-readable code and a public message."""
@@ -115,3 +117,21 @@ class StorageFull(StoreUnavailable):
     code that can free space first (deleting a file) retries once it has."""
 
     code, message = "STORAGE_FULL", "Storage is full; try again later"
+
+
+def for_store_error(exc: BaseException) -> ApiError | None:
+    """The HTTP answer for a storage error (``store.errors``), or None for anything else.
+
+    The one place that maps the storage boundary to HTTP: unavailable -> 503 with Retry-After,
+    missing blob -> 404, duplicate key -> 409. Core code lets these propagate (or catches one
+    it can act on); ``BaseHandler.write_error`` and the upload path call this.
+    """
+    if isinstance(exc, store_errors.StorageFull):
+        return StorageFull()
+    if isinstance(exc, store_errors.StoreUnavailable):
+        return StoreUnavailable()
+    if isinstance(exc, store_errors.BlobNotFound):
+        return NotFound("File not found", code="FILE_NOT_FOUND")
+    if isinstance(exc, store_errors.Duplicate):
+        return Conflict("This resource already exists", code="CONFLICT")
+    return None

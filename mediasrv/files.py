@@ -13,13 +13,14 @@ from collections.abc import Callable
 from typing import Any
 
 from mediasrv.custom_domains import DomainService
-from mediasrv.errors import Forbidden, StorageFull
+from mediasrv.errors import Forbidden
 from mediasrv.querygate import QueryGate
 from mediasrv.settings import Settings
 from mediasrv.storeguard import StoreGuard
 from mediasrv.timeutil import now_iso
 from mediasrv.uploads import UploadLimits
 from store.base import BlobStore, MetaStore
+from store.errors import StorageFull
 from store.models import FileQuery, FileRecord, User
 
 log = logging.getLogger("mediasrv.files")

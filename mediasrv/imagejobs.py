@@ -26,6 +26,7 @@ from mediasrv import allocator, imaging
 from mediasrv.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.media import ResizePool
 from store.base import BlobStore
+from store.errors import BlobNotFound
 from store.models import FileRecord
 
 PREFIX_BYTES = 512 * 1024
@@ -125,6 +126,28 @@ class ImageJobs:
         self._blobs, self.pool, self.budget = blobs, pool, budget
         self._max_pixels = max_pixels
         self._runner = runner
+        self._in_flight: dict[tuple[str, str], asyncio.Future[tuple[bytes, str]]] = {}
+        self.transforms_run = 0
+        """Transforms started (a follower of an identical job in flight starts none)."""
+
+    async def render_shared(self, record: FileRecord, spec: imaging.TransformSpec,
+                            client: str) -> tuple[tuple[bytes, str], bool]:
+        """``render``, single-flight: identical requests (same file, same normalised spec)
+        arriving while one is being transformed wait for that one's result instead of taking
+        a slot and running the same work again. Returns (result, whether this call ran it).
+
+        The work runs in a task of its own, so a leader whose request goes away does not
+        cancel it for the followers; they all get its result or its error (a 503 included).
+        """
+        key = (record.file_id, spec.cache_key())
+        shared = self._in_flight.get(key)
+        if shared is not None:
+            return await asyncio.shield(shared), False
+        task = asyncio.ensure_future(self.render(record, spec, client))
+        self._in_flight[key] = task
+        task.add_done_callback(lambda _t: self._in_flight.pop(key, None))
+        task.add_done_callback(_retrieve_exception)
+        return await asyncio.shield(task), True
 
     async def render(self, record: FileRecord, spec: imaging.TransformSpec,
                      client: str) -> tuple[bytes, str]:
@@ -132,7 +155,7 @@ class ImageJobs:
         ticket = self.pool.try_acquire(client, self.weight(record, spec))
         try:
             prefix = await self._prefix(record)
-            path = self._blobs.local_path(record.blob_key)
+            path = await self._local_path(record)
             estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
                                              buffered=path is None)
             if not self.budget.fits_ever(estimate.cost_bytes):
@@ -159,23 +182,34 @@ class ImageJobs:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
                     parts.append(chunk)
-        except FileNotFoundError:
+        except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        except OSError:
-            raise StoreUnavailable() from None
         return b"".join(parts)
+
+    async def _local_path(self, record: FileRecord) -> Path | None:
+        """The blob's local file, decoded through a descriptor (only what decoding needs is
+        read); None for a store without local files (S3), whose bytes are read whole."""
+        delivery = await self._blobs.delivery(record.blob_key)
+        return delivery.path if delivery is not None else None
 
     async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
                    source_area: int) -> tuple[bytes, str]:
         max_pixels, runner = self._max_pixels, self._runner
+        self.transforms_run += 1
         if path is not None:
             return await self.pool.execute(
                 lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, source_area)))
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
-        except FileNotFoundError:
+        except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
         return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, source_area))
+
+
+def _retrieve_exception(task: asyncio.Future[tuple[bytes, str]]) -> None:
+    """Mark a shared job's error as seen (its waiters may all have gone)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _with_file(path: Path, use: Callable[[imaging.FileInput], tuple[bytes, str]]) -> tuple[bytes, str]:

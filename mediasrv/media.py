@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import math
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,35 +24,45 @@ T = TypeVar("T")
 
 
 class FileCache:
-    """LRU of file records by file_id, so a hot key costs no database round trip.
+    """LRU of file records by file_id, so a hot key costs at most one lookup per ``ttl_s``.
 
-    Records never change after upload, so the only invalidation is on delete. A miss is
-    not cached (a file uploaded a moment later must be found).
+    Records never change after upload, so the only change is a delete. In this process a
+    delete invalidates at once; a delete by another process sharing the database is seen when
+    the entry expires (``ttl_s``, 1 s by default), which also bounds how long cached resize
+    results of a deleted file are served: serving looks the record up before the results.
+    A miss is not cached (a file uploaded a moment later must be found).
     """
 
-    def __init__(self, max_entries: int = 50_000) -> None:
+    def __init__(self, max_entries: int = 50_000, *, ttl_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._max = max_entries
-        self._items: OrderedDict[str, FileRecord] = OrderedDict()
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, FileRecord]] = OrderedDict()
         self.generation = 0
         """Bumped by every invalidation: a lookup that began before one must not ``put``."""
         self.hits = self.misses = 0
         """Lookups answered and not (plain integers for /metrics, read at scrape time)."""
 
     def get(self, file_id: str) -> FileRecord | None:
-        record = self._items.get(file_id)
-        if record is not None:
-            self._items.move_to_end(file_id)
-            self.hits += 1
-        else:
+        item = self._items.get(file_id)
+        if item is None:
             self.misses += 1
-        return record
+            return None
+        if item[0] <= self._clock():
+            del self._items[file_id]  # expired: ask the database again
+            self.misses += 1
+            return None
+        self._items.move_to_end(file_id)
+        self.hits += 1
+        return item[1]
 
     def put(self, record: FileRecord, generation: int | None = None) -> None:
         """Cache ``record``; with ``generation`` (read before the lookup), only if nothing
         was invalidated since, so a record read just before its deletion is not kept."""
         if generation is not None and generation != self.generation:
             return
-        self._items[record.file_id] = record
+        self._items[record.file_id] = (self._clock() + self._ttl_s, record)
         self._items.move_to_end(record.file_id)
         while len(self._items) > self._max:
             self._items.popitem(last=False)
@@ -116,6 +127,54 @@ class ResultCache:
                 del self._by_file[key[0]]
 
 
+class BlobCache:
+    """Byte-bounded LRU of the bytes of small public files, by file_id: the passthrough fast
+    path answers a hot file without any executor hop.
+
+    Safe because a file's bytes never change after upload (a new upload is a new file_id);
+    the only invalidation is on delete. Across processes a delete elsewhere is noticed by
+    the record lookup the handler still does on every request (FileCache, which expires
+    entries quickly), never by this cache: a cached body is served only after its record
+    was found and authorised. Runs on the event loop only.
+    """
+
+    def __init__(self, max_bytes: int, max_item_bytes: int) -> None:
+        self._max = max_bytes
+        self.max_item = min(max_item_bytes, max_bytes)
+        self._size = 0
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self.generation = 0
+        """Bumped by every invalidation: bytes read before one must not be ``put``."""
+
+    def get(self, file_id: str) -> bytes | None:
+        data = self._items.get(file_id)
+        if data is not None:
+            self._items.move_to_end(file_id)
+        return data
+
+    def put(self, file_id: str, data: bytes, generation: int | None = None) -> None:
+        if (generation is not None and generation != self.generation) or len(data) > self.max_item:
+            return
+        old = self._items.pop(file_id, None)
+        if old is not None:
+            self._size -= len(old)
+        self._items[file_id] = data
+        self._size += len(data)
+        while self._size > self._max and self._items:
+            _, dropped = self._items.popitem(last=False)
+            self._size -= len(dropped)
+
+    def invalidate(self, file_id: str) -> None:
+        self.generation += 1
+        data = self._items.pop(file_id, None)
+        if data is not None:
+            self._size -= len(data)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
 @dataclass(eq=False)  # compared and hashed by identity: each admission is its own ticket
 class SlotTicket:
     """One admitted image job: who holds the slot, how much of a share it counts, since when."""
@@ -150,7 +209,7 @@ class ResizePool:
     RETRY_MIN_S, RETRY_MAX_S = 1, 30
 
     def __init__(self, slots: int, *, retry_after: int | None = 5, demand_window_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, threads: int | None = None) -> None:
         self.slots = slots
         self.in_use = 0
         self.refused = 0
@@ -163,7 +222,11 @@ class ResizePool:
         self._asked: OrderedDict[str, float] = OrderedDict()  # client -> last request, oldest first
         self.ewma_s: float | None = None
         """Smoothed duration of a finished job, seconds (None until one finished)."""
-        self._executor = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="resize")
+        # Admission (``slots``) and execution are separate: ten admitted jobs on two cores run
+        # two at a time (the rest wait in the executor's queue, holding their slot), since ten
+        # libvips threads on two cores only thrash caches and memory.
+        self.threads = min(slots, threads or os.cpu_count() or 1)
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="resize")
 
     def try_acquire(self, client: str = "", weight: float = 1.0) -> SlotTicket:
         """A slot for ``client``'s job of ``weight`` (1 = a thumbnail), or ServerBusy."""

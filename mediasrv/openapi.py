@@ -401,6 +401,19 @@ def _ping(ctx: _Ctx, *, head: bool = False) -> Json:
     return {"responses": {"200": ok}}
 
 
+def _health(ctx: _Ctx) -> Json:
+    backend = _obj({"ok": _s("boolean"), "backend": _s("string"),
+                    "error": _s("string", "Why it is not ok (an exception name, never a secret)")},
+                   required=["ok", "backend"])
+    schema = _record({"status": _s("string", enum=["ok", "unavailable"]), "meta": backend, "blobs": backend})
+    return {"description": "One cheap round trip to the metadata and the blob backend, for load "
+                           "balancers; /ping does not touch them.",
+            "responses": {"200": {"description": "Both backends answer.",
+                                  "content": {"application/json": {"schema": schema}}},
+                          "503": _err("A backend does not answer; besides error and code, the body "
+                                      "carries status, meta and blobs as in the 200 answer.")}}
+
+
 def _register(ctx: _Ctx) -> Json:
     return {"description": "Sends a confirmation e-mail; the account can log in once its link "
                            "is followed.",
@@ -673,6 +686,8 @@ _ROUTE_TABLE: tuple[_Route, ...] = (
     _Route("GET", "/ping", NONE, "serving", "ping", "Liveness check: 200 once ready", _ping),
     _Route("HEAD", "/ping", NONE, "serving", "headPing", "Liveness check without a body",
            partial(_ping, head=True)),
+    _Route("GET", "/health", NONE, "serving", "health", "Readiness: whether both storage backends answer",
+           _health),
     _Route("POST", "/auth/register", NONE, "auth", "register",
            "Create an account and e-mail a confirmation link", _register, (10, "ip")),
     _Route("GET", "/auth/confirm", NONE, "auth", "confirmEmail",
@@ -747,7 +762,7 @@ RATE_LIMITS: Mapping[tuple[str, str], tuple[int, str]] = {
 """(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 
 _UNLIMITED_TEXT = "Not rate limited."
-_NOT_LIMITED = {"/ping", "/d/{id}", "/reference/allowed-content-types", "/reference/for-agents",
+_NOT_LIMITED = {"/ping", "/health", "/d/{id}", "/reference/allowed-content-types", "/reference/for-agents",
                 "/reference/openapi.json", "/reference"}
 
 

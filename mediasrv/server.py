@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import logging
+import logging.handlers
 import os
+import queue
 import secrets
 import signal
-import sqlite3
+import socket
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import allocator, cli_admin, cli_upload, imaging
+from mediasrv import allocator, cli_admin, cli_upload, imaging, workers
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -31,17 +35,16 @@ from mediasrv.connections import (
     raise_fd_limit,
 )
 from mediasrv.domains import make_provider
-from mediasrv.errors import StoreUnavailable
 from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
 from mediasrv.metrics import Metrics, chain, metrics_app
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.startup_log import log_startup
+from mediasrv.stores import describe, make_stores
 from mediasrv.sweep import Sweeper, SweepPolicy
 from mediasrv.version import version
 from store.base import BlobStore, MetaStore
-from store.fs import FsBlobStore
-from store.sqlite import SqliteMetaStore
+from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
 DRAIN_S = 10.0
@@ -63,14 +66,17 @@ def main(argv: list[str] | None = None) -> None:
     except SettingsError as exc:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
-    configure_logging(settings.log_level)
+    listener = configure_logging(settings.log_level)
     if args.command in cli_admin.COMMANDS:
         sys.exit(cli_admin.run(args, settings))
+    runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
+              "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
     try:
-        if args.command == "serve":
-            code = asyncio.run(serve(settings))
+        if args.command == "serve" and args.workers > 1:
+            code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
+                               configure_logging=configure_logging, listener=listener)
         else:
-            code = asyncio.run(sweep_once(settings, force=args.force, purge=args.purge_quarantine))
+            code = asyncio.run(runner(settings))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -90,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
                                epilog="environment variables:\n" + Settings.help_text())
     serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve_cmd.add_argument("--workers", type=_workers_arg, default=1,
+                           help="processes serving the same port (SO_REUSEPORT), each one event loop; "
+                                "caches and per-IP rate limits are then per worker (default 1)")
     sweep_cmd = sub.add_parser(
         "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -101,12 +110,53 @@ def _parser() -> argparse.ArgumentParser:
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
     cli_admin.add_parsers(sub, "environment variables:\n" + Settings.help_text())
+    migrate_cmd = sub.add_parser(
+        "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
+        "idempotent and resumable, run with every server stopped",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--to backends copies DATA_DIR into MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET;\n"
+               "--to embedded copies them back into DATA_DIR.\n\nenvironment variables:\n"
+               + Settings.help_text())
+    migrate_cmd.add_argument("--to", choices=["backends", "embedded"], required=True,
+                             help="direction of the copy")
+    sub.add_parser("reconcile", help="recompute every account's storage and file counters from its "
+                   "files, then exit (run with no upload in flight in any process)",
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   epilog="environment variables:\n" + Settings.help_text())
     return parser
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _workers_arg(value: str) -> int:
+    n = int(value) if value.isdigit() else 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1..64, not {value!r}")
+    return n
+
+
+def configure_logging(level: str) -> logging.handlers.QueueListener:
+    """Log lines are written to stderr by a thread of their own, never by the event loop.
+
+    The loop only builds a record and puts it on a queue (the access log runs once per
+    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
+    request). The listener is stopped, and the queue flushed, when the process exits.
+    """
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.handlers.QueueHandler)]:
+        root.removeHandler(handler)  # again in a forked worker: the parent's thread is not there
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
+    root.setLevel(level)
+    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    listener.start()
+    atexit.register(_stop_listener, listener)
+    return listener
+
+
+def _stop_listener(listener: logging.handlers.QueueListener) -> None:
+    if listener._thread is not None:  # stopped already (before a fork), or never started here
+        listener.stop()
 
 
 MIN_STORED_SECRET_CHARS = 32
@@ -144,10 +194,6 @@ def load_secret(settings: Settings) -> str:
     return secret
 
 
-def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
-    return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
-
-
 def access_log(handler: tornado.web.RequestHandler) -> None:
     """One line per request, without the query string (it may hold tokens or signatures)."""
     status = handler.get_status()
@@ -174,22 +220,24 @@ async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
         await meta.open()
     except OSError as exc:
         raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
-    except (sqlite3.Error, StoreUnavailable, RuntimeError) as exc:
-        where = getattr(meta, "path", settings.data_dir)
-        raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
-                           "(restore it from a backup)") from exc
+    except (StoreError, RuntimeError) as exc:
+        if settings.meta_backend == "sqlite":
+            where = getattr(meta, "path", settings.data_dir)
+            raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                               "(restore it from a backup)") from exc
+        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
     try:
         await blobs.open()
-    except OSError as exc:
+    except (OSError, StoreError) as exc:
         await blobs.close()
         await meta.close()
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
     return meta, blobs
 
 
 def _cause(exc: BaseException) -> str:
     """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
-    inner = exc.__cause__ if isinstance(exc, StoreUnavailable) and exc.__cause__ else exc
+    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
     return str(inner) or type(inner).__name__
 
 
@@ -219,21 +267,34 @@ def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTP
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
-async def start(settings: Settings) -> Running:
-    """Open the stores, build the app, listen. Raises on any failure to start."""
-    try:
-        secret = await asyncio.to_thread(load_secret, settings)
-    except OSError as exc:
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+async def start(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> Running:
+    """Open the stores, build the app, listen. Raises on any failure to start.
+
+    A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT, shared by
+    all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
+    the start-up reconcile, which the parent ran before forking.
+    """
+    secret: str | None = None
+    if settings.jwt_secret or settings.meta_backend == "sqlite":
+        try:
+            secret = await asyncio.to_thread(load_secret, settings)
+        except OSError as exc:
+            raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
     meta, blobs = await open_stores(settings)
+    if secret is None:
+        secret = await shared_secret(meta, blobs)
     imaging.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    try:
-        await meta.reconcile_usage()  # quota counters are exact after any crash
-    except StoreUnavailable as exc:
-        await blobs.close()
-        await meta.close()
-        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+    if settings.meta_backend == "sqlite" and sockets is None:
+        # Embedded means one process: counters are exact after any crash. A shared database
+        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`.
+        try:
+            await meta.reconcile_usage()
+        except StoreError as exc:
+            await blobs.close()
+            await meta.close()
+            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
@@ -242,7 +303,10 @@ async def start(settings: Settings) -> Running:
     metrics_server = None
     where = f"{settings.host}:{settings.port}"
     try:
-        server.listen(settings.port, settings.host)
+        if sockets is not None:
+            server.add_sockets(sockets)
+        else:
+            server.listen(settings.port, settings.host)
         if settings.metrics_port is not None:
             where = f"127.0.0.1:{settings.metrics_port} (MEDIASRV_METRICS_PORT)"
             metrics_server = start_metrics(app, runtime, settings.metrics_port)
@@ -256,7 +320,8 @@ async def start(settings: Settings) -> Running:
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
-    sweeper.start_periodic(SWEEP_INTERVAL_S)
+    if primary:
+        sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
@@ -300,17 +365,90 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
 
 
-async def serve(settings: Settings) -> int:
-    running = await start(settings)
+async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> int:
+    running = await start(settings, sockets=sockets, primary=primary)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    if workers.stop_requested():  # a worker told to stop while it was starting
+        stopping.set()
     await stopping.wait()
     log.info("shutting down: finishing requests in flight")
     await stop(running)
     log.info("stopped")
     return 0
+
+
+async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
+    """The signing key every process sharing a MongoDB database uses: generated by the first."""
+    get = getattr(meta, "shared_secret", None)
+    if get is None:
+        raise StartupError("this metadata store cannot keep a shared secret; set MEDIASRV_JWT_SECRET")
+    try:
+        return str(await get("jwt", secrets.token_urlsafe(48)))
+    except StoreError as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"cannot read the shared JWT secret: {exc}") from exc
+
+
+async def migrate_once(settings: Settings, to: str) -> int:
+    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.migrate``."""
+    from mediasrv.migrate import Progress, migrate
+    from mediasrv.stores import make_blobs, make_meta
+    from store.fs import FsBlobStore
+    from store.sqlite import SqliteMetaStore
+
+    if not (settings.mongodb_url or settings.s3_bucket):
+        raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
+    embedded = (SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir))
+    remote = (make_meta(settings) if settings.mongodb_url else None,
+              make_blobs(settings) if settings.s3_bucket else None)
+    source, target = (embedded, remote) if to == "backends" else (remote, embedded)
+    meta_pair = (source[0], target[0]) if remote[0] is not None else (embedded[0], None)
+    blob_pair = (source[1], target[1]) if remote[1] is not None else (embedded[1], None)
+    opened: list[Any] = []
+    try:
+        for store in {id(s): s for s in (*meta_pair, *blob_pair) if s is not None}.values():
+            await store.open()
+            opened.append(store)
+        report = await migrate(meta_pair[0], blob_pair[0], meta_pair[1], blob_pair[1], Progress())  # type: ignore[arg-type]
+    except StoreError as exc:
+        raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
+    finally:
+        for store in reversed(opened):
+            await store.close()
+    print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
+          + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
+    return 0
+
+
+async def reconcile_once(settings: Settings) -> int:
+    """``mediasrv reconcile``: counters from the file records (drops leaked reservations)."""
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+        print("storage and file counters recomputed from the file records")
+    finally:
+        await blobs.close()
+        await meta.close()
+    return 0
+
+
+async def _reconcile_before_fork(settings: Settings) -> None:
+    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist."""
+    if settings.meta_backend != "sqlite":
+        return
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+    except StoreError as exc:
+        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+    finally:
+        await blobs.close()
+        await meta.close()
 
 
 async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:

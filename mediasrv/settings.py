@@ -9,6 +9,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +63,34 @@ class Settings:
     port: int = 8080
     data_dir: Path = _env("MEDIASRV_DATA_DIR", "embedded metadata database and blob files",
                           default=Path("./data"))
+    # MongoDB metadata (instead of SQLite in DATA_DIR)
+    mongodb_url: str | None = _env("MEDIASRV_MONGODB_URL", "mongodb://[user:pass@]host[:port]/[db][?opts]: "
+                                   "metadata in MongoDB (database from the path, default mediasrv)",
+                                   default=None, repr=False)
+    mongodb_timeout_ms: int = _env("MEDIASRV_MONGODB_TIMEOUT_MS", "MongoDB server selection, connect and "
+                                   "per-operation timeout, ms", default=3000)
+    # S3 blobs (instead of files in DATA_DIR)
+    s3_bucket: str | None = _env("MEDIASRV_S3_BUCKET", "blobs in this S3 bucket (created if missing) "
+                                 "instead of files", default=None)
+    s3_endpoint_url: str | None = _env("MEDIASRV_S3_ENDPOINT_URL", "S3-compatible endpoint such as "
+                                       "MinIO, Ceph RGW, R2 (default: AWS)", default=None)
+    s3_region: str = _env("AWS_REGION", "S3 region", default="us-east-1")
+    s3_access_key_id: str | None = _env("AWS_ACCESS_KEY_ID", "S3 access key (unset: the AWS default "
+                                        "credential chain)", default=None)
+    s3_secret_access_key: str | None = _env("AWS_SECRET_ACCESS_KEY", "S3 secret key", default=None,
+                                            repr=False)
+    s3_session_token: str | None = _env("AWS_SESSION_TOKEN", "S3 session token (temporary credentials)",
+                                        default=None, repr=False)
+    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "S3 connect and read timeout, seconds",
+                               default=5.0)
     public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
                            "(default http://HOST:PORT)", default="")
     smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "
                                 "unset: e-mails go to DATA_DIR/outbox/", default=None)
     mail_from: str = _env("MEDIASRV_MAIL_FROM", "sender of e-mails", default="mediasrv@localhost")
     jwt_secret: str | None = _env("MEDIASRV_JWT_SECRET", "HMAC key of session tokens and signed URLs "
-                                  "(default: generated once, kept in DATA_DIR, mode 0600)", default=None)
+                                  "(default: generated once, kept in DATA_DIR with mode 0600, or in "
+                                  "MongoDB when it is used)", default=None, repr=False)
     trial_days: int | None = _env("MEDIASRV_TRIAL_DAYS", "trial length of new accounts in days; 0 ends "
                                   "it at once (unset: no trial)", default=None)
     storage_limit_bytes: int | None = _env("MEDIASRV_STORAGE_LIMIT_BYTES", "per-account storage limit "
@@ -79,12 +101,6 @@ class Settings:
                                       "account can only lower it", default=104_857_600)
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
                              "X-Real-IP (only behind a proxy you run)", default=False)
-    mongodb_url: str | None = _env("MEDIASRV_MONGODB_URL", "metadata in MongoDB instead of SQLite",
-                                   default=None)
-    s3_bucket: str | None = _env("MEDIASRV_S3_BUCKET", "blobs in this S3 bucket instead of files",
-                                 default=None)
-    s3_endpoint_url: str | None = _env("MEDIASRV_S3_ENDPOINT_URL", "S3-compatible endpoint "
-                                       "(default: AWS)", default=None)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
     domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "
@@ -135,6 +151,15 @@ class Settings:
                                   "(no revalidation at all until max-age ends)", default=False)
     result_cache_bytes: int = _env("MEDIASRV_RESULT_CACHE_BYTES", "memory for cached resize "
                                    "results, bytes", default=128 * 1024 * 1024)
+    blob_cache_bytes: int = _env("MEDIASRV_BLOB_CACHE_BYTES", "memory for the bytes of small hot public "
+                                 "files served from memory, bytes (0: off)", default=64 * 1024 * 1024)
+    blob_cache_item_bytes: int = _env("MEDIASRV_BLOB_CACHE_ITEM_BYTES", "largest file kept in that "
+                                      "memory, bytes", default=256 * 1024)
+    credential_cache_s: float = _env("MEDIASRV_CREDENTIAL_CACHE_TTL", "seconds a user or API key looked "
+                                     "up for a request is reused; changes by another process (a second "
+                                     "worker, an operator command) take effect within this", default=2.0)
+    resize_threads: int = _env("MEDIASRV_RESIZE_THREADS", "threads running admitted resize jobs "
+                               "(0: one per CPU core)", default=0)
     sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
                               "seconds", default=3600)
     sweep_max_share: float = _env("MEDIASRV_SWEEP_MAX_SHARE", "largest share of the file count one "
@@ -195,12 +220,30 @@ class Settings:
         """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
         lines = []
         for f in dataclasses.fields(cls):
+            if f.name in _GROUPS:
+                lines.append(_GROUPS[f.name])
             if "env" in f.metadata:
                 text = f.metadata["help"]
                 if "default" not in text and "unset" not in text:  # else the text says it in words
                     text += f" (default {default_text(f)})"
                 lines.append(f"  {f.metadata['env']:<32} {text}")
         return "\n".join(lines)
+
+    @property
+    def meta_backend(self) -> str:
+        """Where metadata lives: "mongodb" or "sqlite"."""
+        return "mongodb" if self.mongodb_url else "sqlite"
+
+    @property
+    def blob_backend(self) -> str:
+        """Where blobs live: "s3" or "fs"."""
+        return "s3" if self.s3_bucket else "fs"
+
+
+_GROUPS = {"mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
+           "s3_bucket": " S3 blobs (default: files in DATA_DIR):",
+           "public_url": " server:"}
+"""Headings of ``help_text``, printed before the named field."""
 
 
 def default_text(f: dataclasses.Field[Any]) -> str:
@@ -250,11 +293,12 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "trial_days": _int, "storage_limit_bytes": _int, "file_count_limit": _int,
     "max_upload_size_bytes": _int, "resize_slots": _int, "max_image_pixels": _int,
     "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
-    "result_cache_bytes": _int, "sweep_grace_s": _int, "sweep_max_share": float,
+    "result_cache_bytes": _int, "blob_cache_bytes": _int, "blob_cache_item_bytes": _int,
+    "resize_threads": _int, "credential_cache_s": float, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
     "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
-    "public_max_age_s": _int, "public_immutable": _bool,
+    "public_max_age_s": _int, "public_immutable": _bool, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
     "trust_proxy": _bool, "rate_limit_scale": float,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
@@ -346,6 +390,11 @@ def _check_numbers(s: Settings) -> str | None:
         return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
         return "MEDIASRV_RESULT_CACHE_BYTES and MEDIASRV_SWEEP_GRACE must be 0 or more"
+    if not 0 <= s.credential_cache_s <= 60:
+        return f"MEDIASRV_CREDENTIAL_CACHE_TTL must be 0..60 seconds, not {s.credential_cache_s}"
+    if min(s.blob_cache_bytes, s.blob_cache_item_bytes, s.resize_threads) < 0:
+        return ("MEDIASRV_BLOB_CACHE_BYTES, MEDIASRV_BLOB_CACHE_ITEM_BYTES and MEDIASRV_RESIZE_THREADS "
+                "must be 0 or more")
     return _check_safety(s)
 
 
@@ -390,13 +439,27 @@ def _check_choices(s: Settings) -> str | None:
 
 
 def _check_backends(s: Settings) -> str | None:
-    if s.mongodb_url:
-        return "MEDIASRV_MONGODB_URL: the MongoDB metadata backend is not available in this version"
+    if s.mongodb_url is not None:
+        if urlsplit(s.mongodb_url).scheme not in ("mongodb", "mongodb+srv"):
+            return "MEDIASRV_MONGODB_URL must start with mongodb:// or mongodb+srv://"
+        database = urlsplit(s.mongodb_url).path.lstrip("/")
+        if database and not re.fullmatch(r"[A-Za-z0-9_-]{1,63}", database):
+            return f"MEDIASRV_MONGODB_URL: database name {database!r} must be letters, digits, _ or -"
+    if not 100 <= s.mongodb_timeout_ms <= 60_000:
+        return f"MEDIASRV_MONGODB_TIMEOUT_MS must be from 100 to 60000, not {s.mongodb_timeout_ms}"
     if s.s3_endpoint_url and not s.s3_bucket:
         return ("MEDIASRV_S3_ENDPOINT_URL is set without MEDIASRV_S3_BUCKET: set the bucket too, "
                 "or unset the endpoint to keep blobs in files")
-    if s.s3_bucket:
-        return "MEDIASRV_S3_BUCKET: the S3 blob backend is not available in this version"
+    if s.s3_bucket is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", s.s3_bucket):
+        return f"MEDIASRV_S3_BUCKET={s.s3_bucket!r}: not a valid bucket name (3-63 of a-z 0-9 . -)"
+    if s.s3_endpoint_url:
+        parts = urlsplit(s.s3_endpoint_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return f"MEDIASRV_S3_ENDPOINT_URL={s.s3_endpoint_url!r}: must be an http(s) URL"
+    if bool(s.s3_access_key_id) != bool(s.s3_secret_access_key):
+        return "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together"
+    if not math.isfinite(s.s3_timeout_s) or not 0.1 <= s.s3_timeout_s <= 300:
+        return f"MEDIASRV_S3_TIMEOUT must be from 0.1 to 300 seconds, not {s.s3_timeout_s}"
     return None
 
 

@@ -32,6 +32,10 @@ class AccessClaims:
     issued_at: int
 
 
+VERIFIED_MEMO_ENTRIES = 10_000
+"""Signature checks remembered (PyJWT's decode is most of a JWT request's credential cost)."""
+
+
 class JwtCodec:
     """Issues and checks session tokens with one HMAC secret."""
 
@@ -40,6 +44,9 @@ class JwtCodec:
         self.ttl_s = ttl_s
         self._clock = clock
         """Seconds since the epoch; injected so tests move time instead of sleeping."""
+        self._verified: dict[str, tuple[str, int, int, int]] = {}
+        """Tokens whose signature was checked once (a token is immutable: its signature stays
+        valid); their times are still checked on every decode, so expiry is exact."""
 
     def issue(self, user_id: str, token_version: int) -> tuple[str, int]:
         """A signed token and its absolute expiry (Unix seconds)."""
@@ -57,7 +64,26 @@ class JwtCodec:
         """
         if len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
             return None
-        try:  # signature, algorithm, issuer and required claims; time is checked below, on our clock
+        checked = self._verified.get(token)
+        if checked is None:
+            checked = self._verify(token)
+            if checked is None:
+                return None
+            if len(self._verified) >= VERIFIED_MEMO_ENTRIES:
+                self._verified.clear()
+            self._verified[token] = checked
+        sub, ver, iat, exp = checked
+        now = self._clock()
+        if iat > now + LEEWAY_S:
+            return None
+        if exp + LEEWAY_S < now:
+            raise TokenExpired()
+        return AccessClaims(user_id=sub, token_version=ver, issued_at=iat)
+
+
+    def _verify(self, token: str) -> tuple[str, int, int, int] | None:
+        """(sub, ver, iat, exp) of a token whose signature and claims are ours; time unchecked."""
+        try:  # signature, algorithm, issuer and required claims; time is checked by decode, on our clock
             claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
                                 options={"require": ["exp", "iat", "sub", "iss"], "verify_exp": False,
                                          "verify_iat": False})
@@ -66,12 +92,9 @@ class JwtCodec:
         sub, ver, iat, exp = claims.get("sub"), claims.get("ver"), claims.get("iat"), claims.get("exp")
         if claims.get("typ") != "access" or not isinstance(sub, str) or not isinstance(ver, int):
             return None
-        now = self._clock()
-        if not isinstance(iat, int) or not isinstance(exp, int) or iat > now + LEEWAY_S:
+        if not isinstance(iat, int) or not isinstance(exp, int):
             return None
-        if exp + LEEWAY_S < now:
-            raise TokenExpired()
-        return AccessClaims(user_id=sub, token_version=ver, issued_at=iat)
+        return sub, ver, iat, exp
 
 
 def new_opaque_token() -> str:

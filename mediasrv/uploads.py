@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 
 from mediasrv import content_types, imaging
-from mediasrv.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.timeutil import now_iso
 from store.base import BlobStore, BlobWriter, MetaStore
 from store.models import FileRecord, User
@@ -38,6 +38,10 @@ def new_file_id() -> str:
     return secrets.token_urlsafe(16)
 
 
+WRITE_BYTES = 1024 * 1024
+"""Body bytes gathered before one write to the blob store (one executor hop, not sixteen)."""
+
+
 class Upload:
     """Lifecycle: ``start`` -> ``feed``* -> ``finish``; ``abort`` on any failure or disconnect."""
 
@@ -58,6 +62,8 @@ class Upload:
         self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
                                  IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0))
+        self._pending = bytearray()
+        """Body not yet handed to the writer: less than WRITE_BYTES (plus one chunk)."""
         self._committed = False
         self._finishing = False
         self._done = False
@@ -90,7 +96,16 @@ class Upload:
             if self._type is not None and len(self._head) >= content_types.SNIFF_BYTES:
                 content_types.check_signature(self._type, self._head)
         assert self._writer is not None
-        await self._writer.write(chunk)
+        self._pending += chunk
+        if len(self._pending) >= WRITE_BYTES:
+            await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """One executor hop per WRITE_BYTES of body (Tornado hands it over in 64 KiB pieces)."""
+        if self._pending:
+            assert self._writer is not None
+            data, self._pending = bytes(self._pending), bytearray()
+            await self._writer.write(data)
 
     async def finish(self) -> FileRecord:
         """Check what only the whole body tells, commit the blob, then insert the record.
@@ -117,6 +132,7 @@ class Upload:
         width, height = self._check_dimensions()
         if self._reserved is None:
             await self._reserve(self.received)
+        await self._write_pending()
         assert self._writer is not None
         await self._writer.commit()
         self._committed = True
@@ -133,6 +149,7 @@ class Upload:
         if self._done or self._finishing:
             return
         self._done = True
+        self._pending = bytearray()
         try:
             if self._writer is not None:
                 await self._writer.abort()
@@ -171,6 +188,4 @@ def failure_status(exc: BaseException) -> ApiError:
     """Map a storage exception met during an upload to the error the client sees (503 + Retry-After)."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, OSError):
-        return StoreUnavailable("Storage is full or unavailable; try again later")
-    return StoreUnavailable()
+    return for_store_error(exc) or StoreUnavailable()

@@ -1,16 +1,38 @@
 """The storage boundary: typed protocols for the metadata store and the blob store.
 
 Every method takes explicit keys, never request state, so one contract suite
-(``tests/store``) runs against every backend. Backends raise ``StoreUnavailable`` (from
-``mediasrv.errors``) when their server is down or times out, and ``DuplicateError`` for a
-unique-key clash; nothing else escapes them.
+(``tests/store``) runs against every backend (SQLite and MongoDB; files and S3). Backends
+raise only the exceptions of ``store.errors``: ``StoreUnavailable`` when their server is
+down, full or times out, ``Duplicate`` for a unique-key clash, ``BlobNotFound`` for a missing
+blob; ``ValueError`` for arguments no backend could accept. Nothing else escapes them.
+
+What every metadata backend guarantees (the contract suite checks each point):
+
+- E-mail: unique and looked up case-insensitively (``A@x.com`` and ``a@X.com`` are one user);
+  the address is returned as it was stored.
+- Search (``FileQuery.q``): a literal, case-insensitive substring of name or file_id, with
+  Unicode folding as Python's ``str.lower`` does; no character is a pattern.
+- Pages: newest first, ties by id descending; a page and its total come from one snapshot
+  (SQLite: one read transaction; MongoDB: one read of a single collection, so a write that
+  lands between the count and the page can make them differ by that write, never more).
+- Deletes: ``delete_file`` removes the record and releases its quota in one step (SQLite: one
+  transaction; MongoDB: a find-and-delete followed by a conditional ``$inc``; a crash between
+  the two leaves counters high until ``mediasrv reconcile``).
+- Quotas: ``reserve_quota`` is one conditional atomic update, exact under any concurrency,
+  across processes too; counters never go below zero.
+- Timestamps: ISO 8601 UTC strings with millisecond precision (``2024-05-01T12:00:00.000Z``)
+  in and out; a backend may store dates natively (MongoDB stores BSON dates, so TTL indexes
+  work) but must return exactly the string it was given.
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from store.errors import Duplicate
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -24,9 +46,38 @@ from store.models import (
     User,
 )
 
+DuplicateError = Duplicate
+"""The earlier name of ``store.errors.Duplicate``, kept for callers written before it."""
 
-class DuplicateError(Exception):
-    """A unique key (user e-mail, custom hostname, file_id) already exists."""
+_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+BlobChunks = AsyncGenerator[bytes, None]
+"""What ``BlobStore.read`` returns: iterate it, and ``aclose()`` it when stopping early."""
+
+
+def validate_key(key: object) -> str:
+    """Return ``key`` if it is ``[A-Za-z0-9_-]{1,64}``, else raise ValueError.
+
+    Every backend checks keys with this one function, so a key that is valid on disk is valid
+    in S3 and the other way round (no ``/``, ``..`` or NUL can reach a path or an object name).
+    """
+    if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:
+        raise ValueError(f"invalid blob key: {key!r}")
+    return key
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How a front proxy (e.g. an nginx sidecar) could send a blob without mediasrv streaming it.
+
+    Exactly one of ``path`` (a local file: ``X-Accel-Redirect`` to an internal location) or
+    ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. Nothing uses
+    it yet; mediasrv streams every body itself.
+    """
+
+    path: Path | None = None
+    url: str | None = None
+    expires_at: float | None = None
 
 
 class MetaStore(Protocol):
@@ -44,6 +95,12 @@ class MetaStore(Protocol):
     async def close(self) -> None:
         """Finish pending writes and release connections."""
 
+    async def health(self) -> dict[str, Any]:
+        """A cheap round trip: ``{"ok": bool, ...}`` with backend details, never raising.
+
+        For ``GET /health``: it must answer within a few seconds even when the server is
+        unreachable (``ok`` False), and stay cheap enough for a load balancer to call often.
+        """
     async def identity(self) -> StoreIdentity:
         """The database's identity, created with it (migrated databases get one on upgrade)."""
 
@@ -54,7 +111,7 @@ class MetaStore(Protocol):
 
     # users
     async def create_user(self, user: User) -> None:
-        """Insert; DuplicateError when the (normalised) e-mail exists."""
+        """Insert; Duplicate when the (normalised) e-mail exists."""
 
     async def get_user(self, user_id: str) -> User | None: ...
 
@@ -107,7 +164,7 @@ class MetaStore(Protocol):
         """Undo a reservation whose upload failed."""
 
     async def insert_file(self, record: FileRecord) -> None:
-        """Insert a record whose quota is already reserved. DuplicateError on file_id."""
+        """Insert a record whose quota is already reserved. Duplicate on file_id."""
 
     async def get_file(self, file_id: str) -> FileRecord | None: ...
 
@@ -133,7 +190,11 @@ class MetaStore(Protocol):
         """Which of these blob keys some file record references (for the orphan sweep)."""
 
     async def reconcile_usage(self) -> None:
-        """Recompute every account's storage_bytes and files_count from the file records."""
+        """Recompute every account's storage_bytes and files_count from the file records.
+
+        Not safe while uploads run in any process sharing the store (it would drop their
+        in-flight reservations): only ``mediasrv reconcile`` and single-process start-up call it.
+        """
 
     # custom domains
     async def get_domain(self, user_id: str) -> CustomDomain | None: ...
@@ -141,7 +202,7 @@ class MetaStore(Protocol):
     async def get_domain_by_hostname(self, hostname: str) -> CustomDomain | None: ...
 
     async def put_domain(self, domain: CustomDomain) -> None:
-        """Insert or replace the user's domain; DuplicateError if another user holds the hostname."""
+        """Insert or replace the user's domain; Duplicate if another user holds the hostname."""
 
     async def delete_domain(self, user_id: str) -> None: ...
 
@@ -174,30 +235,47 @@ class BlobWriter(Protocol):
 
 
 class BlobStore(Protocol):
-    """Blob bytes by key. Keys are ``[A-Za-z0-9_-]{1,64}``; anything else is a ValueError."""
+    """Blob bytes by key. Keys are ``[A-Za-z0-9_-]{1,64}`` (``validate_key``); anything else is a
+    ValueError.
 
-    async def open(self) -> None: ...
+    Guarantees of every backend: a blob is visible only once committed, whole (files: rename;
+    S3: single PUT or completed multipart upload); an aborted or failed write leaves nothing
+    behind (S3: the multipart upload is aborted; a crash leaves one the bucket's lifecycle rule
+    or ``sweep_temp`` removes); a reader that has started keeps reading one version (files:
+    POSIX unlink; S3: a reader that has started its ranged GET); an outage is StoreUnavailable.
+    """
+
+    async def open(self) -> None:
+        """Create the directory, or check the bucket is reachable; StoreUnavailable if not."""
 
     async def close(self) -> None: ...
+
+    async def health(self) -> dict[str, Any]:
+        """Like ``MetaStore.health``: ``{"ok": bool, ...}``, cheap, bounded in time, never raising."""
 
     async def open_writer(self, key: str) -> BlobWriter: ...
 
     async def stat(self, key: str) -> BlobStat | None: ...
 
     def read(self, key: str, start: int = 0, end: int | None = None,
-             chunk_size: int = 256 * 1024) -> AsyncIterator[bytes]:
-        """Stream bytes [start, end) in chunks; FileNotFoundError if the blob is gone."""
+             chunk_size: int = 256 * 1024) -> BlobChunks:
+        """Stream bytes [start, end) in chunks of at most ``chunk_size``.
+
+        Arguments are checked at once (ValueError); the blob is opened on the first iteration,
+        which raises BlobNotFound if it is gone. Close the generator (``contextlib.aclosing``)
+        when stopping early, so the file or HTTP connection is released at once.
+        """
 
     async def read_all(self, key: str, limit: int) -> bytes:
         """The whole blob when it is at most ``limit`` bytes (for image processing)."""
 
-    def local_path(self, key: str) -> Path | None:
-        """The blob's file when it lives on local disk (for zero-copy sends), else None."""
+    async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
+        """How a sidecar could send this blob directly (a local path or a presigned URL), or None."""
 
     async def delete(self, key: str) -> None:
         """Remove the blob; no error if it is already gone."""
 
-    def list_keys(self, older_than_s: float) -> AsyncIterator[str]:
+    def list_keys(self, older_than_s: float) -> AsyncGenerator[str, None]:
         """Keys of committed blobs last modified more than ``older_than_s`` ago."""
 
     async def sweep_temp(self, older_than_s: float) -> int:

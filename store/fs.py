@@ -40,13 +40,15 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from store.base import BlobChunks, Delivery, validate_key
+from store.errors import BlobNotFound, StorageFull, StoreUnavailable
 from store.models import BlobStat
 
 __all__ = ["FsBlobStore", "FsBlobWriter", "validate_key"]
 
 T = TypeVar("T")
 
-_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")  # validate_key's pattern, for scanning names
 _SHARD_RE = re.compile(r"[A-Za-z0-9_-]{1,2}")
 TEMP_PREFIX = ".tmp-"
 _OWNED_TEMP_RE = re.compile(r"\.tmp-([0-9a-f]{8})p(\d+)s(\d+)-")
@@ -58,13 +60,6 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 # What a symlinked or non-directory path component looks like to an O_NOFOLLOW open.
 _NOT_A_BLOB = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK)
-
-
-def validate_key(key: object) -> str:
-    """Return ``key`` if it is ``[A-Za-z0-9_-]{1,64}``, else raise ValueError."""
-    if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:
-        raise ValueError(f"invalid blob key: {key!r}")
-    return key
 
 
 def _close_quietly(fd: int | None) -> None:
@@ -173,6 +168,12 @@ class FsBlobStore:
         cf = executor.submit(fn, *args)
         try:
             return await asyncio.wrap_future(cf)
+        except FileNotFoundError as exc:  # the store's own "no such blob" (see _missing)
+            raise BlobNotFound(str(exc.filename or "")) from exc
+        except OSError as exc:  # disk full, I/O error, permissions: the store is unusable now
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageFull(f"blob storage full: {exc.strerror or exc}") from exc
+            raise StoreUnavailable(f"blob storage error: {exc.strerror or exc}") from exc
         except asyncio.CancelledError:
             if on_orphan is not None:
                 def release(f: concurrent.futures.Future[T]) -> None:
@@ -275,11 +276,11 @@ class FsBlobStore:
         return BlobStat(size=st.st_size, mtime=st.st_mtime)
 
     def read(self, key: str, start: int = 0, end: int | None = None,
-             chunk_size: int = 256 * 1024) -> AsyncIterator[bytes]:
+             chunk_size: int = 256 * 1024) -> BlobChunks:
         """Stream bytes [start, end) (``end`` None or past EOF: to EOF).
 
         Arguments are checked now (ValueError); the blob is opened on the first iteration,
-        which raises FileNotFoundError if it is missing. Once open, the reader keeps seeing
+        which raises BlobNotFound if it is missing. Once open, the reader keeps seeing
         that version even if the blob is deleted or replaced meanwhile. Close the iterator
         (``contextlib.aclosing``) when stopping early.
         """
@@ -289,7 +290,7 @@ class FsBlobStore:
         return self._read(key, start, end, chunk_size)
 
     async def _read(self, key: str, start: int, end: int | None,
-                    chunk_size: int) -> AsyncIterator[bytes]:
+                    chunk_size: int) -> BlobChunks:
         handle = _ReadHandle(await self._run(self._open_blob, key, on_orphan=_close_quietly))
         try:
             pos = start
@@ -330,6 +331,21 @@ class FsBlobStore:
             return b"".join(parts)
         finally:
             os.close(fd)
+
+    async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
+        """The blob's local path, for a sidecar sending files itself; None if it is missing."""
+        if await self.stat(key) is None:
+            return None
+        path = self.local_path(key)
+        return None if path is None else Delivery(path=path)
+
+    async def health(self) -> dict[str, Any]:
+        """Whether the blob directory is still a directory this process can use."""
+        try:
+            await self._run(self._open_sync)
+        except (StoreUnavailable, RuntimeError, NotADirectoryError) as exc:
+            return {"ok": False, "backend": "fs", "error": type(exc).__name__}
+        return {"ok": True, "backend": "fs"}
 
     def local_path(self, key: str) -> Path | None:
         """Where the blob lives (it may not exist); None for an invalid key. No I/O.

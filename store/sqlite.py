@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 import os
 import sqlite3
@@ -28,9 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from mediasrv import timeutil
-from mediasrv.errors import StorageFull, StoreUnavailable
-from store.base import DuplicateError
+from store.errors import Duplicate, StorageFull, StoreUnavailable
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -199,6 +198,12 @@ FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
 
+MIGRATION_TABLES: dict[str, str] = {
+    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash",
+    "files": "id", "logs": "id", "usage": "user_id, period"}
+"""Every table (in an order that satisfies the foreign keys) and its primary key, for
+``mediasrv migrate``: rows cross between backends as dicts of these columns."""
+
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
     files_count = max(files_count - 1, 0) WHERE id = :user_id"""
 
@@ -317,6 +322,12 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
     return " AND ".join(clauses), params
 
 
+def _now_iso() -> str:
+    """Now in the stored format (as ``mediasrv.timeutil.now_iso``, which store/ cannot import)."""
+    now = dt.datetime.now(dt.UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
 def _check_page(offset: int, limit: int) -> None:
     """SQLite reads a negative LIMIT as "no limit", so refuse it rather than return everything."""
     if offset < 0 or limit < 0:
@@ -378,9 +389,22 @@ def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
 def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
     """The record and its search row, in one transaction."""
     conn.execute(_insert_sql("files", FileRecord), _params(record))
-    seq = conn.execute("INSERT INTO file_search_rows (file_pk) VALUES (?)", (record.id,)).lastrowid
-    conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
-                 (seq, _fold(record.name), _fold(record.file_id)))
+    _index_file(conn, record.id, record.name, record.file_id)
+
+
+def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: str) -> None:
+    """Add a file row's search entry unless it has one (file rows never change once written)."""
+    cursor = conn.execute("INSERT OR IGNORE INTO file_search_rows (file_pk) VALUES (?)", (pk,))
+    if cursor.rowcount:
+        conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
+                     (cursor.lastrowid, _fold(name), _fold(file_id)))
+
+
+def _load_files(conn: sqlite3.Connection, sql: str, rows: list[dict[str, Any]]) -> None:
+    """Upserted file rows (``mediasrv migrate``) get their search entries like inserted ones."""
+    conn.executemany(sql, rows)
+    for row in rows:
+        _index_file(conn, row["id"], row["name"], row["file_id"])
 
 
 def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRecord | None:
@@ -537,6 +561,18 @@ class SqliteMetaStore:
         self._closing = True  # queued writes still run, but none waits for another process's lock
         await asyncio.to_thread(self._shutdown, writer, readers, lookups)
 
+    async def health(self) -> dict[str, Any]:
+        """One trivial read on a lookup thread (never behind searches): the file opens and
+        answers, and it is still the file this store opened (not deleted or replaced)."""
+        try:
+            await self._run(False, partial(self._in_transaction, False, _execute, "SELECT 1"), lookup=True)
+            same = await self.check_identity()
+        except Exception as exc:  # health reports, it never raises
+            return {"ok": False, "backend": "sqlite", "error": type(exc).__name__}
+        if not same:
+            return {"ok": False, "backend": "sqlite", "error": "database file deleted or replaced"}
+        return {"ok": True, "backend": "sqlite"}
+
     def _shutdown(self, writer: ThreadPoolExecutor, *readers: ThreadPoolExecutor) -> None:
         """Blocking part of ``close``: no thread uses a connection once the pools are down."""
         writer.shutdown(wait=True)
@@ -643,7 +679,7 @@ class SqliteMetaStore:
             return await asyncio.get_running_loop().run_in_executor(pool, call)
         except sqlite3.IntegrityError as exc:
             if _is_unique_violation(exc):
-                raise DuplicateError(str(exc)) from exc
+                raise Duplicate(str(exc)) from exc
             raise
         except sqlite3.DatabaseError as exc:
             if not _is_unavailable(exc):
@@ -651,8 +687,10 @@ class SqliteMetaStore:
             if not isinstance(exc, DatabaseReplaced) and self._file is not None:
                 log.warning("SQLite metadata store unavailable: %s", exc)
             if _is_full(exc):
-                raise StorageFull() from exc
-            raise StoreUnavailable() from exc
+                raise StorageFull(f"SQLite: {exc}") from exc
+            raise StoreUnavailable(f"SQLite: {exc}") from exc
+        except OSError as exc:  # e.g. the directory cannot be created
+            raise StoreUnavailable(f"{self.path.parent}: {exc.strerror or exc}") from exc
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(True, partial(self._in_transaction, True, fn, *args))
@@ -735,7 +773,7 @@ class SqliteMetaStore:
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """The protocol passes no time, so the retirement is stamped with the clock here."""
         await self._write(_execute, "UPDATE tokens SET used_at = ? WHERE user_id = ? AND kind = ? "
-                          "AND used_at IS NULL", (timeutil.now_iso(), user_id, kind))
+                          "AND used_at IS NULL", (_now_iso(), user_id, kind))
 
     # --- API keys ---------------------------------------------------------------------
 
@@ -854,3 +892,48 @@ class SqliteMetaStore:
                                   "WHERE user_id = ? AND period = ?", (user_id, period),
                                   lambda row: UsageCounts(**dict(row)))
         return counts or UsageCounts()
+
+    # --- migration (mediasrv migrate) -------------------------------------------------
+
+    async def count_rows(self, table: str) -> int:
+        MIGRATION_TABLES[table]  # KeyError for anything else: no SQL from outside
+        return int(await self._read(lambda conn: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]))
+
+    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of a table in primary-key order, as dicts in the records' field format."""
+        key = MIGRATION_TABLES[table]
+
+        def page(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(f"SELECT * FROM {table} ORDER BY {key} LIMIT ? OFFSET ?", (limit, offset))
+            out = []
+            for row in rows:
+                values = dict(row)
+                if table == "files":
+                    values["is_public"] = bool(values["is_public"])
+                elif table == "logs":
+                    values["metadata"] = orjson.loads(values["metadata"])
+                out.append(values)
+            return out
+
+        return await self._read(page)
+
+    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Insert or replace rows (as ``dump_rows`` returns them): running twice changes nothing."""
+        key = MIGRATION_TABLES[table]  # KeyError for anything else: no SQL from outside
+        if not rows:
+            return
+        prepared = []
+        for row in rows:
+            values = dict(row)
+            if table == "files":
+                values["is_public"] = int(values["is_public"])
+            elif table == "logs":
+                values["metadata"] = orjson.dumps(values["metadata"]).decode()
+            prepared.append(values)
+        names = list(prepared[0])
+        keys = {k.strip() for k in key.split(",")}
+        updates = ", ".join(f"{n} = excluded.{n}" for n in names if n not in keys)
+        # An upsert, not INSERT OR REPLACE: replacing a user would cascade-delete their rows.
+        sql = (f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)}) "
+               f"ON CONFLICT ({key}) DO UPDATE SET {updates}")
+        await self._write(_load_files if table == "files" else _execute_many, sql, prepared)

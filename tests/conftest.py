@@ -29,8 +29,8 @@ from mediasrv.domains import make_provider
 from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.server import make_server
 from mediasrv.settings import Settings
-from store.fs import FsBlobStore
-from store.sqlite import SqliteMetaStore
+from mediasrv.stores import make_stores
+from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 
@@ -101,9 +101,9 @@ def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple
 
 
 @pytest.fixture
-def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[SqliteMetaStore, FsBlobStore]]:
-    meta = SqliteMetaStore(settings.data_dir / "meta.sqlite3")
-    blobs = FsBlobStore(settings.data_dir)
+def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[Any, Any]]:
+    """The stores ``settings`` select (SQLite + files unless app_env names MongoDB or S3)."""
+    meta, blobs = make_stores(settings)
     io_loop.run_sync(meta.open)
     io_loop.run_sync(blobs.open)
     yield meta, blobs
@@ -112,7 +112,7 @@ def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[SqliteMetaStore, 
 
 
 @pytest.fixture
-def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore],
+def runtime_and_app(settings: Settings, stores: tuple[Any, Any],
                     io_loop: Any, clock: ShiftableClock) -> Iterator[tuple[tornado.web.Application, Runtime]]:
     meta, blobs = stores
     mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)

@@ -810,3 +810,18 @@ async def test_signed_url_bad_expiry_is_400(api: Api, expires_in: Any) -> None:
     f = await uploaded(api, token, query="?isPublic=false")
     r = await api.call("POST", f"/files/{f['file_id']}/signed-url", token=token, json={"expires_in": expires_in})
     assert r.code == 400, r.body
+
+
+async def test_refused_listing_keeps_the_connection_alive(api: Api, port: int) -> None:
+    """GET /files refused in prepare (401 here, 429 alike) must not close a kept-alive connection:
+    a client that sent its next request meanwhile would get a reset instead of an answer."""
+    raw = await Raw.open(port)
+    try:
+        await raw.send(b"GET /files HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = await raw.response()
+        assert status == 401
+        await raw.send(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = await raw.response()
+        assert status == 200
+    finally:
+        raw.close()

@@ -15,10 +15,10 @@ import pytest
 
 from mediasrv.custom_domains import DomainService
 from mediasrv.domains import ManualProvider
-from mediasrv.errors import StorageFull
 from mediasrv.files import FileService
 from mediasrv.settings import Settings
 from mediasrv.timeutil import now_iso
+from store.errors import StorageFull
 from store.fs import FsBlobStore
 from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore

@@ -31,6 +31,7 @@ from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.media import ResizePool
 from mediasrv.settings import Settings, SettingsError
 from mediasrv.timeutil import now_iso
+from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
@@ -326,8 +327,8 @@ class RecordingBlobs:
         self.read_all_calls.append(key)
         return await self.inner.read_all(key, limit)
 
-    def local_path(self, key: str) -> Path | None:
-        return self.inner.local_path(key) if self.local else None
+    async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
+        return await self.inner.delivery(key, ttl_s) if self.local else None
 
 
 class GatedRunner:

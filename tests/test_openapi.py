@@ -40,11 +40,12 @@ INTERFACE_RATE_LIMITS = {
     ("PATCH", "/settings"): (20, "user"), ("GET", "/profile"): (60, "user"),
     ("GET", "/usage"): (60, "user"), ("GET", "/logs"): (60, "user"),
 }
-NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
+NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
                ("GET", "/reference/allowed-content-types"), ("GET", "/reference/for-agents"),
                ("GET", "/reference/openapi.json"), ("GET", "/reference")]
 JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}")}
-NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("POST", "/auth/register"), ("GET", "/auth/confirm"),
+NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("POST", "/auth/register"),
+           ("GET", "/auth/confirm"),
            ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),
            ("POST", "/auth/reset-password"), ("GET", "/reference/allowed-content-types"),
            ("GET", "/reference/for-agents"), ("GET", "/reference/openapi.json"), ("GET", "/reference"),

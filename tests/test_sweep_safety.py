@@ -16,6 +16,7 @@ import pytest
 from mediasrv.errors import StoreUnavailable
 from mediasrv.storeguard import StoreGuard
 from mediasrv.sweep import MIN_ALLOWANCE, Sweeper, SweepPolicy
+from store import errors as store_errors
 from store.fs import FsBlobStore
 from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore
@@ -146,7 +147,7 @@ async def test_a_database_deleted_under_the_store_refuses_writes_and_sweeps(stor
     assert not await guard.check()
     with pytest.raises(StoreUnavailable):
         guard.require()
-    with pytest.raises(StoreUnavailable):  # the record would go to a file nobody reads again
+    with pytest.raises(store_errors.StoreUnavailable):  # the record would go to a file nobody reads again
         await add_file(meta, "after-delete")
     report = await Sweeper(meta, blobs, SweepPolicy(grace_s=0)).run()
     assert report.orphan_blobs == 0 and report.refused is not None

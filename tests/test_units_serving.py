@@ -335,6 +335,20 @@ def test_file_cache_put_after_an_invalidation_is_dropped() -> None:
     assert cache.get("x") is not None
 
 
+def test_file_cache_entries_expire_so_other_processes_deletes_are_seen() -> None:
+    """A delete in another process cannot invalidate this cache: entries live ``ttl_s``."""
+    now = [100.0]
+    cache = FileCache(max_entries=10, ttl_s=1.0, clock=lambda: now[0])
+    cache.put(_record("x"))
+    now[0] += 0.9
+    assert cache.get("x") is not None
+    now[0] += 0.2
+    assert cache.get("x") is None  # expired: the next request asks the database
+    cache.put(_record("x"))
+    now[0] += 0.5
+    assert cache.get("x") is not None
+
+
 # ---------------------------------------------------------------------------- ResizePool
 
 

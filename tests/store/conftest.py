@@ -12,10 +12,12 @@ import pytest
 import tornado.ioloop
 
 from store.base import MetaStore
+from store.mongo import MongoMetaStore
 from store.sqlite import SqliteMetaStore
+from tests.backends.fixtures import new_database
 
-META_BACKENDS = ["sqlite"]
-"""Add "mongo" here (and a branch in ``meta_factory``) to run the contract against MongoDB."""
+META_BACKENDS = ["sqlite", "mongo", "mongod"]
+"""mongo: mongoeco's wire server; mongod: a real server from MEDIASRV_TEST_MONGODB_URL (else skipped)."""
 
 MetaFactory = Callable[[], MetaStore]
 
@@ -31,6 +33,10 @@ def meta_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
     if request.param == "sqlite":
         path = sqlite_path(tmp_path)
         return lambda: SqliteMetaStore(path, read_threads=2)
+    if request.param in ("mongo", "mongod"):
+        server = request.getfixturevalue("mongoeco" if request.param == "mongo" else "real_mongod")
+        url = server.url(new_database())
+        return lambda: MongoMetaStore(url, timeout_ms=3000)
     raise AssertionError(f"unknown backend {request.param!r}")
 
 

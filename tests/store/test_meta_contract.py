@@ -15,13 +15,15 @@ from pathlib import Path
 import pytest
 
 from mediasrv import timeutil
-from mediasrv.errors import StoreUnavailable
 from store.base import DuplicateError, MetaStore
+from store.errors import StoreUnavailable
 from store.models import AccountPlan, ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.mongo import MongoMetaStore
 from store.sqlite import MIGRATIONS, SqliteMetaStore
 from tests.store.conftest import MetaFactory, sqlite_path
 
-BASE = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+BASE = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
+"""Near the real clock: MongoDB's TTL indexes really expire tokens and logs dated in the past."""
 
 
 def ts(seconds: float) -> str:
@@ -675,9 +677,7 @@ async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
         await store.get_user("u1")
 
 
-async def test_sqlite_email_unique_ignores_case(meta: MetaStore) -> None:
-    if not isinstance(meta, SqliteMetaStore):
-        pytest.skip("SQLite collation")
+async def test_email_unique_ignores_case(meta: MetaStore) -> None:
     await add_user(meta, "u1", email="a@example.com")
     with pytest.raises(DuplicateError):
         await meta.create_user(make_user("u2", email="A@Example.com"))
@@ -717,15 +717,42 @@ async def test_sqlite_close_closes_every_connection(tmp_path: Path) -> None:
             conn.execute("SELECT 1")
 
 
-async def test_sqlite_negative_page_bounds_are_rejected(meta: MetaStore) -> None:
-    if not isinstance(meta, SqliteMetaStore):
-        pytest.skip("SQLite LIMIT semantics")
+async def test_negative_page_bounds_are_rejected(meta: MetaStore) -> None:
     with pytest.raises(ValueError):
         await meta.list_files("u1", FileQuery(), 0, -1)
     with pytest.raises(ValueError):
         await meta.list_logs("u1", -1, 10)
 
 
+# --- MongoDB only ---------------------------------------------------------------------
+
+async def test_mongo_indexes_dates_and_database_name(meta: MetaStore) -> None:
+    """Unique and TTL indexes exist; timestamps are BSON dates inside, ISO strings outside."""
+    if not isinstance(meta, MongoMetaStore):
+        pytest.skip("MongoDB layout")
+    assert meta.database.startswith("t_")  # from the URL's path
+    db = meta._db
+    users = await db["users"].index_information()
+    assert users["email_folded_unique"]["unique"]
+    tokens = await db["tokens"].index_information()
+    assert tokens["expires_ttl"]["expireAfterSeconds"] == 0
+    logs = await db["logs"].index_information()
+    assert logs["created_ttl"]["expireAfterSeconds"] == 30 * 86400
+    files = await db["files"].index_information()
+    assert files["file_id_unique"]["unique"]
+    assert (await db["domains"].index_information())["hostname_unique"]["unique"]
+    assert (await db["api_keys"].index_information())["key_hash_unique"]["unique"]
+    await add_user(meta, "u1")
+    record = await add_file(meta, "u1", "f1", created_at=ts(1.5))
+    raw = await db["files"].find_one({"file_id": "f1"})
+    assert isinstance(raw["created_at"], dt.datetime)
+    assert await meta.get_file("f1") == record and record.created_at.endswith(".500Z")
+
+
+def test_mongo_database_name_defaults_to_mediasrv() -> None:
+    assert MongoMetaStore("mongodb://db.example:27017/?replicaSet=rs").database == "mediasrv"
+    assert MongoMetaStore("mongodb://db.example:27017").database == "mediasrv"
+    assert MongoMetaStore("mongodb://u:p@db.example/media_prod?tls=true").database == "media_prod"
 # --- identity (sweep safety, issue 12 item 3) -------------------------------------------
 
 async def test_identity_is_stable_and_files_are_counted(meta: MetaStore, meta_factory: MetaFactory) -> None:

@@ -1,0 +1,702 @@
+"""The production metadata store: MongoDB through PyMongo's native asyncio client.
+
+Shared by every mediasrv process of a deployment, so each operation that must be atomic is
+one server-side conditional update on one document: quota reservations are an ``$inc``
+whose filter carries the limits, token consumption is a find-and-modify on an unused,
+unexpired token, releases clamp at zero in an update pipeline. Nothing reads then writes.
+
+Inside the database timestamps are BSON dates (so TTL indexes can expire old tokens and
+activity logs); outside they are the ISO strings with millisecond precision that every
+backend returns. Timeouts are short (``timeout_ms`` for server selection, connecting and
+each operation), so an unreachable server is ``StoreUnavailable`` within seconds, and the
+driver reconnects by itself when the server is back.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import orjson
+import pymongo
+from bson.codec_options import CodecOptions
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
+
+from store.errors import Duplicate, StoreUnavailable
+from store.models import (
+    AccountPlan,
+    ApiKey,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    LogEntry,
+    StoreIdentity,
+    UsageCounts,
+    User,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Doc = dict[str, Any]
+
+DEFAULT_DATABASE = "mediasrv"
+SCHEMA_VERSION = 1
+LOG_TTL_S = 30 * 86400
+"""Activity logs older than this are expired by MongoDB itself (the sweep's retention too)."""
+IN_CHUNK = 500
+HEALTH_TIMEOUT_S = 2.0
+CLOSE_WAIT_S = 10.0
+
+# OperationFailure codes that mean "the server is busy, stepping down or timed out", not a bug.
+_TRANSIENT_CODES = frozenset({6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+
+_USER_DATES = ("created_at", "updated_at", "email_verified_at", "trial_ends_at",
+               "subscription_canceled_at", "access_until")
+_KEY_DATES = ("created_at", "last_used_at", "revoked_at")
+_FILE_DATES = ("created_at",)
+_DOMAIN_DATES = ("updated_at",)
+_LOG_DATES = ("created_at",)
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+# --- conversions ----------------------------------------------------------------------
+
+def to_date(value: str | None) -> dt.datetime | None:
+    """A stored-format ISO string as a UTC datetime (BSON dates keep milliseconds)."""
+    if value is None:
+        return None
+    parsed = dt.datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC)
+
+
+def to_iso(value: dt.datetime | None) -> str | None:
+    """A BSON date back as ``YYYY-MM-DDTHH:MM:SS.mmmZ``, the format it came in."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    value = value.astimezone(dt.UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def _now() -> dt.datetime:
+    t = dt.datetime.now(dt.UTC)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def fold_email(email: str) -> str:
+    """ASCII-only case folding, exactly what SQLite's COLLATE NOCASE does for the same index."""
+    return email.translate(_ASCII_LOWER)
+
+
+def fold_text(value: str | None) -> str | None:
+    """Python's ``lower``, the folding of the SQLite store's search."""
+    return value.lower() if isinstance(value, str) else None
+
+
+def _doc(record: Any, dates: tuple[str, ...], id_field: str = "id") -> Doc:
+    """A record as a document: ``id_field`` becomes ``_id``, timestamps become dates."""
+    values = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    doc: Doc = {"_id": values.pop(id_field)}
+    for name, value in values.items():
+        doc[name] = to_date(value) if name in dates else value
+    return doc
+
+
+def _record(cls: type[T], doc: Doc, dates: tuple[str, ...], id_field: str = "id") -> T:
+    """A document back as a record: only the record's own fields, dates as ISO strings."""
+    values: Doc = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name == id_field:
+            values[f.name] = doc["_id"]
+        elif f.name in doc:
+            value = doc[f.name]
+            values[f.name] = to_iso(value) if f.name in dates else value
+    return cls(**values)
+
+
+def _user(doc: Doc) -> User:
+    return _record(User, doc, _USER_DATES)
+
+
+def _key(doc: Doc) -> ApiKey:
+    return _record(ApiKey, doc, _KEY_DATES)
+
+
+def _file(doc: Doc) -> FileRecord:
+    return _record(FileRecord, doc, _FILE_DATES)
+
+
+def _domain(doc: Doc) -> CustomDomain:
+    return _record(CustomDomain, doc, _DOMAIN_DATES, id_field="user_id")
+
+
+def _log(doc: Doc) -> LogEntry:
+    doc = dict(doc)
+    doc["metadata"] = orjson.loads(doc.get("metadata") or "{}")
+    return _record(LogEntry, doc, _LOG_DATES)
+
+
+def _file_doc(record: FileRecord) -> Doc:
+    """Folded copies of the searchable fields are stored at insert, for literal search."""
+    doc = _doc(record, _FILE_DATES)
+    doc["name_folded"] = fold_text(record.name)
+    doc["file_id_folded"] = fold_text(record.file_id)
+    return doc
+
+
+def _file_filter(user_id: str, query: FileQuery) -> Doc:
+    """``q`` is escaped: a literal substring of the folded name or file_id, never a pattern."""
+    flt: Doc = {"user_id": user_id}
+    if query.q:
+        pattern = re.escape(query.q.lower())
+        flt["$or"] = [{"name_folded": {"$regex": pattern}}, {"file_id_folded": {"$regex": pattern}}]
+    if query.content_type is not None:
+        flt["content_type"] = query.content_type
+    size: Doc = {}
+    if query.size_min is not None:
+        size["$gte"] = query.size_min
+    if query.size_max is not None:
+        size["$lte"] = query.size_max
+    if size:
+        flt["size"] = size
+    created: Doc = {}
+    if query.created_after is not None:
+        created["$gte"] = to_date(query.created_after)
+    if query.created_before is not None:
+        created["$lte"] = to_date(query.created_before)
+    if created:
+        flt["created_at"] = created
+    if query.is_public is not None:
+        flt["is_public"] = query.is_public
+    return flt
+
+
+def _check_page(offset: int, limit: int) -> None:
+    if offset < 0 or limit < 0:
+        raise ValueError("offset and limit must not be negative")
+
+
+def database_name(url: str) -> str:
+    """The database named in the URL's path, or ``mediasrv``."""
+    return urlsplit(url).path.lstrip("/") or DEFAULT_DATABASE
+
+
+def _is_transient(exc: OperationFailure) -> bool:
+    return exc.code in _TRANSIENT_CODES or exc.has_error_label("RetryableWriteError") or (
+        exc.has_error_label("TransientTransactionError"))
+
+
+NEWEST_FIRST = [("created_at", DESCENDING), ("_id", DESCENDING)]
+
+INDEXES: dict[str, list[IndexModel]] = {
+    "users": [IndexModel([("email_folded", ASCENDING)], unique=True, name="email_folded_unique")],
+    "tokens": [IndexModel([("user_id", ASCENDING), ("kind", ASCENDING)], name="user_kind"),
+               IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
+    "api_keys": [IndexModel([("key_hash", ASCENDING)], unique=True, name="key_hash_unique"),
+                 IndexModel([("user_id", ASCENDING), ("revoked_at", ASCENDING), *NEWEST_FIRST],
+                            name="user_active_newest")],
+    "files": [IndexModel([("file_id", ASCENDING)], unique=True, name="file_id_unique"),
+              IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
+              IndexModel([("user_id", ASCENDING), ("content_type", ASCENDING), *NEWEST_FIRST],
+                         name="user_type_newest"),
+              IndexModel([("blob_key", ASCENDING)], name="blob_key")],
+    "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
+    "logs": [IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
+             IndexModel([("created_at", ASCENDING)], expireAfterSeconds=LOG_TTL_S, name="created_ttl")],
+}
+"""Created (idempotently) at every open; the unique ones are what make Duplicate possible."""
+
+
+class MongoMetaStore:
+    """``MetaStore`` over one MongoDB database (replica set, sharded or standalone)."""
+
+    def __init__(self, url: str, *, timeout_ms: int = 3000) -> None:
+        self.url = url
+        self.database = database_name(url)
+        self._timeout_ms = timeout_ms
+        self._client: AsyncMongoClient[Doc] | None = None
+        self._db: Any = None
+        self._identity: StoreIdentity | None = None
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect (StoreUnavailable within ``timeout_ms`` if unreachable), check the schema
+        version and create the indexes."""
+        if self._client is not None:
+            return
+        t = self._timeout_ms
+        client: AsyncMongoClient[Doc] = AsyncMongoClient(
+            self.url, serverSelectionTimeoutMS=t, connectTimeoutMS=t, timeoutMS=t,
+            appname="mediasrv", tz_aware=True, retryWrites=True, retryReads=True)
+        self._client = client
+        self._db = client.get_database(self.database, codec_options=CodecOptions(tz_aware=True,
+                                                                                  tzinfo=dt.UTC))
+        try:
+            async with self._op():
+                await self._db.command("ping")
+                await self._check_schema()
+                self._identity = await self._load_identity()
+                for name, indexes in INDEXES.items():
+                    await self._db[name].create_indexes(indexes)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _check_schema(self) -> None:
+        """Refuse a database written by a newer release; record the version otherwise."""
+        config = self._db["config"]
+        doc = await config.find_one({"_id": "schema"})
+        version = (doc or {}).get("version", 0)
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"metadata schema version {version} is newer than this server "
+                               f"({SCHEMA_VERSION}); refusing to open it")
+        if version < SCHEMA_VERSION:
+            await config.update_one({"_id": "schema"}, {"$max": {"version": SCHEMA_VERSION}}, upsert=True)
+
+    async def _load_identity(self) -> StoreIdentity:
+        """The database's identity, written once by whichever process opens it first."""
+        candidate = {"instance_id": uuid.uuid4().hex, "created_at": to_iso(_now())}
+        config = self._db["config"]
+        with contextlib.suppress(DuplicateKeyError):  # another process inserted it meanwhile
+            await config.update_one({"_id": "identity"}, {"$setOnInsert": candidate}, upsert=True)
+        doc = await config.find_one({"_id": "identity"})
+        return StoreIdentity(instance_id=str(doc["instance_id"]), created_at=str(doc["created_at"]))
+
+    async def identity(self) -> StoreIdentity:
+        if self._identity is None:
+            raise StoreUnavailable("metadata store is not open")
+        return self._identity
+
+    async def check_identity(self) -> bool:
+        """False when the database now holds another identity (dropped or restored under us)."""
+        if self._identity is None:
+            return False
+        try:
+            async with self._op() as db:
+                doc = await db["config"].find_one({"_id": "identity"})
+        except StoreUnavailable:
+            return True  # unreachable is not replaced: requests get their own 503s
+        return doc is not None and doc.get("instance_id") == self._identity.instance_id
+
+    async def count_files(self) -> int:
+        async with self._op() as db:
+            return int(await db["files"].count_documents({}))
+
+    async def close(self) -> None:
+        """Let operations in flight finish (bounded), then close the client; idempotent."""
+        client, self._client = self._client, None
+        self._db = None
+        if client is None:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), CLOSE_WAIT_S)
+        await client.close()
+
+    async def health(self) -> dict[str, Any]:
+        if self._db is None:
+            return {"ok": False, "backend": "mongodb", "error": "closed"}
+        try:
+            with pymongo.timeout(HEALTH_TIMEOUT_S):
+                await self._db.command("ping")
+        except Exception as exc:  # health reports, it never raises
+            return {"ok": False, "backend": "mongodb", "error": type(exc).__name__}
+        return {"ok": True, "backend": "mongodb"}
+
+    @contextlib.asynccontextmanager
+    async def _op(self) -> AsyncIterator[Any]:
+        """One operation: refused once closed, counted for ``close``, errors translated."""
+        db = self._db
+        if db is None:
+            raise StoreUnavailable("metadata store is not open")
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            with _translated():
+                yield db
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    # --- shared configuration ---------------------------------------------------------
+
+    async def shared_secret(self, name: str, candidate: str) -> str:
+        """The value kept under ``name``, storing ``candidate`` first if there is none.
+
+        Every process of a deployment calls this at start with its own random candidate;
+        the first insert wins and all of them return the same value.
+        """
+        async with self._op() as db:
+            # DuplicateKeyError: another process inserted it between our filter and our insert.
+            with contextlib.suppress(DuplicateKeyError):
+                await db["config"].update_one({"_id": f"secret:{name}"},
+                                              {"$setOnInsert": {"value": candidate}}, upsert=True)
+            doc = await db["config"].find_one({"_id": f"secret:{name}"})
+        return str(doc["value"])
+
+    # --- users ------------------------------------------------------------------------
+
+    async def create_user(self, user: User) -> None:
+        doc = _doc(user, _USER_DATES)
+        doc["email_folded"] = fold_email(user.email)
+        async with self._op() as db:
+            await db["users"].insert_one(doc)
+
+    async def get_user(self, user_id: str) -> User | None:
+        async with self._op() as db:
+            doc = await db["users"].find_one({"_id": user_id})
+        return None if doc is None else _user(doc)
+
+    async def get_user_by_email(self, email: str) -> User | None:
+        async with self._op() as db:
+            doc = await db["users"].find_one({"email_folded": fold_email(email)})
+        return None if doc is None else _user(doc)
+
+    async def mark_email_verified(self, user_id: str, at: str) -> None:
+        """Keeps the first verification time: ``$min`` on a missing field sets it."""
+        when = to_date(at)
+        async with self._op() as db:
+            await db["users"].update_one({"_id": user_id, "email_verified_at": None},
+                                         {"$set": {"email_verified_at": when}})
+            await db["users"].update_one({"_id": user_id}, {"$set": {"updated_at": when}})
+
+    async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
+        async with self._op() as db:
+            await db["users"].update_one({"_id": user_id}, {
+                "$set": {"password_hash": password_hash, "updated_at": to_date(at)},
+                "$inc": {"token_version": 1}})
+
+    async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
+        async with self._op() as db:
+            await db["users"].update_one({"_id": user_id}, {
+                "$set": {"max_upload_size_bytes": value, "updated_at": to_date(at)}})
+
+    async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
+        trial = to_date(plan.trial_ends_at) if plan.trial_ends_at is not None else None
+        async with self._op() as db:
+            result = await db["users"].update_one({"_id": user_id}, {"$set": {
+                "plan": plan.plan, "storage_limit_bytes": plan.storage_limit_bytes,
+                "file_count_limit": plan.file_count_limit, "trial_ends_at": trial, "updated_at": to_date(at)}})
+        return result.matched_count > 0
+
+    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+        """Oldest first, ties by id (operator commands)."""
+        _check_page(offset, limit)
+        async with self._op() as db:
+            total = await db["users"].count_documents({})
+            docs: list[Doc] = []
+            if limit > 0 and offset < total:
+                docs = await db["users"].find({}).sort([("created_at", ASCENDING), ("_id", ASCENDING)]) \
+                    .skip(offset).limit(limit).to_list()
+        return [_user(doc) for doc in docs], total
+
+    # --- single-use tokens ------------------------------------------------------------
+
+    async def put_token(self, kind: str, token_hash: str, user_id: str, expires_at: str,
+                        data: str | None = None) -> None:
+        async with self._op() as db:
+            await db["tokens"].insert_one({"_id": token_hash, "kind": kind, "user_id": user_id,
+                                           "expires_at": to_date(expires_at), "used_at": None,
+                                           "data": data})
+
+    async def consume_token(self, kind: str, token_hash: str,
+                            now: str) -> tuple[str, str | None] | None:
+        """One find-and-modify: of concurrent callers (in any process) exactly one wins."""
+        when = to_date(now)
+        async with self._op() as db:
+            doc = await db["tokens"].find_one_and_update(
+                {"_id": token_hash, "kind": kind, "used_at": None, "expires_at": {"$gt": when}},
+                {"$set": {"used_at": when}}, return_document=ReturnDocument.BEFORE)
+        return None if doc is None else (doc["user_id"], doc.get("data"))
+
+    async def revoke_tokens(self, kind: str, user_id: str) -> None:
+        async with self._op() as db:
+            await db["tokens"].update_many({"user_id": user_id, "kind": kind, "used_at": None},
+                                           {"$set": {"used_at": _now()}})
+
+    # --- API keys ---------------------------------------------------------------------
+
+    async def create_api_key(self, key: ApiKey) -> None:
+        async with self._op() as db:
+            await db["api_keys"].insert_one(_doc(key, _KEY_DATES))
+
+    async def list_api_keys(self, user_id: str, offset: int, limit: int) -> tuple[list[ApiKey], int]:
+        return await self._page("api_keys", {"user_id": user_id, "revoked_at": None}, offset, limit, _key)
+
+    async def get_api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        async with self._op() as db:
+            doc = await db["api_keys"].find_one({"key_hash": key_hash, "revoked_at": None})
+        return None if doc is None else _key(doc)
+
+    async def revoke_api_key(self, user_id: str, key_id: str, at: str) -> bool:
+        async with self._op() as db:
+            result = await db["api_keys"].update_one(
+                {"_id": key_id, "user_id": user_id, "revoked_at": None}, {"$set": {"revoked_at": to_date(at)}})
+        return result.modified_count > 0
+
+    async def touch_api_keys(self, last_used: dict[str, str]) -> None:
+        """The filter keeps a late, older batch from moving last_used_at backwards."""
+        if not last_used:
+            return
+        ops = []
+        for key_id, at in last_used.items():
+            when = to_date(at)
+            ops.append(UpdateOne({"_id": key_id, "$or": [{"last_used_at": None}, {"last_used_at": {"$lt": when}}]},
+                                 {"$set": {"last_used_at": when}}))
+        async with self._op() as db:
+            await db["api_keys"].bulk_write(ops, ordered=False)
+
+    # --- files and quotas -------------------------------------------------------------
+
+    async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
+                            count_limit: int | None) -> bool:
+        """One conditional ``$inc``: the limits are in the filter, so check and add are atomic."""
+        if size < 0:
+            raise ValueError("size must not be negative")
+        flt: Doc = {"_id": user_id}
+        if storage_limit is not None:
+            flt["storage_bytes"] = {"$lte": storage_limit - size}
+        if count_limit is not None:
+            flt["files_count"] = {"$lte": count_limit - 1}
+        async with self._op() as db:
+            result = await db["users"].update_one(flt, {"$inc": {"storage_bytes": size, "files_count": 1}})
+        return result.modified_count > 0
+
+    async def release_quota(self, user_id: str, size: int) -> None:
+        async with self._op():
+            await self._release(user_id, size)
+
+    async def _release(self, user_id: str, size: int) -> None:
+        """Subtract in an update pipeline that clamps at zero, atomically on the server."""
+        await self._db["users"].update_one({"_id": user_id}, [{"$set": {
+            "storage_bytes": {"$max": [0, {"$subtract": ["$storage_bytes", size]}]},
+            "files_count": {"$max": [0, {"$subtract": ["$files_count", 1]}]}}}])
+
+    async def insert_file(self, record: FileRecord) -> None:
+        async with self._op() as db:
+            await db["files"].insert_one(_file_doc(record))
+
+    async def get_file(self, file_id: str) -> FileRecord | None:
+        async with self._op() as db:
+            doc = await db["files"].find_one({"file_id": file_id})
+        return None if doc is None else _file(doc)
+
+    async def list_files(self, user_id: str, query: FileQuery, offset: int,
+                         limit: int) -> tuple[list[FileRecord], int]:
+        return await self._page("files", _file_filter(user_id, query), offset, limit, _file)
+
+    async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
+        """Find-and-delete (only one caller gets the record), then release its quota."""
+        async with self._op() as db:
+            doc = await db["files"].find_one_and_delete({"file_id": file_id, "user_id": user_id})
+            if doc is None:
+                return None
+            record = _file(doc)
+            await self._release(user_id, record.size)
+        return record
+
+    async def existing_blob_keys(self, keys: list[str]) -> set[str]:
+        found: set[str] = set()
+        async with self._op() as db:
+            for start in range(0, len(keys), IN_CHUNK):
+                cursor = db["files"].find({"blob_key": {"$in": keys[start:start + IN_CHUNK]}},
+                                          {"blob_key": 1, "_id": 0})
+                found.update([doc["blob_key"] async for doc in cursor])
+        return found
+
+    async def reconcile_usage(self) -> None:
+        """Counters from the records. Not atomic across accounts: run it with no upload in flight."""
+        async with self._op() as db:
+            totals: dict[str, tuple[int, int]] = {}
+            pipeline = [{"$group": {"_id": "$user_id", "bytes": {"$sum": "$size"}, "count": {"$sum": 1}}}]
+            async for doc in await db["files"].aggregate(pipeline):
+                totals[doc["_id"]] = (int(doc["bytes"]), int(doc["count"]))
+            async for doc in db["users"].find({}, {"_id": 1, "storage_bytes": 1, "files_count": 1}):
+                wanted = totals.get(doc["_id"], (0, 0))
+                if (doc.get("storage_bytes"), doc.get("files_count")) != wanted:
+                    await db["users"].update_one({"_id": doc["_id"]}, {
+                        "$set": {"storage_bytes": wanted[0], "files_count": wanted[1]}})
+
+    # --- custom domains ---------------------------------------------------------------
+
+    async def get_domain(self, user_id: str) -> CustomDomain | None:
+        async with self._op() as db:
+            doc = await db["domains"].find_one({"_id": user_id})
+        return None if doc is None else _domain(doc)
+
+    async def get_domain_by_hostname(self, hostname: str) -> CustomDomain | None:
+        async with self._op() as db:
+            doc = await db["domains"].find_one({"hostname": hostname})
+        return None if doc is None else _domain(doc)
+
+    async def put_domain(self, domain: CustomDomain) -> None:
+        """Upsert by user; the unique hostname index makes another user's name a Duplicate."""
+        doc = _doc(domain, _DOMAIN_DATES, id_field="user_id")
+        user_id = doc.pop("_id")
+        async with self._op() as db:
+            await db["domains"].update_one({"_id": user_id}, {"$set": doc}, upsert=True)
+
+    async def delete_domain(self, user_id: str) -> None:
+        async with self._op() as db:
+            await db["domains"].delete_one({"_id": user_id})
+
+    # --- activity logs ----------------------------------------------------------------
+
+    async def insert_logs(self, entries: list[LogEntry]) -> None:
+        """Unordered insert; ids already present (a retried batch) are skipped, not errors."""
+        if not entries:
+            return
+        docs = []
+        for entry in entries:
+            doc = _doc(entry, _LOG_DATES)
+            doc["metadata"] = orjson.dumps(entry.metadata).decode()  # exact round trip, any keys
+            docs.append(doc)
+        async with self._op() as db:
+            try:
+                await db["logs"].insert_many(docs, ordered=False)
+            except BulkWriteError as exc:
+                errors = exc.details.get("writeErrors", [])
+                if not errors or any(e.get("code") != 11000 for e in errors):
+                    raise
+
+    async def list_logs(self, user_id: str, offset: int, limit: int) -> tuple[list[LogEntry], int]:
+        return await self._page("logs", {"user_id": user_id}, offset, limit, _log)
+
+    async def purge_logs(self, before: str) -> int:
+        async with self._op() as db:
+            result = await db["logs"].delete_many({"created_at": {"$lt": to_date(before)}})
+        return int(result.deleted_count)
+
+    # --- usage counters ---------------------------------------------------------------
+
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+        if not deltas:
+            return
+        ops = [UpdateOne({"_id": f"{user_id}|{period}"},
+                         {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
+                          "$setOnInsert": {"user_id": user_id, "period": period}}, upsert=True)
+               for (user_id, period), c in deltas.items()]
+        async with self._op() as db:
+            await db["usage"].bulk_write(ops, ordered=False)
+
+    async def get_usage(self, user_id: str, period: str) -> UsageCounts:
+        async with self._op() as db:
+            doc = await db["usage"].find_one({"_id": f"{user_id}|{period}"})
+        if doc is None:
+            return UsageCounts()
+        return UsageCounts(origin_reads=int(doc.get("origin_reads", 0)), image_ops=int(doc.get("image_ops", 0)))
+
+    # --- helpers ----------------------------------------------------------------------
+
+    async def _page(self, collection: str, flt: Doc, offset: int, limit: int,
+                    convert: Any) -> tuple[list[Any], int]:
+        """Newest first, ties by id descending, and the total matching ``flt``."""
+        _check_page(offset, limit)
+        async with self._op() as db:
+            total = await db[collection].count_documents(flt)
+            docs: list[Doc] = []
+            if limit > 0 and offset < total:
+                docs = await db[collection].find(flt).sort(NEWEST_FIRST).skip(offset).limit(limit).to_list()
+        return [convert(doc) for doc in docs], total
+
+
+    # --- migration (mediasrv migrate) -------------------------------------------------
+
+    async def count_rows(self, table: str) -> int:
+        async with self._op() as db:
+            return int(await db[_COLLECTIONS[table]].count_documents({}))
+
+    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of a table in ``_id`` order, as dicts in the records' field format."""
+        async with self._op() as db:
+            docs = await db[_COLLECTIONS[table]].find({}).sort("_id", ASCENDING).skip(offset).limit(limit).to_list()
+        return [_row(table, doc) for doc in docs]
+
+    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Upsert rows by their key (replace whole documents): running twice changes nothing."""
+        if not rows:
+            return
+        docs = [_row_doc(table, row) for row in rows]
+        async with self._op() as db:
+            await db[_COLLECTIONS[table]].bulk_write(
+                [ReplaceOne({"_id": doc["_id"]}, doc, upsert=True) for doc in docs], ordered=False)
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """PyMongo's errors as store errors: duplicates, outages; anything else is a bug and stays."""
+    try:
+        yield
+    except DuplicateKeyError as exc:
+        raise Duplicate(str(exc.details.get("keyValue") if exc.details else "duplicate key")) from exc
+    except BulkWriteError as exc:
+        errors = exc.details.get("writeErrors", [])
+        if errors and all(e.get("code") == 11000 for e in errors):
+            raise Duplicate("duplicate key") from exc
+        raise
+    except OperationFailure as exc:
+        if _is_transient(exc):
+            log.warning("MongoDB unavailable: %s", exc)
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        raise
+    except PyMongoError as exc:  # server selection, network, timeout, closed client
+        log.warning("MongoDB unavailable: %s", type(exc).__name__)
+        raise StoreUnavailable(f"MongoDB: {type(exc).__name__}") from exc
+
+_COLLECTIONS = {"users": "users", "custom_domains": "domains", "api_keys": "api_keys", "tokens": "tokens",
+                "files": "files", "logs": "logs", "usage": "usage"}
+"""The tables of ``store.sqlite.MIGRATION_TABLES`` and the collection holding each."""
+
+
+def _row(table: str, doc: Doc) -> dict[str, Any]:
+    """A document as a migration row (the SQLite columns, ISO strings)."""
+    if table == "tokens":
+        return {"token_hash": doc["_id"], "kind": doc["kind"], "user_id": doc["user_id"],
+                "expires_at": to_iso(doc["expires_at"]), "used_at": to_iso(doc.get("used_at")),
+                "data": doc.get("data")}
+    if table == "usage":
+        return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
+                "image_ops": int(doc.get("image_ops", 0))}
+    convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log}[table]
+    record = convert(doc)
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+def _row_doc(table: str, row: dict[str, Any]) -> Doc:
+    """A migration row as the document this store keeps."""
+    if table == "tokens":
+        return {"_id": row["token_hash"], "kind": row["kind"], "user_id": row["user_id"],
+                "expires_at": to_date(row["expires_at"]), "used_at": to_date(row.get("used_at")),
+                "data": row.get("data")}
+    if table == "usage":
+        return {"_id": f"{row['user_id']}|{row['period']}", "user_id": row["user_id"], "period": row["period"],
+                "origin_reads": row["origin_reads"], "image_ops": row["image_ops"]}
+    if table == "users":
+        user = User(**row)
+        return {**_doc(user, _USER_DATES), "email_folded": fold_email(user.email)}
+    if table == "files":
+        return _file_doc(FileRecord(**row))
+    if table == "api_keys":
+        return _doc(ApiKey(**row), _KEY_DATES)
+    if table == "custom_domains":
+        return _doc(CustomDomain(**row), _DOMAIN_DATES, id_field="user_id")
+    if table == "logs":
+        entry = LogEntry(**row)
+        return {**_doc(entry, _LOG_DATES), "metadata": orjson.dumps(entry.metadata).decode()}
+    raise KeyError(table)

@@ -1,0 +1,421 @@
+"""The production blob store: any S3-compatible bucket (AWS, MinIO, Ceph RGW, R2) via aiobotocore.
+
+One long-lived client per process (its connection pool is shared by every request). Blobs
+live under ``blobs/<key>`` so the bucket may hold other things and the sweep never sees them.
+
+Writes stream: a body smaller than one part (8 MiB) is sent as a single PUT at commit; a
+larger one becomes a multipart upload whose parts are sent as they fill, so at most one part
+per upload is ever in memory. Nothing is visible until commit (PUT, or CompleteMultipartUpload);
+``abort`` (any failure, a client that disconnects) aborts the multipart upload, so no parts
+are left behind; ``sweep_temp`` aborts uploads abandoned by a crash.
+
+Every call has connect and read timeouts and a small retry budget, so an S3 outage becomes
+``StoreUnavailable`` (HTTP 503) within seconds rather than a hung request.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiobotocore.session import get_session
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from store.base import BlobChunks, Delivery, validate_key
+from store.errors import BlobNotFound, StoreUnavailable
+from store.models import BlobStat
+
+log = logging.getLogger(__name__)
+
+PART_SIZE = 8 * 1024 * 1024
+"""Multipart part size (S3's minimum is 5 MiB for every part but the last)."""
+PREFIX = "blobs/"
+HEALTH_TIMEOUT_S = 2.0
+_MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Everything the store needs, passed explicitly (store/ never reads the environment).
+
+    Without ``access_key_id``, botocore's default credential chain is used (instance roles,
+    ~/.aws, web identity).
+    """
+
+    bucket: str
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    timeout_s: float = 5.0
+    max_attempts: int = 2
+    create_bucket: bool = True
+    """Create the bucket at open when it does not exist (handy for MinIO and tests)."""
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"S3Config(bucket={self.bucket!r}, endpoint_url={self.endpoint_url!r}, region={self.region!r})"
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextlib.contextmanager
+def _translated(key: str = "") -> Any:
+    """botocore/aiohttp errors as store errors: missing -> BlobNotFound, else StoreUnavailable."""
+    try:
+        yield
+    except ClientError as exc:
+        if _code(exc) in _MISSING_CODES:
+            raise BlobNotFound(key) from exc
+        log.warning("S3 error %s on %r", _code(exc), key)
+        raise StoreUnavailable(f"S3: {_code(exc) or 'error'}") from exc
+    except (TimeoutError, BotoCoreError, aiohttp.ClientError, OSError) as exc:
+        log.warning("S3 unavailable: %s", type(exc).__name__)
+        raise StoreUnavailable(f"S3: {type(exc).__name__}") from exc
+
+
+class S3BlobStore:
+    """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
+
+    def __init__(self, config: S3Config, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self._client: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # lifecycle
+
+    async def open(self) -> None:
+        """Create the client and check the bucket (creating it if allowed); StoreUnavailable if
+        S3 cannot be reached within the timeouts."""
+        if self._client is not None:
+            return
+        c = self.config
+        config = Config(connect_timeout=c.timeout_s, read_timeout=c.timeout_s,
+                        retries={"max_attempts": c.max_attempts, "mode": "standard"},
+                        s3={"addressing_style": "path" if c.endpoint_url else "auto"},
+                        max_pool_connections=64)
+        stack = contextlib.AsyncExitStack()
+        try:
+            self._client = await stack.enter_async_context(get_session().create_client(
+                "s3", endpoint_url=c.endpoint_url, region_name=c.region, aws_access_key_id=c.access_key_id,
+                aws_secret_access_key=c.secret_access_key, aws_session_token=c.session_token, config=config))
+            self._stack = stack
+            await self._ensure_bucket()
+        except BaseException:
+            await self.close()
+            await stack.aclose()
+            raise
+
+    async def _ensure_bucket(self) -> None:
+        try:
+            with _translated():
+                await self._client.head_bucket(Bucket=self.config.bucket)
+            return
+        except BlobNotFound:
+            if not self.config.create_bucket:
+                raise StoreUnavailable(f"S3 bucket {self.config.bucket!r} does not exist") from None
+        kwargs: dict[str, Any] = {"Bucket": self.config.bucket}
+        if self.config.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.config.region}
+        try:
+            with _translated():
+                await self._client.create_bucket(**kwargs)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, ClientError) and _code(cause) in ("BucketAlreadyOwnedByYou",
+                                                                        "BucketAlreadyExists")):
+                raise
+        log.info("created S3 bucket %s", self.config.bucket)
+
+    async def close(self) -> None:
+        stack, self._stack = self._stack, None
+        self._client = None
+        if stack is not None:
+            await stack.aclose()
+
+    async def health(self) -> dict[str, Any]:
+        if self._client is None:
+            return {"ok": False, "backend": "s3", "error": "closed"}
+        try:
+            await asyncio.wait_for(self._client.head_bucket(Bucket=self.config.bucket), HEALTH_TIMEOUT_S)
+        except Exception as exc:  # health reports, it never raises
+            return {"ok": False, "backend": "s3", "error": type(exc).__name__}
+        return {"ok": True, "backend": "s3"}
+
+    def _s3(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("S3BlobStore is not open")
+        return self._client
+
+    # writing
+
+    async def open_writer(self, key: str) -> S3BlobWriter:
+        validate_key(key)
+        return S3BlobWriter(self._s3(), self.config.bucket, PREFIX + key)
+
+    # reading
+
+    async def stat(self, key: str) -> BlobStat | None:
+        validate_key(key)
+        client = self._s3()
+        try:
+            with _translated(key):
+                head = await client.head_object(Bucket=self.config.bucket, Key=PREFIX + key)
+        except BlobNotFound:
+            return None
+        return BlobStat(size=int(head["ContentLength"]), mtime=head["LastModified"].timestamp())
+
+    def read(self, key: str, start: int = 0, end: int | None = None,
+             chunk_size: int = 256 * 1024) -> BlobChunks:
+        """One ranged GET, streamed in chunks of at most ``chunk_size`` (arguments checked now)."""
+        validate_key(key)
+        if start < 0 or (end is not None and end < start) or chunk_size <= 0:
+            raise ValueError("invalid range or chunk size")
+        return self._read(key, start, end, chunk_size)
+
+    async def _read(self, key: str, start: int, end: int | None, chunk_size: int) -> BlobChunks:
+        client = self._s3()
+        if end is not None and end == start:
+            if await self.stat(key) is None:  # an empty window of a missing blob is still missing
+                raise BlobNotFound(key)
+            return
+        kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Key": PREFIX + key}
+        if start > 0 or end is not None:
+            kwargs["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        try:
+            with _translated(key):
+                response = await client.get_object(**kwargs)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ClientError) and _code(cause) == "InvalidRange":
+                return  # the window starts at or past the end: no bytes
+            raise
+        body = response["Body"]
+        try:
+            while True:
+                with _translated(key):
+                    chunk = await body.read(chunk_size)
+                if not chunk:
+                    break
+                yield chunk
+        finally:
+            body.close()  # back to the pool (or dropped, if unread bytes remain)
+
+    async def read_all(self, key: str, limit: int) -> bytes:
+        validate_key(key)
+        client = self._s3()
+        with _translated(key):
+            response = await client.get_object(Bucket=self.config.bucket, Key=PREFIX + key)
+        body = response["Body"]
+        try:
+            size = int(response["ContentLength"])
+            if size > limit:
+                raise ValueError(f"blob is {size} bytes, over the {limit}-byte limit")
+            with _translated(key):
+                return bytes(await body.read())
+        finally:
+            body.close()
+
+    async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
+        """A presigned GET URL valid for ``ttl_s`` seconds; None if the blob is missing."""
+        if await self.stat(key) is None:
+            return None
+        with _translated(key):
+            url = await self._s3().generate_presigned_url(
+                "get_object", Params={"Bucket": self.config.bucket, "Key": PREFIX + key}, ExpiresIn=ttl_s)
+        return Delivery(url=url, expires_at=self._clock() + ttl_s)
+
+    # removal and maintenance
+
+    async def quarantine(self, key: str) -> None:
+        """Move the blob to ``quarantine/<key>-<ms>`` (out of the key space); only
+        ``purge_quarantine`` deletes it."""
+        await _quarantine(self, key)
+
+    async def purge_quarantine(self, older_than_s: float) -> int:
+        return await _purge_quarantine(self, older_than_s)
+
+    async def delete(self, key: str) -> None:
+        validate_key(key)
+        client = self._s3()
+        with _translated(key):
+            await client.delete_object(Bucket=self.config.bucket, Key=PREFIX + key)
+
+    def list_keys(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        """Committed keys last modified more than ``older_than_s`` ago (by the injected clock)."""
+        return self._list_keys(self._clock() - float(older_than_s))
+
+    async def _list_keys(self, cutoff: float) -> AsyncGenerator[str, None]:
+        client = self._s3()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": PREFIX}
+            if token:
+                kwargs["ContinuationToken"] = token
+            with _translated():
+                page = await client.list_objects_v2(**kwargs)
+            for item in page.get("Contents", []):
+                key = item["Key"][len(PREFIX):]
+                try:
+                    validate_key(key)
+                except ValueError:
+                    continue
+                if item["LastModified"].timestamp() < cutoff:
+                    yield key
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
+    async def sweep_temp(self, older_than_s: float) -> int:
+        """Abort multipart uploads started more than ``older_than_s`` ago (a crash's leftovers)."""
+        client = self._s3()
+        cutoff = dt.datetime.fromtimestamp(self._clock() - float(older_than_s), dt.UTC)
+        removed = 0
+        kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": PREFIX}
+        while True:
+            with _translated():
+                page = await client.list_multipart_uploads(**kwargs)
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"] < cutoff:
+                    with _translated(), contextlib.suppress(BlobNotFound):
+                        await client.abort_multipart_upload(Bucket=self.config.bucket, Key=upload["Key"],
+                                                            UploadId=upload["UploadId"])
+                    removed += 1
+            if not page.get("IsTruncated"):
+                return removed
+            kwargs["KeyMarker"] = page.get("NextKeyMarker")
+            kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker")
+
+
+QUARANTINE = "quarantine/"
+
+
+async def _quarantine(store: S3BlobStore, key: str) -> None:
+    """Copy ``blobs/key`` to ``quarantine/key-<ms>`` then delete it; no error if it is gone."""
+    validate_key(key)
+    client, bucket = store._s3(), store.config.bucket
+    name = f"{QUARANTINE}{key}-{int(store._clock() * 1000)}"
+    try:
+        with _translated(key):
+            await client.copy_object(Bucket=bucket, Key=name, CopySource={"Bucket": bucket, "Key": PREFIX + key})
+    except BlobNotFound:
+        return
+    with _translated(key):
+        await client.delete_object(Bucket=bucket, Key=PREFIX + key)
+
+
+async def _purge_quarantine(store: S3BlobStore, older_than_s: float) -> int:
+    """Delete quarantined objects whose quarantine stamp is older than ``older_than_s``."""
+    client, bucket = store._s3(), store.config.bucket
+    cutoff_ms = (store._clock() - float(older_than_s)) * 1000
+    removed, token = 0, None
+    while True:
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": QUARANTINE}
+        if token:
+            kwargs["ContinuationToken"] = token
+        with _translated():
+            page = await client.list_objects_v2(**kwargs)
+        for item in page.get("Contents", []):
+            stamp = item["Key"].rsplit("-", 1)[-1]
+            if stamp.isdigit() and int(stamp) < cutoff_ms:
+                with _translated():
+                    await client.delete_object(Bucket=bucket, Key=item["Key"])
+                removed += 1
+        if not page.get("IsTruncated"):
+            return removed
+        token = page.get("NextContinuationToken")
+
+
+class S3BlobWriter:
+    """One blob being uploaded: buffered up to one part, then multipart; aborted on failure.
+
+    A failed ``write`` or ``commit`` aborts the multipart upload before raising, so a caller
+    that only calls ``abort`` afterwards (or not at all) leaves no parts behind.
+    """
+
+    def __init__(self, client: Any, bucket: str, name: str) -> None:
+        self._client, self._bucket, self._name = client, bucket, name
+        self.key = name[len(PREFIX):]
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._size = 0
+        self._state = "open"  # open -> committed | aborted | failed
+        self._lock = asyncio.Lock()
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError(f"blob writer for {self.key!r} is {self._state}")
+
+    async def write(self, chunk: bytes) -> None:
+        async with self._lock:
+            self._check_open()
+            self._buffer += chunk
+            self._size += len(chunk)
+            try:
+                while len(self._buffer) >= PART_SIZE:
+                    part = bytes(self._buffer[:PART_SIZE])
+                    del self._buffer[:PART_SIZE]
+                    await self._send_part(part)
+            except BaseException:
+                await self._abort_upload("failed")
+                raise
+
+    async def _send_part(self, data: bytes) -> None:
+        with _translated(self.key):
+            if self._upload_id is None:
+                created = await self._client.create_multipart_upload(Bucket=self._bucket, Key=self._name)
+                self._upload_id = created["UploadId"]
+            number = len(self._parts) + 1
+            sent = await self._client.upload_part(Bucket=self._bucket, Key=self._name, UploadId=self._upload_id,
+                                                  PartNumber=number, Body=data)
+        self._parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+
+    async def commit(self) -> int:
+        async with self._lock:
+            self._check_open()
+            try:
+                if self._upload_id is None:
+                    with _translated(self.key):
+                        await self._client.put_object(Bucket=self._bucket, Key=self._name, Body=bytes(self._buffer))
+                else:
+                    if self._buffer:
+                        await self._send_part(bytes(self._buffer))
+                    with _translated(self.key):
+                        await self._client.complete_multipart_upload(
+                            Bucket=self._bucket, Key=self._name, UploadId=self._upload_id,
+                            MultipartUpload={"Parts": self._parts})
+            except BaseException:
+                await self._abort_upload("failed")
+                raise
+            self._buffer = bytearray()
+            self._state = "committed"
+            return self._size
+
+    async def abort(self) -> None:
+        """Drop the buffer and abort the multipart upload; idempotent, no-op after commit."""
+        async with self._lock:
+            if self._state == "open":
+                await self._abort_upload("aborted")
+
+    async def _abort_upload(self, state: str) -> None:
+        self._state = state
+        self._buffer = bytearray()
+        upload_id, self._upload_id = self._upload_id, None
+        if upload_id is None:
+            return
+        try:
+            await asyncio.shield(self._client.abort_multipart_upload(
+                Bucket=self._bucket, Key=self._name, UploadId=upload_id))
+        except Exception as exc:  # S3 down: the upload stays until sweep_temp or a lifecycle rule
+            log.warning("could not abort multipart upload of %r (%s)", self.key, type(exc).__name__)

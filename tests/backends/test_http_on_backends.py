@@ -1,0 +1,140 @@
+"""The real app over MongoDB (mongoeco's wire server) and S3 (moto), over real HTTP, with faults.
+
+``app_env`` points the shared fixtures (tests/conftest.py) at the backends, so these tests
+drive exactly what ``mediasrv serve`` runs. The servers here are this module's own (not the
+session ones), so stopping them hurts no other test: the database is a mongoeco process on a
+fixed port, S3 is moto's threaded server in this process (its data survives a stop/start, so
+"nothing left behind" can be checked after S3 comes back).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto.server import ThreadedMotoServer
+
+from mediasrv.app import Runtime
+from store.s3 import PART_SIZE, S3BlobStore
+from tests.backends import servers
+from tests.conftest import Api, body
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def own_mongo() -> Iterator[servers.Proc]:
+    python = servers.mongoeco_python()
+    if python is None:
+        pytest.skip("mongoeco needs Python 3.13")
+    with servers.running(servers.mongoeco_server(python)) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def own_s3() -> Iterator[ThreadedMotoServer]:
+    port = servers.free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    server.port = port  # type: ignore[attr-defined]
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def app_env(own_mongo: servers.Proc, own_s3: ThreadedMotoServer) -> dict[str, str]:
+    from tests.backends.fixtures import new_bucket, new_database
+
+    return {"MEDIASRV_MONGODB_URL": servers.mongo_url(own_mongo.port, new_database()),
+            "MEDIASRV_MONGODB_TIMEOUT_MS": "1500", "MEDIASRV_S3_TIMEOUT": "2",
+            "MEDIASRV_S3_BUCKET": new_bucket(), "MEDIASRV_S3_ENDPOINT_URL": f"http://127.0.0.1:{own_s3.port}",
+            "MEDIASRV_STORAGE_LIMIT_BYTES": str(100 * MIB), **servers.S3_ENV}
+
+
+async def profile_usage(api: Api, token: str) -> tuple[int, int]:
+    r = await api.call("GET", "/usage", token=token)
+    assert r.code == 200, r.body
+    return body(r)["storage_bytes"], body(r)["files_count"]
+
+
+async def test_upload_list_serve_delete_on_mongo_and_s3(api: Api, stores: Any) -> None:
+    login = await api.user("roundtrip@example.com")
+    token = login["session"]["access_token"]
+    data = b"s3 bytes " * 1000
+    r = await api.call("POST", "/files?isPublic=true", body=data, token=token,
+                       headers={"Content-Type": "text/plain", "X-File-Name": "Notes.TXT"})
+    assert r.code == 201, r.body
+    fid = body(r)["file"]["file_id"]
+    r = await api.call("GET", f"/m/{fid}", headers={"Range": "bytes=9-17"})
+    assert r.code == 206 and r.body == data[9:18]
+    r = await api.call("GET", "/files?q=notes.t", token=token)
+    assert [f["file_id"] for f in body(r)["files"]] == [fid]
+    assert await stores[1].stat(fid) is not None
+    r = await api.call("DELETE", f"/files/{fid}", token=token)
+    assert r.code in (200, 204), r.body
+    assert (await api.call("GET", f"/m/{fid}")).code == 404
+    assert await stores[1].stat(fid) is None
+    r = await api.call("GET", "/health")
+    assert r.code == 200 and body(r)["meta"]["backend"] == "mongodb" and body(r)["blobs"]["backend"] == "s3"
+
+
+async def test_database_stopped_gives_503_within_5s_then_recovers(api: Api, own_mongo: servers.Proc) -> None:
+    login = await api.user("dbdown@example.com")
+    token = login["session"]["access_token"]
+    own_mongo.stop()
+    try:
+        started = time.monotonic()
+        r = await api.call("GET", "/files", token=token)
+        assert r.code == 503, r.body
+        assert body(r)["code"] == "STORE_UNAVAILABLE" and r.headers["Retry-After"]
+        assert time.monotonic() - started < 5.0
+        r = await api.call("GET", "/health")
+        assert r.code == 503 and body(r)["meta"]["ok"] is False and body(r)["blobs"]["ok"] is True
+        assert (await api.call("GET", "/ping")).code == 200  # /ping never touches the stores
+        r = await api.call("POST", "/files", body=b"x" * 5000, token=token, headers={"Content-Type": "text/plain"})
+        assert r.code == 503 and body(r)["code"] == "STORE_UNAVAILABLE"  # an answer, not a reset
+    finally:
+        own_mongo.start()  # mongoeco keeps data in memory: it comes back empty
+    for _ in range(100):  # the driver reconnects by itself
+        if (await api.call("GET", "/health")).code == 200:
+            break
+        await asyncio.sleep(0.1)
+    assert (await api.call("GET", "/health")).code == 200
+    await api.user("dbback@example.com")  # registers, confirms and logs in on the new server
+
+
+async def test_s3_stopped_mid_upload_gives_503_and_leaves_nothing(api: Api, own_s3: ThreadedMotoServer,
+                                                                   stores: Any, runtime: Runtime) -> None:
+    login = await api.user("s3down@example.com")
+    token = login["session"]["access_token"]
+    blobs: S3BlobStore = stores[1]
+    sent = 0
+
+    async def producer(write: Any) -> None:
+        nonlocal sent
+        piece = b"x" * (256 * 1024)
+        while sent < 3 * PART_SIZE:
+            if sent == PART_SIZE + MIB:  # at least one part is in S3 now: take S3 away
+                await asyncio.to_thread(own_s3.stop)
+            await write(piece)
+            sent += len(piece)
+
+    try:
+        r = await api.client.fetch("/files", method="POST", body_producer=producer, raise_error=False,
+                                   headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain",
+                                            "Content-Length": str(3 * PART_SIZE)}, request_timeout=60)
+        assert r.code == 503, r.body
+        assert body(r)["code"] == "STORE_UNAVAILABLE"
+    finally:
+        await asyncio.to_thread(own_s3.start)
+    assert await profile_usage(api, token) == (0, 0)  # the reservation was given back
+    assert body(await api.call("GET", "/files", token=token))["total"] == 0
+    assert [k async for k in blobs.list_keys(-60)] == []  # no object was committed
+    # The multipart upload could not be aborted while S3 was down; the sweep removes it.
+    await blobs.sweep_temp(0)
+    page = await blobs._client.list_multipart_uploads(Bucket=blobs.config.bucket)
+    assert page.get("Uploads", []) == []
+    r = await api.call("POST", "/files", body=b"after recovery", token=token, headers={"Content-Type": "text/plain"})
+    assert r.code == 201, r.body

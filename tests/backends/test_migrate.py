@@ -1,0 +1,104 @@
+"""``mediasrv migrate``: embedded (SQLite + files) to MongoDB + S3 and back; idempotent, resumable."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mediasrv.migrate import Progress, migrate
+from store.errors import StoreUnavailable
+from store.fs import FsBlobStore
+from store.models import ApiKey, CustomDomain, FileQuery, LogEntry, UsageCounts
+from store.mongo import MongoMetaStore
+from store.s3 import S3BlobStore, S3Config
+from store.sqlite import SqliteMetaStore
+from tests.backends import servers
+from tests.backends.fixtures import MongoServer, moto_endpoint, new_bucket, new_database
+from tests.store.test_meta_contract import add_file, add_user, make_domain, make_key, make_log, ts
+
+
+async def seed(meta: SqliteMetaStore, blobs: FsBlobStore) -> None:
+    await add_user(meta, "u1", email="One@Example.com", token_version=2)
+    await add_user(meta, "u2")
+    for n in range(5):
+        record = await add_file(meta, "u1", f"f{n}", size=3 + n, name=f"Été {n}.txt", is_public=n % 2 == 0,
+                                created_at=ts(n), blob_key=f"f{n}")
+        writer = await blobs.open_writer(record.blob_key)
+        await writer.write(b"x" * record.size)
+        await writer.commit()
+    await meta.create_api_key(make_key("u1", "k1", ts(1)))
+    await meta.create_api_key(make_key("u1", "k2", ts(2), revoked_at=ts(3)))
+    await meta.put_token("refresh", "t1", "u1", ts(5000), data="family")
+    await meta.put_domain(make_domain("u1", "media.example.com", provider_id="cf"))
+    await meta.insert_logs([make_log("l1", "u1", ts(1), metadata={"client_ip": "127.0.0.1", "n": [1]})])
+    await meta.add_usage({("u1", "2030-01"): UsageCounts(4, 2)})
+
+
+async def same_content(a: Any, b: Any, blobs_a: Any, blobs_b: Any) -> None:
+    for user_id in ("u1", "u2"):
+        assert await a.get_user(user_id) == await b.get_user(user_id)
+    assert await b.get_user_by_email("one@example.com") == await a.get_user("u1")
+    assert await a.list_files("u1", FileQuery(), 0, 50) == await b.list_files("u1", FileQuery(), 0, 50)
+    assert [f.file_id for f in (await b.list_files("u1", FileQuery(q="été 3"), 0, 10))[0]] == ["f3"]
+    assert await a.list_api_keys("u1", 0, 10) == await b.list_api_keys("u1", 0, 10)
+    assert isinstance(await b.get_api_key_by_hash("hash-k1"), ApiKey)
+    assert await b.get_api_key_by_hash("hash-k2") is None  # revoked stays revoked
+    assert isinstance(await b.get_domain_by_hostname("media.example.com"), CustomDomain)
+    logs = (await b.list_logs("u1", 0, 10))[0]
+    assert logs == (await a.list_logs("u1", 0, 10))[0] and isinstance(logs[0], LogEntry)
+    assert await b.get_usage("u1", "2030-01") == UsageCounts(4, 2)
+    for n in range(5):
+        assert await blobs_b.read_all(f"f{n}", 100) == b"x" * (3 + n)
+
+
+class FailingAfter:
+    """A blob store that goes down after ``n`` commits (an interrupted migration)."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.inner, self.left = inner, n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def open_writer(self, key: str) -> Any:
+        if self.left == 0:
+            raise StoreUnavailable("S3 went away")
+        self.left -= 1
+        return await self.inner.open_writer(key)
+
+
+async def test_migrate_there_and_back_idempotent_and_resumable(tmp_path: Path, mongoeco: MongoServer,
+                                                               moto: servers.Proc) -> None:
+    assert mongoeco.port is not None
+    sqlite, files = SqliteMetaStore(tmp_path / "a" / "meta.sqlite3"), FsBlobStore(tmp_path / "a")
+    mongo = MongoMetaStore(servers.mongo_url(mongoeco.port, new_database()))
+    s3 = S3BlobStore(S3Config(bucket=new_bucket(), endpoint_url=moto_endpoint(moto), access_key_id="t",
+                              secret_access_key="t"))
+    back_meta, back_blobs = SqliteMetaStore(tmp_path / "b" / "meta.sqlite3"), FsBlobStore(tmp_path / "b")
+    stores = [sqlite, files, mongo, s3, back_meta, back_blobs]
+    for store in stores:
+        await store.open()
+    try:
+        await seed(sqlite, files)
+        with pytest.raises(StoreUnavailable):  # interrupted after 2 of 5 blobs
+            await migrate(sqlite, files, mongo, FailingAfter(s3, 2))  # type: ignore[arg-type]
+        assert await mongo.get_user("u1") is None  # no metadata before every blob is there
+        out = io.StringIO()
+        report = await migrate(sqlite, files, mongo, s3, Progress(out))
+        assert (report.blobs_copied, report.blobs_skipped) == (3, 2)  # resumed where it stopped
+        assert report.rows["files"] == 5 and "blobs" in out.getvalue() and "5/5" in out.getvalue()
+        await same_content(sqlite, mongo, files, s3)
+        again = await migrate(sqlite, files, mongo, s3)
+        assert (again.blobs_copied, again.blobs_skipped) == (0, 5)
+        await same_content(sqlite, mongo, files, s3)
+        assert (await mongo.get_user("u1")).storage_bytes == sum(3 + n for n in range(5))  # type: ignore[union-attr]
+
+        await migrate(mongo, s3, back_meta, back_blobs)
+        await migrate(mongo, s3, back_meta, back_blobs)  # and back, twice
+        await same_content(mongo, back_meta, s3, back_blobs)
+        assert await back_meta.consume_token("refresh", "t1", ts(10)) == ("u1", "family")
+    finally:
+        for store in reversed(stores):
+            await store.close()

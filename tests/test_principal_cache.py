@@ -1,0 +1,124 @@
+"""Cached credential lookups (issue 8 item 5): an authenticated request costs no database
+round trip while the user and key were looked up in the last ``ttl_s``; this process's own
+changes (key revoked, password changed, quota used) are seen at once, other processes'
+within ``ttl_s``.
+"""
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from mediasrv.principals import CredentialLookups, ForgetfulMeta
+from store.models import ApiKey, User
+from store.sqlite import SqliteMetaStore
+from tests.conftest import Api, body
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingMeta:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.users: dict[str, User] = {}
+        self.keys: dict[str, ApiKey] = {}
+
+    async def get_user(self, user_id: str) -> User | None:
+        self.calls.append("user")
+        return self.users.get(user_id)
+
+    async def get_api_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        self.calls.append("key")
+        return self.keys.get(key_hash)
+
+    async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
+        old = self.users[user_id]
+        self.users[user_id] = User(**{**old.__dict__, "token_version": old.token_version + 1})
+
+
+def _user(uid: str = "u1") -> User:
+    return User(id=uid, email=f"{uid}@example.com", password_hash="x", created_at="t", updated_at="t")
+
+
+async def test_lookups_are_kept_for_the_ttl_and_forgotten_on_a_write(io_loop: Any) -> None:
+    meta, clock = CountingMeta(), Clock()
+    meta.users["u1"] = _user()
+    meta.keys["h1"] = ApiKey(id="k1", user_id="u1", name="k", key_hash="h1", key_prefix="msk_",
+                             created_at="t")
+    lookups = CredentialLookups(meta, ttl_s=2.0, clock=clock)  # type: ignore[arg-type]
+    assert (await lookups.user("u1")) is not None and (await lookups.user("u1")) is not None
+    assert (await lookups.api_key("h1")) is not None and (await lookups.api_key("h1")) is not None
+    assert meta.calls == ["user", "key"]  # the second of each came from memory
+    assert await lookups.user("nobody") is None and await lookups.user("nobody") is None
+    assert meta.calls.count("user") == 3  # a miss is never kept
+    del meta.keys["h1"]  # revoked by another process: seen once the TTL has passed
+    clock.now += 1.9
+    assert await lookups.api_key("h1") is not None
+    clock.now += 0.2
+    assert await lookups.api_key("h1") is None
+    forgetful = ForgetfulMeta(meta, lookups)  # type: ignore[arg-type]
+    before = (await lookups.user("u1")).token_version  # type: ignore[union-attr]
+    await forgetful.set_password("u1", "new", "t")  # this process's write: seen at once
+    assert (await lookups.user("u1")).token_version == before + 1  # type: ignore[union-attr]
+
+
+async def test_requests_reuse_the_user_and_see_this_processes_changes_at_once(
+        api: Api, stores: tuple[SqliteMetaStore, Any]) -> None:
+    login = await api.user(f"pc-{uuid.uuid4().hex[:10]}@example.com")
+    token = login["session"]["access_token"]
+    meta = stores[0]
+    real_get_user = meta.get_user
+    calls: list[str] = []
+
+    async def counting(user_id: str) -> User | None:
+        calls.append(user_id)
+        return await real_get_user(user_id)
+
+    meta.get_user = counting  # type: ignore[method-assign]
+    try:
+        for _ in range(3):
+            assert (await api.call("GET", "/files", token=token)).code == 200
+        assert len(calls) <= 1  # at most the first request read the user
+        r = await api.call("POST", "/auth/api-keys", json={"name": "k"}, token=token)
+        assert r.code == 201, r.body
+        created = body(r)
+        key = created["key"]
+        assert (await api.call("GET", "/files", headers={"X-Api-Key": key})).code == 200
+        r = await api.call("DELETE", f"/auth/api-keys/{created['id']}", token=token)
+        assert r.code in (200, 204), r.body
+        # Revoked in this process: refused on the very next request, not after the TTL.
+        assert (await api.call("GET", "/files", headers={"X-Api-Key": key})).code == 401
+    finally:
+        meta.get_user = real_get_user  # type: ignore[method-assign]
+
+
+def test_a_token_signature_is_checked_once_but_its_expiry_every_time(monkeypatch: Any) -> None:
+    import jwt
+    import pytest
+
+    from mediasrv import tokens
+
+    clock = Clock()
+    clock.now = 1_700_000_000.0
+    codec = tokens.JwtCodec("s" * 40, 60, clock)
+    token, _ = codec.issue("u1", 3)
+    calls: list[str] = []
+    real = jwt.decode
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("decode")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jwt, "decode", counting)
+    first, second = codec.decode(token), codec.decode(token)
+    assert first == second and first is not None and first.token_version == 3
+    assert calls == ["decode"]  # the second came from the memo
+    assert codec.decode(token[:-2] + "xx") is None  # a forged signature is still checked
+    clock.now += 60 + tokens.LEEWAY_S + 1
+    with pytest.raises(tokens.TokenExpired):
+        codec.decode(token)  # remembered, and still expired on time

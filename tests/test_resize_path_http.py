@@ -1,0 +1,127 @@
+"""The resize path (issue 8 item 3): a revalidation is answered from the variant's validators
+before any transform, and identical requests in flight share one transform.
+
+Real HTTP against a real app whose transform runner the test controls (``GatedRunner`` of
+tests/test_image_jobs.py): no real transform is waited for, and slots are filled by hand.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import tornado.web
+
+from mediasrv.app import Runtime
+from tests.conftest import Api
+from tests.test_image_jobs import (  # noqa: F401  (fixtures used by name)
+    GatedRunner,
+    _insert,
+    _jpeg,
+    _user_id,
+    local_blobs,
+    runtime_and_app,
+)
+
+
+def _serving_deps(app: tornado.web.Application) -> Any:
+    return next(rule.target_kwargs["deps"] for rule in app.wildcard_router.rules
+                if "deps" in rule.target_kwargs)
+
+
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RESULT_CACHE_BYTES": "0"}])
+async def test_revalidation_is_304_before_any_transform(api: Api, app: tornado.web.Application, stores: Any,
+                                                       runtime: Runtime, runner: GatedRunner) -> None:
+    runner.finish.set()
+    user_id = await _user_id(api)
+    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    first = await api.call("GET", f"/m/{fid}?width=10")
+    assert first.code == 200, first.body
+    etag = first.headers["ETag"]
+    assert len(runner.inputs) == 1
+    deps = _serving_deps(app)
+    await asyncio.sleep(0)
+    counted = deps.usage.pending()
+    pool = runtime.pool
+    fillers = [pool.try_acquire(f"192.0.2.{k}") for k in range(pool.slots)]  # every slot taken
+    try:
+        # The result cache is off: only the validators can answer, and there is no slot to spare.
+        r = await api.call("GET", f"/m/{fid}?width=10", headers={"If-None-Match": etag})
+        assert r.code == 304, r.body
+        assert r.headers["ETag"] == etag and "Last-Modified" in r.headers
+        assert len(runner.inputs) == 1 and runtime.images.transforms_run == 1  # nothing ran
+        assert deps.usage.pending() == counted  # no image operation (nor read) counted
+        # The same validators for an equivalent spelling of the spec (normalised).
+        r = await api.call("GET", f"/m/{fid}?width=10&format=", headers={"If-None-Match": etag})
+        assert r.code in (304, 400)
+        # Another variant is not current: it needs a slot, and there is none.
+        r = await api.call("GET", f"/m/{fid}?width=11", headers={"If-None-Match": etag})
+        assert r.code == 503
+    finally:
+        for ticket in fillers:
+            pool.release(ticket)
+
+
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "10"}])
+async def test_identical_requests_in_flight_share_one_transform(api: Api, app: tornado.web.Application,
+                                                                stores: Any, runtime: Runtime,
+                                                                runner: GatedRunner) -> None:
+    runner.finish.clear()
+    user_id = await _user_id(api)
+    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    deps = _serving_deps(app)
+    await asyncio.sleep(0)
+    counted = deps.usage.pending()
+    requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?width=20")) for _ in range(5)]
+    await asyncio.to_thread(runner.started.acquire, True, 30)  # the first one runs ...
+    for _ in range(3000):  # ... until the other four arrived and joined it (a condition, not a timing)
+        if runtime.inflight.count >= 5:
+            break
+        await asyncio.sleep(0.01)
+    assert runtime.pool.in_use == 1  # the followers took no slot
+    runner.finish.set()
+    results = await asyncio.gather(*requests)
+    assert [r.code for r in results] == [200] * 5
+    assert {r.body for r in results} == {b"fake-output"}
+    assert len(runner.inputs) == 1 and runtime.images.transforms_run == 1
+    assert runtime.pool.in_use == 0
+    # One image operation, five origin reads (each answer is a read of the variant).
+    assert deps.usage.pending() - counted == 1 + 5
+
+
+def test_jpeg_shrink_on_load_is_the_largest_that_leaves_a_final_step() -> None:
+    from mediasrv.imaging import ImageInfo, jpeg_shrink
+
+    photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
+    assert jpeg_shrink(photo, (400, 10_000_000)) == 8  # libvips' thumbnail alone stops at 4
+    assert jpeg_shrink(photo, (500, 10_000_000)) == 8  # exactly 1/8: the final step is 1
+    assert jpeg_shrink(photo, (800, 10_000_000)) == 4
+    assert jpeg_shrink(photo, (2000, 10_000_000)) == 2
+    assert jpeg_shrink(photo, (3000, 10_000_000)) == 1
+    rotated = ImageInfo(format="jpeg", width=4000, height=3000, pages=1, orientation=6)  # shown 3000x4000
+    assert jpeg_shrink(rotated, (400, 10_000_000)) == 4  # 3000 / 400 = 7.5
+    assert jpeg_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
+
+
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_shrunk_jpeg_decodes_to_the_exact_fitted_size(orientation: int) -> None:
+    import io
+
+    import pyvips
+    from PIL import Image
+
+    from mediasrv import imaging
+
+    imaging.init_vips(50_000_000)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    Image.linear_gradient("L").resize((4000, 300)).convert("RGB").save(out, "JPEG", exif=exif.tobytes())
+    for width, expected in ((400, (400, 30)), (390, (390, 29))) if orientation == 1 else (
+            ((30, (30, 400)), (29, (29, 387)))):
+        data, _ = imaging.transform(out.getvalue(), "image/jpeg",
+                                    imaging.TransformSpec(width=width, height=None, format=None), 50_000_000)
+        image = pyvips.Image.new_from_buffer(data, "")
+        assert (image.width, image.height) == expected
