@@ -69,7 +69,8 @@ def test_users_create_confirm_set_plan(tmp_path: Path, data_dir: Path, server: l
     generated = out.stdout.split("password: ")[1].strip()
     assert len(generated) >= 12
 
-    s = start(server, data_dir, tmp_path / "server.log")
+    # No credential cache: an operator's change shows on the very next request (else within its TTL).
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
     assert login(s.url, "ops@example.com").status_code == 403  # not confirmed yet
     assert login(s.url, "gen@example.com", generated).status_code == 200
     out = cli(data_dir, "users", "confirm", "ops@example.com")

@@ -74,7 +74,7 @@ def test_serve_on_all_interfaces_without_public_url_warns(tmp_path: Path) -> Non
 def test_help_shows_each_default() -> None:
     out = subprocess.run([MEDIASRV, "serve", "--help"], capture_output=True, text=True, timeout=30,
                          env=base_env(Path("/nonexistent")))
-    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip().startswith(("MEDIASRV_",
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line.strip().startswith(("MEDIASRV_", "AWS_",
                                                                                                     "CLOUDFLARE_"))}
     for f in dataclasses.fields(Settings):
         name = f.metadata.get("env")
