@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 from handlers.base import AuthMode, BaseDeps, BaseHandler
 from handlers.paging import page_args
+from mediasrv.files import effective_limits
 from mediasrv.settings import Settings
 from mediasrv.timeutil import iso, month_period, period_key
 from store.base import MetaStore
@@ -53,10 +54,11 @@ class ProfileHandler(AccountBase):
     async def get(self) -> None:
         assert self.principal is not None
         user = self.principal.user
+        storage_limit, count_limit = effective_limits(self.config, user)
         plan: dict[str, Any] = {
-            "name": "trial" if user.trial_ends_at else "standard",
-            "storage_limit_bytes": self.config.storage_limit_bytes,
-            "file_count_limit": self.config.file_count_limit,
+            "name": user.plan or ("trial" if user.trial_ends_at else "standard"),
+            "storage_limit_bytes": storage_limit,
+            "file_count_limit": count_limit,
             "max_upload_size_bytes": self.config.max_upload_size_bytes,
             "trial_ends_at": user.trial_ends_at,
         }

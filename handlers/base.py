@@ -23,7 +23,7 @@ import tornado.web
 
 from mediasrv.auth import Authenticator, Principal
 from mediasrv.cors import CorsMode, CorsPolicy
-from mediasrv.errors import ApiError, BadRequest, Forbidden, TooManyRequests, for_store_error
+from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
 from mediasrv.http_headers import accepts_gzip
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
 from mediasrv.recorders import ActivityRecorder
@@ -89,6 +89,8 @@ class BaseHandler(tornado.web.RequestHandler):
     base: BaseDeps
     principal: Principal | None = None
     request_size: int | None = None
+    store_error = False
+    """Set when the answer is a store failure (503/507), for /metrics."""
     _counted = False
 
     def initialize(self, base: BaseDeps) -> None:  # type: ignore[override]
@@ -240,6 +242,7 @@ class BaseHandler(tornado.web.RequestHandler):
         body: dict[str, str]
         self.clear_header("Content-Disposition")
         self.clear_header("Content-Range")
+        self.store_error = isinstance(exc, StoreUnavailable)  # counted by /metrics (StorageFull too)
         if isinstance(exc, ApiError):
             self.set_status(exc.status)
             for name, value in exc.headers.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from handlers.base import AuthMode, BaseDeps, BaseHandler
-from mediasrv.custom_domains import DomainService, domain_json, public_base
+from mediasrv.custom_domains import DomainService, public_base
 from mediasrv.domains import normalize_hostname
 from mediasrv.errors import BadRequest
 from mediasrv.timeutil import now_iso
@@ -65,5 +65,5 @@ class SettingsHandler(BaseHandler):
 
     async def _settings(self, user: User) -> dict[str, Any]:
         domain = await self.domains.get(user.id)
-        return {"public_url_base": public_base(domain), "custom_domain": domain_json(domain),
+        return {"public_url_base": public_base(domain), "custom_domain": self.domains.json(domain),
                 "max_upload_size_bytes": min(user.max_upload_size_bytes or self.server_cap, self.server_cap)}

@@ -56,6 +56,8 @@ class Runtime:
     inflight: InFlight
     images: ImageJobs
     guard: StoreGuard
+    file_cache: FileCache | None = None
+    results: ResultCache | None = None
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         await self.guard.stop()
@@ -124,7 +126,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight, images=images, guard=guard)
+                          inflight=inflight, images=images, guard=guard, file_cache=file_cache, results=results)
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,13 @@ failure (502) leaves the account exactly as it was.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
 
 from mediasrv.domains import DomainProvider, DomainStatus
-from mediasrv.errors import Conflict
+from mediasrv.errors import Conflict, NotFound
 from mediasrv.timeutil import now_iso
 from store.base import DuplicateError, MetaStore
 from store.models import CustomDomain
@@ -27,11 +28,17 @@ def public_base(domain: CustomDomain | None) -> str | None:
     return f"{scheme}://{domain.hostname}"
 
 
-def domain_json(domain: CustomDomain | None) -> dict[str, Any] | None:
+def domain_json(domain: CustomDomain | None, provider: DomainProvider | None = None) -> dict[str, Any] | None:
+    """The custom_domain object of GET /settings; while pending, the proof the provider asks for."""
     if domain is None:
         return None
-    return {"hostname": domain.hostname, "verification_status": domain.verification_status,
-            "ssl_status": domain.ssl_status, "updated_at": domain.updated_at}
+    body: dict[str, Any] = {"hostname": domain.hostname, "verification_status": domain.verification_status,
+                            "ssl_status": domain.ssl_status, "updated_at": domain.updated_at}
+    describe = getattr(provider, "verification_record", None)
+    record = describe(domain.hostname, domain.provider_id) if describe else None
+    if record is not None and domain.verification_status != "active":
+        body["verification_record"] = record
+    return body
 
 
 class DomainService:
@@ -42,6 +49,9 @@ class DomainService:
 
     async def get(self, user_id: str) -> CustomDomain | None:
         return await self._meta.get_domain(user_id)
+
+    def json(self, domain: CustomDomain | None) -> dict[str, Any] | None:
+        return domain_json(domain, self._provider)
 
     async def public_url_base(self, user_id: str) -> str | None:
         return public_base(await self._meta.get_domain(user_id))
@@ -88,9 +98,36 @@ class DomainService:
         current = await self._meta.get_domain(user_id)
         if current is None:
             return
+        if current.verification_status == "active" and getattr(self._provider, "keeps_active", False):
+            return  # proven or approved once: the claimant need not keep the challenge record
         status = await self._provider.refresh(current.hostname, current.provider_id)
         await self._meta.put_domain(_record(user_id, current.hostname, status))
         self._by_host.pop(current.hostname, None)
+
+    async def approve(self, hostname: str) -> CustomDomain:
+        """An operator vouches for the claimant: the hostname turns active without DNS proof.
+
+        NotFound when no account claims the hostname. With the cloudflare provider this only
+        changes our record; Cloudflare still decides whether it serves the hostname.
+        """
+        current = await self._claim(hostname)
+        approved = dataclasses.replace(current, verification_status="active", ssl_status="active",
+                                       updated_at=now_iso())
+        await self._meta.put_domain(approved)
+        self._by_host.pop(hostname, None)
+        return approved
+
+    async def reject(self, hostname: str) -> CustomDomain:
+        """An operator refuses the claim: it is removed, so the hostname is free for its owner."""
+        current = await self._claim(hostname)
+        await self.remove(current.user_id)
+        return current
+
+    async def _claim(self, hostname: str) -> CustomDomain:
+        current = await self._meta.get_domain_by_hostname(hostname)
+        if current is None:
+            raise NotFound(f"No account claims the hostname {hostname}", code="DOMAIN_NOT_FOUND")
+        return current
 
     async def _forget_at_provider(self, hostname: str, provider_id: str | None) -> None:
         try:

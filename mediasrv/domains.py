@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
@@ -19,7 +20,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HT
 from tornado.simple_httpclient import HTTPTimeoutError
 
 from mediasrv.errors import BadGateway, BadRequest
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.settings import Settings, SettingsError, parse_nameserver
 
 log = logging.getLogger("mediasrv.domains")
 
@@ -110,17 +111,75 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+CHALLENGE_LABEL = "_mediasrv-challenge"
+"""The manual provider's proof of control: a TXT record ``_mediasrv-challenge.<hostname>``."""
+DNS_TIMEOUT_S = 5.0
+
+
 class ManualProvider:
-    """The operator points DNS at the server and manages certificates; nothing to call."""
+    """The operator points DNS at the server and manages certificates.
+
+    A hostname becomes active only when its claimant proves control of it: ``add`` draws a
+    random per-domain token (kept as the record's provider_id), and ``refresh`` looks for it in
+    the TXT record ``_mediasrv-challenge.<hostname>`` with dnspython's async resolver. Without
+    that, an operator approves it (``mediasrv domains approve``). ``verify="none"`` restores the
+    old trusting behaviour (refresh activates any hostname), for closed deployments and tests.
+    """
+
+    keeps_active = True
+    """Once proven (or approved), a hostname stays active: refresh does not re-check the record."""
+
+    def __init__(self, *, verify: str = "dns", nameservers: tuple[str, ...] = (),
+                 timeout_s: float = DNS_TIMEOUT_S) -> None:
+        self._verify = verify
+        self._nameservers = tuple(parse_nameserver(ns) for ns in nameservers)
+        self._timeout_s = timeout_s
 
     async def add(self, hostname: str) -> DomainStatus:
-        return DomainStatus(provider_id=None, verification_status="pending", ssl_status="pending")
+        return DomainStatus(provider_id=_new_token(), verification_status="pending", ssl_status="pending")
 
     async def refresh(self, hostname: str, provider_id: str | None) -> DomainStatus:
-        return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status="active")
+        if self._verify == "none":
+            return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status="active")
+        if not provider_id:  # a record made before tokens existed: give it one to publish
+            return DomainStatus(provider_id=_new_token(), verification_status="pending", ssl_status="pending")
+        proven = await self._txt_holds(f"{CHALLENGE_LABEL}.{hostname}", provider_id)
+        state = "active" if proven else "pending"
+        return DomainStatus(provider_id=provider_id, verification_status=state, ssl_status=state)
 
     async def remove(self, hostname: str, provider_id: str | None) -> None:
         return None
+
+    def verification_record(self, hostname: str, provider_id: str | None) -> dict[str, str] | None:
+        """The TXT record the claimant must publish, or None when no proof is asked for."""
+        if self._verify == "none" or not provider_id:
+            return None
+        return {"name": f"{CHALLENGE_LABEL}.{hostname}", "type": "TXT", "value": provider_id}
+
+    async def _txt_holds(self, name: str, token: str) -> bool:
+        """True when some TXT string at ``name`` equals the token. DNS failures count as not proven."""
+        import dns.asyncresolver  # imported here: only the manual provider with dns proof needs it
+        import dns.exception
+        import dns.nameserver
+        import dns.resolver
+
+        resolver = dns.asyncresolver.Resolver(configure=not self._nameservers)
+        if self._nameservers:
+            resolver.nameservers = [dns.nameserver.Do53Nameserver(address, port)
+                                    for address, port in self._nameservers]
+        resolver.lifetime = self._timeout_s
+        try:
+            answer = await resolver.resolve(name, "TXT", search=False)
+        except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+            return False
+        except dns.exception.DNSException as exc:
+            log.warning("TXT lookup of %s failed: %s: %s", name, type(exc).__name__, exc)
+            return False
+        return any(b"".join(rdata.strings).decode("ascii", "replace").strip() == token for rdata in answer)
+
+
+def _new_token() -> str:
+    return "mediasrv-" + secrets.token_urlsafe(24)
 
 
 class _NotFound(Exception):
@@ -314,7 +373,7 @@ def make_provider(settings: Settings) -> DomainProvider:
     """The provider ``settings.domain_provider`` names: ``manual`` or ``cloudflare``."""
     name = settings.domain_provider
     if name == "manual":
-        return ManualProvider()
+        return ManualProvider(verify=settings.domain_verification, nameservers=settings.dns_nameservers)
     if name == "cloudflare":
         if not (settings.cloudflare_api_token and settings.cloudflare_zone_id):
             raise SettingsError("MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and "

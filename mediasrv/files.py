@@ -31,6 +31,13 @@ def trial_ended(user: User) -> bool:
     return user.trial_ends_at is not None and user.trial_ends_at <= now_iso()
 
 
+def effective_limits(settings: Settings, user: User) -> tuple[int | None, int | None]:
+    """(storage, file count) limits of the account: an operator's per-account value, else the server's."""
+    storage = user.storage_limit_bytes if user.storage_limit_bytes is not None else settings.storage_limit_bytes
+    count = user.file_count_limit if user.file_count_limit is not None else settings.file_count_limit
+    return storage, count
+
+
 def require_active_trial(user: User) -> None:
     if trial_ended(user):
         raise Forbidden("Your trial has ended", code="TRIAL_ENDED")
@@ -58,8 +65,8 @@ class FileService:
         cap = self._settings.max_upload_size_bytes
         if user.max_upload_size_bytes is not None:
             cap = min(cap, user.max_upload_size_bytes)
-        return UploadLimits(cap_bytes=cap, storage_limit=self._settings.storage_limit_bytes,
-                            count_limit=self._settings.file_count_limit,
+        storage, count = effective_limits(self._settings, user)
+        return UploadLimits(cap_bytes=cap, storage_limit=storage, count_limit=count,
                             max_pixels=self._settings.max_image_pixels)
 
     async def require_store(self) -> None:

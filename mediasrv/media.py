@@ -41,15 +41,20 @@ class FileCache:
         self._items: OrderedDict[str, tuple[float, FileRecord]] = OrderedDict()
         self.generation = 0
         """Bumped by every invalidation: a lookup that began before one must not ``put``."""
+        self.hits = self.misses = 0
+        """Lookups answered and not (plain integers for /metrics, read at scrape time)."""
 
     def get(self, file_id: str) -> FileRecord | None:
         item = self._items.get(file_id)
         if item is None:
+            self.misses += 1
             return None
         if item[0] <= self._clock():
             del self._items[file_id]  # expired: ask the database again
+            self.misses += 1
             return None
         self._items.move_to_end(file_id)
+        self.hits += 1
         return item[1]
 
     def put(self, record: FileRecord, generation: int | None = None) -> None:
@@ -77,11 +82,19 @@ class ResultCache:
         self._by_file: dict[str, set[str]] = {}
         self.generation = 0
         """Bumped by every invalidation: a result computed across one must not be ``put``."""
+        self.hits = self.misses = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
 
     def get(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
         item = self._items.get((file_id, variant))
         if item is not None:
             self._items.move_to_end((file_id, variant))
+            self.hits += 1
+        else:
+            self.misses += 1
         return item
 
     def put(self, file_id: str, variant: str, data: bytes, content_type: str,
@@ -199,6 +212,8 @@ class ResizePool:
                  clock: Callable[[], float] = time.monotonic, threads: int | None = None) -> None:
         self.slots = slots
         self.in_use = 0
+        self.refused = 0
+        """Requests answered 503 busy (for /metrics)."""
         self._retry_after = retry_after
         self._window = demand_window_s
         self._clock = clock
@@ -220,10 +235,9 @@ class ResizePool:
         others = self._asking(now, client)
         self._asked[client] = now
         self._asked.move_to_end(client)
-        if self.in_use >= self.slots:
-            raise ServerBusy(self.retry_after_s())
         held = self._running.get(client, 0.0)
-        if others and held > 0 and held + weight > self.slots / (others + 1):
+        if self.in_use >= self.slots or (others and held > 0 and held + weight > self.slots / (others + 1)):
+            self.refused += 1
             raise ServerBusy(self.retry_after_s())
         self.in_use += 1
         self._running[client] = held + weight

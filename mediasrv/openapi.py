@@ -237,11 +237,18 @@ def _file_schemas(ctx: _Ctx) -> Json:
 
 def _settings_schemas() -> Json:
     return {
-        "CustomDomain": _record({
+        "CustomDomain": _obj({
             "hostname": _s("string", "fully-qualified hostname, IDNA-normalised"),
             "verification_status": _s("string", "`active` once verified"),
             "ssl_status": _s("string", "`active` once the certificate is issued"),
-            "updated_at": _ts()}),
+            "updated_at": _ts(),
+            "verification_record": _obj({
+                "name": _s("string", "_mediasrv-challenge.<hostname>"),
+                "type": _s("string", "TXT"),
+                "value": _s("string", "the token the record must hold")}, required=["name", "type", "value"],
+                description="manual provider, while not active: publish this DNS record, then "
+                            "refresh_custom_domain")},
+            required=["hostname", "verification_status", "ssl_status", "updated_at"]),
         "Settings": _record({
             "public_url_base": _s("string", "base of public URLs; follows a verified custom "
                                   "domain", nullable=True),

@@ -25,7 +25,7 @@ from typing import Any
 import tornado.httpserver
 import tornado.web
 
-from mediasrv import allocator, cli_upload, imaging, workers
+from mediasrv import allocator, cli_admin, cli_upload, imaging, workers
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -37,9 +37,12 @@ from mediasrv.connections import (
 from mediasrv.domains import make_provider
 from mediasrv.http_limits import HEADER_READ_LIMIT, RequestLimits
 from mediasrv.mail import MailQueue, make_mailer
+from mediasrv.metrics import Metrics, chain, metrics_app
 from mediasrv.settings import Settings, SettingsError
+from mediasrv.startup_log import log_startup
 from mediasrv.stores import describe, make_stores
 from mediasrv.sweep import Sweeper, SweepPolicy
+from mediasrv.version import version
 from store.base import BlobStore, MetaStore
 from store.errors import StoreError
 
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
     listener = configure_logging(settings.log_level)
+    if args.command in cli_admin.COMMANDS:
+        sys.exit(cli_admin.run(args, settings))
     runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
               "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
     try:
@@ -84,6 +89,7 @@ class StartupError(RuntimeError):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
+    parser.add_argument("--version", action="version", version=f"mediasrv {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
                                formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -103,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("--purge-quarantine", action="store_true",
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
+    cli_admin.add_parsers(sub, "environment variables:\n" + Settings.help_text())
     migrate_cmd = sub.add_parser(
         "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
         "idempotent and resumable, run with every server stopped",
@@ -203,6 +210,7 @@ class Running:
     meta: MetaStore
     blobs: BlobStore
     sweeper: Sweeper
+    metrics_server: tornado.httpserver.HTTPServer | None = None
 
 
 async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
@@ -292,16 +300,23 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
                             domain_provider=make_provider(settings), jwt_secret=secret)
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
+    metrics_server = None
+    where = f"{settings.host}:{settings.port}"
     try:
         if sockets is not None:
             server.add_sockets(sockets)
         else:
             server.listen(settings.port, settings.host)
+        if settings.metrics_port is not None:
+            where = f"127.0.0.1:{settings.metrics_port} (MEDIASRV_METRICS_PORT)"
+            metrics_server = start_metrics(app, runtime, settings.metrics_port)
     except OSError as exc:
+        server.stop()
         await runtime.stop()
         await blobs.close()
         await meta.close()
-        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    log_startup(settings, meta, blobs)
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
@@ -309,7 +324,18 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
-    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper)
+    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
+                   metrics_server=metrics_server)
+
+
+def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
+    """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    app.settings["log_function"] = chain(app.settings.get("log_function") or access_log, recorder.observe)
+    metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
+    metrics_server.listen(port, "127.0.0.1")
+    log.info("metrics at http://127.0.0.1:%d/metrics", port)
+    return metrics_server
 
 
 async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
@@ -322,6 +348,8 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     """
     t0 = time.monotonic()
     running.server.stop()
+    if running.metrics_server is not None:
+        running.metrics_server.stop()
     drained = t0 + drain_s
     while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)

@@ -6,6 +6,7 @@ Every field names its environment variable and a one-line description; ``mediasr
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -102,6 +103,13 @@ class Settings:
                              "X-Real-IP (only behind a proxy you run)", default=False)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
+    domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "
+                                    "domain turns active once its TXT record _mediasrv-challenge.HOST "
+                                    "holds its token, or an operator approves it) or none (any hostname "
+                                    "turns active on refresh)", default="dns")
+    dns_nameservers: tuple[str, ...] = _env("MEDIASRV_DNS_NAMESERVERS", "comma-separated resolvers "
+                                            "(IP or IP:port) for the domain TXT check (default: the "
+                                            "system's)", default=())
     cloudflare_api_token: str | None = _env("CLOUDFLARE_API_TOKEN", "Cloudflare API token "
                                             "(cloudflare provider)", default=None)
     cloudflare_zone_id: str | None = _env("CLOUDFLARE_ZONE_ID", "Cloudflare zone of the custom "
@@ -172,6 +180,9 @@ class Settings:
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
+    metrics_port: int | None = _env("MEDIASRV_METRICS_PORT", "serve GET /metrics (Prometheus text) on "
+                                    "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
+                                    default=None)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
 
     @classmethod
@@ -209,13 +220,16 @@ class Settings:
 
     @classmethod
     def help_text(cls) -> str:
-        """The list of variables, one line each, for ``mediasrv serve --help``."""
+        """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
         lines = []
         for f in dataclasses.fields(cls):
             if f.name in _GROUPS:
                 lines.append(_GROUPS[f.name])
             if "env" in f.metadata:
-                lines.append(f"  {f.metadata['env']:<32} {f.metadata['help']}")
+                text = f.metadata["help"]
+                if "default" not in text and "unset" not in text:  # else the text says it in words
+                    text += f" (default {default_text(f)})"
+                lines.append(f"  {f.metadata['env']:<32} {text}")
         return "\n".join(lines)
 
     @property
@@ -233,6 +247,23 @@ _GROUPS = {"mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
            "s3_bucket": " S3 blobs (default: files in DATA_DIR):",
            "public_url": " server:"}
 """Headings of ``help_text``, printed before the named field."""
+
+
+def default_text(f: dataclasses.Field[Any]) -> str:
+    """A field's default as an operator would write it in the environment."""
+    value = f.default
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Path) and not value.is_absolute():
+        return f"./{value}"
+    if isinstance(value, tuple):
+        if not value:
+            return "none"
+        text = ",".join(value)
+        return text if len(text) <= 60 else "built-in list, see `mediasrv config`"
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -268,7 +299,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "result_cache_bytes": _int, "blob_cache_bytes": _int, "blob_cache_item_bytes": _int,
     "resize_threads": _int, "credential_cache_s": float, "sweep_grace_s": _int, "sweep_max_share": float,
     "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
-    "max_connections": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
+    "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
     "public_max_age_s": _int, "public_immutable": _bool, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
     "trust_proxy": _bool, "rate_limit_scale": float,
@@ -276,8 +307,31 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
     "domain_provider": lambda v: v.strip().lower(),
+    "domain_verification": lambda v: v.strip().lower(),
+    "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
 }
+
+
+def parse_nameserver(entry: str) -> tuple[str, int]:
+    """``1.2.3.4``, ``1.2.3.4:5353``, ``::1`` or ``[::1]:5353`` as (address, port); ValueError otherwise."""
+    text = entry.strip()
+    port = 53
+    if text.startswith("["):
+        address, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(f"{entry!r} is not an address[:port]")
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        address, _, port_text = text.partition(":")
+        port = int(port_text)
+    else:
+        address = text
+    ipaddress.ip_address(address)  # ValueError when it is not an IP address
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{entry!r}: port must be 1..65535")
+    return address, port
 
 
 def _check_urls(s: Settings) -> str | None:
@@ -374,6 +428,15 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
     if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
         return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.domain_verification not in ("dns", "none"):
+        return f"MEDIASRV_DOMAIN_VERIFICATION must be dns or none, not {s.domain_verification!r}"
+    for entry in s.dns_nameservers:
+        try:
+            parse_nameserver(entry)
+        except ValueError:
+            return f"MEDIASRV_DNS_NAMESERVERS: {entry!r} is not an IP address with an optional :port"
+    if s.metrics_port is not None and not 1 <= s.metrics_port <= 65535:
+        return f"MEDIASRV_METRICS_PORT must be from 1 to 65535, not {s.metrics_port}"
     if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         return f"MEDIASRV_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {s.log_level!r}"
     if not s.allowed_content_types or any("/" not in t for t in s.allowed_content_types):

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from store.errors import Duplicate
 from store.models import (
+    AccountPlan,
     ApiKey,
     BlobStat,
     CustomDomain,
@@ -122,6 +123,12 @@ class MetaStore(Protocol):
         """Replace the hash and bump token_version, retiring every earlier session token."""
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None: ...
+
+    async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
+        """Replace the account's plan name, limits and trial end (operator command); False if no such user."""
+
+    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+        """Every account, oldest first (ties by id), and the total count (operator commands)."""
 
     # single-use tokens: e-mail confirmation, password reset, refresh
     async def put_token(self, kind: str, token_hash: str, user_id: str, expires_at: str,

@@ -26,6 +26,22 @@ class User:
     files_count: int = 0
     subscription_canceled_at: str | None = None
     access_until: str | None = None
+    plan: str | None = None
+    """The plan's name an operator gave the account (``mediasrv accounts set``); None: the default."""
+    storage_limit_bytes: int | None = None
+    """Per-account storage limit set by an operator; None: the server-wide MEDIASRV_STORAGE_LIMIT_BYTES."""
+    file_count_limit: int | None = None
+    """Per-account file count limit set by an operator; None: the server-wide MEDIASRV_FILE_COUNT_LIMIT."""
+
+
+@dataclass(frozen=True)
+class AccountPlan:
+    """What an operator sets on an account: each field replaces the stored one (None clears it)."""
+
+    plan: str | None
+    storage_limit_bytes: int | None
+    file_count_limit: int | None
+    trial_ends_at: str | None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,17 @@ from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, Replace
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
 from store.errors import Duplicate, StoreUnavailable
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, StoreIdentity, UsageCounts, User
+from store.models import (
+    AccountPlan,
+    ApiKey,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    LogEntry,
+    StoreIdentity,
+    UsageCounts,
+    User,
+)
 
 log = logging.getLogger(__name__)
 
@@ -377,6 +387,25 @@ class MongoMetaStore:
         async with self._op() as db:
             await db["users"].update_one({"_id": user_id}, {
                 "$set": {"max_upload_size_bytes": value, "updated_at": to_date(at)}})
+
+    async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
+        trial = to_date(plan.trial_ends_at) if plan.trial_ends_at is not None else None
+        async with self._op() as db:
+            result = await db["users"].update_one({"_id": user_id}, {"$set": {
+                "plan": plan.plan, "storage_limit_bytes": plan.storage_limit_bytes,
+                "file_count_limit": plan.file_count_limit, "trial_ends_at": trial, "updated_at": to_date(at)}})
+        return result.matched_count > 0
+
+    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+        """Oldest first, ties by id (operator commands)."""
+        _check_page(offset, limit)
+        async with self._op() as db:
+            total = await db["users"].count_documents({})
+            docs: list[Doc] = []
+            if limit > 0 and offset < total:
+                docs = await db["users"].find({}).sort([("created_at", ASCENDING), ("_id", ASCENDING)]) \
+                    .skip(offset).limit(limit).to_list()
+        return [_user(doc) for doc in docs], total
 
     # --- single-use tokens ------------------------------------------------------------
 

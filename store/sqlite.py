@@ -30,7 +30,17 @@ from typing import Any, TypeVar
 import orjson
 
 from store.errors import Duplicate, StorageFull, StoreUnavailable
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, StoreIdentity, UsageCounts, User
+from store.models import (
+    AccountPlan,
+    ApiKey,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    LogEntry,
+    StoreIdentity,
+    UsageCounts,
+    User,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +159,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """INSERT INTO file_search (rowid, name, file_id)
             SELECT r.seq, fold(f.name), fold(f.file_id)
             FROM file_search_rows r JOIN files f ON f.id = r.file_pk""",
+    ),
+    (
+        # Per-account plan set by an operator (`mediasrv accounts set`); NULL: server-wide default.
+        "ALTER TABLE users ADD COLUMN plan TEXT",
+        "ALTER TABLE users ADD COLUMN storage_limit_bytes INTEGER",
+        "ALTER TABLE users ADD COLUMN file_count_limit INTEGER",
     ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
@@ -344,6 +360,15 @@ def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: l
     return [convert(row) for row in rows], total
 
 
+def _page_oldest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
+                 convert: Callable[[Row], T]) -> tuple[list[T], int]:
+    """One page of a whole table, oldest first with ties by id, and the total."""
+    total = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    rows = conn.execute(f"SELECT {cols} FROM {table} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
+    return [convert(row) for row in rows], total
+
+
 def _list_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, offset: int,
                 limit: int) -> tuple[list[FileRecord], int]:
     where, params = _file_filters(user_id, query, _use_search_index(conn, query))
@@ -459,6 +484,21 @@ def _create_private(path: Path) -> None:
                 os.chmod(side, 0o600)
         except FileNotFoundError:
             pass
+
+
+def _snapshot(source: Path, dest: Path) -> None:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)
+    src = sqlite3.connect(source, timeout=30)
+    try:
+        out = sqlite3.connect(dest)
+        try:
+            src.backup(out)
+            out.execute("PRAGMA journal_mode = DELETE")  # one self-contained file, no -wal beside it
+        finally:
+            out.close()
+    finally:
+        src.close()
 
 
 def _is_full(exc: sqlite3.DatabaseError) -> bool:
@@ -673,6 +713,11 @@ class SqliteMetaStore:
             return False
         return await self._run(False, self._same_file, lookup=True)  # never behind searches
 
+    async def snapshot_to(self, dest: Path) -> None:
+        """A consistent copy of the whole database at ``dest`` (a new file, mode 0600), taken with
+        SQLite's online backup API while the server keeps writing; for ``mediasrv backup``."""
+        await asyncio.to_thread(_snapshot, self.path, Path(dest))
+
     # --- users ------------------------------------------------------------------------
 
     async def create_user(self, user: User) -> None:
@@ -701,6 +746,17 @@ class SqliteMetaStore:
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
         await self._write(_execute, "UPDATE users SET max_upload_size_bytes = ?, updated_at = ? "
                           "WHERE id = ?", (value, at, user_id))
+
+    async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
+        changed = await self._write(_execute, "UPDATE users SET plan = ?, storage_limit_bytes = ?, "
+                                    "file_count_limit = ?, trial_ends_at = ?, updated_at = ? WHERE id = ?",
+                                    (plan.plan, plan.storage_limit_bytes, plan.file_count_limit,
+                                     plan.trial_ends_at, at, user_id))
+        return changed > 0
+
+    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+        _check_page(offset, limit)
+        return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
 
     # --- single-use tokens ------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from mediasrv.settings import Settings
 from tests.conftest import Api, ShiftableClock, body
+from tests.dnsserver import LocalDns
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -36,8 +37,16 @@ PASSWORD = "s3cret-pass"
 
 
 @pytest.fixture
-def app_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    return {"MEDIASRV_RATE_LIMIT_SCALE": "100", **getattr(request, "param", {})}
+def local_dns() -> Iterator[LocalDns]:
+    server = LocalDns().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def app_env(request: pytest.FixtureRequest, local_dns: LocalDns) -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "100", "MEDIASRV_DNS_NAMESERVERS": local_dns.nameserver,
+            **getattr(request, "param", {})}
 
 
 @asynccontextmanager
@@ -123,7 +132,8 @@ async def log_in(page: Page, email: str, password: str = PASSWORD) -> None:
     await expect(page.get_by_role("heading", name="Files")).to_be_visible()
 
 
-async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, settings: Settings) -> None:
+async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, settings: Settings,
+                                                                   local_dns: LocalDns) -> None:
     email = "browser-journey@example.com"
     async with browser_page(settings.public_url) as (page, problems):
         response = await page.goto("/")
@@ -212,6 +222,11 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await page.get_by_role("textbox", name="Custom domain").fill("media.example.com")
         await page.get_by_role("button", name="Save custom domain").click()
         await expect(page.locator("dl.facts")).to_contain_text("pending")
+        # The owner proves control with the TXT record the page shows, then checks again.
+        await expect(page.locator("dl.facts")).to_contain_text("_mediasrv-challenge.media.example.com")
+        pending = body(await api.call("GET", "/settings", token=await _token(api, email)))["custom_domain"]
+        await expect(page.locator("dl.facts")).to_contain_text(pending["verification_record"]["value"])
+        local_dns.txt["_mediasrv-challenge.media.example.com"] = [pending["verification_record"]["value"]]
         await page.get_by_role("button", name="Check domain status").click()
         await expect(page.locator("dl.facts dd.ok").first).to_have_text("active")
         await assert_accessible(page)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from mediasrv.domains import (
 )
 from mediasrv.errors import BadGateway, BadRequest
 from mediasrv.settings import Settings, SettingsError
+from tests.dnsserver import LocalDns
 
 TOKEN = "cf-test-token-9f8e7d6c5b4a"
 ZONE = "023e105f4ecef8ad9ca31a8372d0c353"
@@ -353,11 +355,69 @@ async def test_connection_refused_is_bad_gateway(io_loop: Any, caplog: pytest.Lo
 # -- the manual provider and make_provider -------------------------------------------------------
 
 
-async def test_manual_provider(io_loop: Any) -> None:
-    provider = ManualProvider()
-    assert await provider.add("files.example.com") == DomainStatus(None, "pending", "pending")
-    assert await provider.refresh("files.example.com", None) == DomainStatus(None, "active", "active")
+@pytest.fixture
+def local_dns() -> Iterator[LocalDns]:
+    server = LocalDns().start()
+    yield server
+    server.stop()
+
+
+async def test_manual_provider_without_proof(io_loop: Any) -> None:
+    """verify=none: the old trusting behaviour, refresh activates any hostname."""
+    provider = ManualProvider(verify="none")
+    added = await provider.add("files.example.com")
+    assert (added.verification_status, added.ssl_status) == ("pending", "pending")
+    refreshed = await provider.refresh("files.example.com", added.provider_id)
+    assert (refreshed.verification_status, refreshed.ssl_status) == ("active", "active")
+    assert provider.verification_record("files.example.com", added.provider_id) is None
     assert await provider.remove("files.example.com", None) is None
+
+
+async def test_manual_provider_needs_the_txt_record(io_loop: Any, local_dns: LocalDns) -> None:
+    provider = ManualProvider(nameservers=(local_dns.nameserver,), timeout_s=2)
+    added = await provider.add("files.example.com")
+    token = added.provider_id
+    assert token and added.verification_status == "pending"
+    assert token != (await provider.add("files.example.com")).provider_id  # drawn per claim
+    record = provider.verification_record("files.example.com", token)
+    assert record == {"name": "_mediasrv-challenge.files.example.com", "type": "TXT", "value": token}
+    # No record (NXDOMAIN), a wrong value, another name's record: still pending.
+    assert (await provider.refresh("files.example.com", token)).verification_status == "pending"
+    local_dns.txt["_mediasrv-challenge.files.example.com"] = ["mediasrv-someone-else"]
+    local_dns.txt["_mediasrv-challenge.other.example.com"] = [token]
+    assert (await provider.refresh("files.example.com", token)).verification_status == "pending"
+    assert "_mediasrv-challenge.files.example.com" in local_dns.queries
+    # The token among other strings: proven.
+    local_dns.txt["_mediasrv-challenge.files.example.com"] = ["v=other", token]
+    status = await provider.refresh("files.example.com", token)
+    assert status == DomainStatus(token, "active", "active")
+
+
+async def test_manual_provider_dns_failure_is_pending(io_loop: Any) -> None:
+    sock, port = bind_unused_port()  # nothing answers DNS here
+    sock.close()
+    provider = ManualProvider(nameservers=(f"127.0.0.1:{port}",), timeout_s=0.5)
+    added = await provider.add("files.example.com")
+    assert (await provider.refresh("files.example.com", added.provider_id)).verification_status == "pending"
+
+
+async def test_manual_provider_gives_old_records_a_token(io_loop: Any) -> None:
+    provider = ManualProvider(nameservers=("127.0.0.1:9",))
+    status = await provider.refresh("files.example.com", None)
+    assert status.provider_id and status.verification_status == "pending"
+
+
+@pytest.mark.parametrize("value", ["dns.example.com", "1.2.3.4:0", "1.2.3.4:x", "[::1]x"])
+def test_bad_nameservers_are_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="MEDIASRV_DNS_NAMESERVERS"):
+        Settings.from_env({"MEDIASRV_DNS_NAMESERVERS": value}).validate()
+
+
+def test_nameservers_parse() -> None:
+    settings = Settings.from_env({"MEDIASRV_DNS_NAMESERVERS": "127.0.0.1:5353, ::1,[::1]:53"}).validate()
+    assert settings.dns_nameservers == ("127.0.0.1:5353", "::1", "[::1]:53")
+    with pytest.raises(SettingsError, match="MEDIASRV_DOMAIN_VERIFICATION"):
+        Settings.from_env({"MEDIASRV_DOMAIN_VERIFICATION": "maybe"}).validate()
 
 
 def test_make_provider_defaults_to_manual() -> None:

@@ -16,6 +16,7 @@ from mediasrv.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
+from tests.dnsserver import LocalDns
 
 CAP = 1024 * 1024
 BASE_ENV = {"MEDIASRV_MAX_UPLOAD_SIZE_BYTES": str(CAP), "MEDIASRV_RATE_LIMIT_SCALE": "100"}
@@ -25,8 +26,23 @@ Stores = tuple[SqliteMetaStore, FsBlobStore]
 
 
 @pytest.fixture
-def app_env() -> dict[str, str]:
-    return dict(BASE_ENV)
+def local_dns() -> Iterator[LocalDns]:
+    server = LocalDns().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def app_env(local_dns: LocalDns) -> dict[str, str]:
+    return {**BASE_ENV, "MEDIASRV_DNS_NAMESERVERS": local_dns.nameserver}
+
+
+async def prove(api: Api, token: str, local_dns: LocalDns) -> dict[str, Any]:
+    """Publish the TXT record GET /settings asks for (the claimant proving control)."""
+    record = (await get_settings(api, token))["custom_domain"]["verification_record"]
+    assert record["type"] == "TXT" and record["name"].startswith("_mediasrv-challenge.")
+    local_dns.txt[record["name"]] = [record["value"]]
+    return record  # type: ignore[no-any-return]
 
 
 async def token_for(api: Api) -> str:
@@ -40,7 +56,9 @@ async def get_settings(api: Api, token: str) -> dict[str, Any]:
     s = body(r)
     assert set(s) == SETTINGS_FIELDS
     if s["custom_domain"] is not None:
-        assert set(s["custom_domain"]) == DOMAIN_FIELDS
+        assert DOMAIN_FIELDS <= set(s["custom_domain"]) <= DOMAIN_FIELDS | {"verification_record"}
+        if "verification_record" in s["custom_domain"]:  # the manual provider asks for proof
+            assert s["custom_domain"]["verification_status"] != "active"
     return s  # type: ignore[no-any-return]
 
 
@@ -175,7 +193,7 @@ async def test_hostname_is_normalised_and_unique_across_accounts(api: Api) -> No
 # -- custom domains: the manual provider's lifecycle and serving on the hostname ---------------
 
 
-async def test_manual_custom_domain_lifecycle(api: Api, settings: Settings) -> None:
+async def test_manual_custom_domain_lifecycle(api: Api, settings: Settings, local_dns: LocalDns) -> None:
     a, b = await token_for(api), await token_for(api)
     mine = await upload(api, a, b"mine")
     private = await upload(api, a, b"private", isPublic="false")
@@ -195,10 +213,16 @@ async def test_manual_custom_domain_lifecycle(api: Api, settings: Settings) -> N
     assert body(r)["public_url"] == f"{settings.public_url}/m/{mine['file_id']}"
 
     pending_at = s["custom_domain"]["updated_at"]
+    # Refreshing without proof of control changes nothing: still pending.
+    r = await patch(api, a, {"refresh_custom_domain": True})
+    assert r.code == 200, r.body
+    assert body(r)["custom_domain"]["verification_status"] == "pending" and body(r)["public_url_base"] is None
+    await prove(api, a, local_dns)
     r = await patch(api, a, {"refresh_custom_domain": True})
     assert r.code == 200, r.body
     s = body(r)
     assert s["custom_domain"]["verification_status"] == "active"
+    assert "verification_record" not in s["custom_domain"]
     assert s["custom_domain"]["ssl_status"] == "active"
     assert s["public_url_base"] == f"https://{host}"
     assert s["custom_domain"]["updated_at"] >= pending_at
@@ -251,17 +275,45 @@ async def test_manual_custom_domain_lifecycle(api: Api, settings: Settings) -> N
     assert r.code == 200 and body(r)["custom_domain"] is None
 
 
+async def test_a_squatter_cannot_activate_a_hostname(api: Api, local_dns: LocalDns, stores: Stores) -> None:
+    """The owner's record holds the owner's token only: another claimant's refresh stays pending."""
+    owner, squatter = await token_for(api), await token_for(api)
+    await patch(api, squatter, {"custom_domain": "shop.example.test"})
+    squatter_token = (await get_settings(api, squatter))["custom_domain"]["verification_record"]["value"]
+    local_dns.txt["_mediasrv-challenge.shop.example.test"] = ["mediasrv-the-real-owners-token"]
+    r = await patch(api, squatter, {"refresh_custom_domain": True})
+    assert body(r)["custom_domain"]["verification_status"] == "pending" and body(r)["public_url_base"] is None
+    # The operator rejects the claim: the hostname is free for its owner, who proves it.
+    meta = stores[0]
+    from mediasrv.custom_domains import DomainService
+    from mediasrv.domains import ManualProvider
+    await DomainService(meta, ManualProvider()).reject("shop.example.test")
+    assert (await get_settings(api, squatter))["custom_domain"] is None
+    assert (await patch(api, owner, {"custom_domain": "shop.example.test"})).code == 200
+    record = await prove(api, owner, local_dns)
+    assert record["value"] != squatter_token
+    r = await patch(api, owner, {"refresh_custom_domain": True})
+    assert body(r)["custom_domain"]["verification_status"] == "active"
+    # Proven once is enough: removing the record later does not deactivate the hostname.
+    local_dns.txt.clear()
+    r = await patch(api, owner, {"refresh_custom_domain": True})
+    assert body(r)["custom_domain"]["verification_status"] == "active"
+    assert body(r)["public_url_base"] == "https://shop.example.test"
+
+
 async def test_refresh_without_a_domain_is_harmless(api: Api) -> None:
     token = await token_for(api)
     r = await patch(api, token, {"refresh_custom_domain": True})
     assert r.code == 200 and body(r)["custom_domain"] is None and body(r)["public_url_base"] is None
 
 
-async def test_replacing_the_domain(api: Api, settings: Settings) -> None:
+async def test_replacing_the_domain(api: Api, settings: Settings, local_dns: LocalDns) -> None:
     a, b = await token_for(api), await token_for(api)
     f = await upload(api, a)
     await patch(api, a, {"custom_domain": "one.example.test"})
-    await patch(api, a, {"refresh_custom_domain": True})
+    await prove(api, a, local_dns)
+    r = await patch(api, a, {"refresh_custom_domain": True})
+    assert body(r)["custom_domain"]["verification_status"] == "active"
     r = await patch(api, a, {"custom_domain": "two.example.test"})
     assert r.code == 200
     s = body(r)

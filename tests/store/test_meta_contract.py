@@ -17,7 +17,7 @@ import pytest
 from mediasrv import timeutil
 from store.base import DuplicateError, MetaStore
 from store.errors import StoreUnavailable
-from store.models import ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.models import AccountPlan, ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
 from store.mongo import MongoMetaStore
 from store.sqlite import MIGRATIONS, SqliteMetaStore
 from tests.store.conftest import MetaFactory, sqlite_path
@@ -150,6 +150,30 @@ async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
 
 
 # --- single-use tokens ----------------------------------------------------------------
+
+async def test_set_plan_replaces_plan_limits_and_trial(meta: MetaStore) -> None:
+    await add_user(meta, "u1", trial_ends_at=ts(50))
+    plan = AccountPlan(plan="pro", storage_limit_bytes=10_000, file_count_limit=5, trial_ends_at=None)
+    assert await meta.set_plan("u1", plan, NOW)
+    user = await meta.get_user("u1")
+    assert user is not None
+    assert (user.plan, user.storage_limit_bytes, user.file_count_limit, user.trial_ends_at) == ("pro", 10_000, 5, None)
+    assert user.updated_at == NOW
+    cleared = AccountPlan(plan=None, storage_limit_bytes=None, file_count_limit=None, trial_ends_at=ts(9))
+    assert await meta.set_plan("u1", cleared, NOW)
+    user = await meta.get_user("u1")
+    assert user is not None and (user.plan, user.storage_limit_bytes, user.trial_ends_at) == (None, None, ts(9))
+    assert not await meta.set_plan("nobody", plan, NOW)
+
+
+async def test_list_users_oldest_first_with_total(meta: MetaStore) -> None:
+    for i, created in enumerate((30, 10, 20, 10)):
+        await add_user(meta, f"u{i}", created_at=ts(created))
+    users, total = await meta.list_users(0, 3)
+    assert total == 4 and [u.id for u in users] == ["u1", "u3", "u2"]
+    users, total = await meta.list_users(3, 10)
+    assert total == 4 and [u.id for u in users] == ["u0"]
+
 
 async def test_token_is_single_use(meta: MetaStore) -> None:
     await add_user(meta, "u1")

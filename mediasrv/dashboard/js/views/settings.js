@@ -19,6 +19,9 @@ export function settingsView() {
     const rows = d ? [
       ['Hostname', d.hostname], ['Verification', d.verification_status], ['Certificate', d.ssl_status],
       ['Checked', formatDate(d.updated_at)], ['Public URLs start with', settings.public_url_base || 'the server URL'],
+      // While pending, the proof of control the server asks for (manual provider): a DNS TXT record.
+      ...(d.verification_record ? [['Publish a TXT record named', d.verification_record.name],
+        ['holding', d.verification_record.value]] : []),
     ] : [['Custom domain', 'None: public URLs use the server URL']];
     domainStatus.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', {}, k),
       h('dd', { class: v === 'active' ? 'ok' : '' }, v)]));

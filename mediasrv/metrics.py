@@ -1,0 +1,162 @@
+"""Prometheus metrics, served by ``GET /metrics`` on a loopback listener of its own.
+
+The request path pays one dict lookup and three increments per request (in the access-log
+hook, after the response went out): the per-(route, method, status) children of the counter
+and histogram are cached here, so no label set is built per request. Everything else (resize
+slots in use and refusals, cache hits and misses, store errors) is kept as plain integers by
+the parts that own it and read only when Prometheus scrapes, by a custom collector.
+
+Routes are labelled by the route table's pattern (``/m/:id``), never the raw path, so the
+number of series stays bounded whatever clients request.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import tornado.web
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+UNMATCHED = "unmatched"
+_GROUP = re.compile(r"\((?:[^()\\]|\\.)*\)")
+
+
+def route_label(pattern: str) -> str:
+    """``/files/([^/]+)/signed-url$`` -> ``/files/:id/signed-url``."""
+    return _GROUP.sub(":id", pattern).rstrip("$")
+
+
+class Metrics:
+    """One registry per application (tests build many); ``observe`` is the access-log hook."""
+
+    def __init__(self, app: tornado.web.Application, sources: dict[str, Any]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter("mediasrv_http_requests", "HTTP requests by route pattern, method and status",
+                                 ("route", "method", "status"), registry=self.registry)
+        self._latency = Histogram("mediasrv_http_request_duration_seconds", "Time from request to response end",
+                                  ("route", "method", "status"), buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._bytes_in = Counter("mediasrv_http_request_bytes", "Request body bytes received",
+                                 registry=self.registry)
+        self._bytes_out = Counter("mediasrv_http_response_bytes",
+                                  "Response body bytes sent (by Content-Length)", registry=self.registry)
+        self._store_errors = Counter("mediasrv_store_errors",
+                                     "Requests answered 503/507 because a store failed", registry=self.registry)
+        self._children: dict[tuple[type, str, str, int], tuple[Any, Any]] = {}
+        self._routes = _route_table(app)
+        self.registry.register(_StateCollector(sources))
+
+    def observe(self, handler: tornado.web.RequestHandler) -> None:
+        request = handler.request
+        status = handler.get_status()
+        key = (type(handler), request.path if type(handler) in self._routes.ambiguous else "",
+               request.method or "", status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._new_children(key, request.path)
+        children[0].inc()
+        children[1].observe(request.request_time())
+        size = getattr(handler, "request_size", None)
+        if size is None:
+            size = len(request.body) if request.body else 0
+        if size:
+            self._bytes_in.inc(size)
+        sent = handler._headers.get("Content-Length")  # Tornado has no public getter; set by finish()
+        if sent and status != 304 and request.method != "HEAD":
+            self._bytes_out.inc(int(sent))
+        if getattr(handler, "store_error", False):
+            self._store_errors.inc()
+
+    def _new_children(self, key: tuple[type, str, str, int], path: str) -> tuple[Any, Any]:
+        route = self._routes.label(key[0], path)
+        labels = (route, key[2], str(key[3]))
+        children = (self._requests.labels(*labels), self._latency.labels(*labels))
+        if key[1] and len(self._children) > 10_000:  # ambiguous classes key by path: stay bounded
+            return children
+        self._children[key] = children
+        return children
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _RouteTable:
+    def __init__(self, patterns: dict[type, list[re.Pattern[str]]]) -> None:
+        self._patterns = patterns
+        self.ambiguous = frozenset(cls for cls, found in patterns.items() if len(found) > 1)
+
+    def label(self, cls: type, path: str) -> str:
+        found = self._patterns.get(cls)
+        if not found:
+            return UNMATCHED
+        if len(found) == 1:
+            return route_label(found[0].pattern)
+        for regex in found:
+            if regex.fullmatch(path):
+                return route_label(regex.pattern)
+        return UNMATCHED
+
+
+def _route_table(app: tornado.web.Application) -> _RouteTable:
+    patterns: dict[type, list[re.Pattern[str]]] = {}
+    for rule in app.wildcard_router.rules:
+        regex = getattr(rule.matcher, "regex", None)
+        if isinstance(rule.target, type) and regex is not None:
+            patterns.setdefault(rule.target, []).append(regex)
+    return _RouteTable(patterns)
+
+
+class _StateCollector:
+    """Reads the live counters of the resize pool and caches at scrape time."""
+
+    def __init__(self, sources: dict[str, Any]) -> None:
+        self._s = sources
+
+    def collect(self) -> Iterator[Any]:
+        pool, files, results = self._s["pool"], self._s["files"], self._s["results"]
+        yield GaugeMetricFamily("mediasrv_resize_slots", "Resize/format slots configured", value=pool.slots)
+        yield GaugeMetricFamily("mediasrv_resize_slots_in_use", "Resize/format slots in use", value=pool.in_use)
+        yield CounterMetricFamily("mediasrv_resize_busy", "Resize/format requests refused with 503 (busy)",
+                                  value=pool.refused)
+        cache = CounterMetricFamily("mediasrv_cache_lookups", "Cache lookups by cache and result",
+                                    labels=("cache", "result"))
+        for name, source in (("file", files), ("result", results)):
+            cache.add_metric((name, "hit"), source.hits)
+            cache.add_metric((name, "miss"), source.misses)
+        yield cache
+        yield GaugeMetricFamily("mediasrv_result_cache_bytes", "Bytes held by the resize result cache",
+                                value=results.size_bytes)
+
+    def describe(self) -> Iterator[Any]:
+        return iter(())
+
+
+class MetricsHandler(tornado.web.RequestHandler):
+    """``GET /metrics`` on the metrics listener; nothing else is served there."""
+
+    def initialize(self, metrics: Metrics) -> None:  # type: ignore[override]
+        self.metrics = metrics
+
+    def get(self) -> None:
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.set_header("Cache-Control", "no-store")
+        self.finish(self.metrics.render())
+
+
+def metrics_app(metrics: Metrics) -> tornado.web.Application:
+    return tornado.web.Application([(r"/metrics", MetricsHandler, {"metrics": metrics})],
+                                   log_function=_quiet)
+
+
+def _quiet(handler: tornado.web.RequestHandler) -> None:
+    """Scrapes are not logged: one every few seconds would drown the access log."""
+
+
+def chain(*hooks: Callable[[tornado.web.RequestHandler], None]) -> Callable[[tornado.web.RequestHandler], None]:
+    def log_function(handler: tornado.web.RequestHandler) -> None:
+        for hook in hooks:
+            hook(handler)
+    return log_function
