@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import sqlite3
 import tarfile
 import tempfile
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ from mediasrv.settings import Settings
 from mediasrv.timeutil import now_iso
 from mediasrv.version import version
 from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
+from store.sqlite import copy_database, snapshot_contents
 
 FORMAT = "mediasrv-backup"
 FORMAT_VERSION = 1
@@ -79,7 +80,7 @@ async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Pa
     try:
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
         await snapshot_to(work / DB_NAME)
-        keys, files = await asyncio.to_thread(_referenced, work / DB_NAME)
+        keys, files = await asyncio.to_thread(snapshot_contents, work / DB_NAME)
         manifest = Manifest(created_at=now_iso(), files=files)
         (work / "blobs").mkdir(mode=0o700)
         for key in keys:
@@ -127,7 +128,7 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
                                   "directory, or pass --force to replace its database, blobs and secret")
             await asyncio.to_thread(_clear, data)
         data.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(_restore_db, source / DB_NAME, data / DB_NAME)
+        await asyncio.to_thread(copy_database, source / DB_NAME, data / DB_NAME)
         if (source / SECRET_NAME).exists():
             await asyncio.to_thread(_copy_private, source / SECRET_NAME, data / SECRET_NAME)
         meta, blobs = await open_stores(settings)
@@ -143,16 +144,6 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
 
 # -- helpers (blocking ones run in threads) --------------------------------------------------
 
-def _referenced(db: Path) -> tuple[list[str], int]:
-    conn = sqlite3.connect(db)
-    try:
-        keys = [row[0] for row in conn.execute("SELECT DISTINCT blob_key FROM files ORDER BY blob_key")]
-        files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
-    finally:
-        conn.close()
-    return keys, files
-
-
 async def _copy_blob(blobs: BlobStore, key: str, target: Path) -> dict[str, Any] | None:
     digest, size = hashlib.sha256(), 0
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -162,7 +153,7 @@ async def _copy_blob(blobs: BlobStore, key: str, target: Path) -> dict[str, Any]
                 digest.update(chunk)
                 size += len(chunk)
                 await asyncio.to_thread(out.write, chunk)
-    except FileNotFoundError:
+    except BlobNotFound:
         target.unlink(missing_ok=True)
         return None
     return {"key": key, "size": size, "sha256": digest.hexdigest()}
@@ -207,21 +198,6 @@ def _sha256(path: Path) -> str:
         while chunk := fh.read(1024 * 1024):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _restore_db(source: Path, dest: Path) -> None:
-    """Through the backup API rather than a file copy: the result is checked by SQLite as it goes."""
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
-    src = sqlite3.connect(source)
-    try:
-        out = sqlite3.connect(dest)
-        try:
-            src.backup(out)
-        finally:
-            out.close()
-    finally:
-        src.close()
 
 
 def _clear(data: Path) -> None:

@@ -501,6 +501,24 @@ def _snapshot(source: Path, dest: Path) -> None:
         src.close()
 
 
+def copy_database(source: Path, dest: Path) -> None:
+    """Copy a database file that no server is using (``mediasrv restore``) to a new file at
+    ``dest``; through SQLite's backup API, so a damaged source fails here rather than later."""
+    _snapshot(Path(source), Path(dest))
+
+
+def snapshot_contents(db: Path) -> tuple[list[str], int]:
+    """The distinct blob keys and the number of files recorded in a snapshot file (for the
+    backup manifest); read from the snapshot, not the live database, so they match it."""
+    conn = sqlite3.connect(db)
+    try:
+        keys = [row[0] for row in conn.execute("SELECT DISTINCT blob_key FROM files ORDER BY blob_key")]
+        files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+    finally:
+        conn.close()
+    return keys, files
+
+
 def _is_full(exc: sqlite3.DatabaseError) -> bool:
     return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
         "database or disk is full" in str(exc))
