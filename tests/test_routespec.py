@@ -8,9 +8,11 @@ enforces (its counter, its key and its size).
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -42,6 +44,24 @@ def test_snapshot_covers_every_declared_operation() -> None:
 
 
 # ---------------------------------------------------------------------------- the specification
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {name for node in ast.walk(tree) for name in (
+        [a.name for a in node.names] if isinstance(node, ast.Import)
+        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
+
+
+def test_layers_point_one_way() -> None:
+    """The specification is pure data; of the core, only app.py (which binds paths to handler
+    classes) imports handlers/."""
+    core = Path(__file__).resolve().parent.parent / "mediasrv"
+    spec_imports = _imports(core / "routespec.py")
+    assert not {n for n in spec_imports if n.startswith(("mediasrv", "handlers", "store"))}, spec_imports
+    for path in sorted(core.glob("*.py")):
+        if path.name != "app.py":
+            assert not {n for n in _imports(path) if n.startswith("handlers")}, path.name
+
 
 def _route(**changes: Any) -> Route:
     return dataclasses.replace(Route("GET", "/x", ANY, "t", "x", "X", Limit("x", 5, "user")), **changes)
