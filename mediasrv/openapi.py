@@ -57,7 +57,7 @@ _AUTH_TEXT = {
 
 @dataclass(frozen=True)
 class _Ctx:
-    """What a build depends on besides the route table."""
+    """What a build depends on besides the route specification."""
 
     public_url: str
     content_types: tuple[str, ...]
