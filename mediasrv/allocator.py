@@ -12,6 +12,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import threading
+import time
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -56,3 +59,27 @@ def trim() -> None:
     """Give free heap memory of every arena back to the system (glibc >= 2.8 trims them all)."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+class TrimPolicy:
+    """When a finished image job trims: always after a large one, else at most once per
+    ``interval_s``. malloc_trim walks every arena (a sixteenth of a small JPEG thumbnail's
+    time when run after each one), while a small job's buffers stay below the mmap threshold
+    and are reused by the next job; large buffers are mapped and unmapped anyway."""
+
+    def __init__(self, large_pixels: int = 4_000_000, interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, trimmer: Callable[[], None] = trim) -> None:
+        self.large_pixels, self.interval_s = large_pixels, interval_s
+        self._clock, self._trimmer = clock, trimmer
+        self._last = float("-inf")
+        self._lock = threading.Lock()
+
+    def after_job(self, source_pixels: int) -> bool:
+        """Called on the worker thread when a job ends; True when it trimmed."""
+        now = self._clock()
+        with self._lock:
+            if source_pixels < self.large_pixels and now - self._last < self.interval_s:
+                return False
+            self._last = now
+        self._trimmer()
+        return True

@@ -115,7 +115,10 @@ def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: ima
         return imaging.transform(data, record.content_type, spec, max_pixels,
                                  max_source_area=max_source_area)
     finally:
-        allocator.trim()
+        TRIM.after_job(max_source_area)
+
+
+TRIM = allocator.TrimPolicy()
 
 
 class ImageJobs:

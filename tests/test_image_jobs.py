@@ -23,6 +23,7 @@ import pyvips
 import tornado.web
 
 from mediasrv import imaging
+from mediasrv.allocator import TrimPolicy
 from mediasrv.app import Runtime, make_app
 from mediasrv.domains import make_provider
 from mediasrv.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
@@ -477,3 +478,18 @@ async def test_a_client_filling_every_slot_cannot_starve_another(api: Api, store
     for t in attacker:
         pool.release(t)
     assert pool.in_use == 0
+
+
+def test_trim_after_every_large_job_and_at_most_once_a_second_after_small_ones() -> None:
+    now = [100.0]
+    trims: list[float] = []
+    policy = TrimPolicy(large_pixels=4_000_000, interval_s=1.0, clock=lambda: now[0],
+                        trimmer=lambda: trims.append(now[0]))
+    assert policy.after_job(1024 * 768)  # the first job trims
+    assert not policy.after_job(1024 * 768)  # small, within the second: the next job reuses it
+    assert policy.after_job(4000 * 3000)  # large: always
+    now[0] += 0.5
+    assert not policy.after_job(640 * 480)
+    now[0] += 0.6
+    assert policy.after_job(640 * 480)
+    assert trims == [100.0, 100.0, 101.1]
