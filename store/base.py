@@ -72,7 +72,9 @@ class Delivery:
 
     Exactly one of ``path`` (a local file: ``X-Accel-Redirect`` to an internal location) or
     ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. With
-    MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx; ``url`` is not used yet.
+    MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx's sendfile location, and ``url``
+    (large files, GET only) to nginx's internal location that proxies to it (see
+    deploy/nginx/mediasrv.conf.template); the URL must be fetchable with a Range header added.
     """
 
     path: Path | None = None
