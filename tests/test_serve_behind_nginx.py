@@ -248,8 +248,24 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _mediasrv_roles(sidecar: Sidecar) -> dict[str, str]:
+    """The mediasrv processes' ports and MEDIASRV_HOUSEKEEPING, from their /proc entries."""
+    roles = {}
+    for pid in _children(sidecar.proc.pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"serve" in argv:
+            entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            environ = dict(e.split(b"=", 1) for e in entries if b"=" in e)
+            roles[argv[argv.index(b"--port") + 1].decode()] = environ[b"MEDIASRV_HOUSEKEEPING"].decode()
+    return roles
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
+    roles = _mediasrv_roles(sidecar)
+    assert sorted(roles.values()) == ["none", "sweep"]  # one sweeper; nobody reconciles at start
+    # ...because `mediasrv reconcile` ran once before them.
+    assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
     mediasrv = [p for p in _children(sidecar.proc.pid)
                 if b"\0serve\0--host\0" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(mediasrv) == 2
@@ -261,6 +277,8 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
         time.sleep(0.1)
     wait_ready(sidecar.proc, sidecar.port, sidecar.log)
     assert sidecar.log.read_text().count("starting it again") == 2
+    assert _mediasrv_roles(sidecar) == roles  # each restarted on its port with its role
+    assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
     sidecar.proc.send_signal(signal.SIGTERM)
     assert sidecar.proc.wait(20) == 0
 
