@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import importlib.machinery
+import importlib.util
 import json
 import os
 import resource
@@ -580,3 +582,52 @@ def test_s3_small_objects_are_sent_by_mediasrv(s3_sidecar: S3Sidecar) -> None:
         assert r.status == 200 and r.body == b"small and hot" and r.headers["etag"] == f'"{fid}"'
     assert side.s3.nginx_gets(key) == []
     assert len(side.s3.mediasrv_gets(key)) == 1  # then from memory
+
+
+def _script_module():
+    loader = importlib.machinery.SourceFileLoader("serve_behind_nginx", str(SCRIPT))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path) -> None:
+    script = _script_module()
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# comment\nsearch example.com\nnameserver fe80::1%eth0\nnameserver 10.0.0.2\n")
+    assert script.s3_resolver({}, resolv).startswith("resolver [fe80::1] valid=60s;")  # the first only
+    given = script.s3_resolver({"MEDIASRV_NGINX_RESOLVER": "127.0.0.53, 1.1.1.1:5353"}, resolv)
+    assert given.startswith("resolver 127.0.0.53 1.1.1.1:5353 valid=60s;")
+    assert script.s3_resolver({}, tmp_path / "missing") == ""
+    bundle = tmp_path / "ca.pem"
+    assert f"proxy_ssl_trusted_certificate {bundle};" in script.s3_tls_verify({"AWS_CA_BUNDLE": str(bundle)})
+
+    # The whole configuration, with both lines, is one nginx accepts.
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
+    ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
+    text = sidecar.render()
+    assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
+    if ca:
+        assert f"proxy_ssl_trusted_certificate {ca};" in text
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert sidecar.env["MEDIASRV_ACCEL_REDIRECT"] == "/_blobs/"  # files and S3 objects alike
+
+
+def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    script = _script_module()
+    monkeypatch.delenv("MEDIASRV_HOUSEKEEPING", raising=False)
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 3, NGINX, ["mediasrv"], tmp_path)
+    roles = [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports]
+    assert roles == ["sweep", "none", "none"]
+    assert sidecar.embedded  # SQLite: `mediasrv reconcile` runs before them
+    monkeypatch.setenv("MEDIASRV_HOUSEKEEPING", "none")  # the operator's: another host sweeps
+    monkeypatch.setenv("MEDIASRV_MONGODB_URL", "mongodb://127.0.0.1:1/x")
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["none", "none"]
+    assert not sidecar.embedded  # a shared MongoDB: no reconcile while others may upload
