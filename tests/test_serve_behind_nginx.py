@@ -625,9 +625,13 @@ def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_pat
     sidecar = script.Sidecar("127.0.0.1", free_port(), 3, NGINX, ["mediasrv"], tmp_path)
     roles = [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports]
     assert roles == ["sweep", "none", "none"]
-    assert sidecar.embedded  # SQLite: `mediasrv reconcile` runs before them
-    monkeypatch.setenv("MEDIASRV_HOUSEKEEPING", "none")  # the operator's: another host sweeps
+    assert sidecar.reconciles  # SQLite: `mediasrv reconcile` runs before them
     monkeypatch.setenv("MEDIASRV_MONGODB_URL", "mongodb://127.0.0.1:1/x")
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["sweep", "none"]
+    assert not sidecar.reconciles  # a shared MongoDB: no reconcile while other hosts may upload
+    monkeypatch.delenv("MEDIASRV_MONGODB_URL")
+    monkeypatch.setenv("MEDIASRV_HOUSEKEEPING", "none")  # the operator's: housekeeping is elsewhere
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
     assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["none", "none"]
-    assert not sidecar.embedded  # a shared MongoDB: no reconcile while others may upload
+    assert not sidecar.reconciles
