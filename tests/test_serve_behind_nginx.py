@@ -153,8 +153,9 @@ def test_nginx_errors_are_json(sidecar: Sidecar) -> None:
     r = request(sidecar.port, "POST", "/files", body=b"x",
                 headers={"Content-Length": str(10**12), "Content-Type": "text/plain"})
     assert r.status == 413 and r.json()["code"] == "FILE_TOO_LARGE"
-    r = request(sidecar.port, "GET", "/_blobs/aa/aaaa")  # the internal location is not reachable
-    assert r.status == 404 and r.json()["code"]
+    for path in ("/_blobs/aa/aaaa", "/_blobs-s3/", "/_blobs-s3/x"):  # internal locations: not reachable
+        r = request(sidecar.port, "GET", path, headers={"X-Mediasrv-Upstream": "http://127.0.0.1:1/x"})
+        assert r.status == 404 and r.json()["code"]
 
 
 def test_accel_redirect_serves_bytes_range_and_validators(sidecar: Sidecar, tmp_path: Path) -> None:
@@ -536,6 +537,8 @@ def test_s3_private_object_client_credentials_never_reach_s3(s3_sidecar: S3Sidec
     r = request(side.port, "GET", f"/m/{fid}", headers=secret_headers)
     assert r.status == 200 and r.body == data
     assert "private" in r.headers["cache-control"] and r.headers["etag"] == f'"{fid}"'
+    head = request(side.port, "HEAD", f"/m/{fid}", headers=secret_headers)
+    assert {h: r.headers.get(h) for h in SAME_HEADERS} == {h: head.headers.get(h) for h in SAME_HEADERS}
     [fetch] = side.s3.nginx_gets(key)
     assert set(fetch.headers) <= {"host", "range"}, fetch.headers
     assert fetch.headers["host"] == f"127.0.0.1:{side.s3.port}"  # the presigned URL's signed host
