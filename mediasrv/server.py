@@ -26,6 +26,7 @@ import tornado.httpserver
 import tornado.web
 
 from mediasrv import allocator, cli_admin, cli_upload, imaging, workers
+from mediasrv.accesslog import AccessLog
 from mediasrv.app import Runtime, make_app
 from mediasrv.connections import (
     FD_HEADROOM_MIN,
@@ -194,15 +195,6 @@ def load_secret(settings: Settings) -> str:
     return secret
 
 
-def access_log(handler: tornado.web.RequestHandler) -> None:
-    """One line per request, without the query string (it may hold tokens or signatures)."""
-    status = handler.get_status()
-    level = logging.INFO if status < 500 else logging.ERROR
-    logging.getLogger("mediasrv.access").log(
-        level, "%d %s %s %.1fms", status, handler.request.method, handler.request.path,
-        1000.0 * handler.request.request_time())
-
-
 @dataclass
 class Running:
     server: tornado.httpserver.HTTPServer
@@ -211,6 +203,7 @@ class Running:
     blobs: BlobStore
     sweeper: Sweeper
     metrics_server: tornado.httpserver.HTTPServer | None = None
+    access_log: AccessLog | None = None
 
 
 async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
@@ -304,6 +297,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
+    access_log = AccessLog()
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
     metrics_server = None
@@ -330,14 +324,15 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
+    access_log.start()
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
-                   metrics_server=metrics_server)
+                   metrics_server=metrics_server, access_log=access_log)
 
 
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
     """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
-    app.settings["log_function"] = chain(app.settings.get("log_function") or access_log, recorder.observe)
+    app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     metrics_server.listen(port, "127.0.0.1")
     log.info("metrics at http://127.0.0.1:%d/metrics", port)
@@ -369,6 +364,8 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))
     await running.blobs.close()
     await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
+    if running.access_log is not None:
+        running.access_log.stop()
 
 
 async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,

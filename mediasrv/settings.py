@@ -124,7 +124,7 @@ class Settings:
                                  "is decoded", default=50_000_000)
     image_memory_bytes: int = _env("MEDIASRV_IMAGE_MEMORY_BYTES", "memory all resize/format jobs "
                                    "together may use (estimated from headers), bytes",
-                                   default=512 * 1024 * 1024)
+                                   default=384 * 1024 * 1024)
     resize_retry_after: int | None = _env("MEDIASRV_RESIZE_RETRY_AFTER", "Retry-After of a busy "
                                           "resize 503: seconds (1..30), or auto (measured)",
                                           default=5)

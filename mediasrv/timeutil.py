@@ -48,9 +48,23 @@ def month_period(t: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime
     return start, end
 
 
+_month = (0.0, 0.0, "")
+"""The current month as (start, end) Unix seconds and its key: ``period_key()`` runs on every
+served request (usage counting), where a datetime and a strftime cost as much as a rate-limit
+check."""
+
+
 def period_key(t: dt.datetime | None = None) -> str:
-    """``YYYY-MM`` of the month containing ``t``: the key of usage counters."""
-    return month_period(t)[0].strftime("%Y-%m")
+    """``YYYY-MM`` of the month containing ``t`` (default now): the key of usage counters."""
+    global _month
+    if t is not None:
+        return month_period(t)[0].strftime("%Y-%m")
+    stamp = time.time()
+    start, end, key = _month
+    if not start <= stamp < end:
+        first, after = month_period(dt.datetime.fromtimestamp(stamp, UTC))
+        start, end, key = _month = (first.timestamp(), after.timestamp(), first.strftime("%Y-%m"))
+    return key
 
 
 def unix() -> int:

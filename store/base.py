@@ -257,6 +257,11 @@ class BlobStore(Protocol):
 
     async def open_writer(self, key: str) -> BlobWriter: ...
 
+    async def put(self, key: str, data: bytes) -> None:
+        """Write a whole blob at once, as durably as a committed writer, replacing any blob of
+        that key. For small bodies: one round trip (the filesystem: one executor hop for
+        create, write, fsync, rename and the directory's fsync, where a writer takes three)."""
+
     async def stat(self, key: str) -> BlobStat | None: ...
 
     def read(self, key: str, start: int = 0, end: int | None = None,

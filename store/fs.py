@@ -193,7 +193,7 @@ class FsBlobStore:
         shard = key[:2]
         blobs_fd = self._open_blobs_dir()
         try:
-            if create:
+            if create and shard not in self._durable_shards:  # known to exist: no mkdir
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(shard, DIR_MODE, dir_fd=blobs_fd)
             shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=blobs_fd)
@@ -234,6 +234,19 @@ class FsBlobStore:
     async def open_writer(self, key: str) -> FsBlobWriter:
         validate_key(key)
         return await self._run(self._open_writer_sync, key, on_orphan=FsBlobWriter.discard)
+
+    async def put(self, key: str, data: bytes) -> None:
+        validate_key(key)
+        await self._run(self._put_sync, key, bytes(data))
+
+    def _put_sync(self, key: str, data: bytes) -> None:
+        writer = self._open_writer_sync(key)
+        try:
+            writer._write_sync(data)
+            writer._commit_sync()
+        except BaseException:
+            writer.discard()  # a failed step cleaned up already; this covers the rest
+            raise
 
     def _open_writer_sync(self, key: str) -> FsBlobWriter:
         shard_fd = self._open_shard(key, create=True)

@@ -166,6 +166,12 @@ class S3BlobStore:
         validate_key(key)
         return S3BlobWriter(self._s3(), self.config.bucket, PREFIX + key)
 
+    async def put(self, key: str, data: bytes) -> None:
+        validate_key(key)
+        client = self._s3()
+        with _translated(key):
+            await client.put_object(Bucket=self.config.bucket, Key=PREFIX + key, Body=bytes(data))
+
     # reading
 
     async def stat(self, key: str) -> BlobStat | None:

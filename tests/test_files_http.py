@@ -408,7 +408,7 @@ async def test_chunked_body_within_cap_is_stored(api: Api, settings: Settings, p
 async def test_client_disconnect_mid_body_leaves_no_trace(api: Api, settings: Settings, stores: Stores,
                                                           port: int) -> None:
     token = await token_for(api)
-    size = 1024 * 1024
+    size = CAP  # above WRITE_BYTES: streamed through a writer (1 MiB or less: one put at the end)
     raw = await Raw.open(port)
     await raw.send(post_head(size, token) + os.urandom(size // 2))
     # The declared size is reserved while the body streams in, and a temp file exists.

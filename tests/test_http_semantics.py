@@ -281,6 +281,14 @@ class FlakyBlobs:
             return writer
         return _FailingCommit(writer)
 
+    async def put(self, key: str, data: bytes) -> None:
+        """A small upload's whole write: fails as opening or committing would."""
+        if self.fail_open:
+            raise OSError(5, "Input/output error")
+        if self.fail_commit:
+            raise OSError(28, "No space left on device")
+        await self.inner.put(key, data)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 

@@ -296,7 +296,7 @@ def test_measured_retry_after_follows_job_durations() -> None:
 
 def test_retry_after_and_memory_settings() -> None:
     assert Settings.from_env({}).resize_retry_after == 5
-    assert Settings.from_env({}).image_memory_bytes == 512 * MIB
+    assert Settings.from_env({}).image_memory_bytes == 384 * MIB
     assert Settings.from_env({"MEDIASRV_RESIZE_RETRY_AFTER": "auto"}).resize_retry_after is None
     for bad in ({"MEDIASRV_RESIZE_RETRY_AFTER": "0"}, {"MEDIASRV_RESIZE_RETRY_AFTER": "31"},
                 {"MEDIASRV_IMAGE_MEMORY_BYTES": "1000"}):

@@ -12,9 +12,9 @@ import tornado.web
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from mediasrv.accesslog import AccessLog
 from mediasrv.app import Runtime
 from mediasrv.metrics import Metrics, chain, route_label
-from mediasrv.server import access_log
 from tests.conftest import Api, body
 from tests.test_server import Server, free_port
 
@@ -29,7 +29,7 @@ def app_env() -> dict[str, str]:
 @pytest.fixture
 def metrics(app: tornado.web.Application, runtime: Runtime) -> Metrics:
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
-    app.settings["log_function"] = chain(access_log, recorder.observe)
+    app.settings["log_function"] = chain(AccessLog(), recorder.observe)
     return recorder
 
 

@@ -8,6 +8,7 @@ test), never timed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import threading
 from pathlib import Path
@@ -154,3 +155,42 @@ async def test_one_list_per_user_at_a_time_and_a_bounded_queue(io_loop: Any) -> 
     await asyncio.gather(*heavy, other)
     assert meta.most == {"a": 1, "b": 1}
     assert files.gate.running("a") == 0 and files.gate.waiting("a") == 0
+
+
+async def test_type_and_visibility_totals_stay_exact(tmp_path: Path, io_loop: Any) -> None:
+    """file_counts (kept by triggers) from a database of the first schema, then through
+    inserts, a delete, a record rewritten by `mediasrv migrate`'s upsert and a deleted account."""
+    path = tmp_path / "meta.sqlite3"
+    with sqlite3.connect(path) as raw:
+        for statement in MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("PRAGMA user_version = 1")
+        for user_id in ("u1", "u2"):
+            raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
+                        "VALUES (?, ?, 'h', ?, ?)", (user_id, f"{user_id}@example.com", ts(0), ts(0)))
+        raw.execute("INSERT INTO files (id, user_id, file_id, name, content_type, size, is_public, "
+                    "created_at, blob_key) VALUES ('old', 'u1', 'old', 'o.png', 'image/png', 1, 1, ?, 'o')",
+                    (ts(0),))
+    meta = await _open(path)
+    try:
+        for n in range(6):
+            await meta.insert_file(make_file("u1", f"a{n}", content_type="image/png" if n % 2 else "text/plain",
+                                             is_public=n < 2))
+        await meta.insert_file(make_file("u2", "b0"))
+        await meta.delete_file("u1", "a0")
+        rewritten = make_file("u1", "a5", content_type="text/plain", is_public=True)
+        await meta.load_rows("files", [dataclasses.asdict(rewritten)])  # type and visibility change
+
+        async def total(**filters: Any) -> int:
+            return (await meta.list_files("u1", FileQuery(**filters), 0, 0))[1]
+
+        assert await total() == 6  # old, a1..a5
+        assert await total(content_type="text/plain") == 3  # a2, a4, a5 (rewritten)
+        assert await total(is_public=True) == 3  # old, a1, a5
+        assert await total(content_type="image/png", is_public=False) == 1  # a3
+    finally:
+        await meta.close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA foreign_keys = ON")
+        raw.execute("DELETE FROM users WHERE id = 'u1'")  # files go by cascade, counts with them
+        assert raw.execute("SELECT user_id, n FROM file_counts").fetchall() == [("u2", 1)]

@@ -20,11 +20,18 @@ class CountingBlobs:
         self.inner = inner
         self.writes: list[int] = []
         self.commits = 0
+        self.puts: list[int] = []
+        self.writers = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    async def put(self, key: str, data: bytes) -> None:
+        self.puts.append(len(data))
+        await self.inner.put(key, data)
+
     async def open_writer(self, key: str) -> Any:
+        self.writers += 1
         writer = await self.inner.open_writer(key)
         outer = self
 
@@ -63,6 +70,35 @@ async def test_body_is_written_in_megabyte_writes(tmp_path: Path, io_loop: Any) 
         assert counting.commits == 1
         assert await blobs.read_all(record.blob_key, len(data)) == data
         assert (await meta.get_file(record.file_id)) is not None
+    finally:
+        await blobs.close()
+        await meta.close()
+
+
+async def test_a_small_declared_body_is_one_put(tmp_path: Path, io_loop: Any) -> None:
+    """Up to WRITE_BYTES with a Content-Length: buffered, then one put (one executor hop),
+    committed before the record exists; a longer body still streams through a writer."""
+    meta, blobs = SqliteMetaStore(tmp_path / "meta.sqlite3"), FsBlobStore(tmp_path)
+    await meta.open()
+    await blobs.open()
+    try:
+        user = User(id="u1", email="u1@example.com", password_hash="x", created_at=now_iso(),
+                    updated_at=now_iso(), email_verified_at=now_iso())
+        await meta.create_user(user)
+        limits = UploadLimits(cap_bytes=1 << 30, storage_limit=None, count_limit=None, max_pixels=10**8)
+        for size in (1, WRITE_BYTES):
+            counting = CountingBlobs(blobs)
+            data = secrets.token_bytes(size)
+            upload = Upload(meta, counting, user, "application/octet-stream", None, True, size,  # type: ignore[arg-type]
+                            limits)
+            await upload.start()
+            for i in range(0, size, 64 * 1024):
+                await upload.feed(data[i:i + 64 * 1024])
+            record = await upload.finish()
+            assert (counting.puts, counting.writers) == (([], 1) if size == WRITE_BYTES else ([size], 0))
+            assert await blobs.read_all(record.blob_key, size) == data
+            assert (await meta.get_file(record.file_id)) is not None
+        assert list(tmp_path.glob("blobs/*/.tmp-*")) == []
     finally:
         await blobs.close()
         await meta.close()

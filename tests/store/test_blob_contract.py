@@ -151,6 +151,19 @@ async def test_round_trip(store, size):
     assert sha(await store.read_all("blob-1", limit=size)) == sha(data)
 
 
+@pytest.mark.parametrize("size", [0, 1, 70_000])
+async def test_put_whole_blob(store, size):
+    data = payload(size, seed=size)
+    await put(store, "put-1", b"older bytes")
+    await store.put("put-1", data)  # replaces, like a committed writer
+    assert await read_bytes(store, "put-1") == data
+    st = await store.stat("put-1")
+    assert st is not None and st.size == size
+    assert "put-1" in await keys_of(store, -1)
+    with pytest.raises(ValueError):
+        await store.put("../x", b"no")
+
+
 async def test_key_alphabet_and_lengths(store):
     for i, key in enumerate(["a", "Z9", "a-_9", "_", "-", "k" * 64, "AbC-xyz_0123"]):
         data = payload(10 + i, seed=i)
