@@ -244,12 +244,14 @@ class ServeBase(BaseHandler):
         """
         if not self.deps.accel_prefix:
             return None
+        if self.deps.blobs.delivers_urls and (self.request.method == "HEAD" or self._small(record)):
+            return None  # known before asking: no S3 round trip for a URL left unused
         delivery = await self.deps.blobs.delivery(record.blob_key, ACCEL_URL_TTL_S)
         if delivery is None:
             return None
         if delivery.path is not None:
             return Accel(self.deps.accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}"))
-        if delivery.url is None or self.request.method == "HEAD" or self._small(record):
+        if delivery.url is None:
             return None
         return Accel(self.deps.accel_prefix.rstrip("/") + "-s3/", upstream=delivery.url)
 

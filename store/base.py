@@ -247,6 +247,10 @@ class BlobStore(Protocol):
     POSIX unlink; S3: a reader that has started its ranged GET); an outage is StoreUnavailable.
     """
 
+    delivers_urls: bool
+    """True when ``delivery`` gives presigned URLs (S3), False when local paths (files): known
+    without a call, so a caller that would not use a URL (a small file) need not ask for one."""
+
     async def open(self) -> None:
         """Create the directory, or check the bucket is reachable; StoreUnavailable if not."""
 

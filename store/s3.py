@@ -86,6 +86,8 @@ def _translated(key: str = "") -> Any:
 class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
+    delivers_urls = True
+
     def __init__(self, config: S3Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self._clock = clock
