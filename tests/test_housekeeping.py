@@ -85,3 +85,27 @@ def test_setting_values() -> None:
 
 def test_help_lists_the_setting() -> None:
     assert "MEDIASRV_HOUSEKEEPING" in Settings.help_text()
+
+
+@pytest.mark.parametrize(("role", "kept"), [("full", False), ("sweep", True), ("none", True)])
+async def test_workers_parent_reconciles_only_when_full(tmp_path, role: str, kept: bool) -> None:
+    """`mediasrv serve --workers N` reconciles once in the parent before forking: only for full."""
+    from mediasrv.server import _reconcile_before_fork, open_stores
+    from tests.store.test_meta_contract import add_user
+
+    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_HOUSEKEEPING": role}).validate()
+    meta, blobs = await open_stores(settings)
+    try:
+        await add_user(meta, "u1")
+        assert await meta.reserve_quota("u1", 1234, None, None)  # an upload in flight elsewhere
+    finally:
+        await blobs.close()
+        await meta.close()
+    await _reconcile_before_fork(settings)
+    meta, blobs = await open_stores(settings)
+    try:
+        user = await meta.get_user("u1")
+        assert user is not None and user.storage_bytes == (1234 if kept else 0)
+    finally:
+        await blobs.close()
+        await meta.close()
