@@ -597,7 +597,7 @@ def _script_module():
     return module
 
 
-def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path) -> None:
+def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = _script_module()
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("# comment\nsearch example.com\nnameserver fe80::1%eth0\nnameserver 10.0.0.2\n")
@@ -605,6 +605,10 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path) -> None:
     given = script.s3_resolver({"MEDIASRV_NGINX_RESOLVER": "127.0.0.53, 1.1.1.1:5353"}, resolv)
     assert given.startswith("resolver 127.0.0.53 1.1.1.1:5353 valid=60s;")
     assert script.s3_resolver({}, tmp_path / "missing") == ""
+    assert script.s3_reachability({"MEDIASRV_S3_BUCKET": "b", "MEDIASRV_S3_ENDPOINT_URL": "http://127.0.0.1:9"}) is None
+    assert script.s3_reachability({"MEDIASRV_S3_BUCKET": "b", "MEDIASRV_NGINX_RESOLVER": "10.0.0.2"}) is None
+    monkeypatch.setattr(script.s3_resolver, "__defaults__", (tmp_path / "missing",))  # no resolv.conf
+    assert "MEDIASRV_NGINX_RESOLVER" in script.s3_reachability({"MEDIASRV_S3_BUCKET": "b"})
     bundle = tmp_path / "ca.pem"
     assert f"proxy_ssl_trusted_certificate {bundle};" in script.s3_tls_verify({"AWS_CA_BUNDLE": str(bundle)})
 
