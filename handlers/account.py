@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import page_args
 from mediasrv.files import effective_limits
 from mediasrv.settings import Settings
@@ -22,9 +22,6 @@ class AccountBase(BaseHandler):
 
 
 class UsageHandler(AccountBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
-    limits: ClassVar[dict[str, str]] = {"GET": "usage"}
-
     async def get(self) -> None:
         assert self.principal is not None
         user = await self.meta.get_user(self.principal.user.id) or self.principal.user
@@ -36,9 +33,6 @@ class UsageHandler(AccountBase):
 
 
 class LogsHandler(AccountBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
-    limits: ClassVar[dict[str, str]] = {"GET": "logs"}
-
     async def get(self) -> None:
         assert self.principal is not None
         page, limit = page_args(self)
@@ -48,9 +42,6 @@ class LogsHandler(AccountBase):
 
 
 class ProfileHandler(AccountBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any"}
-    limits: ClassVar[dict[str, str]] = {"GET": "profile"}
-
     async def get(self) -> None:
         assert self.principal is not None
         user = self.principal.user

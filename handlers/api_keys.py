@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, ClassVar
+from typing import Any
 
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import page_args
 from mediasrv import apikeys
 from mediasrv.errors import BadRequest, NotFound
@@ -24,9 +24,6 @@ class ApiKeysBase(BaseHandler):
 
 
 class ApiKeysHandler(ApiKeysBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"POST": "jwt", "GET": "jwt"}
-    limits: ClassVar[dict[str, str]] = {"POST": "api_keys.create", "GET": "api_keys.list"}
-
     async def post(self) -> None:
         assert self.principal is not None
         name = self.json_body().get("name")
@@ -47,9 +44,6 @@ class ApiKeysHandler(ApiKeysBase):
 
 
 class ApiKeyHandler(ApiKeysBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"DELETE": "jwt"}
-    limits: ClassVar[dict[str, str]] = {"DELETE": "api_keys.delete"}
-
     async def delete(self, key_id: str) -> None:
         assert self.principal is not None
         if not _is_uuid(key_id) or not await self.meta.revoke_api_key(self.principal.user.id, key_id, now_iso()):

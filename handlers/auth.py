@@ -1,9 +1,7 @@
 """Account routes: register, confirm, login, refresh, forgot and reset password."""
 from __future__ import annotations
 
-from typing import ClassVar
-
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler
 from mediasrv.accounts import AccountService
 
 
@@ -18,8 +16,6 @@ class AccountHandler(BaseHandler):
 
 
 class RegisterHandler(AccountHandler):
-    limits: ClassVar[dict[str, str]] = {"POST": "register"}
-
     async def post(self) -> None:
         body = self.json_body()
         result = await self.accounts.register(body.get("email"), body.get("password"), body.get("redirect_to"))
@@ -35,8 +31,6 @@ class ConfirmHandler(AccountHandler):
 
 
 class LoginHandler(AccountHandler):
-    limits: ClassVar[dict[str, str]] = {"POST": "login"}
-
     async def post(self) -> None:
         body = self.json_body()
         session = await self.accounts.login(body.get("email"), body.get("password"))
@@ -44,8 +38,6 @@ class LoginHandler(AccountHandler):
 
 
 class RefreshHandler(AccountHandler):
-    limits: ClassVar[dict[str, str]] = {"POST": "refresh"}
-
     async def post(self) -> None:
         session = await self.accounts.refresh(self.json_body().get("refresh_token"))
         self.write_json(session.body)  # private, no-store: handlers.base
@@ -54,8 +46,6 @@ class RefreshHandler(AccountHandler):
 class LogoutHandler(AccountHandler):
     """Ends a session: its refresh token stops working (the access token expires on its own)."""
 
-    limits: ClassVar[dict[str, str]] = {"POST": "refresh"}
-
     async def post(self) -> None:
         await self.accounts.logout(self.json_body().get("refresh_token"))
         self.set_status(204)
@@ -63,16 +53,11 @@ class LogoutHandler(AccountHandler):
 
 
 class ForgotPasswordHandler(AccountHandler):
-    limits: ClassVar[dict[str, str]] = {"POST": "forgot_password"}
-
     async def post(self) -> None:
         self.write_json(await self.accounts.forgot_password(self.json_body().get("email")))
 
 
 class ResetPasswordHandler(AccountHandler):
-    auth: ClassVar[dict[str, AuthMode]] = {}
-    limits: ClassVar[dict[str, str]] = {"POST": "reset_password"}
-
     async def post(self) -> None:
         body = self.json_body()
         self.write_json(await self.accounts.reset_password(body.get("token"), body.get("password")))

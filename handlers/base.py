@@ -1,8 +1,9 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
-A handler declares, per HTTP method, who may call it (``auth``) and which rate-limit
-counter it spends (``limits``); ``prepare`` enforces both before any body is read. Every
-error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
+Who may call each method of a route and which rate-limit counter it spends are declared once,
+in the route specification (``mediasrv.routespec``); ``mediasrv.app`` hands each route its
+operations through ``BaseDeps.operations`` and ``prepare`` enforces both before any body is
+read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
 
 Caching is decided here, once: a handler is ``private`` unless it says otherwise, so every
 answer of the API (data, tokens and errors alike) says ``Cache-Control: private, no-store``
@@ -15,8 +16,10 @@ from __future__ import annotations
 import gzip
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 import orjson
 import tornado.web
@@ -25,13 +28,13 @@ from mediasrv.auth import Authenticator, Principal
 from mediasrv.cors import CorsMode, CorsPolicy
 from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
 from mediasrv.http_headers import accepts_gzip
-from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, RateLimiter
+from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder
+from mediasrv.routespec import ANY, JWT, NONE, OPTIONAL, Route
 from mediasrv.timeutil import now_iso
 from store.models import LogEntry
 
 log = logging.getLogger("mediasrv.http")
-AuthMode = Literal["none", "any", "jwt", "optional"]
 MAX_JSON_BYTES = 64 * 1024
 PRIVATE_NO_STORE = "private, no-store"
 CREDENTIAL_VARY = "Authorization, X-Api-Key"
@@ -72,11 +75,16 @@ class BaseDeps:
     inflight: InFlight
     proxy_hops: int = 1
     """With trust_proxy: how many proxies of ours append to X-Forwarded-For."""
+    operations: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
+    """This route's operations by HTTP method, from the route specification; a method not
+    in it needs no credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
+
+    def for_route(self, operations: Mapping[str, Route]) -> BaseDeps:
+        """The same dependencies for a route with these declared operations."""
+        return replace(self, operations=MappingProxyType(dict(operations)))
 
 
 class BaseHandler(tornado.web.RequestHandler):
-    auth: ClassVar[dict[str, AuthMode]] = {}
-    limits: ClassVar[dict[str, str]] = {}
     logged: ClassVar[bool] = True
     """Whether calls by an authenticated user go to that user's activity log."""
     private: ClassVar[bool] = True
@@ -172,20 +180,20 @@ class BaseHandler(tornado.web.RequestHandler):
         self.finish()
 
     async def prepare(self) -> None:
-        method = self.request.method or "GET"
-        route = self.limits.get(method)
-        if route in IP_LIMITS and not self._counted_by_proxy(route):
-            self.spend(route, self.client_ip(), per_ip=True)
-        mode = self.auth.get(method, "none")
-        if mode in ("any", "jwt"):
+        operation = self.base.operations.get(self.request.method or "GET")
+        mode = operation.auth if operation else NONE
+        limit = operation.limit if operation else None
+        if limit is not None and limit.key == "ip" and not self._counted_by_proxy(limit.name):
+            self.spend(limit.name, self.client_ip(), per_ip=True)
+        if mode in (ANY, JWT):
             self.principal = await self.base.auth.authenticate(
                 self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
-            if mode == "jwt" and self.principal.kind != "jwt":
+            if mode == JWT and self.principal.kind != "jwt":
                 raise Forbidden("API keys cannot manage API keys; use a session token",
                                 code="JWT_REQUIRED")
-            if route in USER_LIMITS:
-                self.spend(route, self.principal.user.id, per_ip=False)
-        elif mode == "optional":
+            if limit is not None and limit.key == "user":
+                self.spend(limit.name, self.principal.user.id, per_ip=False)
+        elif mode == OPTIONAL:
             self.principal = await self.base.auth.optional(
                 self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
 

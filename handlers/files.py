@@ -6,18 +6,19 @@ import datetime as dt
 import logging
 import re
 import unicodedata
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import unquote, urlencode
 
 import tornado.web
 
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import int_arg, page_args
 from mediasrv import content_types
 from mediasrv.content_types import AllowList
 from mediasrv.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.files import MAX_NAME_CHARS, FileService, require_active_trial
 from mediasrv.media import UrlSigner
+from mediasrv.routespec import BULK_DELETE_MAX
 from mediasrv.timeutil import iso, parse_iso, unix
 from mediasrv.uploads import Upload, failure_status
 from store.base import BlobStore, MetaStore
@@ -25,7 +26,7 @@ from store.errors import StoreError
 from store.models import FileQuery
 
 log = logging.getLogger("mediasrv.files")
-MAX_BULK_IDS = 100
+MAX_BULK_IDS = BULK_DELETE_MAX
 MAX_Q_CHARS = 255
 DRAIN_LIMIT = 1024 * 1024
 DEFAULT_SIGNED_TTL_S, MIN_SIGNED_TTL_S, MAX_SIGNED_TTL_S = 3600, 60, 7 * 86400
@@ -46,9 +47,6 @@ class FilesBase(BaseHandler):
 @tornado.web.stream_request_body
 class FilesHandler(FilesBase):
     """POST streams an upload into the blob store; GET lists the caller's files."""
-
-    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any", "GET": "any"}
-    limits: ClassVar[dict[str, str]] = {"POST": "files.upload", "GET": "files.list"}
 
     upload: Upload | None = None
     failure: ApiError | None = None
@@ -150,9 +148,6 @@ class FilesHandler(FilesBase):
 
 
 class FileHandler(FilesBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any", "DELETE": "any"}
-    limits: ClassVar[dict[str, str]] = {"GET": "files.get", "DELETE": "files.delete"}
-
     async def get(self, file_id: str) -> None:
         assert self.principal is not None
         record = await self.meta.get_file(file_id)
@@ -171,9 +166,6 @@ class FileHandler(FilesBase):
 
 
 class BulkDeleteHandler(FilesBase):
-    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any"}
-    limits: ClassVar[dict[str, str]] = {"POST": "files.bulk_delete"}
-
     async def post(self) -> None:
         assert self.principal is not None
         require_active_trial(self.principal.user)  # before any other check (operator contract)
@@ -269,8 +261,6 @@ def _content_length(headers: Any) -> int | None:
 class SignedUrlHandler(FilesBase):
     """POST /files/:id/signed-url: a sharing link for a (private) file that expires."""
 
-    auth: ClassVar[dict[str, AuthMode]] = {"POST": "any"}
-    limits: ClassVar[dict[str, str]] = {"POST": "files.sign"}
     signer: UrlSigner
 
     def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore,  # type: ignore[override]

@@ -7,7 +7,7 @@ otherwise, so a balancer takes an instance that lost its database out of rotatio
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import Any
 
 from handlers.base import BaseDeps, BaseHandler
 from store.base import BlobStore, MetaStore
@@ -15,7 +15,6 @@ from store.base import BlobStore, MetaStore
 
 class HealthHandler(BaseHandler):
     logged = False
-    limits: ClassVar[dict[str, str]] = {}
 
     def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore) -> None:  # type: ignore[override]
         super().initialize(base)

@@ -1,7 +1,7 @@
 """Unauthenticated reference routes and /ping. Documents are built once at start-up."""
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import orjson
 
@@ -36,7 +36,6 @@ class PingHandler(BaseHandler):
 
     logged = False
     private = False
-    limits: ClassVar[dict[str, str]] = {}
     guard: StoreGuard
 
     def initialize(self, base: BaseDeps, guard: StoreGuard) -> None:  # type: ignore[override]

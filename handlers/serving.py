@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit
 
 from tornado.iostream import StreamClosedError
 
-from handlers.base import CREDENTIAL_VARY, PRIVATE_NO_STORE, AuthMode, BaseDeps, BaseHandler
+from handlers.base import CREDENTIAL_VARY, PRIVATE_NO_STORE, BaseDeps, BaseHandler
 from mediasrv import imaging
 from mediasrv.content_types import ACTIVE_TYPES
 from mediasrv.cors import CorsMode
@@ -94,9 +94,7 @@ class ServingDeps:
     accel_prefix: str = ""
     """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (stream here)."""
 
-
 class ServeBase(BaseHandler):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "optional", "HEAD": "optional"}
     logged = False
     private = False  # chosen per file in _answered_not_modified
     attachment = False
@@ -358,8 +356,6 @@ class ServeBase(BaseHandler):
 
 class MediaHandler(ServeBase):
     """/m/:key: inline serving, with optional width, height and format."""
-
-    limits: ClassVar[dict[str, str]] = {"GET": "media", "HEAD": "media"}
 
     async def get(self, key: str) -> None:
         await self.serve(key, imaging.parse_transform(self.request.query_arguments))

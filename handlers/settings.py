@@ -1,9 +1,9 @@
 """GET/PATCH /settings: upload size and custom domain."""
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
-from handlers.base import AuthMode, BaseDeps, BaseHandler
+from handlers.base import BaseDeps, BaseHandler
 from mediasrv.custom_domains import DomainService, public_base
 from mediasrv.domains import normalize_hostname
 from mediasrv.errors import BadRequest
@@ -15,9 +15,6 @@ _MISSING = object()
 
 
 class SettingsHandler(BaseHandler):
-    auth: ClassVar[dict[str, AuthMode]] = {"GET": "any", "PATCH": "any"}
-    limits: ClassVar[dict[str, str]] = {"GET": "settings.get", "PATCH": "settings.patch"}
-
     meta: MetaStore
     domains: DomainService
     server_cap: int

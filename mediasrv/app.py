@@ -1,13 +1,15 @@
 """The application: ``make_app`` builds every service from explicit dependencies.
 
 Only ``mediasrv.server`` builds real clients from settings; tests call ``make_app`` with
-the stores and mailer they want, so nothing is monkeypatched. The route table lives here,
-in one place (thumbor's ``get_handlers(context)`` pattern).
+the stores and mailer they want, so nothing is monkeypatched. The route table is built here
+(thumbor's ``get_handlers(context)`` pattern) from the route specification
+(``mediasrv.routespec``): this module only says which handler class serves each declared
+path and what it is given, and refuses to start when the two disagree.
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +18,7 @@ from urllib.parse import urlsplit
 import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
-from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered
+from handlers.base import BaseDeps, BaseHandler, InFlight, NotFoundHandler, Prerendered, implemented_methods
 from mediasrv import imaging
 from mediasrv.accounts import AccountService
 from mediasrv.auth import Authenticator
@@ -34,14 +36,13 @@ from mediasrv.principals import CredentialLookups, ForgetfulMeta
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.reference_page import render_reference
+from mediasrv.routespec import PATHS, Route, path_regex
 from mediasrv.settings import Settings
 from mediasrv.storeguard import StoreGuard
 from mediasrv.tokens import JwtCodec
 from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
-
-FILE_ID = r"([^/]+)"
 
 
 @dataclass
@@ -144,46 +145,78 @@ class _RouteArgs:
     guard: StoreGuard
 
 
-def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
-    """Every route of the service, with exactly the dependencies its handler takes."""
-    b = {"base": a.base}
-    acct = {**b, "accounts": a.accounts}
-    file_args = {**b, "meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
-    own = {**b, "meta": a.meta, "settings": a.settings}
+Binding = tuple[type[BaseHandler], dict[str, Any]]
+"""A handler class and its ``initialize`` arguments besides ``base``."""
+
+
+def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
+    """Every path of the route specification -> the handler serving it, with exactly the
+    dependencies it takes. Auth and rate limits are not here: they come from the specification."""
+    acct = {"accounts": a.accounts}
+    file_args = {"meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
+    own = {"meta": a.meta, "settings": a.settings}
     docs = _documents(a.settings, a.allow)
+    return {
+        "/ping": (reference.PingHandler, {"guard": a.guard}),
+        "/health": (health.HealthHandler, {"meta": a.meta, "blobs": a.blobs}),
+        "/auth/register": (auth.RegisterHandler, acct),
+        "/auth/confirm": (auth.ConfirmHandler, acct),
+        "/auth/login": (auth.LoginHandler, acct),
+        "/auth/refresh": (auth.RefreshHandler, acct),
+        "/auth/forgot-password": (auth.ForgotPasswordHandler, acct),
+        "/auth/logout": (auth.LogoutHandler, acct),
+        "/auth/reset-password": (dashboard.ResetPasswordPageHandler, {**acct, **page}),
+        "/auth/api-keys": (api_keys.ApiKeysHandler, {"meta": a.meta}),
+        "/auth/api-keys/{id}": (api_keys.ApiKeyHandler, {"meta": a.meta}),
+        "/files": (files.FilesHandler, file_args),
+        "/files/bulk-delete": (files.BulkDeleteHandler, file_args),
+        "/files/{id}/signed-url": (files.SignedUrlHandler, {**file_args, "signer": a.signer}),
+        "/files/{id}": (files.FileHandler, file_args),
+        "/settings": (settings.SettingsHandler,
+                      {"meta": a.meta, "domains": a.domains, "server_cap": a.settings.max_upload_size_bytes}),
+        "/usage": (account.UsageHandler, own),
+        "/logs": (account.LogsHandler, own),
+        "/profile": (account.ProfileHandler, own),
+        "/reference/allowed-content-types": (reference.StaticJsonHandler, {
+            "document": reference.static_json({"content_types": list(a.allow.types)})}),
+        "/reference/for-agents": (reference.StaticJsonHandler, {"document": reference.static_json(docs[1])}),
+        "/reference/openapi.json": (reference.StaticJsonHandler, {"document": reference.static_json(docs[0])}),
+        "/reference": (reference.ReferencePageHandler, {"page": Prerendered(render_reference(docs[0]))}),
+        "/m/{id}": (serving.MediaHandler, {"deps": a.serving}),
+        "/d/{id}": (serving.DownloadHandler, {"deps": a.serving}),
+    }
+
+
+def check_bindings(classes: Mapping[str, type[tornado.web.RequestHandler]],
+                   spec: Mapping[str, Mapping[str, Route]] = PATHS) -> None:
+    """Refuse to build a route table that disagrees with the specification: a declared path
+    without a handler, a handler on an undeclared path, or a handler whose methods are not
+    exactly the declared ones (an undeclared method would run without its auth and limit)."""
+    problems = [f"{path}: declared but no handler serves it" for path in spec if path not in classes]
+    problems += [f"{path}: served by {cls.__name__} but not declared" for path, cls in classes.items()
+                 if path not in spec]
+    for path, cls in classes.items():
+        if path in spec and set(implemented_methods(cls)) != set(spec[path]):
+            problems.append(f"{path}: {cls.__name__} implements {sorted(implemented_methods(cls))}, "
+                            f"the specification declares {sorted(spec[path])}")
+    if problems:
+        raise ValueError("route table: " + "; ".join(problems))
+
+
+def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
+    """Every route of the service: the dashboard's own pages, then the specification's paths
+    (fixed before templated, see ``routespec.by_path``), each with its declared operations."""
     page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
-    return [
-        (r"/", dashboard.DashboardHandler, {**b, **page}),
-        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {**b, **page}),
-        (r"/ping", reference.PingHandler, {**b, "guard": a.guard}),
-        (r"/health", health.HealthHandler, {**b, "meta": a.meta, "blobs": a.blobs}),
-        (r"/auth/register", auth.RegisterHandler, acct),
-        (r"/auth/confirm", auth.ConfirmHandler, acct),
-        (r"/auth/login", auth.LoginHandler, acct),
-        (r"/auth/refresh", auth.RefreshHandler, acct),
-        (r"/auth/forgot-password", auth.ForgotPasswordHandler, acct),
-        (r"/auth/logout", auth.LogoutHandler, acct),
-        (r"/auth/reset-password", dashboard.ResetPasswordPageHandler, {**acct, **page}),
-        (r"/auth/api-keys", api_keys.ApiKeysHandler, {**b, "meta": a.meta}),
-        (r"/auth/api-keys/([^/]+)", api_keys.ApiKeyHandler, {**b, "meta": a.meta}),
-        (r"/files", files.FilesHandler, file_args),
-        (r"/files/bulk-delete", files.BulkDeleteHandler, file_args),
-        (rf"/files/{FILE_ID}/signed-url", files.SignedUrlHandler, {**file_args, "signer": a.signer}),
-        (rf"/files/{FILE_ID}", files.FileHandler, file_args),
-        (r"/settings", settings.SettingsHandler,
-         {**b, "meta": a.meta, "domains": a.domains, "server_cap": a.settings.max_upload_size_bytes}),
-        (r"/usage", account.UsageHandler, own),
-        (r"/logs", account.LogsHandler, own),
-        (r"/profile", account.ProfileHandler, own),
-        (r"/reference/allowed-content-types", reference.StaticJsonHandler,
-         {**b, "document": reference.static_json({"content_types": list(a.allow.types)})}),
-        (r"/reference/for-agents", reference.StaticJsonHandler, {**b, "document": reference.static_json(docs[1])}),
-        (r"/reference/openapi.json", reference.StaticJsonHandler,
-         {**b, "document": reference.static_json(docs[0])}),
-        (r"/reference", reference.ReferencePageHandler, {**b, "page": Prerendered(render_reference(docs[0]))}),
-        (rf"/m/{FILE_ID}", serving.MediaHandler, {**b, "deps": a.serving}),
-        (rf"/d/{FILE_ID}", serving.DownloadHandler, {**b, "deps": a.serving}),
+    bound = _bindings(a, page)
+    check_bindings({path: cls for path, (cls, _) in bound.items()})
+    table: list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]] = [
+        (r"/", dashboard.DashboardHandler, {"base": a.base, **page}),
+        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {"base": a.base, **page}),
     ]
+    for path, operations in PATHS.items():
+        cls, kwargs = bound[path]
+        table.append((path_regex(path), cls, {"base": a.base.for_route(operations), **kwargs}))
+    return table
 
 
 def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:

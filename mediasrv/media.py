@@ -190,7 +190,7 @@ class ResizePool:
 
     Fairness: a client that is alone, or that holds no slot yet, is admitted whenever a slot
     is free, so one client may still use all of them. When other clients are asking too
-    (they hold a slot, or were refused or admitted within ``demand_window_s``), a client may
+    (they hold a slot, or were refused one within ``demand_window_s``), a client may
     hold only its share, ``slots / asking clients``, counted in job weights: a costly job
     (large AVIF) weighs up to ``MAX_WEIGHT`` thumbnails. So a client that keeps every slot
     busy gets a 503 on its next request while another is waiting, and the freed slot goes to
@@ -233,11 +233,11 @@ class ResizePool:
         now = self._clock()
         weight = min(max(weight, 1.0), self.MAX_WEIGHT)
         others = self._asking(now, client)
-        self._asked[client] = now
-        self._asked.move_to_end(client)
         held = self._running.get(client, 0.0)
         if self.in_use >= self.slots or (others and held > 0 and held + weight > self.slots / (others + 1)):
             self.refused += 1
+            self._asked[client] = now  # wants a slot it could not have: it is asking
+            self._asked.move_to_end(client)
             raise ServerBusy(self.retry_after_s())
         self.in_use += 1
         self._running[client] = held + weight
@@ -274,7 +274,10 @@ class ResizePool:
         return int(min(max(math.ceil(expected), self.RETRY_MIN_S), self.RETRY_MAX_S))
 
     def _asking(self, now: float, client: str) -> int:
-        """How many clients other than ``client`` hold a slot or asked within the window."""
+        """How many clients other than ``client`` hold a slot, or were refused one within the
+        window. A client whose jobs were admitted and have finished is not waiting for anything:
+        it does not shrink the others' share (one client's burst right after another's gets
+        every slot, as the interface's 10-slot cap promises)."""
         while self._asked:
             oldest, at = next(iter(self._asked.items()))
             if now - at <= self._window:

@@ -1,9 +1,11 @@
-"""The OpenAPI 3.0 description and the for-agents discovery document, from one route table.
+"""The OpenAPI 3.0 description and the for-agents discovery document, from the route specification.
 
-``_ROUTE_TABLE`` lists every documented operation once: method, path, authentication, rate
-limit, a one-line summary and a small builder for its parameters, body and responses. Both
-documents are derived from it, so they cannot disagree about which routes exist, how they
-authenticate or how fast they may be called. Schemas, parameters, headers and the common
+``mediasrv.routespec.SPEC`` declares every operation once: method, path, authentication, rate
+limit, tag, operationId and a one-line summary; the same declaration drives the route table,
+the handlers' auth and the rate limiter. Here ``_BUILDERS`` adds, per operationId, a small
+builder for its parameters, body and responses. Both documents are derived from the two, so
+they cannot disagree with the server about which routes exist, how they authenticate or how
+fast they may be called. Schemas, parameters, headers and the common
 error responses live in ``components`` and are referenced, never repeated.
 
 Both builders return a fresh dict on every call; callers may cache or mutate it freely.
@@ -15,15 +17,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from mediasrv.ratelimit import WINDOW_S, scaled_limit
+from mediasrv.routespec import ANY, BULK_DELETE_MAX, JWT, NONE, OPTIONAL, SPEC, Route
+
 Json = dict[str, Any]
 
 OPENAPI_VERSION = "3.0.3"
 SERVICE_NAME = "mediasrv"
 SERVICE_VERSION = "0.1.0"
-RATE_WINDOW_S = 60
+RATE_WINDOW_S = WINDOW_S
 PAGE_LIMIT_DEFAULT = 30
 PAGE_LIMIT_MAX = 100
-BULK_DELETE_MAX = 100
 RESIZE_SLOTS_DEFAULT = 10
 RESIZE_MAX_DIMENSION = 8192
 RESIZE_FORMATS = ("jpeg", "png", "webp", "avif", "gif")
@@ -33,8 +37,7 @@ OCTET_STREAM = "application/octet-stream"
 SIGNED_URL_TTL_MIN, SIGNED_URL_TTL_MAX, SIGNED_URL_TTL_DEFAULT = 60, 604_800, 3600
 PASSWORD_MIN_CHARS, PASSWORD_MAX_BYTES = 6, 72
 
-# Authentication kinds of the route table.
-NONE, JWT, ANY, OPTIONAL = "none", "jwt", "jwt_or_api_key", "optional"
+# Authentication kinds are the route specification's NONE, JWT, ANY and OPTIONAL.
 _SECURITY: dict[str, list[Json]] = {
     NONE: [],
     JWT: [{"bearerAuth": []}],
@@ -54,7 +57,7 @@ _AUTH_TEXT = {
 
 @dataclass(frozen=True)
 class _Ctx:
-    """What a build depends on besides the route table."""
+    """What a build depends on besides the route specification."""
 
     public_url: str
     content_types: tuple[str, ...]
@@ -65,21 +68,8 @@ class _Ctx:
     """Output formats this build can encode (``mediasrv.imaging.FORMATS``): avif only where it can."""
 
     def limit(self, per_minute: int) -> int:
-        """A table limit as the limiter applies it (MEDIASRV_RATE_LIMIT_SCALE)."""
-        return max(1, int(per_minute * self.rate_scale))
-
-
-@dataclass(frozen=True)
-class _Route:
-    method: str
-    path: str
-    auth: str
-    tag: str
-    op_id: str
-    summary: str
-    build: Callable[[_Ctx], Json]
-    rate: tuple[int, str] | None = None
-    """(requests per minute, "ip" or "user"), or None when the route is not limited."""
+        """A declared limit as the limiter applies it (MEDIASRV_RATE_LIMIT_SCALE)."""
+        return scaled_limit(per_minute, self.rate_scale)
 
 
 # ---------------------------------------------------------------------------- small helpers
@@ -680,116 +670,62 @@ def _download(ctx: _Ctx, *, head: bool = False) -> Json:
             "responses": _serving(ctx, head=head, download=True)}
 
 
-# ---------------------------------------------------------------------------- the route table
+# ---------------------------------------------------------------------------- builders by operationId
 
-_ROUTE_TABLE: tuple[_Route, ...] = (
-    _Route("GET", "/ping", NONE, "serving", "ping", "Liveness check: 200 once ready", _ping),
-    _Route("HEAD", "/ping", NONE, "serving", "headPing", "Liveness check without a body",
-           partial(_ping, head=True)),
-    _Route("GET", "/health", NONE, "serving", "health", "Readiness: whether both storage backends answer",
-           _health),
-    _Route("POST", "/auth/register", NONE, "auth", "register",
-           "Create an account and e-mail a confirmation link", _register, (10, "ip")),
-    _Route("GET", "/auth/confirm", NONE, "auth", "confirmEmail",
-           "Confirm an e-mail address (the link from the e-mail); redirects with 303", _confirm),
-    _Route("POST", "/auth/login", NONE, "auth", "login",
-           "Log in with e-mail and password; returns user and session (JWT)", _login, (15, "ip")),
-    _Route("POST", "/auth/refresh", NONE, "auth", "refreshSession",
-           "Exchange a refresh token for a new session", _refresh, (30, "ip")),
-    _Route("POST", "/auth/logout", NONE, "auth", "logout",
-           "Log out: retire a refresh token", _logout, (30, "ip")),
-    _Route("GET", "/auth/reset-password", NONE, "auth", "resetPasswordPage",
-           "The password-reset page the e-mail links to (HTML form)", _reset_page),
-    _Route("POST", "/auth/forgot-password", NONE, "auth", "forgotPassword",
-           "E-mail a password reset link", _forgot, (5, "ip")),
-    _Route("POST", "/auth/reset-password", NONE, "auth", "resetPassword",
-           "Set a new password with the token from the reset e-mail", _reset, (10, "ip")),
-    _Route("POST", "/auth/api-keys", JWT, "api-keys", "createApiKey",
-           "Create an API key; the secret is returned only once", _create_key, (10, "user")),
-    _Route("GET", "/auth/api-keys", JWT, "api-keys", "listApiKeys",
-           "List active API keys (without secrets)", _list_keys, (30, "user")),
-    _Route("DELETE", "/auth/api-keys/{id}", JWT, "api-keys", "revokeApiKey",
-           "Revoke an API key by its id", _revoke_key, (10, "user")),
-    _Route("POST", "/files", ANY, "files", "uploadFile",
-           "Upload raw bytes as a new file", _upload, (30, "user")),
-    _Route("GET", "/files", ANY, "files", "listFiles",
-           "List and filter your files", _list_files, (60, "user")),
-    _Route("GET", "/files/{id}", ANY, "files", "getFile",
-           "Get one file record by file_id", _get_file, (120, "user")),
-    _Route("DELETE", "/files/{id}", ANY, "files", "deleteFile",
-           "Delete one file by file_id", _delete_file, (60, "user")),
-    _Route("POST", "/files/bulk-delete", ANY, "files", "bulkDeleteFiles",
-           f"Delete 1 to {BULK_DELETE_MAX} files by file_id", _bulk_delete, (20, "user")),
-    _Route("POST", "/files/{id}/signed-url", ANY, "files", "createSignedUrl",
-           "Mint expiring /m and /d URLs for sharing a private file", _signed_url, (60, "user")),
-    _Route("GET", "/settings", ANY, "settings", "getSettings",
-           "Read settings: custom domain, public URL base, upload cap", _get_settings, (60, "user")),
-    _Route("PATCH", "/settings", ANY, "settings", "updateSettings",
-           "Set or remove the custom domain, refresh its status, set the upload cap",
-           _patch_settings, (20, "user")),
-    _Route("GET", "/usage", ANY, "account", "getUsage", "Usage of the current calendar month",
-           _simple_get("Usage", "Usage counters."), (60, "user")),
-    _Route("GET", "/logs", ANY, "account", "listLogs", "Activity log of your API requests",
-           _logs, (60, "user")),
-    _Route("GET", "/profile", ANY, "account", "getProfile", "Your user, plan and billing dates",
-           _simple_get("Profile", "User and plan."), (60, "user")),
-    _Route("GET", "/reference/allowed-content-types", NONE, "reference", "allowedContentTypes",
-           "MIME types accepted for upload",
-           _simple_get("AllowedContentTypes", "Allowed upload types.")),
-    _Route("GET", "/reference/for-agents", NONE, "reference", "forAgents",
-           "Discovery document for automated clients",
-           _simple_get("Document", "JSON discovery document.")),
-    _Route("GET", "/reference/openapi.json", NONE, "reference", "openapi",
-           "This OpenAPI 3.0 description", _simple_get("Document", "OpenAPI 3.0 document.")),
-    _Route("GET", "/reference", NONE, "reference", "referencePage",
-           "This API reference as a human-readable HTML page", _html_page),
-    _Route("GET", "/m/{id}", OPTIONAL, "serving", "getMedia",
-           "Serve a file inline, optionally resized or converted (width, height, format)",
-           _media, (400, "ip")),
-    _Route("HEAD", "/m/{id}", OPTIONAL, "serving", "headMedia",
-           "Headers of GET /m/{id} without the body", partial(_media, head=True), (400, "ip")),
-    _Route("GET", "/d/{id}", OPTIONAL, "serving", "downloadFile",
-           "Download a file as an attachment", _download),
-    _Route("HEAD", "/d/{id}", OPTIONAL, "serving", "headDownload",
-           "Headers of GET /d/{id} without the body", partial(_download, head=True)),
-)
+_BUILDERS: Mapping[str, Callable[[_Ctx], Json]] = {
+    "ping": _ping, "headPing": partial(_ping, head=True), "health": _health,
+    "register": _register, "confirmEmail": _confirm, "login": _login, "refreshSession": _refresh,
+    "logout": _logout, "resetPasswordPage": _reset_page, "forgotPassword": _forgot, "resetPassword": _reset,
+    "createApiKey": _create_key, "listApiKeys": _list_keys, "revokeApiKey": _revoke_key,
+    "uploadFile": _upload, "listFiles": _list_files, "getFile": _get_file, "deleteFile": _delete_file,
+    "bulkDeleteFiles": _bulk_delete, "createSignedUrl": _signed_url,
+    "getSettings": _get_settings, "updateSettings": _patch_settings,
+    "getUsage": _simple_get("Usage", "Usage counters."), "listLogs": _logs,
+    "getProfile": _simple_get("Profile", "User and plan."),
+    "allowedContentTypes": _simple_get("AllowedContentTypes", "Allowed upload types."),
+    "forAgents": _simple_get("Document", "JSON discovery document."),
+    "openapi": _simple_get("Document", "OpenAPI 3.0 document."),
+    "referencePage": _html_page,
+    "getMedia": _media, "headMedia": partial(_media, head=True),
+    "downloadFile": _download, "headDownload": partial(_download, head=True),
+}
+_unbuilt = {r.op_id for r in SPEC} ^ set(_BUILDERS)
+if _unbuilt:
+    raise ValueError(f"operationIds without an OpenAPI builder, or builders without a route: {sorted(_unbuilt)}")
 
-ROUTES: tuple[tuple[str, str], ...] = tuple((r.method, r.path) for r in _ROUTE_TABLE)
-"""(METHOD, OpenAPI path) of every documented operation, in table order."""
+ROUTES: tuple[tuple[str, str], ...] = tuple((r.method, r.path) for r in SPEC)
+"""(METHOD, OpenAPI path) of every documented operation, in specification order."""
 
 RATE_LIMITS: Mapping[tuple[str, str], tuple[int, str]] = {
-    (r.method, r.path): r.rate for r in _ROUTE_TABLE if r.rate}
+    (r.method, r.path): (r.limit.per_minute, r.limit.key) for r in SPEC if r.limit}
 """(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 
 _UNLIMITED_TEXT = "Not rate limited."
-_NOT_LIMITED = {"/ping", "/health", "/d/{id}", "/reference/allowed-content-types", "/reference/for-agents",
-                "/reference/openapi.json", "/reference"}
 
 
 # ---------------------------------------------------------------------------- assembly
 
-def _rate_text(route: _Route, ctx: _Ctx) -> str | None:
-    if route.rate is None:
-        return _UNLIMITED_TEXT if route.path in _NOT_LIMITED else None
-    per_minute, key = route.rate
-    who = "client IP" if key == "ip" else "user (per route)"
-    return f"Rate limit: {ctx.limit(per_minute)} requests per minute per {who}."
+def _rate_text(route: Route, ctx: _Ctx) -> str | None:
+    if route.limit is None:
+        return _UNLIMITED_TEXT if route.declared_unlimited else None
+    who = "client IP" if route.limit.key == "ip" else "user (per route)"
+    return f"Rate limit: {ctx.limit(route.limit.per_minute)} requests per minute per {who}."
 
 
-def _implied_responses(route: _Route) -> Json:
+def _implied_responses(route: Route) -> Json:
     """Responses every route of its kind has: auth failures, rate limiting, other errors."""
     implied: Json = {}
     if route.auth in (JWT, ANY):
         implied["401"] = _ref("Unauthorized", "responses")
     if route.auth == JWT:
         implied["403"] = _ref("ApiKeyForbidden", "responses")
-    if route.rate:
+    if route.limit:
         implied["429"] = _ref("TooManyRequests", "responses")
     return implied
 
 
-def _operation(route: _Route, ctx: _Ctx) -> Json:
-    op = route.build(ctx)
+def _operation(route: Route, ctx: _Ctx) -> Json:
+    op = _BUILDERS[route.op_id](ctx)
     responses = {**_implied_responses(route), **op.pop("responses")}
     ordered = {code: responses[code] for code in sorted(responses)}
     ordered["default"] = _ref("UnexpectedError", "responses")
@@ -799,15 +735,15 @@ def _operation(route: _Route, ctx: _Ctx) -> Json:
                     "description": "\n\n".join(t for t in text if t),
                     "security": [dict(s) for s in _SECURITY[route.auth]], **op,
                     "responses": ordered}
-    if route.rate:
-        result["x-rate-limit"] = {"requests": ctx.limit(route.rate[0]),
-                                  "window_seconds": RATE_WINDOW_S, "key": route.rate[1]}
+    if route.limit:
+        result["x-rate-limit"] = {"requests": ctx.limit(route.limit.per_minute),
+                                  "window_seconds": RATE_WINDOW_S, "key": route.limit.key}
     return result
 
 
 def _paths(ctx: _Ctx) -> Json:
     paths: Json = {}
-    for route in _ROUTE_TABLE:
+    for route in SPEC:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, ctx)
     return paths
 
@@ -829,7 +765,7 @@ def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
     """
     ctx = _context(public_url, allowed_content_types, max_upload_size_bytes, resize_slots,
                    rate_limit_scale, formats)
-    tags = dict.fromkeys(route.tag for route in _ROUTE_TABLE)
+    tags = dict.fromkeys(route.tag for route in SPEC)
     return {
         "openapi": OPENAPI_VERSION,
         "info": {"title": SERVICE_NAME, "version": SERVICE_VERSION,
@@ -866,8 +802,8 @@ def _agent_auth() -> Json:
 
 
 def _agent_limits(ctx: _Ctx) -> Json:
-    rate_limits = [{"method": r.method, "path": r.path, "key": r.rate[1],
-                    "requests_per_minute": ctx.limit(r.rate[0])} for r in _ROUTE_TABLE if r.rate]
+    rate_limits = [{"method": r.method, "path": r.path, "key": r.limit.key,
+                    "requests_per_minute": ctx.limit(r.limit.per_minute)} for r in SPEC if r.limit]
     return {
         "rate_limit_window_seconds": RATE_WINDOW_S,
         "rate_limits": rate_limits,
@@ -911,7 +847,7 @@ def build_for_agents(public_url: str, allowed_content_types: Sequence[str], *,
         "base_url": ctx.public_url,
         "auth": _agent_auth(),
         "routes": [{"method": r.method, "path": r.path, "auth": r.auth, "summary": r.summary}
-                   for r in _ROUTE_TABLE],
+                   for r in SPEC],
         "usage": _agent_usage(),
         "limits": _agent_limits(ctx),
         "allowed_content_types": list(ctx.content_types),

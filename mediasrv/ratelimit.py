@@ -12,20 +12,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mediasrv.routespec import LIMITS
+
 WINDOW_S = 60
 
-# Route name -> requests per window; the names are the handlers' ``limits`` values. A route
-# is keyed by client address when it is in IP_LIMITS (anonymous routes: the interface's three,
-# plus refresh and the password-reset pair), else by the authenticated user.
-IP_LIMITS: dict[str, int] = {"media": 400, "register": 10, "login": 15,
-                             "refresh": 30, "forgot_password": 5, "reset_password": 10}
-USER_LIMITS: dict[str, int] = {
-    "api_keys.create": 10, "api_keys.list": 30, "api_keys.delete": 10,
-    "files.upload": 30, "files.bulk_delete": 20, "files.list": 60, "files.get": 120,
-    "files.delete": 60, "files.sign": 60, "settings.get": 60, "settings.patch": 20,
-    "profile": 60, "usage": 60, "logs": 60,
-}
-assert not IP_LIMITS.keys() & USER_LIMITS.keys(), "a route is keyed one way only"
+# Counter name -> requests per window at scale 1, from the route specification
+# (``mediasrv.routespec``): a counter is keyed by client address when it is in IP_LIMITS
+# (spent before authentication), else by the authenticated user.
+IP_LIMITS: dict[str, int] = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "ip"}
+USER_LIMITS: dict[str, int] = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "user"}
+
+
+def scaled_limit(per_minute: int, scale: float) -> int:
+    """A declared limit under MEDIASRV_RATE_LIMIT_SCALE: never below one request per window."""
+    return max(1, math.floor(per_minute * scale))
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class RateLimiter:
 
     def hit(self, route: str, key: str, *, per_ip: bool) -> Decision:
         """Count one request and say whether it is within the limit."""
-        base = (IP_LIMITS if per_ip else USER_LIMITS)[route]
-        limit = max(1, math.floor(base * self._scale))
+        limit = scaled_limit((IP_LIMITS if per_ip else USER_LIMITS)[route], self._scale)
         now = self._clock()
         window = int(now // WINDOW_S)
         if window != self._window:

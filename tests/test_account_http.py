@@ -25,6 +25,7 @@ from handlers.dashboard import DashboardHandler
 from mediasrv import openapi
 from mediasrv.app import Runtime
 from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS
+from mediasrv.routespec import Route
 from tests.conftest import Api, body
 
 UA = "account-tests/1.0"
@@ -404,18 +405,20 @@ async def test_openapi_document_is_valid_and_matches_the_route_table(api: Api,
 
 
 async def test_documented_auth_and_rate_limits_match_the_handlers(api: Api, app: tornado.web.Application) -> None:
+    """What each routed handler is given to enforce (handlers.base reads it) is what is documented."""
     doc = body(await api.call("GET", "/reference/for-agents"))
     documented_auth = {(x["method"], x["path"]): x["auth"] for x in doc["routes"]}
-    auth_names = {"none": openapi.NONE, "any": openapi.ANY, "jwt": openapi.JWT, "optional": openapi.OPTIONAL}
-    for (method, path), handler in app_handlers(app).items():
-        mode = handler.auth.get(method, "none")
-        assert documented_auth[(method, path)] == auth_names[mode], (method, path)
-        route = handler.limits.get(method)
-        if route is None:
+    enforced = app_operations(app)
+    assert set(enforced) == set(app_handlers(app)) == set(documented_auth)
+    for (method, path), operation in enforced.items():
+        assert documented_auth[(method, path)] == operation.auth, (method, path)
+        if operation.limit is None:
             assert (method, path) not in openapi.RATE_LIMITS, (method, path)
             continue
-        per_ip = route in IP_LIMITS and mode in ("none", "optional")
-        limit = (IP_LIMITS if per_ip else USER_LIMITS)[route]
+        per_ip = operation.limit.key == "ip"
+        table = IP_LIMITS if per_ip else USER_LIMITS
+        assert operation.limit.name in table and operation.limit.name not in (USER_LIMITS if per_ip else IP_LIMITS)
+        limit = table[operation.limit.name]
         assert openapi.RATE_LIMITS[(method, path)] == (limit, "ip" if per_ip else "user"), (method, path)
 
 
@@ -499,6 +502,17 @@ def app_handlers(app: tornado.web.Application) -> dict[tuple[str, str], type[Bas
             impl = getattr(handler, method.lower(), None)
             if impl is not None and impl is not getattr(tornado.web.RequestHandler, method.lower()):
                 found[(method, _path_of(regex))] = handler
+    return found
+
+
+def app_operations(app: tornado.web.Application) -> dict[tuple[str, str], Route]:
+    """(METHOD, path) -> the declared operation each routed handler is given to enforce."""
+    found: dict[tuple[str, str], Route] = {}
+    for rule in app.wildcard_router.rules:
+        path = _path_of(rule.matcher.regex.pattern)  # type: ignore[attr-defined]
+        for method, operation in rule.target_kwargs["base"].operations.items():
+            assert (operation.method, operation.path) == (method, path), (method, path)
+            found[(method, path)] = operation
     return found
 
 

@@ -234,6 +234,22 @@ def test_costly_jobs_count_more_against_the_share() -> None:
         pool.close()
 
 
+def test_a_client_whose_jobs_finished_leaves_every_slot_to_the_next() -> None:
+    """Admitted and done is not asking: a burst right after another client's resizes still
+    gets all 10 slots (the conformance suite's 40 simultaneous resizes after other tests')."""
+    pool, clock = _pool(demand_window_s=10)
+    try:
+        pool.release(pool.try_acquire("earlier"))
+        clock.now += 1
+        burst = [pool.try_acquire("b", 1.2) for _ in range(10)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("b")
+        for t in burst:
+            pool.release(t)
+    finally:
+        pool.close()
+
+
 def test_demand_is_forgotten_after_the_window() -> None:
     pool, clock = _pool(demand_window_s=10)
     try:

@@ -122,6 +122,10 @@ CEILING_OPTIONS: dict[str, dict[str, object]] = {
 the ceiling is decode + shrink + encode at the same output settings and nothing else."""
 
 
+DISTINCT_VARIANTS = 2000
+"""Distinct resize URLs per image: more than any load run sends, so none repeats in a run."""
+
+
 def _image_sets(quick: bool) -> dict[str, images.ImageSet]:
     n = 3 if quick else 10
     big = (1600, 1200) if quick else (4000, 3000)
@@ -191,7 +195,8 @@ class Ceiling:
 
 
 def resize(ctx: Ctx) -> None:
-    """/m?width=400 over image sets, result cache off, each request a different file."""
+    """/m?width=400 over image sets, result cache off, consecutive requests on different files,
+    no two requests of a run for the same variant (see DISTINCT_VARIANTS)."""
     sets = _image_sets(ctx.quick)
     root = images.CACHE_ROOT / "images" / images.VERSION
     ctx.say("generating test images (cached after the first run)")
@@ -219,8 +224,13 @@ def resize(ctx: Ctx) -> None:
         contestants: list[Contestant] = []
         skipped: dict[str, str] = {}
         for label, set_name, out_fmt, thumbor_target in RESIZE_CASES:
-            query = "?width=400" + (f"&format={out_fmt}" if out_fmt else "")
-            m_paths = [f"/m/{fid}{query}" for fid in ids[set_name]]
+            # Every mediasrv request is a distinct variant with the same work: the box 400 x h
+            # for any h >= 300 gives the same 400x300 result for these 4:3 images, but another
+            # cache key, so identical requests never meet in flight (single-flight would answer
+            # several with one transform) and every answer is a real transform.
+            fmt_arg = f"&format={out_fmt}" if out_fmt else ""
+            m_paths = [f"/m/{fid}?width=400&height={h}{fmt_arg}"
+                       for h in range(400, 400 + DISTINCT_VARIANTS) for fid in ids[set_name]]
             check_ok(server.base, m_paths[0])
             contestants.append(Contestant(f"{label}|mediasrv", lambda p=m_paths, n=f"resize {label}": ctx.profiled_run(
                 n, server.pid, lambda: wrk_rate(server.base, p, ctx))))
