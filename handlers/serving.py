@@ -44,6 +44,22 @@ from store.models import FileRecord
 _KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 CHUNK = 1024 * 1024
 """Read size when streaming a large blob: few executor hops, bounded memory per download."""
+ACCEL_URL_TTL_S = 60
+"""Lifetime of a presigned URL handed to nginx, which fetches it at once."""
+UPSTREAM_HEADER = "X-Mediasrv-Upstream"
+"""X-Accel-Redirect to S3: the presigned URL nginx's internal location proxies to."""
+RANGE_HEADER = "X-Mediasrv-Range"
+"""X-Accel-Redirect to S3: the byte range decided here (Range and If-Range), asked of S3."""
+DEFERRED_HEADERS = ("Cache-Control", "Content-Disposition")
+"""X-Accel-Redirect to S3: sent as X-Mediasrv-<name>, for nginx to add to the object's answer."""
+
+
+@dataclass(frozen=True)
+class Accel:
+    """An X-Accel-Redirect answer: the internal location, and for S3 the object's URL."""
+
+    uri: str
+    upstream: str | None = None
 
 
 def public_cache_control(max_age_s: int, immutable: bool) -> str:
@@ -139,7 +155,7 @@ class ServeBase(BaseHandler):
 
     async def _send_blob(self, record: FileRecord) -> None:
         async def send(start: int, end: int) -> None:
-            if record.size <= self.deps.bodies.max_item or record.size <= CHUNK // 4:
+            if self._small(record):
                 # Small: one executor hop (open, read, close), or none when it is cached, and
                 # one socket write of headers and body (finish, no flush round trip).
                 data = await self._small_body(record)
@@ -147,15 +163,15 @@ class ServeBase(BaseHandler):
                 return
             await self._stream(record.blob_key, start, end)
 
-        accel = None if self._proxy_caches(record) else await self._accel_uri(record.blob_key)
+        accel = None if self._proxy_caches(record) else await self._accel(record)
         await self._send_representation(record, record.content_type, f'"{record.file_id}"', record.size, send,
                                         accel=accel)
 
     async def _send_representation(self, record: FileRecord, content_type: str, etag: str, size: int,
-                                   send: Callable[[int, int], Awaitable[None]], *, accel: str | None = None) -> None:
+                                   send: Callable[[int, int], Awaitable[None]], *, accel: Accel | None = None) -> None:
         """The one answering path of passthrough and resized results: validators, 304,
         Range / If-Range / 416, HEAD; ``send(start, end)`` writes the selected bytes, or with
-        ``accel`` nginx sends the file named by X-Accel-Redirect."""
+        ``accel`` nginx sends the blob (X-Accel-Redirect)."""
         modified = _modified(record.created_at)
         if self._answered_not_modified(record, content_type, etag, modified):
             return
@@ -164,11 +180,24 @@ class ServeBase(BaseHandler):
         except Unsatisfiable:
             raise RangeNotSatisfiable(size) from None  # a JSON error, never cached
         if accel is not None:
-            # nginx sends the file (sendfile) and answers the Range itself; everything that
-            # decides whether and how to answer (auth, limits, privacy, 304, 416, counting) ran here.
+            # nginx sends the blob; everything that decides whether and how to answer (auth,
+            # limits, privacy, 304, 416, counting) ran here. A file: nginx's sendfile answers the
+            # Range itself. An S3 object: nginx fetches the presigned URL, asking S3 for the
+            # range decided here (If-Range included), and never passes the client's headers on.
             self.deps.usage.origin_read(record.user_id)
-            self.set_header("X-Accel-Redirect", accel)
-            self.clear_header("Accept-Ranges")  # nginx adds its own
+            self.set_header("X-Accel-Redirect", accel.uri)
+            if accel.upstream is not None:
+                self.set_header(UPSTREAM_HEADER, accel.upstream)
+                if window is not None:
+                    self.set_header(RANGE_HEADER, f"bytes={window[0]}-{window[1] - 1}")
+                # nginx would keep these through to its own JSON error when S3 fails (a 502
+                # with the file's max-age and attachment name); it adds them to the object only.
+                for name in DEFERRED_HEADERS:
+                    value = self._headers.get(name)  # tornado's response headers so far
+                    if value is not None:
+                        self.clear_header(name)
+                        self.set_header(f"X-Mediasrv-{name}", value)
+            self.clear_header("Accept-Ranges")  # nginx's (file) or S3's (object) is sent
             self.finish()
             return
         start, end = window or (0, size)
@@ -202,16 +231,31 @@ class ServeBase(BaseHandler):
         return (record.is_public and self.base.trust_proxy
                 and self.request.headers.get("X-Mediasrv-Cache") == "1")
 
-    async def _accel_uri(self, blob_key: str) -> str | None:
-        """``<prefix><shard>/<key>`` when nginx can send the blob from local disk (the store's
-        delivery is a path under its blob directory), else None: mediasrv streams it (an S3
-        presigned URL is not handed to nginx yet; a missing blob gets mediasrv's own 404)."""
+    async def _accel(self, record: FileRecord) -> Accel | None:
+        """Where nginx gets the blob (MEDIASRV_ACCEL_REDIRECT), or None: mediasrv sends it.
+
+        A local file: ``<prefix><shard>/<key>`` (nginx's sendfile). An S3 object: the sibling
+        location ``<prefix minus '/'>-s3/`` with a presigned GET URL valid ``ACCEL_URL_TTL_S``
+        (nginx fetches it at once) in X-Mediasrv-Upstream; not for HEAD (nginx would GET the
+        whole object to answer it) nor for small files (``send`` answers those in one write,
+        from memory when hot). A missing blob gets mediasrv's own 404.
+        """
         if not self.deps.accel_prefix:
             return None
-        delivery = await self.deps.blobs.delivery(blob_key)
-        if delivery is None or delivery.path is None:
+        if self.deps.blobs.delivers_urls and (self.request.method == "HEAD" or self._small(record)):
+            return None  # known before asking: no S3 round trip for a URL left unused
+        delivery = await self.deps.blobs.delivery(record.blob_key, ACCEL_URL_TTL_S)
+        if delivery is None:
             return None
-        return self.deps.accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}")
+        if delivery.path is not None:
+            return Accel(self.deps.accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}"))
+        if delivery.url is None:
+            return None
+        return Accel(self.deps.accel_prefix.rstrip("/") + "-s3/", upstream=delivery.url)
+
+    def _small(self, record: FileRecord) -> bool:
+        """Sent in one write (``_small_body``) rather than streamed in chunks."""
+        return record.size <= self.deps.bodies.max_item or record.size <= CHUNK // 4
 
     def _range_header(self, etag: str, modified: dt.datetime) -> str | None:
         """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""

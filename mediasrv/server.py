@@ -267,6 +267,11 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT, shared by
     all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
     the start-up reconcile, which the parent ran before forking.
+
+    MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
+    sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
+    DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
+    while another has uploads in flight would drop their quota reservations.
     """
     secret: str | None = None
     if settings.jwt_secret or settings.meta_backend == "sqlite":
@@ -279,9 +284,10 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         secret = await shared_secret(meta, blobs)
     imaging.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    if settings.meta_backend == "sqlite" and sockets is None:
+    if settings.meta_backend == "sqlite" and sockets is None and settings.housekeeping == "full":
         # Embedded means one process: counters are exact after any crash. A shared database
-        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`.
+        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`
+        # (run once before the processes start, and MEDIASRV_HOUSEKEEPING=sweep or none).
         try:
             await meta.reconcile_usage()
         except StoreError as exc:
@@ -314,7 +320,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
-    if primary:
+    if primary and settings.housekeeping != "none":
         sweeper.start_periodic(SWEEP_INTERVAL_S)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
@@ -435,8 +441,9 @@ async def reconcile_once(settings: Settings) -> int:
 
 
 async def _reconcile_before_fork(settings: Settings) -> None:
-    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist."""
-    if settings.meta_backend != "sqlite":
+    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist
+    (MEDIASRV_HOUSEKEEPING=full only)."""
+    if settings.meta_backend != "sqlite" or settings.housekeeping != "full":
         return
     meta, blobs = await open_stores(settings)
     try:

@@ -28,6 +28,8 @@ CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
 MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
 MAX_PUBLIC_MAX_AGE_S = 365 * 86400
+HOUSEKEEPING_ROLES = ("full", "sweep", "none")
+"""MEDIASRV_HOUSEKEEPING: what one process does besides serving (see ``Settings.housekeeping``)."""
 
 
 class SettingsError(ValueError):
@@ -180,6 +182,9 @@ class Settings:
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
+    housekeeping: str = _env("MEDIASRV_HOUSEKEEPING", "full (start-up usage reconcile on embedded SQLite "
+                             "+ periodic sweep), sweep (periodic sweep only) or none: several processes "
+                             "on one database give one `sweep` and the others `none`", default="full")
     metrics_port: int | None = _env("MEDIASRV_METRICS_PORT", "serve GET /metrics (Prometheus text) on "
                                     "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
                                     default=None)
@@ -308,6 +313,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
     "domain_provider": lambda v: v.strip().lower(),
     "domain_verification": lambda v: v.strip().lower(),
+    "housekeeping": lambda v: v.strip().lower(),
     "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
 }
@@ -428,6 +434,8 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
     if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
         return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.housekeeping not in HOUSEKEEPING_ROLES:
+        return f"MEDIASRV_HOUSEKEEPING must be full, sweep or none, not {s.housekeeping!r}"
     if s.domain_verification not in ("dns", "none"):
         return f"MEDIASRV_DOMAIN_VERIFICATION must be dns or none, not {s.domain_verification!r}"
     for entry in s.dns_nameservers:

@@ -72,7 +72,9 @@ class Delivery:
 
     Exactly one of ``path`` (a local file: ``X-Accel-Redirect`` to an internal location) or
     ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. With
-    MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx; ``url`` is not used yet.
+    MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx's sendfile location, and ``url``
+    (large files, GET only) to nginx's internal location that proxies to it (see
+    deploy/nginx/mediasrv.conf.template); the URL must be fetchable with a Range header added.
     """
 
     path: Path | None = None
@@ -244,6 +246,10 @@ class BlobStore(Protocol):
     or ``sweep_temp`` removes); a reader that has started keeps reading one version (files:
     POSIX unlink; S3: a reader that has started its ranged GET); an outage is StoreUnavailable.
     """
+
+    delivers_urls: bool
+    """True when ``delivery`` gives presigned URLs (S3), False when local paths (files): known
+    without a call, so a caller that would not use a URL (a small file) need not ask for one."""
 
     async def open(self) -> None:
         """Create the directory, or check the bucket is reachable; StoreUnavailable if not."""

@@ -123,6 +123,8 @@ def _missing(key: str) -> FileNotFoundError:
 class FsBlobStore:
     """``BlobStore`` on local disk. ``open()`` before use, ``close()`` when done."""
 
+    delivers_urls = False
+
     def __init__(self, root: Path, *, max_workers: int = 8) -> None:
         self.root = Path(root)
         self._blobs = self.root / "blobs"

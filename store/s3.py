@@ -86,6 +86,8 @@ def _translated(key: str = "") -> Any:
 class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
+    delivers_urls = True
+
     def __init__(self, config: S3Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self._clock = clock
@@ -103,7 +105,10 @@ class S3BlobStore:
         config = Config(connect_timeout=c.timeout_s, read_timeout=c.timeout_s,
                         retries={"max_attempts": c.max_attempts, "mode": "standard"},
                         s3={"addressing_style": "path" if c.endpoint_url else "auto"},
-                        max_pool_connections=64)
+                        # Requests are SigV4 anyway; presigned URLs (``delivery``) would be SigV2
+                        # by botocore's default, which newer AWS regions and some
+                        # S3-compatible stores refuse.
+                        signature_version="s3v4", max_pool_connections=64)
         stack = contextlib.AsyncExitStack()
         try:
             self._client = await stack.enter_async_context(get_session().create_client(
@@ -233,7 +238,8 @@ class S3BlobStore:
             body.close()
 
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
-        """A presigned GET URL valid for ``ttl_s`` seconds; None if the blob is missing."""
+        """A presigned GET URL (SigV4, only the Host header signed, so a Range header may be
+        added) valid for ``ttl_s`` seconds; None if the blob is missing."""
         if await self.stat(key) is None:
             return None
         with _translated(key):

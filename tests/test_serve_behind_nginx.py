@@ -5,7 +5,11 @@ starts its own sidecar on a free port with its own data directory and stops it w
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
+import http.server
+import importlib.machinery
+import importlib.util
 import json
 import os
 import resource
@@ -14,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,15 +89,15 @@ class Sidecar:
     log: Path
 
 
-@pytest.fixture
-def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+@contextlib.contextmanager
+def running_sidecar(tmp: Path, **env: str) -> Iterator[Sidecar]:
+    """scripts/serve-behind-nginx on a free port with DATA_DIR tmp/data; SIGTERM at the end."""
     port = free_port()
-    log = tmp_path / "sidecar.log"
-    # The limit scaled to 1/100 (4 /m per minute) keeps the exactness check short.
-    env = base_env(tmp_path / "data", MEDIASRV_WORKERS="2", MEDIASRV_RATE_LIMIT_SCALE="0.01")
+    log = tmp / "sidecar.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(SCRIPT), "--host", "127.0.0.1", "--port", str(port)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([str(SCRIPT), "--host", "127.0.0.1", "--port", str(port)],
+                                env=base_env(tmp / "data", **env), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         wait_ready(proc, port, log)
         yield Sidecar(proc, port, log)
@@ -104,6 +109,13 @@ def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
+    # The limit scaled to 1/100 (4 /m per minute) keeps the exactness check short.
+    with running_sidecar(tmp_path, MEDIASRV_WORKERS="2", MEDIASRV_RATE_LIMIT_SCALE="0.01") as running:
+        yield running
 
 
 def test_ping_through_nginx_and_sigterm_exits_zero(sidecar: Sidecar) -> None:
@@ -141,8 +153,9 @@ def test_nginx_errors_are_json(sidecar: Sidecar) -> None:
     r = request(sidecar.port, "POST", "/files", body=b"x",
                 headers={"Content-Length": str(10**12), "Content-Type": "text/plain"})
     assert r.status == 413 and r.json()["code"] == "FILE_TOO_LARGE"
-    r = request(sidecar.port, "GET", "/_blobs/aa/aaaa")  # the internal location is not reachable
-    assert r.status == 404 and r.json()["code"]
+    for path in ("/_blobs/aa/aaaa", "/_blobs-s3/", "/_blobs-s3/x"):  # internal locations: not reachable
+        r = request(sidecar.port, "GET", path, headers={"X-Mediasrv-Upstream": "http://127.0.0.1:1/x"})
+        assert r.status == 404 and r.json()["code"]
 
 
 def test_accel_redirect_serves_bytes_range_and_validators(sidecar: Sidecar, tmp_path: Path) -> None:
@@ -238,8 +251,24 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _mediasrv_roles(sidecar: Sidecar) -> dict[str, str]:
+    """The mediasrv processes' ports and MEDIASRV_HOUSEKEEPING, from their /proc entries."""
+    roles = {}
+    for pid in _children(sidecar.proc.pid):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"serve" in argv:
+            entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            environ = dict(e.split(b"=", 1) for e in entries if b"=" in e)
+            roles[argv[argv.index(b"--port") + 1].decode()] = environ[b"MEDIASRV_HOUSEKEEPING"].decode()
+    return roles
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
+    roles = _mediasrv_roles(sidecar)
+    assert sorted(roles.values()) == ["none", "sweep"]  # one sweeper; nobody reconciles at start
+    # ...because `mediasrv reconcile` ran once before them.
+    assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
     mediasrv = [p for p in _children(sidecar.proc.pid)
                 if b"\0serve\0--host\0" in Path(f"/proc/{p}/cmdline").read_bytes()]
     assert len(mediasrv) == 2
@@ -251,6 +280,8 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
         time.sleep(0.1)
     wait_ready(sidecar.proc, sidecar.port, sidecar.log)
     assert sidecar.log.read_text().count("starting it again") == 2
+    assert _mediasrv_roles(sidecar) == roles  # each restarted on its port with its role
+    assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
     sidecar.proc.send_signal(signal.SIGTERM)
     assert sidecar.proc.wait(20) == 0
 
@@ -294,3 +325,322 @@ def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -
         assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
     assert request(sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
 
+
+
+# --- S3 blobs sent by nginx ---------------------------------------------------------------------
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    status: int
+
+    @property
+    def from_nginx(self) -> bool:
+        """nginx passes none of the client's headers, so it sends no User-Agent; botocore does."""
+        return "user-agent" not in self.headers
+
+
+class RecordingS3:
+    """A loopback HTTP proxy in front of moto that records every request (method, path with
+    query, headers) and can answer nginx's next GET of a path itself (an object deleted, or
+    a URL refused, between mediasrv's look and nginx's fetch). mediasrv's S3 endpoint and so
+    its presigned URLs point here, so nginx's fetches pass here too."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.seen: list[Seen] = []
+        self.inject: dict[str, int] = {}
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                body = self._body(headers)
+                path = self.path.split("?", 1)[0]
+                injected = recorder.inject.pop(path, None) if "user-agent" not in headers else None
+                if injected is not None:
+                    status, out_headers, data = injected, [("Content-Type", "application/xml")], \
+                        b"<Error><Code>Injected</Code></Error>"
+                else:
+                    conn = http.client.HTTPConnection("127.0.0.1", recorder.upstream_port, timeout=30)
+                    try:
+                        fwd = {k: v for k, v in self.headers.items()
+                               if k.lower() not in ("connection", "transfer-encoding")}
+                        if body is not None:
+                            fwd["Content-Length"] = str(len(body))
+                        conn.request(self.command, self.path, body=body, headers=fwd)
+                        r = conn.getresponse()
+                        status, data = r.status, r.read()
+                        out_headers = [(k, v) for k, v in r.getheaders()
+                                       if k.lower() not in ("connection", "transfer-encoding", "content-length")]
+                        length = r.getheader("Content-Length")
+                    finally:
+                        conn.close()
+                recorder.seen.append(Seen(self.command, self.path, headers, status))
+                self.send_response(status)
+                for k, v in out_headers:
+                    self.send_header(k, v)
+                if self.command == "HEAD" and injected is None:
+                    self.send_header("Content-Length", length or "0")
+                else:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _body(self, headers: dict[str, str]) -> bytes | None:
+                if "content-length" in headers:
+                    return self.rfile.read(int(headers["content-length"]))
+                if headers.get("transfer-encoding", "").lower() == "chunked":
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
+                return None
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> RecordingS3:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def nginx_gets(self, key: str) -> list[Seen]:
+        return [s for s in self.seen if s.from_nginx and s.method == "GET" and f"/blobs/{key}" in s.path]
+
+    def mediasrv_gets(self, key: str) -> list[Seen]:
+        return [s for s in self.seen if not s.from_nginx and s.method == "GET" and f"/blobs/{key}" in s.path]
+
+
+@dataclass
+class S3Sidecar:
+    port: int
+    s3: RecordingS3
+    bucket: str
+    moto_port: int
+    token: str
+    other_token: str
+
+
+@pytest.fixture(scope="module")
+def s3_sidecar(moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Sidecar]:
+    from tests.backends.fixtures import new_bucket
+    from tests.backends.servers import S3_ENV
+
+    tmp = tmp_path_factory.mktemp("s3-sidecar")
+    bucket = new_bucket()
+    # One process and no hot cache: every /m and /d reaches mediasrv, which hands large S3
+    # objects to nginx.
+    with RecordingS3(moto.port) as s3, running_sidecar(
+            tmp, MEDIASRV_WORKERS="1", MEDIASRV_NGINX_CACHE="false", MEDIASRV_S3_BUCKET=bucket,
+            MEDIASRV_S3_ENDPOINT_URL=f"http://127.0.0.1:{s3.port}", **S3_ENV) as running:
+        outbox = tmp / "data" / "outbox"
+        tokens = [_token(running.port, outbox, f"s3{n}@example.com", "127.0.0.1") for n in (1, 2)]
+        yield S3Sidecar(running.port, s3, bucket, moto.port, *tokens)
+
+
+LARGE = 400_000
+"""Above the size mediasrv sends itself in one write (256 KiB): nginx fetches it from S3."""
+
+SAME_HEADERS = ("etag", "last-modified", "content-type", "content-length", "cache-control",
+                "content-disposition", "x-content-type-options", "content-security-policy",
+                "access-control-allow-origin", "access-control-expose-headers", "vary", "accept-ranges")
+"""What a GET sent by nginx from S3 must say exactly as mediasrv's own HEAD answer does."""
+
+
+def _s3_upload(side: S3Sidecar, data: bytes, *, public: bool = True) -> str:
+    r = request(side.port, "POST", "/files" if public else "/files?isPublic=false", body=data, headers={
+        "Authorization": f"Bearer {side.token}", "Content-Type": "text/plain", "x-file-name": "big.txt"})
+    assert r.status == 201, r.body
+    return r.json()["file"]["file_id"]
+
+
+def _blob_key(side: S3Sidecar, fid: str) -> str:
+    puts = [s.path for s in side.s3.seen if s.method == "PUT" and "/blobs/" in s.path]
+    assert puts, "no PUT to S3 seen"
+    return puts[-1].split("/blobs/", 1)[1].split("?", 1)[0]
+
+
+def test_s3_objects_are_sent_by_nginx_with_mediasrvs_headers(s3_sidecar: S3Sidecar) -> None:
+    side = s3_sidecar
+    data = os.urandom(LARGE)
+    fid = _s3_upload(side, data)
+    key = _blob_key(side, fid)
+    for route in ("m", "d"):
+        head = request(side.port, "HEAD", f"/{route}/{fid}")  # mediasrv answers HEAD itself
+        assert head.status == 200 and head.headers["content-length"] == str(LARGE)
+        before = len(side.s3.nginx_gets(key))
+        full = request(side.port, "GET", f"/{route}/{fid}")
+        assert full.status == 200 and full.body == data
+        assert len(side.s3.nginx_gets(key)) == before + 1  # nginx fetched it from S3...
+        assert {h: full.headers.get(h) for h in SAME_HEADERS} == {h: head.headers.get(h) for h in SAME_HEADERS}
+        assert full.headers["etag"] == f'"{fid}"' and full.headers["x-content-type-options"] == "nosniff"
+        assert "sandbox" in full.headers["content-security-policy"]
+        assert not [h for h in full.headers if h.startswith(("x-amz", "x-mediasrv", "x-accel"))], full.headers
+    assert request(side.port, "GET", f"/d/{fid}").headers["content-disposition"].startswith("attachment;")
+    assert side.s3.mediasrv_gets(key) == []  # ...and mediasrv never read the object's bytes
+    fetch = side.s3.nginx_gets(key)[-1]
+    assert "X-Amz-Signature=" in fetch.path and fetch.status == 200
+    assert set(fetch.headers) <= {"host", "range"}, fetch.headers  # nothing else went to S3
+
+    part = request(side.port, "GET", f"/d/{fid}", headers={"Range": "bytes=10-19"})
+    assert part.status == 206 and part.body == data[10:20]
+    assert part.headers["content-range"] == f"bytes 10-19/{LARGE}"
+    assert side.s3.nginx_gets(key)[-1].headers["range"] == "bytes=10-19"  # the range mediasrv decided
+    tail = request(side.port, "GET", f"/m/{fid}", headers={"Range": "bytes=-5"})
+    assert tail.status == 206 and tail.body == data[-5:]
+    assert side.s3.nginx_gets(key)[-1].headers["range"] == f"bytes={LARGE - 5}-{LARGE - 1}"
+    stale = request(side.port, "GET", f"/d/{fid}", headers={"Range": "bytes=10-19", "If-Range": '"other"'})
+    assert stale.status == 200 and stale.body == data
+    assert "range" not in side.s3.nginx_gets(key)[-1].headers
+    fresh = request(side.port, "GET", f"/d/{fid}", headers={"Range": "bytes=10-19", "If-Range": f'"{fid}"'})
+    assert fresh.status == 206 and fresh.body == data[10:20]
+    fetched = len(side.s3.nginx_gets(key))
+    assert request(side.port, "GET", f"/m/{fid}", headers={"If-None-Match": f'"{fid}"'}).status == 304
+    r = request(side.port, "GET", f"/m/{fid}", headers={"Range": f"bytes={LARGE}-"})
+    assert r.status == 416 and r.json()["code"]
+    assert len(side.s3.nginx_gets(key)) == fetched  # 304 and 416 were mediasrv's: no fetch
+
+
+def test_s3_private_object_client_credentials_never_reach_s3(s3_sidecar: S3Sidecar) -> None:
+    side = s3_sidecar
+    data = os.urandom(LARGE)
+    fid = _s3_upload(side, data, public=False)
+    key = _blob_key(side, fid)
+    r = request(side.port, "GET", f"/m/{fid}")
+    assert r.status == 404 and r.json()["code"] == "FILE_NOT_FOUND"
+    r = request(side.port, "GET", f"/m/{fid}", headers={"Authorization": f"Bearer {side.other_token}"})
+    assert r.status == 404 and r.json()["code"] == "FILE_NOT_FOUND"
+    assert side.s3.nginx_gets(key) == []
+    secret_headers = {"Authorization": f"Bearer {side.token}", "Cookie": "session=c00kie",
+                      "X-Api-Key": "not-a-real-key", "X-Forwarded-For": "10.9.8.7"}
+    r = request(side.port, "GET", f"/m/{fid}", headers=secret_headers)
+    assert r.status == 200 and r.body == data
+    assert "private" in r.headers["cache-control"] and r.headers["etag"] == f'"{fid}"'
+    head = request(side.port, "HEAD", f"/m/{fid}", headers=secret_headers)
+    assert {h: r.headers.get(h) for h in SAME_HEADERS} == {h: head.headers.get(h) for h in SAME_HEADERS}
+    [fetch] = side.s3.nginx_gets(key)
+    assert set(fetch.headers) <= {"host", "range"}, fetch.headers
+    assert fetch.headers["host"] == f"127.0.0.1:{side.s3.port}"  # the presigned URL's signed host
+    assert side.token not in fetch.path and "c00kie" not in fetch.path
+
+
+def test_s3_object_gone_or_refused_gives_json(s3_sidecar: S3Sidecar) -> None:
+    import botocore.session
+
+    side = s3_sidecar
+    data = os.urandom(LARGE)
+    fid = _s3_upload(side, data)
+    key = _blob_key(side, fid)
+    path = f"/{side.bucket}/blobs/{key}"
+    # Gone between mediasrv's look (HEAD) and nginx's fetch: nginx's own JSON 404.
+    side.s3.inject[path] = 404
+    r = request(side.port, "GET", f"/d/{fid}")
+    assert (r.status, r.headers["content-type"], r.json()["code"]) == (404, "application/json", "FILE_NOT_FOUND")
+    assert side.s3.nginx_gets(key)[-1].status == 404
+    assert "content-disposition" not in r.headers and r.headers["cache-control"] == "no-store"
+    # The URL refused (expired, wrong signature) or S3 failing: 502 JSON, nothing of S3's body.
+    side.s3.inject[path] = 403
+    r = request(side.port, "GET", f"/d/{fid}")
+    assert (r.status, r.json()["code"]) == (502, "STORE_UNAVAILABLE") and b"Injected" not in r.body
+    assert r.headers["retry-after"] == "5"
+    assert "content-disposition" not in r.headers and r.headers["cache-control"] == "no-store"
+    assert request(side.port, "GET", f"/d/{fid}").body == data  # nothing stuck
+    # Deleted from the bucket behind mediasrv's back: JSON 404.
+    client = botocore.session.get_session().create_client(
+        "s3", endpoint_url=f"http://127.0.0.1:{side.moto_port}", region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.delete_object(Bucket=side.bucket, Key=f"blobs/{key}")
+    for route in ("m", "d"):
+        r = request(side.port, "GET", f"/{route}/{fid}")
+        assert (r.status, r.json()["code"]) == (404, "FILE_NOT_FOUND")
+
+
+def test_s3_small_objects_are_sent_by_mediasrv(s3_sidecar: S3Sidecar) -> None:
+    side = s3_sidecar
+    fid = _s3_upload(side, b"small and hot")
+    key = _blob_key(side, fid)
+    seen = len(side.s3.seen)
+    for _ in range(2):
+        r = request(side.port, "GET", f"/m/{fid}")
+        assert r.status == 200 and r.body == b"small and hot" and r.headers["etag"] == f'"{fid}"'
+    assert side.s3.nginx_gets(key) == []
+    # One GET by mediasrv, then from memory; no HEAD or presigned URL for a URL left unused.
+    assert [(s.method, s.from_nginx) for s in side.s3.seen[seen:]] == [("GET", False)]
+
+
+def _script_module():
+    loader = importlib.machinery.SourceFileLoader("serve_behind_nginx", str(SCRIPT))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = _script_module()
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("# comment\nsearch example.com\nnameserver fe80::1%eth0\nnameserver 10.0.0.2\n")
+    assert script.s3_resolver({}, resolv).startswith("resolver [fe80::1] valid=60s;")  # the first only
+    given = script.s3_resolver({"MEDIASRV_NGINX_RESOLVER": "127.0.0.53, 1.1.1.1:5353"}, resolv)
+    assert given.startswith("resolver 127.0.0.53 1.1.1.1:5353 valid=60s;")
+    assert script.s3_resolver({}, tmp_path / "missing") == ""
+    assert script.s3_reachability({"MEDIASRV_S3_BUCKET": "b", "MEDIASRV_S3_ENDPOINT_URL": "http://127.0.0.1:9"}) is None
+    assert script.s3_reachability({"MEDIASRV_S3_BUCKET": "b", "MEDIASRV_NGINX_RESOLVER": "10.0.0.2"}) is None
+    monkeypatch.setattr(script.s3_resolver, "__defaults__", (tmp_path / "missing",))  # no resolv.conf
+    assert "MEDIASRV_NGINX_RESOLVER" in script.s3_reachability({"MEDIASRV_S3_BUCKET": "b"})
+    bundle = tmp_path / "ca.pem"
+    assert f"proxy_ssl_trusted_certificate {bundle};" in script.s3_tls_verify({"AWS_CA_BUNDLE": str(bundle)})
+
+    # The whole configuration, with both lines, is one nginx accepts.
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
+    ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
+    text = sidecar.render()
+    assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
+    if ca:
+        assert f"proxy_ssl_trusted_certificate {ca};" in text
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert sidecar.env["MEDIASRV_ACCEL_REDIRECT"] == "/_blobs/"  # files and S3 objects alike
+
+
+def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    script = _script_module()
+    monkeypatch.delenv("MEDIASRV_HOUSEKEEPING", raising=False)
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 3, NGINX, ["mediasrv"], tmp_path)
+    roles = [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports]
+    assert roles == ["sweep", "none", "none"]
+    assert sidecar.reconciles  # SQLite: `mediasrv reconcile` runs before them
+    monkeypatch.setenv("MEDIASRV_MONGODB_URL", "mongodb://127.0.0.1:1/x")
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["sweep", "none"]
+    assert not sidecar.reconciles  # a shared MongoDB: no reconcile while other hosts may upload
+    monkeypatch.delenv("MEDIASRV_MONGODB_URL")
+    monkeypatch.setenv("MEDIASRV_HOUSEKEEPING", "none")  # the operator's: housekeeping is elsewhere
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
+    assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["none", "none"]
+    assert not sidecar.reconciles
