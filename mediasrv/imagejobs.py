@@ -192,6 +192,8 @@ class ImageJobs:
     async def _local_path(self, record: FileRecord) -> Path | None:
         """The blob's local file, decoded through a descriptor (only what decoding needs is
         read); None for a store without local files (S3), whose bytes are read whole."""
+        if self._blobs.delivers_urls:
+            return None  # S3: a presigned URL (a HEAD and a signature) would go unused here
         delivery = await self._blobs.delivery(record.blob_key)
         return delivery.path if delivery is not None else None
 
