@@ -15,12 +15,13 @@ A miss (unknown key, unknown user) is never kept: a key created a moment ago is 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from store.base import MetaStore
 from store.models import ApiKey, User
 
+T = TypeVar("T")
 DEFAULT_TTL_S = 2.0
 MAX_ENTRIES = 50_000
 
@@ -39,26 +40,23 @@ class CredentialLookups:
         """Bumped by every ``forget``: a lookup that began before one must not be kept."""
 
     async def user(self, user_id: str) -> User | None:
-        now = self._clock()
-        hit = self._users.get(user_id)
-        if hit is not None and now - hit[0] < self._ttl:
-            return hit[1]
-        generation = self.generation
-        user = await self._meta.get_user(user_id)
-        if user is not None and generation == self.generation:
-            _bounded(self._users)[user_id] = (now, user)
-        return user
+        return await self._cached(self._users, user_id, self._meta.get_user)
 
     async def api_key(self, key_hash: str) -> ApiKey | None:
+        return await self._cached(self._keys, key_hash, self._meta.get_api_key_by_hash)
+
+    async def _cached(self, table: dict[str, tuple[float, T]], key: str,
+                      fetch: Callable[[str], Awaitable[T | None]]) -> T | None:
+        """A fresh entry, else the store's answer; kept unless a ``forget`` ran meanwhile."""
         now = self._clock()
-        hit = self._keys.get(key_hash)
+        hit = table.get(key)
         if hit is not None and now - hit[0] < self._ttl:
             return hit[1]
         generation = self.generation
-        key = await self._meta.get_api_key_by_hash(key_hash)
-        if key is not None and generation == self.generation:
-            _bounded(self._keys)[key_hash] = (now, key)
-        return key
+        found = await fetch(key)
+        if found is not None and generation == self.generation:
+            _bounded(table)[key] = (now, found)
+        return found
 
     def forget_user(self, user_id: str) -> None:
         """This process changed something about the user: read it (and its keys) afresh."""
