@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import threading
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterator
 from email import message_from_bytes, policy
 from pathlib import Path
@@ -30,6 +32,8 @@ from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.server import make_server
 from mediasrv.settings import Settings
 from mediasrv.stores import make_stores
+from mediasrv.timeutil import now_iso
+from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
@@ -109,6 +113,19 @@ def stores(settings: Settings, io_loop: Any) -> Iterator[tuple[Any, Any]]:
     yield meta, blobs
     io_loop.run_sync(blobs.close)
     io_loop.run_sync(meta.close)
+
+
+async def insert_file(stores: tuple[Any, Any], user_id: str, data: bytes,
+                      ctype: str = "application/octet-stream", *, name: str | None = None,
+                      public: bool = True, width: int | None = None, height: int | None = None) -> str:
+    """Store a file directly (blob, then record), bypassing every upload check; its file_id."""
+    meta, blobs = stores
+    file_id = secrets.token_urlsafe(16)
+    await blobs.put(file_id, data)
+    await meta.insert_file(FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=name,
+                                      content_type=ctype, size=len(data), is_public=public,
+                                      created_at=now_iso(), blob_key=file_id, width=width, height=height))
+    return file_id
 
 
 @pytest.fixture

@@ -11,11 +11,9 @@ import uuid
 from typing import Any
 
 from mediasrv.media import BlobCache
-from mediasrv.timeutil import now_iso
 from store.fs import FsBlobStore
-from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
-from tests.conftest import Api, body
+from tests.conftest import Api, body, insert_file
 
 Stores = tuple[SqliteMetaStore, FsBlobStore]
 
@@ -23,18 +21,6 @@ Stores = tuple[SqliteMetaStore, FsBlobStore]
 async def _user(api: Api) -> tuple[str, str]:
     login = await api.user(f"fp-{uuid.uuid4().hex[:10]}@example.com")
     return login["session"]["access_token"], login["user"]["id"]
-
-
-async def _insert(stores: Stores, user_id: str, data: bytes, public: bool = True) -> str:
-    meta, blobs = stores
-    file_id = secrets.token_urlsafe(16)
-    writer = await blobs.open_writer(file_id)
-    await writer.write(data)
-    await writer.commit()
-    await meta.insert_file(FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=None,
-                                      content_type="application/octet-stream", size=len(data),
-                                      is_public=public, created_at=now_iso(), blob_key=file_id))
-    return file_id
 
 
 def _remove_blob(stores: Stores, file_id: str) -> None:
@@ -46,7 +32,7 @@ def _remove_blob(stores: Stores, file_id: str) -> None:
 async def test_hot_public_file_is_served_from_memory_and_forgotten_on_delete(api: Api, stores: Stores) -> None:
     token, user_id = await _user(api)
     data = secrets.token_bytes(40_000)
-    file_id = await _insert(stores, user_id, data)
+    file_id = await insert_file(stores, user_id, data)
     first = await api.call("GET", f"/m/{file_id}")
     assert first.code == 200 and first.body == data
     _remove_blob(stores, file_id)  # the record stays: only the cached body can answer now
@@ -63,7 +49,7 @@ async def test_hot_public_file_is_served_from_memory_and_forgotten_on_delete(api
 async def test_private_file_bytes_are_not_kept(api: Api, stores: Stores) -> None:
     token, user_id = await _user(api)
     data = secrets.token_bytes(1000)
-    file_id = await _insert(stores, user_id, data, public=False)
+    file_id = await insert_file(stores, user_id, data, public=False)
     first = await api.call("GET", f"/m/{file_id}", token=token)
     assert first.code == 200 and first.body == data
     _remove_blob(stores, file_id)
@@ -76,7 +62,7 @@ async def test_record_gone_elsewhere_is_not_served_from_cached_bytes(api: Api, s
     cached body must not answer (the body cache is only consulted after a record lookup)."""
     _, user_id = await _user(api)
     data = secrets.token_bytes(500)
-    file_id = await _insert(stores, user_id, data)
+    file_id = await insert_file(stores, user_id, data)
     assert (await api.call("GET", f"/m/{file_id}")).code == 200
     await stores[0].delete_file(user_id, file_id)  # behind this app's back
     deps = next(rule.target_kwargs["deps"] for rule in app.wildcard_router.rules

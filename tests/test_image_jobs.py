@@ -31,12 +31,11 @@ from mediasrv.imagejobs import PREFIX_BYTES, MemoryBudget, run_transform
 from mediasrv.mail import MailQueue, SmtpMailer
 from mediasrv.media import ResizePool
 from mediasrv.settings import Settings, SettingsError
-from mediasrv.timeutil import now_iso
 from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
-from tests.conftest import Api, body
+from tests.conftest import Api, body, insert_file
 
 MIB = 1024 * 1024
 BUSY_TEXT = "Server busy; try again shortly"
@@ -388,19 +387,6 @@ def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobSto
     io_loop.run_sync(runtime.stop)
 
 
-async def _insert(stores: tuple[SqliteMetaStore, FsBlobStore], user_id: str, data: bytes, ctype: str,
-                  width: int | None = None, height: int | None = None) -> str:
-    meta, blobs = stores
-    file_id = secrets.token_urlsafe(16)
-    writer = await blobs.open_writer(file_id)
-    await writer.write(data)
-    await writer.commit()
-    await meta.insert_file(FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=None,
-                                      content_type=ctype, size=len(data), is_public=True,
-                                      created_at=now_iso(), blob_key=file_id, width=width, height=height))
-    return file_id
-
-
 async def _user_id(api: Api) -> str:
     login = await api.user(f"img-{uuid.uuid4().hex[:10]}@example.com")
     return login["user"]["id"]
@@ -410,7 +396,7 @@ async def test_a_padded_file_is_never_read_whole(api: Api, app: tornado.web.Appl
                                                  stores: Any) -> None:
     user_id = await _user_id(api)
     padded = _jpeg(64, 64) + secrets.token_bytes(8 * MIB)  # a tiny image in a large file
-    fid = await _insert(stores, user_id, padded, "image/jpeg")
+    fid = await insert_file(stores, user_id, padded, "image/jpeg")
     r = await api.call("GET", f"/m/{fid}?width=32")
     assert r.code == 200, r.body
     assert pyvips.Image.new_from_buffer(r.body, "").width == 32
@@ -425,14 +411,14 @@ async def test_a_job_that_can_never_fit_the_budget_is_422_without_reading_it(
         api: Api, app: tornado.web.Application, stores: Any, runtime: Runtime) -> None:
     user_id = await _user_id(api)
     padded = _jpeg(64, 64) + b"\x00" * (70 * MIB)  # a store without local files must buffer it
-    fid = await _insert(stores, user_id, padded, "image/jpeg")
+    fid = await insert_file(stores, user_id, padded, "image/jpeg")
     r = await api.call("GET", f"/m/{fid}?width=32")
     assert r.code == 422, r.body
     assert "memory" in body(r)["error"] and body(r)["code"] == "UNPROCESSABLE_IMAGE"
     recording: RecordingBlobs = app.settings["recording_blobs"]
     assert recording.read_all_calls == []
     assert runtime.pool.in_use == 0 and runtime.images.budget.used == 0
-    small = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg")
+    small = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg")
     r = await api.call("GET", f"/m/{small}?width=32")
     assert r.code == 200 and recording.read_all_calls == [small]  # a small file is buffered
 
@@ -444,7 +430,7 @@ async def test_jobs_over_the_budget_wait_for_memory_inside_their_slot(
         api: Api, stores: Any, runtime: Runtime, runner: GatedRunner) -> None:
     runner.finish.clear()
     user_id = await _user_id(api)
-    fid = await _insert(stores, user_id, _jpeg(1000, 1000), "image/jpeg")  # 1 MP to WebP: ~36 MiB
+    fid = await insert_file(stores, user_id, _jpeg(1000, 1000), "image/jpeg")  # 1 MP to WebP: ~36 MiB
     requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?format=webp&width={900 + k}"))
                 for k in range(3)]
     await asyncio.to_thread(runner.started.acquire, True, 30)  # one job runs ...
@@ -465,7 +451,7 @@ async def test_a_client_filling_every_slot_cannot_starve_another(api: Api, store
                                                                 runner: GatedRunner) -> None:
     runner.finish.set()
     user_id = await _user_id(api)
-    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
     pool = runtime.pool
     attacker = [pool.try_acquire("192.0.2.66") for _ in range(pool.slots)]  # slot fillers
     r = await api.call("GET", f"/m/{fid}?width=10")

@@ -26,11 +26,10 @@ import tornado.web
 from PIL import Image
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.timeutil import now_iso, parse_iso
+from mediasrv.timeutil import parse_iso
 from store.fs import FsBlobStore
-from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
-from tests.conftest import Api, body
+from tests.conftest import Api, body, insert_file
 
 ALPHABET = b"abcdefghijklmnopqrstuvwxyz"
 BUSY_TEXT = "Server busy; try again shortly"
@@ -59,20 +58,6 @@ async def _upload(api: Api, token: str, data: bytes, ctype: str, name: str | Non
                        headers=headers)
     assert r.code == 201, r.body
     return body(r)["file"]
-
-
-async def _insert(stores: Stores, user_id: str, data: bytes, ctype: str, name: str | None = None,
-                  public: bool = True) -> str:
-    """Store a file directly (record + blob), bypassing every upload check; its file_id."""
-    meta, blobs = stores
-    file_id = secrets.token_urlsafe(16)
-    writer = await blobs.open_writer(file_id)
-    await writer.write(data)
-    await writer.commit()
-    await meta.insert_file(FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=name,
-                                      content_type=ctype, size=len(data), is_public=public,
-                                      created_at=now_iso(), blob_key=file_id))
-    return file_id
 
 
 async def _get(api: Api, path: str, method: str = "GET", **headers: str) -> HTTPResponse:
@@ -339,7 +324,7 @@ async def test_if_range(api: Api) -> None:
 
 async def test_range_on_an_empty_file(api: Api, stores: Stores) -> None:
     _, user_id = await _login(api)
-    fid = await _insert(stores, user_id, b"", "text/plain", name="empty.txt")
+    fid = await insert_file(stores, user_id, b"", "text/plain", name="empty.txt")
     for route in ("m", "d"):
         path = f"/{route}/{fid}"
         for spec in ("bytes=0-9", "bytes=0-", "bytes=-10"):
@@ -394,7 +379,7 @@ async def test_download_name_with_crlf(api: Api, stores: Stores) -> None:
     assert r.code == 400  # refused at upload
     _error(r)
     # A record holding such a name anyway (older data, another writer) is still served safely.
-    fid = await _insert(stores, user_id, b"x", "text/plain", name="a\r\nSet-Cookie: x=1\r\n\r\n<b>.txt")
+    fid = await insert_file(stores, user_id, b"x", "text/plain", name="a\r\nSet-Cookie: x=1\r\n\r\n<b>.txt")
     r = await _get(api, f"/d/{fid}")
     assert r.code == 200 and r.body == b"x"
     assert "Set-Cookie" not in r.headers
@@ -648,7 +633,7 @@ async def test_pixel_bombs_are_refused_fast(api: Api, stores: Stores, runtime: A
         assert len(data) < 10_000
         r = await api.call("POST", "/files", body=data, token=token, headers={"Content-Type": ctype})
         assert r.code == 400, (ctype, r.body)  # the upload reads the header
-        fid = await _insert(stores, user_id, data, ctype)  # stored anyway: the resize must refuse it too
+        fid = await insert_file(stores, user_id, data, ctype)  # stored anyway: the resize must refuse it too
         for query in ("width=100", "format=webp", "height=10&format=png"):
             started = time.monotonic()
             r = await _get(api, f"/m/{fid}?{query}")
@@ -666,7 +651,7 @@ async def test_max_image_pixels_setting(api: Api, stores: Stores, runtime: Any) 
     big = pyvips.Image.black(1250, 1000, bands=3).pngsave_buffer()  # 1.25 MP, real pixels
     r = await api.call("POST", "/files", body=big, token=token, headers={"Content-Type": "image/png"})
     assert r.code == 400, r.body
-    fid = await _insert(stores, user_id, big, "image/png")
+    fid = await insert_file(stores, user_id, big, "image/png")
     r = await _get(api, f"/m/{fid}?width=100")
     assert r.code == 422
     _error(r)
@@ -693,7 +678,7 @@ async def test_corrupt_images_are_4xx_and_release_the_slot(api: Api, stores: Sto
     }
     fids = {}
     for label, (data, ctype) in corrupt.items():
-        fids[label] = await _insert(stores, user_id, data, ctype)
+        fids[label] = await insert_file(stores, user_id, data, ctype)
         r = await _get(api, f"/m/{fids[label]}?width=100")
         assert 400 <= r.code < 500 and r.code in (415, 422), (label, r.code, r.body)
         _error(r)
@@ -714,7 +699,7 @@ async def test_png_with_bad_crc_never_500(api: Api, stores: Stores, runtime: Any
     idat = png.index(b"IDAT")
     length = int.from_bytes(png[idat - 4:idat], "big")
     png[idat + 4 + length] ^= 0xFF  # the IDAT CRC
-    fid = await _insert(stores, user_id, bytes(png), "image/png")
+    fid = await insert_file(stores, user_id, bytes(png), "image/png")
     r = await _get(api, f"/m/{fid}?width=32")
     assert r.code in (200, 422)  # libvips may ignore a CRC error; the pixels themselves are intact
     if r.code == 200:
