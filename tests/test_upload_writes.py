@@ -5,13 +5,16 @@ fsync'd commit and the record are unchanged. Real SQLite and files.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mediasrv.timeutil import now_iso
 from mediasrv.uploads import WRITE_BYTES, Upload, UploadLimits
 from store.fs import FsBlobStore
-from store.models import User
+from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore
 
 
@@ -49,56 +52,56 @@ class CountingBlobs:
         return Counting()
 
 
-async def test_body_is_written_in_megabyte_writes(tmp_path: Path, io_loop: Any) -> None:
+Stores = tuple[SqliteMetaStore, FsBlobStore, User]
+LIMITS = UploadLimits(cap_bytes=1 << 30, storage_limit=None, count_limit=None, max_pixels=10**8)
+
+
+@pytest.fixture
+def stores(tmp_path: Path, io_loop: Any) -> Iterator[Stores]:
+    """Real SQLite and files under tmp_path, with one user."""
     meta, blobs = SqliteMetaStore(tmp_path / "meta.sqlite3"), FsBlobStore(tmp_path)
-    await meta.open()
-    await blobs.open()
-    try:
-        user = User(id="u1", email="u1@example.com", password_hash="x", created_at=now_iso(),
-                    updated_at=now_iso(), email_verified_at=now_iso())
-        await meta.create_user(user)
-        counting = CountingBlobs(blobs)
-        data = secrets.token_bytes(3 * WRITE_BYTES + 12345)
-        upload = Upload(meta, counting, user, "application/octet-stream", None, True, len(data),  # type: ignore[arg-type]
-                        UploadLimits(cap_bytes=1 << 30, storage_limit=None, count_limit=None, max_pixels=10**8))
-        await upload.start()
-        for i in range(0, len(data), 64 * 1024):
-            await upload.feed(data[i:i + 64 * 1024])
-        record = await upload.finish()
-        assert len(counting.writes) == 4  # not 50: one per MiB, and the rest at the end
-        assert all(n >= WRITE_BYTES for n in counting.writes[:-1]) and sum(counting.writes) == len(data)
-        assert counting.commits == 1
-        assert await blobs.read_all(record.blob_key, len(data)) == data
-        assert (await meta.get_file(record.file_id)) is not None
-    finally:
-        await blobs.close()
-        await meta.close()
+    io_loop.run_sync(meta.open)
+    io_loop.run_sync(blobs.open)
+    user = User(id="u1", email="u1@example.com", password_hash="x", created_at=now_iso(),
+                updated_at=now_iso(), email_verified_at=now_iso())
+    io_loop.run_sync(lambda: meta.create_user(user))
+    yield meta, blobs, user
+    io_loop.run_sync(blobs.close)
+    io_loop.run_sync(meta.close)
 
 
-async def test_a_small_declared_body_is_one_put(tmp_path: Path, io_loop: Any) -> None:
+async def _upload(stores: Stores, counting: CountingBlobs, data: bytes) -> FileRecord:
+    """The whole body, declared, fed in the 64 KiB pieces Tornado delivers."""
+    meta, _, user = stores
+    upload = Upload(meta, counting, user, "application/octet-stream", None, True, len(data),  # type: ignore[arg-type]
+                    LIMITS)
+    await upload.start()
+    for i in range(0, len(data), 64 * 1024):
+        await upload.feed(data[i:i + 64 * 1024])
+    return await upload.finish()
+
+
+async def test_body_is_written_in_megabyte_writes(stores: Stores) -> None:
+    meta, blobs, _ = stores
+    counting = CountingBlobs(blobs)
+    data = secrets.token_bytes(3 * WRITE_BYTES + 12345)
+    record = await _upload(stores, counting, data)
+    assert len(counting.writes) == 4  # not 50: one per MiB, and the rest at the end
+    assert all(n >= WRITE_BYTES for n in counting.writes[:-1]) and sum(counting.writes) == len(data)
+    assert counting.commits == 1
+    assert await blobs.read_all(record.blob_key, len(data)) == data
+    assert (await meta.get_file(record.file_id)) is not None
+
+
+async def test_a_small_declared_body_is_one_put(stores: Stores, tmp_path: Path) -> None:
     """Up to WRITE_BYTES with a Content-Length: buffered, then one put (one executor hop),
     committed before the record exists; a longer body still streams through a writer."""
-    meta, blobs = SqliteMetaStore(tmp_path / "meta.sqlite3"), FsBlobStore(tmp_path)
-    await meta.open()
-    await blobs.open()
-    try:
-        user = User(id="u1", email="u1@example.com", password_hash="x", created_at=now_iso(),
-                    updated_at=now_iso(), email_verified_at=now_iso())
-        await meta.create_user(user)
-        limits = UploadLimits(cap_bytes=1 << 30, storage_limit=None, count_limit=None, max_pixels=10**8)
-        for size in (1, WRITE_BYTES):
-            counting = CountingBlobs(blobs)
-            data = secrets.token_bytes(size)
-            upload = Upload(meta, counting, user, "application/octet-stream", None, True, size,  # type: ignore[arg-type]
-                            limits)
-            await upload.start()
-            for i in range(0, size, 64 * 1024):
-                await upload.feed(data[i:i + 64 * 1024])
-            record = await upload.finish()
-            assert (counting.puts, counting.writers) == (([], 1) if size == WRITE_BYTES else ([size], 0))
-            assert await blobs.read_all(record.blob_key, size) == data
-            assert (await meta.get_file(record.file_id)) is not None
-        assert list(tmp_path.glob("blobs/*/.tmp-*")) == []
-    finally:
-        await blobs.close()
-        await meta.close()
+    meta, blobs, _ = stores
+    for size in (1, WRITE_BYTES):
+        counting = CountingBlobs(blobs)
+        data = secrets.token_bytes(size)
+        record = await _upload(stores, counting, data)
+        assert (counting.puts, counting.writers) == (([], 1) if size == WRITE_BYTES else ([size], 0))
+        assert await blobs.read_all(record.blob_key, size) == data
+        assert (await meta.get_file(record.file_id)) is not None
+    assert list(tmp_path.glob("blobs/*/.tmp-*")) == []
