@@ -107,17 +107,12 @@ def reset_peak(pid: int) -> bool:
 
 
 @dataclass
-class Mediasrv:
-    """One ``mediasrv serve`` on a temporary data directory, with its seeded account."""
+class Listening:
+    """A process started here, listening on loopback ``port``, its output in ``log``."""
 
-    data_dir: Path
     port: int
     proc: subprocess.Popen[bytes]
     log: Path
-    token: str = ""
-    api_key: str = ""
-    user_id: str = ""
-    uploaded: list[str] = field(default_factory=list)
 
     @property
     def base(self) -> str:
@@ -126,6 +121,17 @@ class Mediasrv:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+
+@dataclass
+class Mediasrv(Listening):
+    """One ``mediasrv serve`` on a temporary data directory, with its seeded account."""
+
+    data_dir: Path = field(kw_only=True)
+    token: str = ""
+    api_key: str = ""
+    user_id: str = ""
+    uploaded: list[str] = field(default_factory=list)
 
     @property
     def key_headers(self) -> dict[str, str]:
@@ -262,20 +268,8 @@ def stream_get(port: int, path: str, buffer_size: int = 1 << 20) -> tuple[int, i
 
 
 @dataclass
-class Helper:
+class Helper(Listening):
     """A non-mediasrv process (the Tornado peer, thumbor) listening on ``port``."""
-
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
 
     def stop(self) -> None:
         stop(self.proc, 10)
