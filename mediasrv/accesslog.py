@@ -34,6 +34,7 @@ class AccessLog:
         self._thread: threading.Thread | None = None
         self._second = -1
         self._prefix = ""
+        self._log = logging.getLogger(LOGGER)  # getLogger takes logging's module lock per call
 
     def __call__(self, handler: tornado.web.RequestHandler) -> None:
         """One line without the query string (it may hold tokens or signatures)."""
@@ -41,9 +42,9 @@ class AccessLog:
         request = handler.request
         millis = 1000.0 * request.request_time()
         if status >= 500:
-            logging.getLogger(LOGGER).error("%d %s %s %.1fms", status, request.method, request.path, millis)
+            self._log.error("%d %s %s %.1fms", status, request.method, request.path, millis)
             return
-        if self._thread is None or not logging.getLogger(LOGGER).isEnabledFor(logging.INFO):
+        if self._thread is None or not self._log.isEnabledFor(logging.INFO):
             return
         now = time.time()
         second = int(now)
