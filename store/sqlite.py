@@ -432,7 +432,7 @@ def _list_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, offset
         return [], total
     source = "files"
     if (query.size_min is not None or query.size_max is not None) and not query.q:
-        dense = total * SIZE_SCAN_MAX_SKIP >= _count_files(conn, user_id, FileQuery(), "", [])
+        dense = total * SIZE_SCAN_MAX_SKIP >= _counted(conn, user_id)
         source += " INDEXED BY " + ("files_user_created" if dense else "files_user_size")
     from_end = offset + limit / 2 > total / 2
     if from_end:  # the same rows, counted from the oldest
@@ -450,11 +450,17 @@ def _count_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, where
                                                       query.created_after, query.created_before))
     if ranged:
         return conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0]
+    return _counted(conn, user_id, query.content_type, query.is_public)
+
+
+def _counted(conn: sqlite3.Connection, user_id: str, content_type: str | None = None,
+             is_public: bool | None = None) -> int:
+    """An account's files of that type and visibility (None: any), from ``file_counts``."""
     sql, args = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?", [user_id]
-    if query.content_type is not None:
-        sql, args = sql + " AND content_type = ?", [*args, query.content_type]
-    if query.is_public is not None:
-        sql, args = sql + " AND is_public = ?", [*args, int(query.is_public)]
+    if content_type is not None:
+        sql, args = sql + " AND content_type = ?", [*args, content_type]
+    if is_public is not None:
+        sql, args = sql + " AND is_public = ?", [*args, int(is_public)]
     return conn.execute(sql, args).fetchone()[0]
 
 
