@@ -13,10 +13,9 @@ import pytest
 import tornado.web
 
 from mediasrv.app import Runtime
-from tests.conftest import Api
+from tests.conftest import Api, insert_file
 from tests.test_image_jobs import (  # noqa: F401  (fixtures used by name)
     GatedRunner,
-    _insert,
     _jpeg,
     _user_id,
     local_blobs,
@@ -35,7 +34,7 @@ async def test_revalidation_is_304_before_any_transform(api: Api, app: tornado.w
                                                        runtime: Runtime, runner: GatedRunner) -> None:
     runner.finish.set()
     user_id = await _user_id(api)
-    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
     first = await api.call("GET", f"/m/{fid}?width=10")
     assert first.code == 200, first.body
     etag = first.headers["ETag"]
@@ -70,7 +69,7 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
                                                                 runner: GatedRunner) -> None:
     runner.finish.clear()
     user_id = await _user_id(api)
-    fid = await _insert(stores, user_id, _jpeg(64, 64), "image/jpeg", 64, 64)
+    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
     deps = _serving_deps(app)
     await asyncio.sleep(0)
     counted = deps.usage.pending()
