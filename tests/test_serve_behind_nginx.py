@@ -255,9 +255,12 @@ def _mediasrv_roles(sidecar: Sidecar) -> dict[str, str]:
     """The mediasrv processes' ports and MEDIASRV_HOUSEKEEPING, from their /proc entries."""
     roles = {}
     for pid in _children(sidecar.proc.pid):
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if b"serve" in argv:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # exited between the listing and the read
+            continue
+        if b"serve" in argv:
             environ = dict(e.split(b"=", 1) for e in entries if b"=" in e)
             roles[argv[argv.index(b"--port") + 1].decode()] = environ[b"MEDIASRV_HOUSEKEEPING"].decode()
     return roles
@@ -279,8 +282,12 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
         assert time.monotonic() < deadline, sidecar.log.read_text()[-2000:]
         time.sleep(0.1)
     wait_ready(sidecar.proc, sidecar.port, sidecar.log)
+    # One process answering /ping does not mean the other has been spawned and exec'd yet
+    # (the watcher waits 0.5 s before each restart): wait until both are back.
+    while _mediasrv_roles(sidecar) != roles:  # each restarted on its port with its role
+        assert time.monotonic() < deadline, (_mediasrv_roles(sidecar), sidecar.log.read_text()[-2000:])
+        time.sleep(0.1)
     assert sidecar.log.read_text().count("starting it again") == 2
-    assert _mediasrv_roles(sidecar) == roles  # each restarted on its port with its role
     assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
     sidecar.proc.send_signal(signal.SIGTERM)
     assert sidecar.proc.wait(20) == 0
