@@ -46,6 +46,7 @@ class DomainService:
         self._meta = meta
         self._provider = provider
         self._by_host: dict[str, tuple[float, CustomDomain | None]] = {}
+        self._base_by_user: dict[str, tuple[float, str | None]] = {}
 
     async def get(self, user_id: str) -> CustomDomain | None:
         return await self._meta.get_domain(user_id)
@@ -54,7 +55,15 @@ class DomainService:
         return domain_json(domain, self._provider)
 
     async def public_url_base(self, user_id: str) -> str | None:
-        return public_base(await self._meta.get_domain(user_id))
+        """The account's custom public base, cached briefly: every upload and listing renders
+        URLs with it. A change made through this process is seen at once; one made through
+        another process (or ``mediasrv domain approve``) within HOST_CACHE_TTL_S."""
+        cached = self._base_by_user.get(user_id)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        base = public_base(await self._meta.get_domain(user_id))
+        _remember(self._base_by_user, user_id, base)
+        return base
 
     async def by_host(self, hostname: str) -> CustomDomain | None:
         """The domain record for a Host header, cached briefly: serving asks on every request."""
@@ -62,10 +71,14 @@ class DomainService:
         if cached and cached[0] > time.monotonic():
             return cached[1]
         domain = await self._meta.get_domain_by_hostname(hostname)
-        if len(self._by_host) > 10_000:
-            self._by_host.clear()
-        self._by_host[hostname] = (time.monotonic() + HOST_CACHE_TTL_S, domain)
+        _remember(self._by_host, hostname, domain)
         return domain
+
+    def _forget(self, user_id: str, *hostnames: str) -> None:
+        """Drop what the two caches hold for an account whose domain just changed here."""
+        self._base_by_user.pop(user_id, None)
+        for hostname in hostnames:
+            self._by_host.pop(hostname, None)
 
     async def set(self, user_id: str, hostname: str) -> None:
         """Attach ``hostname`` (already normalised) to the account, replacing any other."""
@@ -81,10 +94,10 @@ class DomainService:
         except DuplicateError:
             # Another account won a race for this hostname; the provider entry is now theirs.
             raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN") from None
-        self._by_host.pop(hostname, None)
+        self._forget(user_id, hostname)
         if current:
             await self._forget_at_provider(current.hostname, current.provider_id)
-            self._by_host.pop(current.hostname, None)
+            self._forget(user_id, current.hostname)
 
     async def remove(self, user_id: str) -> None:
         current = await self._meta.get_domain(user_id)
@@ -92,17 +105,18 @@ class DomainService:
             return
         await self._provider.remove(current.hostname, current.provider_id)
         await self._meta.delete_domain(user_id)
-        self._by_host.pop(current.hostname, None)
+        self._forget(user_id, current.hostname)
 
     async def refresh(self, user_id: str) -> None:
         current = await self._meta.get_domain(user_id)
         if current is None:
             return
         if current.verification_status == "active" and getattr(self._provider, "keeps_active", False):
+            self._forget(user_id, current.hostname)  # e.g. approved by an operator's command just now
             return  # proven or approved once: the claimant need not keep the challenge record
         status = await self._provider.refresh(current.hostname, current.provider_id)
         await self._meta.put_domain(_record(user_id, current.hostname, status))
-        self._by_host.pop(current.hostname, None)
+        self._forget(user_id, current.hostname)
 
     async def approve(self, hostname: str) -> CustomDomain:
         """An operator vouches for the claimant: the hostname turns active without DNS proof.
@@ -114,7 +128,7 @@ class DomainService:
         approved = dataclasses.replace(current, verification_status="active", ssl_status="active",
                                        updated_at=now_iso())
         await self._meta.put_domain(approved)
-        self._by_host.pop(hostname, None)
+        self._forget(current.user_id, hostname)
         return approved
 
     async def reject(self, hostname: str) -> CustomDomain:
@@ -134,6 +148,13 @@ class DomainService:
             await self._provider.remove(hostname, provider_id)
         except Exception as exc:  # best effort: the hostname is no longer ours either way
             log.warning("could not remove %s at the provider (%s)", hostname, type(exc).__name__)
+
+
+def _remember(cache: dict[str, tuple[float, Any]], key: str, value: Any) -> None:
+    """Keep ``value`` for HOST_CACHE_TTL_S; a cache grown past 10,000 entries starts over."""
+    if len(cache) > 10_000:
+        cache.clear()
+    cache[key] = (time.monotonic() + HOST_CACHE_TTL_S, value)
 
 
 def _record(user_id: str, hostname: str, status: DomainStatus) -> CustomDomain:

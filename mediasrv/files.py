@@ -24,6 +24,8 @@ from store.errors import StorageFull
 from store.models import FileQuery, FileRecord, User
 
 log = logging.getLogger("mediasrv.files")
+GUARD_MAX_AGE_S = 1.0
+"""How old the store guard's answer may be when an upload starts (see StoreGuard.recent)."""
 MAX_NAME_CHARS = 255
 
 
@@ -73,7 +75,7 @@ class FileService:
         """503 before an upload starts if the metadata database changed under the server: its
         record would be written where nobody reads it again."""
         if self._guard is not None:
-            await self._guard.check()
+            await self._guard.recent(GUARD_MAX_AGE_S)
             self._guard.require()
 
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 
 from mediasrv.errors import StoreUnavailable
 from store.base import MetaStore
@@ -22,10 +24,20 @@ MESSAGE = "The metadata database changed under the server; storage is unavailabl
 
 
 class StoreGuard:
-    def __init__(self, meta: MetaStore, interval_s: float = CHECK_INTERVAL_S) -> None:
-        self._meta, self._interval_s = meta, interval_s
+    def __init__(self, meta: MetaStore, interval_s: float = CHECK_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._meta, self._interval_s, self._clock = meta, interval_s, clock
         self.healthy = True
+        self._checked_at = float("-inf")
         self._task: asyncio.Task[None] | None = None
+
+    async def recent(self, max_age_s: float) -> bool:
+        """The last answer if it is under ``max_age_s`` old, else ``check``: uploads ask on every
+        request, and one store round trip each would cost more than the upload's own writes.
+        (SQLite refuses a write to a replaced file by itself; this bounds the other stores.)"""
+        if self._clock() - self._checked_at < max_age_s:
+            return self.healthy
+        return await self.check()
 
     async def check(self) -> bool:
         """Ask the store now; log each change of state once."""
@@ -41,6 +53,7 @@ class StoreGuard:
                 log.error("the metadata database was deleted or replaced while the server runs: "
                           "answering 503 to health checks and uploads until it is restored")
         self.healthy = ok
+        self._checked_at = self._clock()
         return ok
 
     def require(self) -> None:

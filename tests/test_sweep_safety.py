@@ -162,3 +162,23 @@ async def test_replaced_database_file_is_noticed(stores, data_dir) -> None:
         src.backup(dst)
     os.replace(copy, db)  # same content, another file: a restore over the live database
     assert not await meta.check_identity()
+
+
+async def test_uploads_reuse_a_recent_guard_answer_for_at_most_its_age(stores, data_dir) -> None:
+    """Uploads ask ``recent(1.0)``: one identity check per second, not one per upload; an
+    answer older than that is asked again, so a deleted database is seen within the bound."""
+    meta, _ = stores
+    now = [100.0]
+    guard = StoreGuard(meta, clock=lambda: now[0])
+    assert await guard.recent(1.0)  # never checked: asks the store
+    for suffix in ("", "-wal", "-shm"):
+        (data_dir / f"meta.sqlite3{suffix}").unlink(missing_ok=True)
+    now[0] += 0.9
+    assert await guard.recent(1.0)  # the answer of 0.9 s ago still stands...
+    guard.require()
+    with pytest.raises(store_errors.StoreUnavailable):  # ...while the store itself refuses the write
+        await add_file(meta, "in-the-window")
+    now[0] += 0.2
+    assert not await guard.recent(1.0)  # 1.1 s old: asked again
+    with pytest.raises(StoreUnavailable):
+        guard.require()
