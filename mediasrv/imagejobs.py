@@ -1,8 +1,9 @@
 """Running one resize/format job within the server's slots and memory budget.
 
-A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> the file's first bytes
--> its estimated peak memory from the header (``imaging.estimate_cost``; 422 when it could
-never fit the budget) -> a reservation of that much of the budget, waiting in line while
+A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> its estimated peak
+memory from the width and height stored at upload, or for an older record from the header in
+the file's first bytes (``imaging.estimate_cost``; 422 when it could never fit the budget) ->
+a reservation of that much of the budget, waiting in line while
 other jobs hold it -> the transform on a worker thread, reading a local file through its
 descriptor (only what decoding needs) or any other store's bytes through ``read_all`` ->
 budget and slot back, free memory handed back to the system.
@@ -157,10 +158,12 @@ class ImageJobs:
         """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
         ticket = self.pool.try_acquire(client, self.weight(record, spec))
         try:
-            prefix = await self._prefix(record)
-            path = await self._local_path(record)
-            estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
-                                             buffered=path is None)
+            path = self._blobs.local_path(record.blob_key)  # no I/O: the worker opens it
+            estimate = self._stored_estimate(record, spec, buffered=path is None)
+            if estimate is None:  # stored before sizes were recorded, or no size in its head
+                prefix = await self._prefix(record)
+                estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
+                                                 buffered=path is None)
             if not self.budget.fits_ever(estimate.cost_bytes):
                 raise UnprocessableImage(
                     "The image is too large to process within this server's memory budget")
@@ -171,12 +174,22 @@ class ImageJobs:
 
     def weight(self, record: FileRecord, spec: imaging.TransformSpec) -> float:
         """How much of a client's fair share this job counts, from the size stored at upload."""
-        if not record.width or not record.height:
+        estimate = self._stored_estimate(record, spec, buffered=False)
+        if estimate is None:
             return 2.0  # stored before sizes were recorded: a middling guess
-        src = record.content_type.split(";", 1)[0].strip().removeprefix("image/")
-        cost = imaging.estimate_for_size(src, record.width, record.height, record.size, spec,
-                                         buffered=False).cost_bytes
-        return max(1.0, cost / WEIGHT_UNIT_BYTES)
+        return max(1.0, estimate.cost_bytes / WEIGHT_UNIT_BYTES)
+
+    def _stored_estimate(self, record: FileRecord, spec: imaging.TransformSpec, *,
+                         buffered: bool) -> imaging.JobEstimate | None:
+        """The job's cost from the width and height read from the file's header at upload
+        (whose bytes were checked against the type then), so the header need not be read
+        again on every resize; None when the record has no size."""
+        src = imaging.source_format(record.content_type)
+        if not record.width or not record.height or src is None:
+            return None
+        if record.width * record.height > self._max_pixels:  # the limit may have been lowered since
+            raise UnprocessableImage(f"The image is too large to process ({record.width}x{record.height} pixels)")
+        return imaging.estimate_for_size(src, record.width, record.height, record.size, spec, buffered=buffered)
 
     async def _prefix(self, record: FileRecord) -> bytes:
         parts: list[bytes] = []
@@ -188,14 +201,6 @@ class ImageJobs:
         except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
         return b"".join(parts)
-
-    async def _local_path(self, record: FileRecord) -> Path | None:
-        """The blob's local file, decoded through a descriptor (only what decoding needs is
-        read); None for a store without local files (S3), whose bytes are read whole."""
-        if self._blobs.delivers_urls:
-            return None  # S3: a presigned URL (a HEAD and a signature) would go unused here
-        delivery = await self._blobs.delivery(record.blob_key)
-        return delivery.path if delivery is not None else None
 
     async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
                    source_area: int) -> tuple[bytes, str]:

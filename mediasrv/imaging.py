@@ -867,6 +867,16 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
     return estimate_for_size(src, width, height, size, spec, buffered=buffered, caps=caps)
 
 
+def source_format(content_type: str) -> str | None:
+    """The decoder family of a stored type, named as ``estimate_for_size`` expects (the names
+    header sniffing gives: AVIF and HEIC are both "heif"); None for a type not decoded here."""
+    return _CLASS_FORMATS.get(_TYPE_LOADERS.get(_base_type(content_type), ""))
+
+
+_CLASS_FORMATS = {"VipsForeignLoadJpeg": "jpeg", "VipsForeignLoadPng": "png", "VipsForeignLoadNsgif": "gif",
+                   "VipsForeignLoadWebp": "webp", "VipsForeignLoadHeif": "heif", "VipsForeignLoadTiff": "tiff"}
+
+
 def estimate_for_size(src: str | None, width: int, height: int, size: int, spec: TransformSpec, *,
                       buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS) -> JobEstimate:
     """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size."""

@@ -283,6 +283,10 @@ class BlobStore(Protocol):
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
         """How a sidecar could send this blob directly (a local path or a presigned URL), or None."""
 
+    def local_path(self, key: str) -> Path | None:
+        """Where the blob's file would be (it may not exist), without any I/O; None for a store
+        without local files (S3) or an invalid key. Open it with O_NOFOLLOW."""
+
     async def delete(self, key: str) -> None:
         """Remove the blob; no error if it is already gone."""
 

@@ -346,6 +346,9 @@ class RecordingBlobs:
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
         return await self.inner.delivery(key, ttl_s) if self.local else None
 
+    def local_path(self, key: str) -> Path | None:
+        return self.inner.local_path(key) if self.local else None
+
 
 class GatedRunner:
     """A transform runner that waits until the test lets it finish; records what it got."""
@@ -403,6 +406,29 @@ async def test_a_padded_file_is_never_read_whole(api: Api, app: tornado.web.Appl
     recording: RecordingBlobs = app.settings["recording_blobs"]
     assert recording.read_all_calls == []  # decoded through the file's descriptor
     assert recording.read_ranges == [(0, PREFIX_BYTES)]  # only the header was read in Python
+
+
+async def test_an_uploaded_image_is_resized_from_its_stored_size_without_a_header_read(
+        api: Api, app: tornado.web.Application, stores: Any) -> None:
+    """The upload recorded 64x64 from the header it checked; a resize estimates its cost from
+    that and hands the file to the worker: nothing of the blob is read on the event loop."""
+    login = await api.user(f"img-{uuid.uuid4().hex[:10]}@example.com")
+    r = await api.call("POST", "/files", body=_jpeg(64, 64), token=login["session"]["access_token"],
+                       headers={"Content-Type": "image/jpeg"})
+    assert r.code == 201, r.body
+    record = await stores[0].get_file(body(r)["file"]["file_id"])
+    assert (record.width, record.height) == (64, 64)
+    r = await api.call("GET", f"/m/{record.file_id}?width=32")
+    assert r.code == 200, r.body
+    assert pyvips.Image.new_from_buffer(r.body, "").width == 32
+    recording: RecordingBlobs = app.settings["recording_blobs"]
+    assert recording.read_ranges == [] and recording.read_all_calls == []
+
+
+def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:
+    assert [imaging.source_format(t) for t in ("image/jpeg", "IMAGE/PNG; x=1", "image/avif", "image/heic",
+                                                "image/gif", "image/webp", "image/tiff", "text/plain")] == \
+        ["jpeg", "png", "heif", "heif", "gif", "webp", "tiff", None]
 
 
 @pytest.mark.parametrize("local_blobs", [False])
