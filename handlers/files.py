@@ -13,7 +13,7 @@ import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import int_arg, page_args
-from mediasrv import content_types
+from mediasrv import content_types, http_limits
 from mediasrv.content_types import AllowList
 from mediasrv.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.files import MAX_NAME_CHARS, FileService, require_active_trial
@@ -83,9 +83,10 @@ class FilesHandler(FilesBase):
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
         declared = _content_length(self.request.headers)
+        too_large = f"File too large: the limit is {limits.cap_bytes} bytes"
         if declared is not None and declared > limits.cap_bytes:
-            raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
-        self.request.connection.set_max_body_size(limits.cap_bytes)  # type: ignore[union-attr]
+            raise PayloadTooLarge(too_large)
+        http_limits.set_body_limit(self.request.connection, limits.cap_bytes, PayloadTooLarge.code, too_large)
         await self.files.require_store()
         upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
                         self.allow)

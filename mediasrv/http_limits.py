@@ -12,7 +12,10 @@ over the real limits with the JSON error the interface promises:
   ``HEADERS_TOO_LARGE``;
 - a ``Content-Length`` that is not a plain non-negative integer: 400 ``INVALID_CONTENT_LENGTH``;
 - a declared body over the request's body limit (the server's JSON limit, or what a
-  streamed upload raised it to): 413 ``REQUEST_TOO_LARGE``.
+  streamed upload raised it to): 413 ``REQUEST_TOO_LARGE``;
+- a chunked body (no declared length) once the bytes passed on go over that limit: the same
+  413. Tornado itself is given ``CHUNKED_SLACK`` more, so that this layer counts the crossing
+  first; only a chunk header declaring more than the slack at once still meets Tornado's 400.
 
 Each refusal is sent before any body byte is read, with ``Connection: close``. A header
 block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
@@ -34,6 +37,8 @@ MAX_REQUEST_LINE = 16 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADER_FIELDS = 200
 HEADER_READ_LIMIT = 1024 * 1024
+CHUNKED_SLACK = 4 * 1024 * 1024
+"""How far past a request's limit Tornado's own check sits (see the module docstring)."""
 
 _REASONS = {400: "Bad Request", 413: "Content Too Large", 414: "URI Too Long",
             431: "Request Header Fields Too Large"}
@@ -81,18 +86,30 @@ def declared_length(headers: httputil.HTTPHeaders) -> int | None:
     return int(value.split(",")[0])  # checked by ``refusal``
 
 
+def set_body_limit(connection: object, limit: int, code: str, message: str) -> None:
+    """Let this request's body reach ``limit`` bytes (a streamed upload's cap); a body declared
+    or sent over it is answered 413 with ``code`` and ``message``."""
+    if isinstance(connection, _TrackedConnection):
+        connection.set_max_body_size(limit, code, message)
+    else:  # a server built without RequestLimits: Tornado's own limit only
+        connection.set_max_body_size(limit)  # type: ignore[attr-defined]
+
+
 class _TrackedConnection:
     """The request's connection as the application sees it, noting the body limit a handler
     sets and whether an answer has started. Everything else passes through."""
 
     def __init__(self, conn: httputil.HTTPConnection, body_limit: int) -> None:
         self._conn = conn
-        self.body_limit = body_limit
         self.answered = False
+        self.set_max_body_size(body_limit)
 
-    def set_max_body_size(self, max_body_size: int) -> None:
+    def set_max_body_size(self, max_body_size: int, code: str = "REQUEST_TOO_LARGE",
+                          message: str | None = None) -> None:
+        """The body limit, and the 413 this layer answers for a chunked body that goes over it."""
         self.body_limit = max_body_size
-        self._conn.set_max_body_size(max_body_size)  # type: ignore[attr-defined]
+        self.too_large = (code, message or f"The request body is larger than {max_body_size} bytes")
+        self._conn.set_max_body_size(max_body_size + CHUNKED_SLACK)  # type: ignore[attr-defined]
 
     def write_headers(self, *args: Any, **kwargs: Any) -> Any:
         self.answered = True
@@ -109,6 +126,7 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         self.refused = False
         self.inner_started = False
         self.method = ""
+        self.received = 0
 
     async def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                                headers: httputil.HTTPHeaders) -> None:
@@ -124,10 +142,16 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
             await result
         declared = declared_length(headers)
         if declared is not None and declared > self.conn.body_limit and not self.conn.answered:
-            self._refuse(413, "REQUEST_TOO_LARGE", f"The request body is larger than {self.conn.body_limit} bytes")
+            self._refuse(413, *self.conn.too_large)
 
     def data_received(self, chunk: bytes) -> Awaitable[None] | None:
         if self.refused:
+            return None
+        self.received += len(chunk)
+        if self.received > self.conn.body_limit and not self.conn.answered:  # a chunked body
+            # The handler never sees these bytes; the connection closes after the answer, and
+            # its on_connection_close cleans up (an upload drops its blob and reservation).
+            self._refuse(413, *self.conn.too_large)
             return None
         return self.inner.data_received(chunk)
 

@@ -387,6 +387,20 @@ async def test_chunked_body_over_cap_is_refused(api: Api, settings: Settings, st
     await assert_no_trace(api, token, settings, stores)
 
 
+async def test_chunked_body_one_byte_over_cap_is_answered_at_once(api: Api, settings: Settings, stores: Stores,
+                                                                  port: int) -> None:
+    """The 413 comes as soon as the body goes over the cap, with the upload's own code, and
+    the partial blob and the reservation are gone."""
+    token = await token_for(api)
+    raw = await Raw.open(port)
+    await raw.send(post_head(None, token) + b"%x\r\n" % (CAP + 1) + os.urandom(CAP + 1) + b"\r\n")
+    status, headers, data = await raw.response()
+    raw.close()
+    assert (status, orjson.loads(data)["code"]) == (413, "FILE_TOO_LARGE"), data
+    assert headers["content-type"] == "application/json"
+    await assert_no_trace(api, token, settings, stores)
+
+
 async def test_chunked_body_within_cap_is_stored(api: Api, settings: Settings, port: int) -> None:
     token = await token_for(api)
     data = os.urandom(300_000)

@@ -437,6 +437,19 @@ async def test_oversized_or_malformed_requests_get_a_json_answer(port: int, requ
     assert isinstance(payload["error"], str) and payload["error"]
 
 
+async def test_a_chunked_json_body_over_the_limit_is_a_json_413(port: int) -> None:
+    """No declared length: refused once the bytes read go over 1 MiB, without waiting for the end."""
+    head = (b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n")
+    over = 1024 * 1024 + 1
+    got, headers, payload = await _raw(port, head + b"%x\r\n" % over + b" " * over + b"\r\n")  # no last chunk
+    assert (got, payload["code"]) == (413, "REQUEST_TOO_LARGE")
+    assert headers["content-type"] == "application/json" and headers["connection"] == "close"
+    within = b"%x\r\n" % 900_000 + b" " * 900_000 + b"\r\n2\r\n{}\r\n0\r\n\r\n"
+    got, _, payload = await _raw(port, head + within)
+    assert got == 400 and payload["code"] != "REQUEST_TOO_LARGE"  # read whole, refused by the handler
+
+
 async def test_requests_within_the_limits_still_work(api: Api, port: int) -> None:
     ok = b"GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 30_000 + b"\r\n" + b"X: 1\r\n" * 150 + b"\r\n"
     status, _, payload = await _raw(port, ok)
