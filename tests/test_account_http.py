@@ -61,7 +61,7 @@ async def upload(api: Api, token: str, data: bytes, content_type: str = "text/pl
     return body(r)["file"]
 
 
-async def poll(fetch: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout: float = 3.0) -> Any:
+async def poll(fetch: Callable[[], Awaitable[Any]], ok: Callable[[Any], bool], timeout: float = 10.0) -> Any:
     """Fetch until ``ok`` holds (buffered counters and logs are flushed every 0.2 s here)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

@@ -103,9 +103,10 @@ async def listing(api: Api, token: str, query: str = "") -> dict[str, Any]:
 
 async def assert_no_trace(api: Api, token: str, settings: Settings, stores: Stores, *,
                           files: int = 0, storage: int = 0) -> None:
-    """No record, no blob file (committed or temp) and usage unchanged, waiting up to 3 s."""
+    """No record, no blob file (committed or temp) and usage unchanged, waiting up to 10 s
+    (an abort runs after the answer or the disconnect: blob first, then the reservation)."""
     meta = stores[0]
-    for _ in range(60):
+    for _ in range(200):
         found = blob_files(settings)
         if len(found) == files and await usage(api, token) == (storage, files):
             break
@@ -426,7 +427,7 @@ async def test_client_disconnect_mid_body_leaves_no_trace(api: Api, settings: Se
     raw = await Raw.open(port)
     await raw.send(post_head(size, token) + os.urandom(size // 2))
     # The declared size is reserved while the body streams in, and a temp file exists.
-    for _ in range(60):
+    for _ in range(200):
         if await usage(api, token) == (size, 1) and blob_files(settings):
             break
         await asyncio.sleep(0.05)

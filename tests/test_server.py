@@ -356,14 +356,19 @@ class ServeLifecycleTest(ServerTestCase):
         body = os.urandom(200_000)
         sock = self._start_raw_upload(server, token, body[:50_000], len(body))
         try:
-            time.sleep(0.5)  # the server has the headers and part of the body
+            self._wait_reserved(server, token, len(body))  # the server has the headers: in flight
             assert server.proc is not None
             t0 = time.monotonic()
             server.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
+            deadline = time.monotonic() + 10
+            while True:  # stopped accepting (once the loop has handled the signal)
+                try:
+                    httpx.get(server.url + "/ping", timeout=2.0)
+                except httpx.ConnectError:
+                    break
+                self.assertLess(time.monotonic(), deadline, "still accepting connections after SIGTERM")
+                time.sleep(0.05)
             self.assertIsNone(server.proc.poll(), "exited with an upload in flight")
-            with self.assertRaises(httpx.ConnectError):  # stopped accepting
-                httpx.get(server.url + "/ping", timeout=2.0)
             sock.sendall(body[50_000:])
             status, response = _read_response(sock)
         finally:
@@ -388,7 +393,7 @@ class ServeLifecycleTest(ServerTestCase):
         _, token = self.login_new_user(server)
         sock = self._start_raw_upload(server, token, b"x" * 1000, 100_000)
         try:
-            time.sleep(0.5)
+            self._wait_reserved(server, token, 100_000)  # the server has the headers: in flight
             rc, took = server.terminate(timeout=DRAIN_S + 8)
         finally:
             sock.close()
@@ -405,6 +410,15 @@ class ServeLifecycleTest(ServerTestCase):
         usage = self.get(server, "/usage", token).json()
         self.assertEqual((usage["storage_bytes"], usage["files_count"]), (0, 0))
         server.terminate()
+
+    def _wait_reserved(self, server: Server, token: str, size: int, timeout: float = 10.0) -> None:
+        """Until /usage counts ``size`` bytes: the upload's headers were read and its quota
+        reserved, so it is a request in flight (a fixed sleep is not enough on a slow machine:
+        a SIGTERM before the server accepted it would close the listener under it)."""
+        deadline = time.monotonic() + timeout
+        while self.get(server, "/usage", token).json()["storage_bytes"] != size:
+            self.assertLess(time.monotonic(), deadline, "the upload's reservation never showed in /usage")
+            time.sleep(0.05)
 
     @staticmethod
     def _start_raw_upload(server: Server, token: str, first_part: bytes, total: int) -> socket.socket:

@@ -7,11 +7,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mediasrv.settings import Settings
 from mediasrv.startup_log import mail_mode, public_url_warning
-from tests.test_server import MEDIASRV, Server, base_env, free_port
+from tests.test_server import MEDIASRV, START_TIMEOUT_S, Server, base_env, free_port
 
 
 @pytest.mark.parametrize(("host", "public_url", "warns"), [
@@ -60,15 +61,24 @@ def test_serve_on_all_interfaces_without_public_url_warns(tmp_path: Path) -> Non
         proc = subprocess.Popen([MEDIASRV, "serve", "--host", "0.0.0.0", "--port", str(port)],
                                 env=base_env(tmp_path / "data"), stdout=log, stderr=log)
     try:
-        for _ in range(400):
-            if "listening on" in log_path.read_text() or proc.poll() is not None:
-                break
+        # "listening on" is written by the log thread, possibly before the SIGTERM handler is
+        # installed; /ping answering means the loop runs, after it. The warning precedes both.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "listening on" not in log_path.read_text() or not _pings(port):
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.05)
         text = log_path.read_text()
         assert "WARNING" in text and f"http://0.0.0.0:{port}, a wildcard address" in text, text
     finally:
         proc.terminate()
         assert proc.wait(20) == 0
+
+
+def _pings(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/ping", timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def test_help_shows_each_default() -> None:

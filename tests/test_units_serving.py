@@ -376,15 +376,14 @@ def test_resize_pool_slot_accounting() -> None:
 async def test_resize_pool_execute_runs_off_the_event_loop(io_loop: Any) -> None:
     pool = ResizePool(2)
     main = threading.get_ident()
+    both = threading.Barrier(2, timeout=10)  # side by side: one after the other would never pass
 
     def work() -> tuple[int, str]:
-        time.sleep(0.2)
+        both.wait()
         return threading.get_ident(), threading.current_thread().name
 
     try:
-        started = time.monotonic()
         results = await asyncio.gather(pool.execute(work), pool.execute(work))
-        assert time.monotonic() - started < 0.39  # side by side: one after the other takes 0.4 s
         assert all(ident != main and name.startswith("resize") for ident, name in results)
     finally:
         pool.close()
