@@ -1,7 +1,6 @@
 """File routes: streamed upload, listing with filters, get, delete and bulk delete."""
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import re
@@ -118,9 +117,7 @@ class FilesHandler(FilesBase):
     def on_connection_close(self) -> None:
         """A client gone mid-body: drop its partial blob and reservation."""
         if self.upload is not None:
-            task = asyncio.ensure_future(self.upload.abort())
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            self.files.abort_later(self.upload)
             log.warning("upload aborted: the client disconnected after %d bytes", self.upload.received)
         super().on_connection_close()
 
@@ -181,9 +178,6 @@ class BulkDeleteHandler(FilesBase):
             else:
                 errors.append({"id": file_id, "error": "File not found"})
         self.write_json({"deleted": deleted, "errors": errors})
-
-
-_background: set[asyncio.Future[Any]] = set()
 
 
 def _single(handler: tornado.web.RequestHandler, name: str) -> str | None:

@@ -44,6 +44,9 @@ from mediasrv.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
+ABORT_DRAIN_S = 2.0
+"""How long shutdown waits for cut-off uploads to give their blob and reservation back."""
+
 
 @dataclass
 class Runtime:
@@ -57,10 +60,14 @@ class Runtime:
     inflight: InFlight
     images: ImageJobs
     guard: StoreGuard
+    files: FileService
     file_cache: FileCache | None = None
     results: ResultCache | None = None
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
+        # Uploads cut off by the closed connections give their blob and reservation back
+        # first, while the stores are still open.
+        await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
         await self.guard.stop()
         await self.flusher.stop(flush_timeout_s)
         await self.mail.drain(timeout_s=mail_timeout_s)
@@ -127,7 +134,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight, images=images, guard=guard, file_cache=file_cache, results=results)
+                          inflight=inflight, images=images, guard=guard, files=file_service,
+                          file_cache=file_cache, results=results)
 
 
 @dataclass(frozen=True)

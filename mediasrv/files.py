@@ -8,6 +8,7 @@ Users can always free space by deleting files.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from mediasrv.querygate import QueryGate
 from mediasrv.settings import Settings
 from mediasrv.storeguard import StoreGuard
 from mediasrv.timeutil import now_iso
-from mediasrv.uploads import UploadLimits
+from mediasrv.uploads import Upload, UploadLimits
 from store.base import BlobStore, MetaStore
 from store.errors import StorageFull
 from store.models import FileQuery, FileRecord, User
@@ -56,6 +57,18 @@ class FileService:
         self._domains = domains
         self._on_deleted = on_deleted
         self.gate = gate or QueryGate()
+        self._aborts: set[asyncio.Future[None]] = set()
+
+    def abort_later(self, upload: Upload) -> None:
+        """Drop a disconnected client's upload (its partial blob, its reservation) in the
+        background; ``drain_aborts`` lets shutdown wait for it before the stores close."""
+        task = asyncio.ensure_future(upload.abort())
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def drain_aborts(self, timeout_s: float) -> None:
+        if self._aborts:
+            await asyncio.wait(set(self._aborts), timeout=timeout_s)
 
     async def list(self, user: User, query: FileQuery, offset: int,
                    limit: int) -> tuple[list[FileRecord], int]:

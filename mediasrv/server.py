@@ -370,11 +370,13 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
 
 async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,
                 primary: bool = True) -> int:
-    running = await start(settings, sockets=sockets, primary=primary)
+    # The handlers go in before anything starts: a SIGTERM while the stores open or just after
+    # "listening" is logged (a supervisor may take that line as ready) is a clean stop, not a kill.
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    running = await start(settings, sockets=sockets, primary=primary)
     if workers.stop_requested():  # a worker told to stop while it was starting
         stopping.set()
     await stopping.wait()
