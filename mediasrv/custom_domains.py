@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mediasrv.domains import DomainProvider, DomainStatus
@@ -46,7 +47,7 @@ class DomainService:
         self._meta = meta
         self._provider = provider
         self._by_host: dict[str, tuple[float, CustomDomain | None]] = {}
-        self._base_by_user: dict[str, tuple[float, str | None]] = {}
+        self._by_user: dict[str, tuple[float, CustomDomain | None]] = {}
 
     async def get(self, user_id: str) -> CustomDomain | None:
         return await self._meta.get_domain(user_id)
@@ -58,25 +59,15 @@ class DomainService:
         """The account's custom public base, cached briefly: every upload and listing renders
         URLs with it. A change made through this process is seen at once; one made through
         another process (or ``mediasrv domain approve``) within HOST_CACHE_TTL_S."""
-        cached = self._base_by_user.get(user_id)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        base = public_base(await self._meta.get_domain(user_id))
-        _remember(self._base_by_user, user_id, base)
-        return base
+        return public_base(await _cached(self._by_user, user_id, self._meta.get_domain))
 
     async def by_host(self, hostname: str) -> CustomDomain | None:
         """The domain record for a Host header, cached briefly: serving asks on every request."""
-        cached = self._by_host.get(hostname)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        domain = await self._meta.get_domain_by_hostname(hostname)
-        _remember(self._by_host, hostname, domain)
-        return domain
+        return await _cached(self._by_host, hostname, self._meta.get_domain_by_hostname)
 
     def _forget(self, user_id: str, *hostnames: str) -> None:
         """Drop what the two caches hold for an account whose domain just changed here."""
-        self._base_by_user.pop(user_id, None)
+        self._by_user.pop(user_id, None)
         for hostname in hostnames:
             self._by_host.pop(hostname, None)
 
@@ -150,11 +141,18 @@ class DomainService:
             log.warning("could not remove %s at the provider (%s)", hostname, type(exc).__name__)
 
 
-def _remember(cache: dict[str, tuple[float, Any]], key: str, value: Any) -> None:
-    """Keep ``value`` for HOST_CACHE_TTL_S; a cache grown past 10,000 entries starts over."""
+async def _cached(cache: dict[str, tuple[float, CustomDomain | None]], key: str,
+                  fetch: Callable[[str], Awaitable[CustomDomain | None]]) -> CustomDomain | None:
+    """The store's answer for ``key``, kept HOST_CACHE_TTL_S (a miss too: a Host header of no
+    account is asked about once per TTL); a cache grown past 10,000 entries starts over."""
+    hit = cache.get(key)
+    if hit and hit[0] > time.monotonic():
+        return hit[1]
+    domain = await fetch(key)
     if len(cache) > 10_000:
         cache.clear()
-    cache[key] = (time.monotonic() + HOST_CACHE_TTL_S, value)
+    cache[key] = (time.monotonic() + HOST_CACHE_TTL_S, domain)
+    return domain
 
 
 def _record(user_id: str, hostname: str, status: DomainStatus) -> CustomDomain:
