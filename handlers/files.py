@@ -25,7 +25,6 @@ from store.errors import StoreError
 from store.models import FileQuery
 
 log = logging.getLogger("mediasrv.files")
-MAX_BULK_IDS = BULK_DELETE_MAX
 MAX_Q_CHARS = 255
 DRAIN_LIMIT = 1024 * 1024
 DEFAULT_SIGNED_TTL_S, MIN_SIGNED_TTL_S, MAX_SIGNED_TTL_S = 3600, 60, 7 * 86400
@@ -168,9 +167,9 @@ class BulkDeleteHandler(FilesBase):
         assert self.principal is not None
         require_active_trial(self.principal.user)  # before any other check (operator contract)
         ids = self.json_body().get("ids")
-        if not isinstance(ids, list) or not 1 <= len(ids) <= MAX_BULK_IDS or not all(
+        if not isinstance(ids, list) or not 1 <= len(ids) <= BULK_DELETE_MAX or not all(
                 isinstance(i, str) and 0 < len(i) <= 256 for i in ids):
-            raise BadRequest(f"ids must be a list of 1 to {MAX_BULK_IDS} file id strings", code="INVALID_IDS")
+            raise BadRequest(f"ids must be a list of 1 to {BULK_DELETE_MAX} file id strings", code="INVALID_IDS")
         deleted, errors = 0, []
         for file_id in ids:
             if await self.files.delete(self.principal.user, file_id):

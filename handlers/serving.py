@@ -94,6 +94,7 @@ class ServingDeps:
     accel_prefix: str = ""
     """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (stream here)."""
 
+
 class ServeBase(BaseHandler):
     logged = False
     private = False  # chosen per file in _answered_not_modified

@@ -88,11 +88,10 @@ def declared_length(headers: httputil.HTTPHeaders) -> int | None:
 
 def set_body_limit(connection: object, limit: int, code: str, message: str) -> None:
     """Let this request's body reach ``limit`` bytes (a streamed upload's cap); a body declared
-    or sent over it is answered 413 with ``code`` and ``message``."""
-    if isinstance(connection, _TrackedConnection):
-        connection.set_max_body_size(limit, code, message)
-    else:  # a server built without RequestLimits: Tornado's own limit only
-        connection.set_max_body_size(limit)  # type: ignore[attr-defined]
+    or sent over it is answered 413 with ``code`` and ``message``. The server is always built
+    with ``RequestLimits`` (``mediasrv.server.make_server``), so the connection is its own."""
+    assert isinstance(connection, _TrackedConnection), "the server must be built with RequestLimits"
+    connection.set_max_body_size(limit, code, message)
 
 
 class _TrackedConnection:
