@@ -2,7 +2,8 @@
 
 A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> its estimated peak
 memory from the width and height stored at upload, or for an older record from the header in
-the file's first bytes (``imaging.estimate_cost``; 422 when it could never fit the budget) ->
+the file's first bytes (``imaging.estimate_cost``; 422 when it could never fit the budget; the
+stored size assumes the widest pixels the format allows, the header read when that is too much) ->
 a reservation of that much of the budget, waiting in line while
 other jobs hold it -> the transform on a worker thread, reading a local file through its
 descriptor (only what decoding needs) or any other store's bytes through ``read_all`` ->
@@ -105,18 +106,19 @@ class MemoryBudget:
             granted.set_result(None)
 
 
-Runner = Callable[[imaging.FileInput | bytes, FileRecord, imaging.TransformSpec, int, int],
+Runner = Callable[[imaging.FileInput | bytes, FileRecord, imaging.TransformSpec, int, imaging.JobEstimate],
                   tuple[bytes, str]]
 
 
 def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: imaging.TransformSpec,
-                  max_pixels: int, max_source_area: int) -> tuple[bytes, str]:
-    """The real work, on a worker thread; tests inject another runner."""
+                  max_pixels: int, reserved: imaging.JobEstimate) -> tuple[bytes, str]:
+    """The real work, on a worker thread; tests inject another runner. The image may not
+    decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
     try:
         return imaging.transform(data, record.content_type, spec, max_pixels,
-                                 max_source_area=max_source_area)
+                                 max_source_area=reserved.source_area, max_layout=reserved.layout)
     finally:
-        TRIM.after_job(max_source_area)
+        TRIM.after_job(reserved.source_area)
 
 
 TRIM = allocator.TrimPolicy()
@@ -160,7 +162,9 @@ class ImageJobs:
         try:
             path = self._blobs.local_path(record.blob_key)  # no I/O: the worker opens it
             estimate = self._stored_estimate(record, spec, buffered=path is None)
-            if estimate is None:  # stored before sizes were recorded, or no size in its head
+            if estimate is None or not self.budget.fits_ever(estimate.cost_bytes):
+                # Stored before sizes were recorded, or too large if it had the widest layout
+                # its format allows: the header says how wide its pixels really are.
                 prefix = await self._prefix(record)
                 estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
                                                  buffered=path is None)
@@ -168,7 +172,7 @@ class ImageJobs:
                 raise UnprocessableImage(
                     "The image is too large to process within this server's memory budget")
             async with self.budget.reserve(estimate.cost_bytes):
-                return await self._run(record, spec, path, estimate.source_area)
+                return await self._run(record, spec, path, estimate)
         finally:
             self.pool.release(ticket)
 
@@ -185,8 +189,8 @@ class ImageJobs:
         (whose bytes were checked against the type then), so the header need not be read
         again on every resize; None when the record has no size."""
         src = imaging.source_format(record.content_type)
-        if not record.width or not record.height or src is None:
-            return None
+        if not record.width or not record.height or src not in imaging.WORST_LAYOUTS:
+            return None  # no stored size, or a format (TIFF) whose layout only its header bounds
         if record.width * record.height > self._max_pixels:  # the limit may have been lowered since
             raise UnprocessableImage(f"The image is too large to process ({record.width}x{record.height} pixels)")
         return imaging.estimate_for_size(src, record.width, record.height, record.size, spec, buffered=buffered)
@@ -203,17 +207,17 @@ class ImageJobs:
         return b"".join(parts)
 
     async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
-                   source_area: int) -> tuple[bytes, str]:
+                   reserved: imaging.JobEstimate) -> tuple[bytes, str]:
         max_pixels, runner = self._max_pixels, self._runner
         self.transforms_run += 1
         if path is not None:
             return await self.pool.execute(
-                lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, source_area)))
+                lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, reserved)))
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
         except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, source_area))
+        return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, reserved))
 
 
 def _retrieve_exception(task: asyncio.Future[tuple[bytes, str]]) -> None:

@@ -118,12 +118,22 @@ MEDIASRV_MAX_IMAGE_PIXELS."""
 # Estimated peak memory of one job, in bytes per pixel (measured with libvips 8.18, one
 # worker thread per operation, end to end including the compressed output).
 _ENCODE_BYTES_PER_PIXEL = {"avif": 22, "webp": 12, "gif": 13, "png": 6, "jpeg": 0}
-_DECODE_BYTES_PER_PIXEL = 4  # a whole decoded frame (RGBA); JPEG decodes in strips instead
 _STREAMING_DECODERS = frozenset({"jpeg"})
 # Loaders that map or read the whole file, even from a descriptor.
 _WHOLE_FILE_LOADERS = frozenset({"gif", "webp", "heif", "avif"})
 JOB_OVERHEAD_BYTES = 24 * 1024 * 1024
 """Per job: libvips buffers, thread stack, allocator slack (a JPEG thumbnail needs about this)."""
+
+MAX_BANDS = 5
+"""Most channels a transformed image may have: grey, grey + alpha, RGB, RGBA or CMYK, CMYK +
+alpha. A decoded frame costs bands x bytes per sample per pixel, so a TIFF of 500 bands makes a
+4000x3000 frame 6 GB: multispectral and scientific images mean nothing on a web page and are
+refused (422) rather than estimated."""
+MAX_SAMPLE_BYTES = 2
+"""8- and 16-bit integer samples only: 32-bit and floating-point samples (HDR, scientific TIFF)
+are refused for the same reason, and our encoders write 8-bit (16-bit PNG at most) anyway."""
+_SAMPLE_BYTES = {"uchar": 1, "char": 1, "ushort": 2, "short": 2}
+"""libvips band formats we decode, and their size; every other format is refused."""
 
 
 def _has_operation(nickname: str) -> bool:
@@ -356,6 +366,12 @@ def _be16(b: bytes, i: int) -> int:
 
 
 def _jpeg_dimensions(b: bytes) -> tuple[int, int] | None:
+    frame = _jpeg_frame(b)
+    return (frame[0], frame[1]) if frame else None
+
+
+def _jpeg_frame(b: bytes) -> tuple[int, int, int, int] | None:
+    """(width, height, precision, components) from the first SOFn frame header."""
     n = len(b)
     i = 2
     while True:
@@ -379,11 +395,12 @@ def _jpeg_dimensions(b: bytes) -> tuple[int, int] | None:
         if length < 2:
             return None
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            # SOFn: length(2) precision(1) height(2) width(2)
+            # SOFn: length(2) precision(1) height(2) width(2) components(1)
             if i + 8 > n or length < 7:
                 return None
             height, width = _be16(b, i + 4), _be16(b, i + 6)
-            return (width, height) if width and height else None
+            components = b[i + 8] if i + 8 < n else 4  # unknown: the widest JPEG (CMYK)
+            return (width, height, b[i + 3], components) if width and height else None
         i += 1 + length
 
 
@@ -595,6 +612,137 @@ def header_dimensions(prefix: bytes) -> tuple[int, int] | None:
         return None
 
 
+# ---------------------------------------------------------------------------- pixel layout
+
+
+@dataclass(frozen=True)
+class PixelLayout:
+    """What one decoded pixel of the first frame holds: channels and bytes per channel."""
+
+    bands: int
+    sample_bytes: int
+    floating: bool = False
+    """Samples are floating point (or complex): refused, whatever their size."""
+
+    @property
+    def pixel_bytes(self) -> int:
+        return self.bands * self.sample_bytes
+
+    def check(self) -> None:
+        """UnprocessableImage when the server does not transform images laid out like this."""
+        if self.bands > MAX_BANDS:
+            raise UnprocessableImage(
+                f"The image has {self.bands} channels; at most {MAX_BANDS} can be resized or converted")
+        if self.floating or self.sample_bytes > MAX_SAMPLE_BYTES:
+            raise UnprocessableImage(
+                "The image's samples are floating point or wider than 16 bits; it cannot be resized or converted")
+
+
+WORST_LAYOUTS: dict[str, PixelLayout] = {
+    "jpeg": PixelLayout(4, 2), "png": PixelLayout(4, 2), "gif": PixelLayout(4, 1),
+    "webp": PixelLayout(4, 1), "heif": PixelLayout(4, 2),
+}
+"""The widest layout each format can decode to: the assumption when only the stored width and
+height are known (no header read), checked against the real header before decoding. JPEG may
+be CMYK and 12-bit; PNG 16-bit RGBA; AVIF/HEIC 10/12-bit with alpha. TIFF is not here: any
+number of bands and sample widths fit in one, so its header is always read."""
+_UNKNOWN_LAYOUT = PixelLayout(MAX_BANDS, MAX_SAMPLE_BYTES)
+_PNG_BANDS = {0: 1, 2: 3, 3: 4, 4: 2, 6: 4}  # colour type -> channels (palette: RGB + tRNS alpha)
+
+
+def _png_layout(b: bytes) -> PixelLayout | None:
+    if len(b) < 26 or b[12:16] != b"IHDR":
+        return None
+    depth, colour = b[24], b[25]
+    bands = _PNG_BANDS.get(colour)
+    if bands is None:
+        return None
+    return PixelLayout(bands, 2 if depth == 16 and colour != 3 else 1)
+
+
+def _jpeg_layout(b: bytes) -> PixelLayout | None:
+    frame = _jpeg_frame(b)
+    if frame is None:
+        return None
+    precision, components = frame[2], frame[3]
+    return PixelLayout(components, 2 if precision > 8 else 1)
+
+
+def _tiff_values(b: bytes, endian: str, typ: int, count: int, field: bytes) -> list[int] | None:
+    """The values of one IFD entry (SHORT or LONG), inline or at their offset; None when they
+    lie beyond the prefix or have another type."""
+    size = {3: 2, 4: 4}.get(typ)
+    if size is None or count < 1:
+        return None
+    code = endian + ("H" if size == 2 else "I") * count
+    if size * count <= 4:
+        return list(struct.unpack(code, field[:size * count]))
+    offset = struct.unpack(endian + "I", field)[0]
+    if count > 4096 or offset + size * count > len(b):
+        return None
+    return list(struct.unpack(code, b[offset:offset + size * count]))
+
+
+def _tiff_layout(b: bytes) -> PixelLayout | None:
+    """From the first IFD: SamplesPerPixel (277), BitsPerSample (258), SampleFormat (339)."""
+    if len(b) < 8:
+        return None
+    endian = "<" if b[:2] == b"II" else ">"
+    ifd = struct.unpack(endian + "I", b[4:8])[0]
+    if ifd + 2 > len(b):
+        return None
+    tags: dict[int, list[int] | None] = {}
+    for k in range(struct.unpack(endian + "H", b[ifd:ifd + 2])[0]):
+        entry = ifd + 2 + 12 * k
+        if entry + 12 > len(b):
+            break
+        tag, typ, count = struct.unpack(endian + "HHI", b[entry:entry + 8])
+        if tag in (258, 277, 339):
+            tags[tag] = _tiff_values(b, endian, typ, count, b[entry + 8:entry + 12])
+    bands = (tags.get(277) or [1])[0]
+    bits = tags.get(258, [1]) if 258 in tags else [1]
+    sample_bytes = MAX_SAMPLE_BYTES if bits is None else max(1, (max(bits) + 7) // 8)
+    formats = tags.get(339) or [1]
+    return PixelLayout(bands, sample_bytes, floating=any(f in (3, 5, 6) for f in formats))
+
+
+def _heif_layout(b: bytes) -> PixelLayout:
+    """Four bands (an alpha plane may be an auxiliary item); the samples' width from the
+    widest 'pixi' property, or 16 bits when there is none (AVIF and HEIC may be 10/12-bit)."""
+    depth = 0
+    meta = next(((s, e) for kind, s, e in _boxes(b, 0, len(b)) if kind == b"meta"), None)
+    for kind, s, e in _boxes(b, meta[0] + 4, meta[1]) if meta else ():
+        for sub, ss, se in _boxes(b, s, e) if kind == b"iprp" else ():
+            for prop, ps, pe in _boxes(b, ss, se) if sub == b"ipco" else ():
+                if prop == b"pixi" and pe - ps >= 5:
+                    channels = b[ps + 4]
+                    depth = max(depth, *b[ps + 5:min(pe, ps + 5 + channels)], 1)
+    return PixelLayout(4, 1 if 0 < depth <= 8 else 2)
+
+
+_LAYOUTS: dict[str, Callable[[bytes], PixelLayout | None]] = {
+    "png": _png_layout, "jpeg": _jpeg_layout, "tiff": _tiff_layout, "heif": _heif_layout,
+    "gif": lambda _b: PixelLayout(4, 1), "webp": lambda _b: PixelLayout(4, 1),
+}
+
+
+def header_layout(prefix: bytes, src: str | None) -> PixelLayout:
+    """The decoded layout the header of a ``src`` image declares, or the widest that format
+    allows when the header (or the format) cannot be read here."""
+    parse = _LAYOUTS.get(src or "")
+    try:
+        layout = parse(bytes(prefix)) if parse is not None else None
+    except (IndexError, struct.error, ValueError):
+        layout = None
+    return layout or WORST_LAYOUTS.get(src or "", _UNKNOWN_LAYOUT)
+
+
+def decoded_layout(image: pyvips.Image) -> PixelLayout:
+    """The layout libvips will decode to, from the header it opened (no pixels decoded)."""
+    size = _SAMPLE_BYTES.get(image.format)
+    return PixelLayout(image.bands, size or 4, floating=size is None)
+
+
 # ---------------------------------------------------------------------------- transform
 
 # Formats that need their own decoder but that we never decode: refused with 415 even when
@@ -620,15 +768,15 @@ def _check_source_type(source_type: str) -> None:
         raise UnsupportedMedia()
 
 
-def _open_header(data: bytes | FileInput, source: pyvips.Source | None) -> tuple[ImageInfo, bool]:
-    """Header facts, and whether an ICC profile is embedded."""
+def _open_header(data: bytes | FileInput, source: pyvips.Source | None) -> tuple[ImageInfo, bool, PixelLayout]:
+    """Header facts, whether an ICC profile is embedded, and the decoded pixel layout."""
     image = _header(source if source is not None else data)  # type: ignore[arg-type]
     if image is None:
         if _looks_like_other_format(data.head(1024) if isinstance(data, FileInput) else data):
             raise UnsupportedMedia()
         raise UnprocessableImage("The file is not a readable image")
     try:
-        return _info(image), bool(image.get_typeof("icc-profile-data"))
+        return _info(image), bool(image.get_typeof("icc-profile-data")), decoded_layout(image)
     except pyvips.Error:
         raise UnprocessableImage("The image header cannot be read") from None
 
@@ -790,14 +938,16 @@ class FileInput:
 
 def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
               max_pixels: int, *, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
-              max_source_area: int | None = None) -> tuple[bytes, str]:
+              max_source_area: int | None = None, max_layout: PixelLayout | None = None) -> tuple[bytes, str]:
     """Resize and/or convert one image; returns (output bytes, output content type).
 
     Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
     allowed loader decodes (SVG, PDF, HEIC without a HEVC decoder), UnprocessableImage
     (422) when the first frame has more than ``max_pixels`` pixels (checked from the header
-    before decoding), more than ``max_source_area`` (the size its memory was reserved for,
-    see ``estimate_cost``), or the file is corrupt or truncated. Only the first frame of an
+    before decoding), more than ``max_source_area`` pixels or bytes per pixel than ``max_layout``
+    (what its memory was reserved for, see ``estimate_cost``: the hard ceiling an estimate
+    error cannot pass), more channels or wider samples than ``PixelLayout.check`` allows, or the
+    file is corrupt or truncated. Only the first frame of an
     animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
     scaled down to ``caps[format]`` pixels when the result would be larger, converted to sRGB
     and stripped of metadata. The same input and spec always give the same bytes.
@@ -806,9 +956,11 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     # One source serves the header and the decode: libvips duplicates the descriptor and
     # rewinds it between the two.
     source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
-    info, has_profile = _open_header(data, source)
+    info, has_profile, layout = _open_header(data, source)
     _check_pixels(info, max_pixels)
-    if max_source_area is not None and info.width * info.height > max_source_area:
+    layout.check()
+    if (max_source_area is not None and info.width * info.height > max_source_area) or \
+            (max_layout is not None and layout.pixel_bytes > max_layout.pixel_bytes):
         raise UnprocessableImage("The image header is inconsistent")
     fmt = _output_format(spec, info)
     try:
@@ -833,6 +985,8 @@ class JobEstimate:
     cost_bytes: int
     source_area: int
     """Pixels of the first frame the estimate assumed (``transform``'s ``max_source_area``)."""
+    layout: PixelLayout
+    """Bytes per decoded pixel the estimate assumed (``transform``'s ``max_layout``)."""
 
 
 _SNIFFED_FORMATS: dict[Callable[[bytes], tuple[int, int] | None], str] = {
@@ -846,11 +1000,12 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
     """Peak memory of transforming a file of ``size`` bytes whose first bytes are ``prefix``.
 
     Pure Python from the header, before any decoding: the bytes held (the whole file when
-    ``buffered``, or when its loader maps the whole file anyway), a decoded frame for
-    decoders that do not stream, the encoder's working set for the (capped) output, and a
-    fixed overhead. A header that cannot be read here is assumed ``max_pixels`` large. Raises
-    UnprocessableImage when the header declares more than ``max_pixels`` pixels, and
-    UnsupportedMedia when the bytes are another format's (SVG, PDF, ...).
+    ``buffered``, or when its loader maps the whole file anyway), a decoded frame (bands x
+    bytes per sample x pixels, as the header declares them) for decoders that do not stream,
+    the encoder's working set for the (capped) output, and a fixed overhead. A header that
+    cannot be read here is assumed ``max_pixels`` large and of the widest layout. Raises
+    UnprocessableImage when the header declares more than ``max_pixels`` pixels or a layout
+    ``PixelLayout.check`` refuses, and UnsupportedMedia when the bytes are another format's.
     """
     parse = _sniff(bytes(prefix[:64]))
     src = _SNIFFED_FORMATS.get(parse) if parse is not None else None  # type: ignore[arg-type]
@@ -864,7 +1019,8 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
     width, height = dims
     if width * height > max_pixels:
         raise UnprocessableImage(f"The image is too large to process ({width}x{height} pixels)")
-    return estimate_for_size(src, width, height, size, spec, buffered=buffered, caps=caps)
+    return estimate_for_size(src, width, height, size, spec, buffered=buffered, caps=caps,
+                             layout=header_layout(prefix, src))
 
 
 def source_format(content_type: str) -> str | None:
@@ -878,15 +1034,19 @@ _CLASS_FORMATS = {"VipsForeignLoadJpeg": "jpeg", "VipsForeignLoadPng": "png", "V
 
 
 def estimate_for_size(src: str | None, width: int, height: int, size: int, spec: TransformSpec, *,
-                      buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS) -> JobEstimate:
-    """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size."""
+                      buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
+                      layout: PixelLayout | None = None) -> JobEstimate:
+    """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size;
+    without a ``layout`` from the header, the widest the format allows (``WORST_LAYOUTS``)."""
+    layout = layout or WORST_LAYOUTS.get(src or "", _UNKNOWN_LAYOUT)
+    layout.check()
     fmt = spec.format or (src if src in FORMATS else "jpeg")
     out_pixels = 0
     for orientation in (1, 6):  # EXIF rotation is unknown here: take the larger result
         out_w, out_h = output_size(width, height, spec, orientation)
         out_pixels = max(out_pixels, min(out_w * out_h, caps.get(fmt, out_w * out_h)))
     held = size if buffered or src is None or src in _WHOLE_FILE_LOADERS else 0
-    decode = 0 if src in _STREAMING_DECODERS else _DECODE_BYTES_PER_PIXEL * width * height
+    decode = 0 if src in _STREAMING_DECODERS else layout.pixel_bytes * width * height
     encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
     return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode,
-                       source_area=width * height)
+                       source_area=width * height, layout=layout)

@@ -87,7 +87,7 @@ def test_estimate_counts_bytes_held_and_whole_frame_decoders() -> None:
     streamed = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=False)
     buffered = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=True)
     assert buffered.cost_bytes - streamed.cost_bytes == 80 * MIB  # the whole file in memory
-    assert streamed.cost_bytes >= 4 * 12_000_000  # PNG may decode a whole frame (interlaced)
+    assert streamed.cost_bytes >= 3 * 12_000_000  # PNG may decode a whole RGB frame (interlaced)
 
 
 def test_estimate_refuses_pixel_bombs_and_assumes_the_worst_for_unknown_headers() -> None:
