@@ -14,6 +14,7 @@ for clients that accept it.
 from __future__ import annotations
 
 import gzip
+import hmac
 import logging
 import uuid
 from collections.abc import Mapping
@@ -30,7 +31,7 @@ from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, T
 from mediasrv.http_headers import accepts_gzip
 from mediasrv.ratelimit import RateLimiter
 from mediasrv.recorders import ActivityRecorder
-from mediasrv.routespec import ANY, JWT, NONE, OPTIONAL, Route
+from mediasrv.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
 from mediasrv.timeutil import now_iso
 from store.models import LogEntry
 
@@ -75,6 +76,8 @@ class BaseDeps:
     inflight: InFlight
     proxy_hops: int = 1
     """With trust_proxy: how many proxies of ours append to X-Forwarded-For."""
+    proxy_secret: str | None = None
+    """With trust_proxy: what our proxy sends in X-Mediasrv-Proxy-Secret (docs/internal-headers.md)."""
     operations: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
     """This route's operations by HTTP method, from the route specification; a method not
     in it needs no credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
@@ -183,7 +186,7 @@ class BaseHandler(tornado.web.RequestHandler):
         operation = self.base.operations.get(self.request.method or "GET")
         mode = operation.auth if operation else NONE
         limit = operation.limit if operation else None
-        if limit is not None and limit.key == "ip" and not self._counted_by_proxy(limit.name):
+        if limit is not None and limit.key == "ip" and not self._counted_by_proxy(limit):
             self.spend(limit.name, self.client_ip(), per_ip=True)
         if mode in (ANY, JWT):
             self.principal = await self.base.auth.authenticate(
@@ -204,10 +207,25 @@ class BaseHandler(tornado.web.RequestHandler):
             headers = decision.headers() | {"Retry-After": str(decision.reset_s)}
             raise TooManyRequests(headers=headers)
 
-    def _counted_by_proxy(self, route: str) -> bool:
-        """Behind a trusted proxy that counts this route itself (the nginx sidecar counts every
-        /m request, cache hits included, and says so), counting here again would double it."""
-        return self.base.trust_proxy and self.request.headers.get("X-Mediasrv-Counted") == route
+    def _counted_by_proxy(self, limit: Limit) -> bool:
+        """Behind our proxy, which counts this limit itself (the nginx sidecar counts every /m
+        request, cache hits included, and says so), counting here again would double it. Only a
+        limit declared ``proxy_counted``, and only from the proxy that holds the secret."""
+        return (limit.proxy_counted and self.request.headers.get("X-Mediasrv-Counted") == limit.name
+                and self.from_our_proxy())
+
+    _from_proxy: bool | None = None
+
+    def from_our_proxy(self) -> bool:
+        """Whether this request came through our own proxy: it carries the secret the proxy and
+        this server share (MEDIASRV_PROXY_SECRET). Only then are X-Mediasrv-* request headers,
+        which nginx clears from every client request, believed."""
+        if self._from_proxy is None:
+            secret = self.base.proxy_secret
+            sent = self.request.headers.get("X-Mediasrv-Proxy-Secret", "")
+            self._from_proxy = bool(self.base.trust_proxy and secret and sent
+                                    and hmac.compare_digest(sent.encode(), secret.encode()))
+        return self._from_proxy
 
     def client_ip(self) -> str:
         """The socket's peer, or behind trusted proxies the address the outermost one saw.

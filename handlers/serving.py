@@ -229,8 +229,8 @@ class ServeBase(BaseHandler):
     def _proxy_caches(self, record: FileRecord) -> bool:
         """A trusted proxy with a cache asked for the bytes of a public file (it stores them;
         an X-Accel-Redirect answer cannot be stored)."""
-        return (record.is_public and self.base.trust_proxy
-                and self.request.headers.get("X-Mediasrv-Cache") == "1")
+        return (record.is_public and self.request.headers.get("X-Mediasrv-Cache") == "1"
+                and self.from_our_proxy())
 
     async def _accel(self, record: FileRecord) -> Accel | None:
         """Where nginx gets the blob (MEDIASRV_ACCEL_REDIRECT), or None: mediasrv sends it.

@@ -95,7 +95,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
-                    proxy_hops=settings.proxy_hops)
+                    proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)

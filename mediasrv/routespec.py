@@ -50,6 +50,9 @@ class Limit:
     """Requests per one-minute window at MEDIASRV_RATE_LIMIT_SCALE=1."""
     key: Literal["ip", "user"]
     """``ip``: counted per client address before authentication; ``user``: per authenticated user."""
+    proxy_counted: bool = False
+    """The nginx sidecar counts this limit itself (every request, its cache hits included) and
+    marks what it counted with ``X-Mediasrv-Counted: <name>``; no other limit may be skipped."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,7 @@ class Route:
 
 # ---------------------------------------------------------------------------- the counters
 
-_MEDIA = Limit("media", 400, "ip")
+_MEDIA = Limit("media", 400, "ip", proxy_counted=True)
 _REFRESH = Limit("refresh", 30, "ip")  # refresh and logout: one counter per address
 
 

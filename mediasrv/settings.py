@@ -103,6 +103,10 @@ class Settings:
                                       "account can only lower it", default=104_857_600)
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
                              "X-Real-IP (only behind a proxy you run)", default=False)
+    proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
+                                    "sends in X-Mediasrv-Proxy-Secret; without it no other X-Mediasrv-* "
+                                    "request header is believed (the sidecar sets one per start)",
+                                    default=None, repr=False)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
     domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "
@@ -418,6 +422,9 @@ def _check_safety(s: Settings) -> str | None:
         return f"MEDIASRV_QUARANTINE_GRACE must be 0 or more, not {s.quarantine_grace_s}"
     if not 1 <= s.proxy_hops <= 32:
         return f"MEDIASRV_PROXY_HOPS must be from 1 to 32, not {s.proxy_hops}"
+    if s.proxy_secret is not None and not re.fullmatch(r"[A-Za-z0-9._~-]{16,256}", s.proxy_secret):
+        return ("MEDIASRV_PROXY_SECRET must be 16 to 256 letters, digits or ._~- (it goes into an HTTP "
+                "header and nginx's configuration as it is)")
     for name, value in (("MEDIASRV_HEADER_TIMEOUT", s.header_timeout_s),
                         ("MEDIASRV_BODY_IDLE_TIMEOUT", s.body_idle_timeout_s)):
         if not (math.isfinite(value) and 0 < value <= 86400):

@@ -307,6 +307,54 @@ def _token(port: int, outbox: Path, email: str, source: str) -> str:
     return request(port, "POST", "/auth/login", body=creds, source=source).json()["session"]["access_token"]
 
 
+def raw_request(port: int, data: bytes) -> tuple[int, bytes]:
+    """Send ``data`` as it is (any request line); the status and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(data)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), rest
+
+
+def test_client_sent_internal_headers_switch_off_no_limit(sidecar: Sidecar) -> None:
+    """Issue 15 finding 1: a client's own X-Mediasrv-Counted (and a guessed secret) went through
+    nginx to mediasrv, which then skipped the login limit (60 wrong passwords, 60 x 401). The
+    login limit here is 1 a minute (15 x 0.01): the second guess is 429 whatever is sent."""
+    forged = {"X-Mediasrv-Counted": "login", "X-Mediasrv-Proxy-Secret": "guess", "X-Mediasrv-Cache": "1",
+              "Content-Type": "application/json"}
+    login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
+    source = f"127.0.{os.getpid() % 250 + 1}.77"
+    codes = [request(sidecar.port, "POST", "/auth/login", body=login, source=source, headers=forged).status
+             for _ in range(3)]
+    assert codes[1:] == [429, 429] and codes[0] in (401, 429)  # (429 if the minute had begun elsewhere)
+
+
+def test_absolute_form_naming_another_host_is_refused_with_json(sidecar: Sidecar) -> None:
+    """Issue 15 finding 4: the hot cache was keyed on nginx's $host (the absolute URI's host)
+    while mediasrv was sent the Host header, so one request put tenant A's file under tenant B's
+    domain in the cache. Two hosts in one request are now a 400; one host is keyed and sent."""
+    host = f"127.0.0.1:{sidecar.port}"
+    status, body = raw_request(sidecar.port, f"GET http://b.example/ping HTTP/1.1\r\nHost: {host}\r\n"
+                                             "Connection: close\r\n\r\n".encode())
+    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
+    status, body = raw_request(sidecar.port, f"GET http://{host}/ping HTTP/1.1\r\nHost: {host}\r\n"
+                                             "Connection: close\r\n\r\n".encode())
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+    status, _ = raw_request(sidecar.port, f"GET HTTP://{host.upper()}/ping HTTP/1.1\r\nHost: {host}\r\n"
+                                          "Connection: close\r\n\r\n".encode())
+    assert status == 200  # scheme and host compare without case
+
+
+def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
+    status, body = raw_request(sidecar.port, b"NOT A REQUEST\r\n\r\n")
+    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
+    status, body = raw_request(sidecar.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n"
+                                             b"Connection: close\r\n\r\n")
+    assert status == 414 and json.loads(body)["code"] == "URI_TOO_LONG"
+
+
 def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -> None:
     if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
         pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
@@ -633,6 +681,9 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert sidecar.env["MEDIASRV_ACCEL_REDIRECT"] == "/_blobs/"  # files and S3 objects alike
+    secret = sidecar.env["MEDIASRV_PROXY_SECRET"]
+    assert len(secret) >= 32 and text.count(f'proxy_set_header X-Mediasrv-Proxy-Secret "{secret}";') >= 1
+    assert 'proxy_set_header X-Mediasrv-Counted "";' in text  # cleared at server level
 
 
 def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
