@@ -6,9 +6,9 @@ from typing import Any
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import page_args
-from mediasrv.files import effective_limits
-from mediasrv.settings import Settings
-from mediasrv.timeutil import iso, month_period, period_key
+from mediasrv.core.files.service import effective_limits
+from mediasrv.core.settings import Settings
+from mediasrv.core.timeutil import iso, month_period, period_key
 from store.base import MetaStore
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import page_args
-from mediasrv import apikeys
-from mediasrv.errors import BadRequest, NotFound
-from mediasrv.timeutil import now_iso
+from mediasrv.core.credentials import apikeys
+from mediasrv.core.errors import BadRequest, NotFound
+from mediasrv.core.timeutil import now_iso
 from store.base import MetaStore
 from store.models import ApiKey
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from handlers.base import BaseDeps, BaseHandler
-from mediasrv.accounts import AccountService
+from mediasrv.core.accounts import AccountService
 
 
 class AccountHandler(BaseHandler):

@@ -1,7 +1,7 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
 Who may call each method of a route and which rate-limit counter it spends are declared once,
-in the route specification (``mediasrv.routespec``); ``mediasrv.app`` hands each route its
+in the route specification (``mediasrv.web.routespec``); ``mediasrv.web.app`` hands each route its
 operations through ``BaseDeps.operations`` and ``prepare`` enforces both before any body is
 read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
 
@@ -25,14 +25,14 @@ from typing import Any, ClassVar
 import orjson
 import tornado.web
 
-from mediasrv.auth import Authenticator, Principal
-from mediasrv.cors import CorsMode, CorsPolicy
-from mediasrv.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
-from mediasrv.http_headers import accepts_gzip
-from mediasrv.ratelimit import RateLimiter
-from mediasrv.recorders import ActivityRecorder
-from mediasrv.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
-from mediasrv.timeutil import now_iso
+from mediasrv.core.credentials.auth import Authenticator, Principal
+from mediasrv.core.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
+from mediasrv.core.limits.ratelimit import RateLimiter
+from mediasrv.core.recorders import ActivityRecorder
+from mediasrv.core.timeutil import now_iso
+from mediasrv.web.cors import CorsMode, CorsPolicy
+from mediasrv.web.http_headers import accepts_gzip
+from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
 from store.models import LogEntry
 
 log = logging.getLogger("mediasrv.http")
@@ -67,7 +67,7 @@ class InFlight:
 
 @dataclass(frozen=True)
 class BaseDeps:
-    """What every handler needs, built once in ``mediasrv.app``."""
+    """What every handler needs, built once in ``mediasrv.web.app``."""
 
     auth: Authenticator
     limiter: RateLimiter
@@ -95,7 +95,7 @@ class BaseHandler(tornado.web.RequestHandler):
     the credential headers. Handlers whose answers are the same for everyone set False and
     choose their own Cache-Control."""
     cors: ClassVar[CorsMode] = "api"
-    """Which cross-origin policy of ``mediasrv.cors`` the route follows."""
+    """Which cross-origin policy of ``mediasrv.web.cors`` the route follows."""
 
     base: BaseDeps
     principal: Principal | None = None
@@ -143,7 +143,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_header("Content-Encoding", "gzip")
         self.finish(body.gzipped if isinstance(body, Prerendered) else _gzip(raw))
 
-    # CORS (policy in mediasrv.cors). set_default_headers runs again after clear(), so error
+    # CORS (policy in mediasrv.web.cors). set_default_headers runs again after clear(), so error
     # answers keep these headers and a browser page on an allowed origin can read them.
     _cors_private = False
 

@@ -1,6 +1,6 @@
 """The dashboard: its page at ``/``, its files at ``/assets/...``, and the reset-password page.
 
-Thin: the files come from ``mediasrv.webassets`` (loaded once), the API does the work. Every
+Thin: the files come from ``mediasrv.web.webassets`` (loaded once), the API does the work. Every
 page answer carries the strict Content-Security-Policy and never lets itself be framed.
 """
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import ClassVar
 
 from handlers.auth import ResetPasswordHandler
 from handlers.base import BaseDeps, BaseHandler
-from mediasrv.accounts import AccountService
-from mediasrv.cors import CorsMode
-from mediasrv.errors import NotFound
-from mediasrv.http_headers import accepts_gzip, etag_matches
-from mediasrv.webassets import INDEX, Asset
+from mediasrv.core.accounts import AccountService
+from mediasrv.core.errors import NotFound
+from mediasrv.web.cors import CorsMode
+from mediasrv.web.http_headers import accepts_gzip, etag_matches
+from mediasrv.web.webassets import INDEX, Asset
 
 
 def send_asset(handler: BaseHandler, asset: Asset | None, csp: str) -> None:

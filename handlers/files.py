@@ -12,14 +12,15 @@ import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import int_arg, page_args
-from mediasrv import content_types, http_limits
-from mediasrv.content_types import AllowList
-from mediasrv.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
-from mediasrv.files import MAX_NAME_CHARS, FileService, require_active_trial
-from mediasrv.media import UrlSigner
-from mediasrv.routespec import BULK_DELETE_MAX
-from mediasrv.timeutil import iso, parse_iso, unix
-from mediasrv.uploads import Upload, failure_status
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from mediasrv.core.files import content_types
+from mediasrv.core.files.content_types import AllowList
+from mediasrv.core.files.service import MAX_NAME_CHARS, FileService, require_active_trial
+from mediasrv.core.files.uploads import Upload, failure_status
+from mediasrv.core.timeutil import iso, parse_iso, unix
+from mediasrv.web import http_limits
+from mediasrv.web.routespec import BULK_DELETE_MAX
 from store.base import BlobStore, MetaStore
 from store.errors import StoreError
 from store.models import FileQuery

@@ -6,8 +6,8 @@ from typing import Any
 import orjson
 
 from handlers.base import BaseDeps, BaseHandler, Prerendered
-from mediasrv.reference_page import CONTENT_SECURITY_POLICY
-from mediasrv.storeguard import StoreGuard
+from mediasrv.core.storeguard import StoreGuard
+from mediasrv.web.reference_page import CONTENT_SECURITY_POLICY
 
 
 def static_json(document: Any) -> Prerendered:

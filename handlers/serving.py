@@ -20,12 +20,18 @@ from urllib.parse import quote, urlsplit
 from tornado.iostream import StreamClosedError
 
 from handlers.base import CREDENTIAL_VARY, PRIVATE_NO_STORE, BaseDeps, BaseHandler
-from mediasrv import imaging
-from mediasrv.content_types import ACTIVE_TYPES
-from mediasrv.cors import CorsMode
-from mediasrv.custom_domains import DomainService
-from mediasrv.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
-from mediasrv.http_headers import (
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
+from mediasrv.core.domains.custom import DomainService
+from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.core.files.content_types import ACTIVE_TYPES
+from mediasrv.core.recorders import UsageRecorder
+from mediasrv.core.timeutil import parse_iso
+from mediasrv.images import imaging
+from mediasrv.images.jobs import ImageJobs
+from mediasrv.images.slots import ResizePool
+from mediasrv.web.cors import CorsMode
+from mediasrv.web.http_headers import (
     Unsatisfiable,
     content_disposition,
     etag_matches,
@@ -33,10 +39,6 @@ from mediasrv.http_headers import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.imagejobs import ImageJobs
-from mediasrv.media import BlobCache, FileCache, ResizePool, ResultCache, UrlSigner
-from mediasrv.recorders import UsageRecorder
-from mediasrv.timeutil import parse_iso
 from store.base import BlobStore, MetaStore
 from store.errors import BlobNotFound
 from store.models import FileRecord

@@ -4,10 +4,10 @@ from __future__ import annotations
 from typing import Any
 
 from handlers.base import BaseDeps, BaseHandler
-from mediasrv.custom_domains import DomainService, public_base
-from mediasrv.domains import normalize_hostname
-from mediasrv.errors import BadRequest
-from mediasrv.timeutil import now_iso
+from mediasrv.core.domains.custom import DomainService, public_base
+from mediasrv.core.domains.providers import normalize_hostname
+from mediasrv.core.errors import BadRequest
+from mediasrv.core.timeutil import now_iso
 from store.base import MetaStore
 from store.models import User
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyvips
 from PIL import Image
 
-from mediasrv import imaging
+from mediasrv.images import imaging
 
 WIDTH = 400
 

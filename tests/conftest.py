@@ -26,13 +26,13 @@ from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
 from tornado.testing import bind_unused_port
 
-from mediasrv.app import Runtime, make_app
-from mediasrv.domains import make_provider
-from mediasrv.mail import MailQueue, SmtpMailer
-from mediasrv.server import make_server
-from mediasrv.settings import Settings
-from mediasrv.stores import make_stores
-from mediasrv.timeutil import now_iso
+from mediasrv.cli.server import make_server
+from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.mail import MailQueue, SmtpMailer
+from mediasrv.core.settings import Settings
+from mediasrv.core.stores import make_stores
+from mediasrv.core.timeutil import now_iso
+from mediasrv.web.app import Runtime, make_app
 from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 

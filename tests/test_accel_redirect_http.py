@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.core.settings import Settings, SettingsError
 from tests.conftest import Api, body
 from tests.test_serving_http import _usage
 

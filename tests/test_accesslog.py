@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import tornado.web
 
-from mediasrv.accesslog import AccessLog
+from mediasrv.web.accesslog import AccessLog
 from tests.conftest import Api
 
 

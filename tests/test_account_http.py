@@ -22,10 +22,10 @@ from tornado.httpclient import HTTPResponse
 
 from handlers.base import BaseHandler
 from handlers.dashboard import DashboardHandler
-from mediasrv import openapi
-from mediasrv.app import Runtime
-from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS
-from mediasrv.routespec import Route
+from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS
+from mediasrv.web import openapi
+from mediasrv.web.app import Runtime
+from mediasrv.web.routespec import Route
 from tests.conftest import Api, body
 
 UA = "account-tests/1.0"

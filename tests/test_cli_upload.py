@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mediasrv.app import Runtime
-from mediasrv.cli_upload import UploadOptions, collect, upload_all
+from mediasrv.cli.upload import UploadOptions, collect, upload_all
 from mediasrv.client import MediasrvClient
+from mediasrv.web.app import Runtime
 from tests.conftest import Api
 from tests.test_files_http import png
 from tests.test_server import MEDIASRV, Server, ServerTestCase, base_env

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from mediasrv.connections import default_max_connections
-from mediasrv.server import make_server
-from mediasrv.settings import Settings
+from mediasrv.cli.server import make_server
+from mediasrv.core.settings import Settings
+from mediasrv.web.connections import default_max_connections
 from tests.test_server import MEDIASRV, START_TIMEOUT_S, Server, ServerTestCase, _read_response
 
 ATTACKER = "127.0.0.2"  # another loopback address: the per-address cap must not hit the tests' own client

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mediasrv.cors import CorsPolicy
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.web.cors import CorsPolicy
 from tests.conftest import Api, body
 from tests.test_files_http import png
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from mediasrv.settings import Settings
+from mediasrv.core.settings import Settings
 from tests.conftest import Api, ShiftableClock, body
 from tests.dnsserver import LocalDns
 

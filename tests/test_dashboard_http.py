@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv import webassets
-from mediasrv.settings import Settings
+from mediasrv.core.settings import Settings
+from mediasrv.web import webassets
 from tests.conftest import Api, body
 
 ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = ROOT / "mediasrv" / "dashboard"
+DASHBOARD = ROOT / "mediasrv" / "web" / "dashboard"
 
 
 @pytest.fixture
@@ -146,8 +146,8 @@ async def test_logout_retires_the_refresh_token(api: Api) -> None:
 def test_package_data_ships_every_dashboard_file() -> None:
     """pip install . must carry each file the dashboard serves (pyproject package-data globs)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    globs = config["tool"]["setuptools"]["package-data"]["mediasrv"]
-    files = [p.relative_to(ROOT / "mediasrv").as_posix() for p in DASHBOARD.rglob("*") if p.is_file()]
+    globs = config["tool"]["setuptools"]["package-data"]["mediasrv.web"]
+    files = [p.relative_to(ROOT / "mediasrv" / "web").as_posix() for p in DASHBOARD.rglob("*") if p.is_file()]
     assert files
     missing = [f for f in files if not any(fnmatch.fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)]
     assert missing == []

@@ -1,4 +1,4 @@
-"""mediasrv.domains: hostname validation, the manual provider, and the Cloudflare provider
+"""mediasrv.core.domains.providers: hostname validation, the manual provider, and the Cloudflare provider
 against a local fake of the Cloudflare for SaaS custom hostnames API."""
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import tornado.web
 from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
-from mediasrv.domains import (
+from mediasrv.core.domains.providers import (
     CloudflareProvider,
     DomainStatus,
     ManualProvider,
     make_provider,
     normalize_hostname,
 )
-from mediasrv.errors import BadGateway, BadRequest
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.core.errors import BadGateway, BadRequest
+from mediasrv.core.settings import Settings, SettingsError
 from tests.dnsserver import LocalDns
 
 TOKEN = "cf-test-token-9f8e7d6c5b4a"

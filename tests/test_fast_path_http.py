@@ -10,7 +10,7 @@ import secrets
 import uuid
 from typing import Any
 
-from mediasrv.media import BlobCache
+from mediasrv.core.delivery.caches import BlobCache
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body, insert_file

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.media import UrlSigner
-from mediasrv.settings import Settings
-from mediasrv.timeutil import iso, parse_iso, unix
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.settings import Settings
+from mediasrv.core.timeutil import iso, parse_iso, unix
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.core.settings import Settings, SettingsError
 from tests import test_server
 from tests.test_server import Server, ServerTestCase, _read_response
 
@@ -91,7 +91,7 @@ def test_help_lists_the_setting() -> None:
 @pytest.mark.parametrize(("role", "kept"), [("full", False), ("sweep", True), ("none", True)])
 async def test_workers_parent_reconciles_only_when_full(tmp_path, role: str, kept: bool) -> None:
     """`mediasrv serve --workers N` reconciles once in the parent before forking: only for full."""
-    from mediasrv.server import _reconcile_before_fork, open_stores
+    from mediasrv.cli.server import _reconcile_before_fork, open_stores
     from tests.store.test_meta_contract import add_user
 
     settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_HOUSEKEEPING": role}).validate()

@@ -22,15 +22,15 @@ import pytest
 import pyvips
 import tornado.web
 
-from mediasrv import imaging
-from mediasrv.allocator import TrimPolicy
-from mediasrv.app import Runtime, make_app
-from mediasrv.domains import make_provider
-from mediasrv.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
-from mediasrv.imagejobs import PREFIX_BYTES, MemoryBudget, run_transform
-from mediasrv.mail import MailQueue, SmtpMailer
-from mediasrv.media import ResizePool
-from mediasrv.settings import Settings, SettingsError
+from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
+from mediasrv.core.mail import MailQueue, SmtpMailer
+from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.images import imaging
+from mediasrv.images.allocator import TrimPolicy
+from mediasrv.images.jobs import PREFIX_BYTES, MemoryBudget, run_transform
+from mediasrv.images.slots import ResizePool
+from mediasrv.web.app import Runtime, make_app
 from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord

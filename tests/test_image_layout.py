@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import pyvips
 
-from mediasrv import imaging
-from mediasrv.errors import UnprocessableImage
+from mediasrv.core.errors import UnprocessableImage
+from mediasrv.images import imaging
 from tests.conftest import Api, body, insert_file
 
 MIB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""mediasrv.mail against a real SMTP sink (aiosmtpd in its own thread on 127.0.0.1)."""
+"""mediasrv.core.mail against a real SMTP sink (aiosmtpd in its own thread on 127.0.0.1)."""
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +21,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from mediasrv.mail import MailQueue, Message, OutboxMailer, SmtpMailer, make_mailer
-from mediasrv.settings import Settings
+from mediasrv.core.mail import MailQueue, Message, OutboxMailer, SmtpMailer, make_mailer
+from mediasrv.core.settings import Settings
 
 TOKEN = "tok3n-S3CRET-abc"
 LINK = f"https://media.example.test/v1/auth/confirm?token={TOKEN}"

@@ -12,9 +12,9 @@ import tornado.web
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from mediasrv.accesslog import AccessLog
-from mediasrv.app import Runtime
-from mediasrv.metrics import Metrics, chain, route_label
+from mediasrv.web.accesslog import AccessLog
+from mediasrv.web.app import Runtime
+from mediasrv.web.metrics import Metrics, chain, route_label
 from tests.conftest import Api, body
 from tests.test_server import Server, free_port
 

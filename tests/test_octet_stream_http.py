@@ -1,7 +1,7 @@
 """Uploads declared as application/octet-stream get their type from their bytes.
 
 Generated API clients send every upload as application/octet-stream; the server sniffs the
-first bytes (mediasrv.content_types.sniff) and stores the real type, or refuses with 400 when
+first bytes (mediasrv.core.files.content_types.sniff) and stores the real type, or refuses with 400 when
 the bytes match no allowed type with a signature. Real app, real HTTP, real SQLite and files.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from mediasrv import content_types
-from mediasrv.content_types import AllowList, resolve_sniffed, sniff
-from mediasrv.errors import BadRequest
+from mediasrv.core.errors import BadRequest
+from mediasrv.core.files import content_types
+from mediasrv.core.files.content_types import AllowList, resolve_sniffed, sniff
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body

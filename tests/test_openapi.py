@@ -1,4 +1,4 @@
-"""The OpenAPI document and the for-agents discovery document (mediasrv.openapi)."""
+"""The OpenAPI document and the for-agents discovery document (mediasrv.web.openapi)."""
 from __future__ import annotations
 
 import copy
@@ -9,7 +9,7 @@ import orjson
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
-from mediasrv.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
+from mediasrv.web.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
 
 PUBLIC_URL = "https://media.example.test"
 TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",

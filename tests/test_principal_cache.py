@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from mediasrv.principals import CredentialLookups, ForgetfulMeta
+from mediasrv.core.credentials.principals import CredentialLookups, ForgetfulMeta
 from store.models import ApiKey, User
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
@@ -101,7 +101,7 @@ def test_a_token_signature_is_checked_once_but_its_expiry_every_time(monkeypatch
     import jwt
     import pytest
 
-    from mediasrv import tokens
+    from mediasrv.core.credentials import tokens
 
     clock = Clock()
     clock.now = 1_700_000_000.0

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from mediasrv.openapi import build_openapi
-from mediasrv.reference_page import render_reference
+from mediasrv.web.openapi import build_openapi
+from mediasrv.web.reference_page import render_reference
 from tests.conftest import Api
 
 

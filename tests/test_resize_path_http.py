@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tornado.web
 
-from mediasrv.app import Runtime
+from mediasrv.web.app import Runtime
 from tests.conftest import Api, insert_file
 from tests.test_image_jobs import (  # noqa: F401  (fixtures used by name)
     GatedRunner,
@@ -91,7 +91,7 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
 
 
 def test_jpeg_shrink_on_load_is_the_largest_that_leaves_a_final_step() -> None:
-    from mediasrv.imaging import ImageInfo, jpeg_shrink
+    from mediasrv.images.imaging import ImageInfo, jpeg_shrink
 
     photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
     assert jpeg_shrink(photo, (400, 10_000_000)) == 8  # libvips' thumbnail alone stops at 4
@@ -111,7 +111,7 @@ def test_shrunk_jpeg_decodes_to_the_exact_fitted_size(orientation: int) -> None:
     import pyvips
     from PIL import Image
 
-    from mediasrv import imaging
+    from mediasrv.images import imaging
 
     imaging.init_vips(50_000_000)
     exif = Image.Exif()

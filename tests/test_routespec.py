@@ -1,4 +1,4 @@
-"""The route specification (mediasrv.routespec) and everything derived from it.
+"""The route specification (mediasrv.web.routespec) and everything derived from it.
 
 Units: the documents are byte-identical to the snapshot taken before the specification
 existed, the specification refuses contradictions, the route table is today's and refuses
@@ -20,9 +20,22 @@ import pytest
 import tornado.web
 
 from handlers import account, reference
-from mediasrv.app import Runtime, check_bindings
-from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS
-from mediasrv.routespec import ANY, JWT, LIMITS, NONE, OPTIONAL, PATHS, SPEC, Limit, Route, by_path, check, path_regex
+from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS
+from mediasrv.web.app import Runtime, check_bindings
+from mediasrv.web.routespec import (
+    ANY,
+    JWT,
+    LIMITS,
+    NONE,
+    OPTIONAL,
+    PATHS,
+    SPEC,
+    Limit,
+    Route,
+    by_path,
+    check,
+    path_regex,
+)
 from tests.conftest import Api, body
 from tests.snapshots import route_documents
 
@@ -53,14 +66,14 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_layers_point_one_way() -> None:
-    """The specification is pure data; of the core, only app.py (which binds paths to handler
-    classes) imports handlers/."""
-    core = Path(__file__).resolve().parent.parent / "mediasrv"
-    spec_imports = _imports(core / "routespec.py")
+    """The specification is pure data; of the package, only web/app.py (which binds paths to
+    handler classes) imports handlers/."""
+    package = Path(__file__).resolve().parent.parent / "mediasrv"
+    spec_imports = _imports(package / "web" / "routespec.py")
     assert not {n for n in spec_imports if n.startswith(("mediasrv", "handlers", "store"))}, spec_imports
-    for path in sorted(core.glob("*.py")):
-        if path.name != "app.py":
-            assert not {n for n in _imports(path) if n.startswith("handlers")}, path.name
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).as_posix() != "web/app.py":
+            assert not {n for n in _imports(path) if n.startswith("handlers")}, path
 
 
 def _route(**changes: Any) -> Route:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from mediasrv.settings import Settings
+from mediasrv.core.settings import Settings
 
 MEDIASRV = shutil.which("mediasrv", path=os.path.dirname(sys.executable)) or "mediasrv"
 START_TIMEOUT_S = 20.0

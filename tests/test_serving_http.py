@@ -26,7 +26,7 @@ import tornado.web
 from PIL import Image
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.timeutil import parse_iso
+from mediasrv.core.timeutil import parse_iso
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body, insert_file

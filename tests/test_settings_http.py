@@ -12,7 +12,7 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
-from mediasrv.settings import Settings
+from mediasrv.core.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
@@ -285,8 +285,8 @@ async def test_a_squatter_cannot_activate_a_hostname(api: Api, local_dns: LocalD
     assert body(r)["custom_domain"]["verification_status"] == "pending" and body(r)["public_url_base"] is None
     # The operator rejects the claim: the hostname is free for its owner, who proves it.
     meta = stores[0]
-    from mediasrv.custom_domains import DomainService
-    from mediasrv.domains import ManualProvider
+    from mediasrv.core.domains.custom import DomainService
+    from mediasrv.core.domains.providers import ManualProvider
     await DomainService(meta, ManualProvider()).reject("shop.example.test")
     assert (await get_settings(api, squatter))["custom_domain"] is None
     assert (await patch(api, owner, {"custom_domain": "shop.example.test"})).code == 200

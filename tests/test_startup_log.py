@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mediasrv.settings import Settings
-from mediasrv.startup_log import mail_mode, public_url_warning
+from mediasrv.cli.startup_log import mail_mode, public_url_warning
+from mediasrv.core.settings import Settings
 from tests.test_server import MEDIASRV, START_TIMEOUT_S, Server, base_env, free_port
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.errors import Conflict, NotFound, StoreUnavailable, for_store_error
+from mediasrv.core.errors import Conflict, NotFound, StoreUnavailable, for_store_error
 from store import errors as store_errors
 from store.base import validate_key
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.errors import StoreUnavailable
-from mediasrv.storeguard import StoreGuard
-from mediasrv.sweep import MIN_ALLOWANCE, Sweeper, SweepPolicy
+from mediasrv.core.errors import StoreUnavailable
+from mediasrv.core.storeguard import StoreGuard
+from mediasrv.core.sweep import MIN_ALLOWANCE, Sweeper, SweepPolicy
 from store import errors as store_errors
 from store.fs import FsBlobStore
 from store.models import FileRecord, User

@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 import pytest
 
-from mediasrv import apikeys, tokens
-from mediasrv.auth import Authenticator, _credential
-from mediasrv.errors import BadRequest, TokenExpired, Unauthorized
-from mediasrv.passwords import MAX_BYTES, MIN_CHARS, PasswordHasher, validate_password
-from mediasrv.timeutil import now_iso
+from mediasrv.core.credentials import apikeys, tokens
+from mediasrv.core.credentials.auth import Authenticator, _credential
+from mediasrv.core.credentials.passwords import MAX_BYTES, MIN_CHARS, PasswordHasher, validate_password
+from mediasrv.core.errors import BadRequest, TokenExpired, Unauthorized
+from mediasrv.core.timeutil import now_iso
 from store.models import ApiKey, User
 from store.sqlite import SqliteMetaStore
 

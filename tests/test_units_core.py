@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from mediasrv import recorders
-from mediasrv.ratelimit import IP_LIMITS, USER_LIMITS, WINDOW_S, RateLimiter
-from mediasrv.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
-from mediasrv.server import StartupError, load_secret
-from mediasrv.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
-from mediasrv.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
+from mediasrv.cli.server import StartupError, load_secret
+from mediasrv.core import recorders
+from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS, WINDOW_S, RateLimiter
+from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.core.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
+from mediasrv.core.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from store.models import LogEntry, UsageCounts
 
 UTC = dt.UTC

@@ -12,11 +12,17 @@ from typing import Any
 import pytest
 
 from handlers.files import _file_name
-from mediasrv import content_types
-from mediasrv.content_types import NEVER_ALLOWED, AllowList, check_signature, normalize, signature_bytes_needed
-from mediasrv.errors import BadRequest, Forbidden, PayloadTooLarge
-from mediasrv.timeutil import now_iso
-from mediasrv.uploads import Upload, UploadLimits
+from mediasrv.core.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.core.files import content_types
+from mediasrv.core.files.content_types import (
+    NEVER_ALLOWED,
+    AllowList,
+    check_signature,
+    normalize,
+    signature_bytes_needed,
+)
+from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.timeutil import now_iso
 from store.fs import FsBlobStore
 from store.models import FileQuery, FileRecord, User
 from store.sqlite import SqliteMetaStore

@@ -1,4 +1,4 @@
-"""Unit tests of the serving helpers: mediasrv.http_headers and mediasrv.media.
+"""Unit tests of the serving helpers: mediasrv.web.http_headers and mediasrv.core.delivery.caches.
 
 Pure functions and small in-memory structures, tested without Tornado or a server.
 """
@@ -15,8 +15,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from mediasrv.errors import ServerBusy
-from mediasrv.http_headers import (
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.delivery.caches import FileCache, ResultCache
+from mediasrv.core.errors import ServerBusy
+from mediasrv.images.slots import ResizePool
+from mediasrv.web.http_headers import (
     Unsatisfiable,
     content_disposition,
     etag_matches,
@@ -24,7 +27,6 @@ from mediasrv.http_headers import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.media import FileCache, ResizePool, ResultCache, UrlSigner
 from store.models import FileRecord
 
 # ---------------------------------------------------------------------------- parse_range

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from moto.server import ThreadedMotoServer
 
-from mediasrv.app import Runtime
+from mediasrv.web.app import Runtime
 from store.s3 import PART_SIZE, S3BlobStore
 from tests.backends import servers
 from tests.conftest import Api, body

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mediasrv.migrate import Progress, migrate
+from mediasrv.core.migrate import Progress, migrate
 from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.models import ApiKey, CustomDomain, FileQuery, LogEntry, UsageCounts

@@ -1,5 +1,5 @@
 """The OpenAPI and for-agents documents for two sets of inputs, snapshotted from the code as it
-was before the route specification (``mediasrv.routespec``) replaced the four route tables.
+was before the route specification (``mediasrv.web.routespec``) replaced the four route tables.
 
 ``tests/test_routespec.py`` compares today's documents with ``route_documents.json`` byte for
 byte. Regenerate it only for an intended change of the documents, and review the diff:
@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from mediasrv.openapi import build_for_agents, build_openapi
+from mediasrv.web.openapi import build_for_agents, build_openapi
 
 SNAPSHOT = Path(__file__).with_name("route_documents.json")
 CASES: dict[str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv import timeutil
+from mediasrv.core import timeutil
 from store.base import DuplicateError, MetaStore
 from store.errors import StoreUnavailable
 from store.models import AccountPlan, ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User

@@ -1,0 +1,481 @@
+"""``mediasrv serve`` and ``mediasrv sweep``: the start-up chain and graceful shutdown.
+
+serve: settings -> logging -> secret -> imaging -> stores -> app -> listen -> wait for a
+signal -> stop accepting -> finish requests in flight (at most 10 s) -> flush counters and
+logs -> close stores -> exit 0. Each step is a small function, testable alone.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import logging
+import logging.handlers
+import os
+import queue
+import secrets
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import tornado.httpserver
+import tornado.web
+
+from mediasrv.cli import admin as cli_admin
+from mediasrv.cli import upload as cli_upload
+from mediasrv.cli import workers
+from mediasrv.cli.startup_log import log_startup
+from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.mail import MailQueue, make_mailer
+from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.core.stores import describe, make_stores
+from mediasrv.core.sweep import Sweeper, SweepPolicy
+from mediasrv.images import allocator, imaging
+from mediasrv.version import version
+from mediasrv.web.accesslog import AccessLog
+from mediasrv.web.app import Runtime, make_app
+from mediasrv.web.connections import (
+    FD_HEADROOM_MIN,
+    ConnectionLimits,
+    GuardedHTTPServer,
+    default_max_connections,
+    raise_fd_limit,
+)
+from mediasrv.web.http_limits import HEADER_READ_LIMIT, RequestLimits
+from mediasrv.web.metrics import Metrics, chain, metrics_app
+from store.base import BlobStore, MetaStore
+from store.errors import StoreError
+
+log = logging.getLogger("mediasrv")
+DRAIN_S = 10.0
+"""Requests in flight may take this long to finish after SIGTERM (operator contract)."""
+CLOSE_CONNECTIONS_S, FLUSH_S, MAIL_S = 1.0, 2.0, 5.0
+SHUTDOWN_S = 14.0
+"""SIGTERM to exit at most (plus the store's close), under supervisord's stopwaitsecs=20."""
+JSON_BODY_LIMIT = 1024 * 1024
+SWEEP_INTERVAL_S = 3600.0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "upload":  # a client: none of the server's settings apply
+        sys.exit(cli_upload.run(args))
+    try:
+        settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
+                                     port=getattr(args, "port", 8080)).validate()
+    except SettingsError as exc:
+        print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
+        sys.exit(2)
+    listener = configure_logging(settings.log_level)
+    if args.command in cli_admin.COMMANDS:
+        sys.exit(cli_admin.run(args, settings))
+    runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
+              "sweep": lambda s: sweep_once(s, force=args.force, purge=args.purge_quarantine)}[args.command]
+    try:
+        if args.command == "serve" and args.workers > 1:
+            code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
+                               configure_logging=configure_logging, listener=listener)
+        else:
+            code = asyncio.run(runner(settings))
+    except StartupError as exc:
+        print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code)
+
+
+class StartupError(RuntimeError):
+    """The server cannot start (data directory unusable, address in use); the message says why."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
+    parser.add_argument("--version", action="version", version=f"mediasrv {version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog="environment variables:\n" + Settings.help_text())
+    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve_cmd.add_argument("--workers", type=_workers_arg, default=1,
+                           help="processes serving the same port (SO_REUSEPORT), each one event loop; "
+                                "caches and per-IP rate limits are then per worker (default 1)")
+    sweep_cmd = sub.add_parser(
+        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="environment variables:\n" + Settings.help_text())
+    sweep_cmd.add_argument("--force", action="store_true",
+                           help="the database is the right one: quarantine every unreferenced blob past the "
+                                "grace period, even on an empty database or beyond MEDIASRV_SWEEP_MAX_SHARE")
+    sweep_cmd.add_argument("--purge-quarantine", action="store_true",
+                           help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
+    cli_upload.add_parser(sub)
+    cli_admin.add_parsers(sub, "environment variables:\n" + Settings.help_text())
+    migrate_cmd = sub.add_parser(
+        "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
+        "idempotent and resumable, run with every server stopped",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="--to backends copies DATA_DIR into MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET;\n"
+               "--to embedded copies them back into DATA_DIR.\n\nenvironment variables:\n"
+               + Settings.help_text())
+    migrate_cmd.add_argument("--to", choices=["backends", "embedded"], required=True,
+                             help="direction of the copy")
+    sub.add_parser("reconcile", help="recompute every account's storage and file counters from its "
+                   "files, then exit (run with no upload in flight in any process)",
+                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                   epilog="environment variables:\n" + Settings.help_text())
+    return parser
+
+
+def _workers_arg(value: str) -> int:
+    n = int(value) if value.isdigit() else 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"must be 1..64, not {value!r}")
+    return n
+
+
+def configure_logging(level: str) -> logging.handlers.QueueListener:
+    """Log lines are written to stderr by a thread of their own, never by the event loop.
+
+    The loop only builds a record and puts it on a queue (the access log runs once per
+    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
+    request). The listener is stopped, and the queue flushed, when the process exits.
+    """
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, logging.handlers.QueueHandler)]:
+        root.removeHandler(handler)  # again in a forked worker: the parent's thread is not there
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
+    root.setLevel(level)
+    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    listener.start()
+    atexit.register(_stop_listener, listener)
+    return listener
+
+
+def _stop_listener(listener: logging.handlers.QueueListener) -> None:
+    if listener._thread is not None:  # stopped already (before a fork), or never started here
+        listener.stop()
+
+
+MIN_STORED_SECRET_CHARS = 32
+
+
+def load_secret(settings: Settings) -> str:
+    """MEDIASRV_JWT_SECRET, or one generated once and kept in DATA_DIR with mode 0600.
+
+    The file appears whole or not at all (written aside, then linked into place), so a crash
+    or a second server starting at the same moment never leaves an empty or a different key.
+    """
+    if settings.jwt_secret:
+        return settings.jwt_secret
+    path = settings.data_dir / "jwt_secret"
+    if not path.exists():
+        settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temp = settings.data_dir / f".jwt_secret-{secrets.token_hex(8)}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(48))
+                fh.flush()
+                os.fsync(fh.fileno())
+            with contextlib.suppress(FileExistsError):  # another server won the race: use its key
+                os.link(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+    if os.stat(path).st_mode & 0o077:
+        log.warning("%s was readable by other users; restricting it to mode 0600", path)
+        os.chmod(path, 0o600)
+    secret = path.read_text().strip()
+    if len(secret) < MIN_STORED_SECRET_CHARS:
+        raise StartupError(f"{path} holds no usable key (empty or too short); remove it to generate a "
+                           "new one (existing sessions end) or set MEDIASRV_JWT_SECRET")
+    return secret
+
+
+@dataclass
+class Running:
+    server: tornado.httpserver.HTTPServer
+    runtime: Runtime
+    meta: MetaStore
+    blobs: BlobStore
+    sweeper: Sweeper
+    metrics_server: tornado.httpserver.HTTPServer | None = None
+    access_log: AccessLog | None = None
+
+
+async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
+    """Both stores, open; StartupError (with both closed again) when the data dir is unusable."""
+    meta, blobs = make_stores(settings)
+    try:
+        await meta.open()
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
+    except (StoreError, RuntimeError) as exc:
+        if settings.meta_backend == "sqlite":
+            where = getattr(meta, "path", settings.data_dir)
+            raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
+                               "(restore it from a backup)") from exc
+        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
+    try:
+        await blobs.open()
+    except (OSError, StoreError) as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
+    return meta, blobs
+
+
+def _cause(exc: BaseException) -> str:
+    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
+    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+    return str(inner) or type(inner).__name__
+
+
+def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
+    return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
+
+
+def connection_limits(settings: Settings) -> ConnectionLimits:
+    """Raise the descriptor limit, then size the connection caps from the settings and it."""
+    old, fd_limit = raise_fd_limit()
+    cap = settings.max_connections or default_max_connections(fd_limit)
+    if cap > fd_limit - FD_HEADROOM_MIN:
+        log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
+                    "accepting will pause when descriptors run out", cap, fd_limit)
+    per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
+    log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+    return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
+
+
+def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
+    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end.
+    Request-size limits are answered in JSON by ``RequestLimits`` (mediasrv.web.http_limits), which
+    needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431."""
+    return GuardedHTTPServer(RequestLimits(app, body_limit=JSON_BODY_LIMIT), limits=connection_limits(settings),
+                             max_body_size=JSON_BODY_LIMIT, max_header_size=HEADER_READ_LIMIT,
+                             idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
+
+
+async def start(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> Running:
+    """Open the stores, build the app, listen. Raises on any failure to start.
+
+    A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT, shared by
+    all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
+    the start-up reconcile, which the parent ran before forking.
+
+    MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
+    sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
+    DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
+    while another has uploads in flight would drop their quota reservations.
+    """
+    secret: str | None = None
+    if settings.jwt_secret or settings.meta_backend == "sqlite":
+        try:
+            secret = await asyncio.to_thread(load_secret, settings)
+        except OSError as exc:
+            raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+    meta, blobs = await open_stores(settings)
+    if secret is None:
+        secret = await shared_secret(meta, blobs)
+    imaging.init_vips(settings.max_image_pixels)
+    allocator.tune()  # before the resize threads exist: freed image memory goes back
+    if settings.meta_backend == "sqlite" and sockets is None and settings.housekeeping == "full":
+        # Embedded means one process: counters are exact after any crash. A shared database
+        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`
+        # (run once before the processes start, and MEDIASRV_HOUSEKEEPING=sweep or none).
+        try:
+            await meta.reconcile_usage()
+        except StoreError as exc:
+            await blobs.close()
+            await meta.close()
+            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+    mail = MailQueue(make_mailer(settings))
+    app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
+                            domain_provider=make_provider(settings), jwt_secret=secret)
+    access_log = AccessLog()
+    app.settings["log_function"] = access_log
+    server = make_server(app, settings)
+    metrics_server = None
+    where = f"{settings.host}:{settings.port}"
+    try:
+        if sockets is not None:
+            server.add_sockets(sockets)
+        else:
+            server.listen(settings.port, settings.host)
+        if settings.metrics_port is not None:
+            where = f"127.0.0.1:{settings.metrics_port} (MEDIASRV_METRICS_PORT)"
+            metrics_server = start_metrics(app, runtime, settings.metrics_port)
+    except OSError as exc:
+        server.stop()
+        await runtime.stop()
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    log_startup(settings, meta, blobs)
+    runtime.flusher.start()
+    runtime.guard.start()
+    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
+    if primary and settings.housekeeping != "none":
+        sweeper.start_periodic(SWEEP_INTERVAL_S)
+    log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
+             settings.public_url)
+    access_log.start()
+    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
+                   metrics_server=metrics_server, access_log=access_log)
+
+
+def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
+    """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
+    metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
+    metrics_server.listen(port, "127.0.0.1")
+    log.info("metrics at http://127.0.0.1:%d/metrics", port)
+    return metrics_server
+
+
+async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
+    """Stop accepting, let requests finish (at most 10 s), flush, close: all within
+    SHUTDOWN_S, so that a supervisor's stop wait (supervisord.conf: 20 s) never kills us.
+
+    Every step after the drain has its own deadline; a metadata store that does not answer
+    (e.g. SQLite locked by another process) costs at most FLUSH_S, and what could not be
+    flushed is logged as lost with counts.
+    """
+    t0 = time.monotonic()
+    running.server.stop()
+    if running.metrics_server is not None:
+        running.metrics_server.stop()
+    drained = t0 + drain_s
+    while running.runtime.inflight.count > 0 and time.monotonic() < drained:
+        await asyncio.sleep(0.05)
+    # Close kept-alive connections before the last flush, so that no request arrives on one
+    # after it (its log entry would be lost, and it could meet a closed pool or store).
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(running.server.close_all_connections(), timeout=CLOSE_CONNECTIONS_S)
+    await running.sweeper.stop()
+    left = max(0.5, SHUTDOWN_S - (time.monotonic() - t0))
+    flush_s = min(FLUSH_S, left / 2)
+    await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))
+    await running.blobs.close()
+    await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
+    if running.access_log is not None:
+        running.access_log.stop()
+
+
+async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,
+                primary: bool = True) -> int:
+    # The handlers go in before anything starts: a SIGTERM while the stores open or just after
+    # "listening" is logged (a supervisor may take that line as ready) is a clean stop, not a kill.
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    running = await start(settings, sockets=sockets, primary=primary)
+    if workers.stop_requested():  # a worker told to stop while it was starting
+        stopping.set()
+    await stopping.wait()
+    log.info("shutting down: finishing requests in flight")
+    await stop(running)
+    log.info("stopped")
+    return 0
+
+
+async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
+    """The signing key every process sharing a MongoDB database uses: generated by the first."""
+    get = getattr(meta, "shared_secret", None)
+    if get is None:
+        raise StartupError("this metadata store cannot keep a shared secret; set MEDIASRV_JWT_SECRET")
+    try:
+        return str(await get("jwt", secrets.token_urlsafe(48)))
+    except StoreError as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"cannot read the shared JWT secret: {exc}") from exc
+
+
+async def migrate_once(settings: Settings, to: str) -> int:
+    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.core.migrate``."""
+    from mediasrv.core.migrate import Progress, migrate
+    from mediasrv.core.stores import make_blobs, make_meta
+    from store.fs import FsBlobStore
+    from store.sqlite import SqliteMetaStore
+
+    if not (settings.mongodb_url or settings.s3_bucket):
+        raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
+    embedded = (SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir))
+    remote = (make_meta(settings) if settings.mongodb_url else None,
+              make_blobs(settings) if settings.s3_bucket else None)
+    source, target = (embedded, remote) if to == "backends" else (remote, embedded)
+    meta_pair = (source[0], target[0]) if remote[0] is not None else (embedded[0], None)
+    blob_pair = (source[1], target[1]) if remote[1] is not None else (embedded[1], None)
+    opened: list[Any] = []
+    try:
+        for store in {id(s): s for s in (*meta_pair, *blob_pair) if s is not None}.values():
+            await store.open()
+            opened.append(store)
+        report = await migrate(meta_pair[0], blob_pair[0], meta_pair[1], blob_pair[1], Progress())  # type: ignore[arg-type]
+    except StoreError as exc:
+        raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
+    finally:
+        for store in reversed(opened):
+            await store.close()
+    print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
+          + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
+    return 0
+
+
+async def reconcile_once(settings: Settings) -> int:
+    """``mediasrv reconcile``: counters from the file records (drops leaked reservations)."""
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+        print("storage and file counters recomputed from the file records")
+    finally:
+        await blobs.close()
+        await meta.close()
+    return 0
+
+
+async def _reconcile_before_fork(settings: Settings) -> None:
+    """``--workers``: the embedded store's start-up reconcile, once, before the workers exist
+    (MEDIASRV_HOUSEKEEPING=full only)."""
+    if settings.meta_backend != "sqlite" or settings.housekeeping != "full":
+        return
+    meta, blobs = await open_stores(settings)
+    try:
+        await meta.reconcile_usage()
+    except StoreError as exc:
+        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+    finally:
+        await blobs.close()
+        await meta.close()
+
+
+async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:
+    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log)."""
+    meta, blobs = await open_stores(settings)
+    try:
+        report = await Sweeper(meta, blobs, sweep_policy(settings, force)).run()
+        print(f"quarantined {report.orphan_blobs} orphan blobs, removed {report.temp_files} temp files and "
+              f"{report.old_logs} old log entries")
+        if report.predating:
+            print(f"left {report.predating} unreferenced blobs older than the database alone")
+        if report.refused:
+            print(f"refused: {report.refused}")
+        if purge:
+            purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
+            print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
+    finally:
+        await blobs.close()
+        await meta.close()
+    return 3 if report.refused else 0
+

@@ -1,0 +1,74 @@
+"""What ``mediasrv serve`` says when it starts: where the data is, which stores and mail mode,
+which public URL goes into links, and a warning when that URL cannot work for anyone else.
+
+Binding all interfaces (0.0.0.0, ::) without MEDIASRV_PUBLIC_URL puts ``http://0.0.0.0:PORT``
+into every e-mail link and ``public_url``; a loopback public URL on a public listener is the
+same mistake in another form. Both are legal (a proxy may rewrite), so they warn, not refuse.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+from urllib.parse import urlsplit, urlunsplit
+
+from mediasrv.core.settings import Settings
+
+log = logging.getLogger("mediasrv")
+ALL_INTERFACES = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
+
+
+def _mask(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:********@{parts.netloc.rpartition('@')[2]}"))
+
+
+def describe_stores(settings: Settings, meta: object, blobs: object) -> tuple[str, str]:
+    """(metadata, blobs) in words, from the store objects the server actually opened."""
+    path = getattr(meta, "path", None)
+    meta_text = f"SQLite {path}" if path is not None else f"{type(meta).__name__}"
+    if settings.mongodb_url and path is None:
+        meta_text += f" ({_mask(settings.mongodb_url)})"
+    root = getattr(blobs, "root", None)
+    blob_text = f"files under {root}/blobs" if root is not None else type(blobs).__name__
+    if settings.s3_bucket and root is None:
+        blob_text += f" (bucket {settings.s3_bucket})"
+    return meta_text, blob_text
+
+
+def mail_mode(settings: Settings) -> str:
+    if settings.smtp_url:
+        return f"SMTP {_mask(settings.smtp_url)}"
+    return f"outbox {settings.data_dir / 'outbox'} (no MEDIASRV_SMTP_URL: e-mails are written as files)"
+
+
+def public_url_warning(settings: Settings) -> str | None:
+    """Why the public URL will not work for clients, or None."""
+    if settings.host.strip() not in ALL_INTERFACES:
+        return None
+    host = (urlsplit(settings.public_url).hostname or "").lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None and address.is_unspecified:
+        kind = "a wildcard address"
+    elif host == "localhost" or host.endswith(".localhost") or (address is not None and address.is_loopback):
+        kind = "a loopback address"
+    else:
+        return None
+    return (f"MEDIASRV_PUBLIC_URL is {settings.public_url}, {kind}, while listening on all interfaces: "
+            "links in e-mails and public_url will not work for clients; set MEDIASRV_PUBLIC_URL to the "
+            "address clients use (e.g. https://media.example.com)")
+
+
+def log_startup(settings: Settings, meta: object, blobs: object) -> None:
+    meta_text, blob_text = describe_stores(settings, meta, blobs)
+    log.info("data directory %s", settings.data_dir.resolve())
+    log.info("metadata: %s; blobs: %s", meta_text, blob_text)
+    log.info("mail: %s", mail_mode(settings))
+    log.info("public URL %s", settings.public_url)
+    warning = public_url_warning(settings)
+    if warning:
+        log.warning("%s", warning)

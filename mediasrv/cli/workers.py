@@ -1,0 +1,130 @@
+"""``mediasrv serve --workers N``: N processes on one port, each a single-threaded event loop
+as with one worker.
+
+The parent binds the listening socket(s) with SO_REUSEPORT, runs what must run once (the
+start-up usage reconcile), then forks the workers, which share the bound sockets (the kernel
+spreads connections over the processes that accept on them). Only worker 0 runs the
+periodic sweep. SIGTERM or SIGINT to the parent is passed on to every worker, each drains
+its requests as a single server does (10 s, operator contract), and the parent exits 0 once
+all have exited 0. If a worker dies on its own, the others are stopped too and the exit
+status is 1 (the supervisor restarts the whole group, never a half of it).
+
+Per process, not shared: the record, body and result caches, the credential cache (a
+change made through one worker reaches the others within MEDIASRV_CREDENTIAL_CACHE_TTL),
+resize slots and memory budget (per worker: N x the settings in all), and the rate-limit
+counters: a per-IP limit is per worker, so a client may get up to N times it, unless the
+nginx sidecar hashes each client to one upstream. The fork happens before any thread or
+event loop exists in the parent (the log thread is stopped first and restarted after).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from types import FrameType
+
+import tornado.netutil
+
+from mediasrv.core.settings import Settings
+
+log = logging.getLogger("mediasrv")
+
+Serve = Callable[..., Awaitable[int]]
+
+
+def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[Settings], Awaitable[None]],
+        configure_logging: Callable[[str], logging.handlers.QueueListener],
+        listener: logging.handlers.QueueListener) -> int:
+    """Bind, reconcile once, fork ``workers`` children, supervise them; the exit status."""
+    asyncio.run(reconcile(settings))  # stores opened and closed again: no thread survives it
+    sockets = bind(settings)
+    listener.stop()  # no thread may be running across fork()
+    children: dict[int, int] = {}
+    for index in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            _child(settings, sockets, index, serve, configure_logging)  # never returns
+        children[pid] = index
+    configure_logging(settings.log_level)
+    for sock in sockets:
+        sock.close()  # the workers hold them now
+    return _supervise(children)
+
+
+def bind(settings: Settings) -> list[socket.socket]:
+    """The listening sockets of ``settings.host``:``settings.port``, SO_REUSEPORT set."""
+    try:
+        return tornado.netutil.bind_sockets(settings.port, settings.host, reuse_port=True)
+    except OSError as exc:
+        from mediasrv.cli.server import StartupError
+        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
+
+
+_EARLY_STOP: list[bool] = []
+
+
+def stop_requested() -> bool:
+    """A stop signal reached this worker before its event loop could handle it."""
+    return bool(_EARLY_STOP)
+
+
+def _child(settings: Settings, sockets: list[socket.socket], index: int, serve: Serve,
+           configure_logging: Callable[[str], logging.handlers.QueueListener]) -> None:
+    code = 1
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # Until serve() has its own handlers: remember the signal (see stop_requested).
+            signal.signal(sig, lambda _signum, _frame: _EARLY_STOP.append(True))
+        listener = configure_logging(settings.log_level)
+        try:
+            code = asyncio.run(serve(settings, sockets=sockets, primary=index == 0))
+        finally:
+            listener.stop()
+    except BaseException as exc:
+        print(f"mediasrv: worker {index} failed: {exc}", file=sys.stderr)
+    finally:
+        sys.stderr.flush()
+        os._exit(code)  # never run the parent's code (atexit, its loop) in a child
+
+
+def _supervise(children: dict[int, int]) -> int:
+    stopping = False
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        _signal_all(children, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    status = 0
+    while children:
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        index = children.pop(pid, None)
+        if index is None:
+            continue
+        code = os.waitstatus_to_exitcode(wait_status)
+        if code != 0:
+            status = 1
+            log.error("worker %d (pid %d) exited with status %d", index, pid, code)
+        if not stopping:
+            stopping = True  # one worker gone by itself: stop the others, let the supervisor restart
+            log.error("worker %d (pid %d) stopped unexpectedly; stopping the others", index, pid)
+            status = 1
+            _signal_all(children, signal.SIGTERM)
+    log.info("all workers stopped")
+    return status
+
+
+def _signal_all(children: dict[int, int], signum: int) -> None:
+    for pid in list(children):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)

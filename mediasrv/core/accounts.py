@@ -1,0 +1,228 @@
+"""Accounts and sessions: register, confirm by e-mail, log in, refresh, reset the password.
+
+Responses never tell whether an e-mail has an account beyond what the interface requires
+(login before confirmation is 403 EMAIL_NOT_VERIFIED by contract): a duplicate registration
+gets the same 201 shape and a notice goes to the real owner instead; forgot-password answers
+the same for every address; every password check costs one bcrypt run.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import orjson
+
+from mediasrv.core.credentials import tokens
+from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
+from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
+from mediasrv.core.mail import MailQueue, Message
+from mediasrv.core.settings import Settings
+from mediasrv.core.timeutil import iso, now, now_iso
+from store.base import DuplicateError, MetaStore
+from store.models import User
+
+_EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+CONFIRM_TTL = dt.timedelta(hours=48)
+RESET_TTL = dt.timedelta(hours=1)
+CONFIRMED_FRAGMENT = "#/confirmed"
+"""Appended to the dashboard URL after confirmation: the dashboard then says so."""
+REGISTERED = "Registration received. Check your e-mail for a confirmation link."
+RESET_SENT = "If an account exists for that address, a password reset link has been sent."
+
+
+def normalize_email(value: object) -> str:
+    """Lower-cased, trimmed address; BadRequest when it is not one."""
+    if not isinstance(value, str):
+        raise BadRequest("email must be a string", code="INVALID_EMAIL")
+    email = value.strip().lower()
+    if len(email) > 254 or not _EMAIL_RE.match(email):
+        raise BadRequest("email is not a valid address", code="INVALID_EMAIL")
+    return email
+
+
+@dataclass(frozen=True)
+class Session:
+    body: dict[str, Any]
+    user_id: str
+
+
+class AccountService:
+    """The account state machine of the interface, over a MetaStore."""
+
+    def __init__(self, settings: Settings, meta: MetaStore, hasher: PasswordHasher,
+                 jwt_codec: tokens.JwtCodec, mail: MailQueue) -> None:
+        self._settings = settings
+        self._meta = meta
+        self._hasher = hasher
+        self._jwt = jwt_codec
+        self._mail = mail
+
+    async def register(self, email_value: object, password_value: object,
+                       redirect_value: object = None) -> dict[str, Any]:
+        email = normalize_email(email_value)
+        password = validate_password(password_value)
+        redirect_to = self._check_redirect(redirect_value)
+        password_hash = await self._hasher.hash(password)  # also for duplicates: same timing
+        user = self._new_user(email, password_hash)
+        try:
+            await self._meta.create_user(user)
+        except DuplicateError:
+            await self._notify_existing(email, redirect_to, password_hash)
+            return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
+        await self._send_confirmation(user, redirect_to)
+        return {"message": REGISTERED, "user": {"id": user.id, "email": email}}
+
+    async def confirm(self, token: str) -> str:
+        """Confirm the account; the URL to redirect to."""
+        found = await self._meta.consume_token("confirm", tokens.digest(token), now_iso()) if token else None
+        if found is None:
+            raise BadRequest("This confirmation link is invalid, used or expired", code="INVALID_TOKEN")
+        user_id, data = found
+        redirect_to, password_hash = _confirm_data(data)
+        at = now_iso()
+        user = await self._meta.get_user(user_id)
+        if password_hash and user is not None and not user.email_verified_at:
+            # A repeated registration of a pending account: the link sets the password of the
+            # registration that sent it, so whoever registered the address first cannot keep it.
+            await self._meta.set_password(user_id, password_hash, at)
+        await self._meta.mark_email_verified(user_id, at)
+        await self._meta.revoke_tokens("confirm", user_id)  # other pending links die with this one
+        return redirect_to or self._settings.dashboard_url + CONFIRMED_FRAGMENT
+
+    async def login(self, email_value: object, password_value: object) -> Session:
+        if not isinstance(email_value, str) or not isinstance(password_value, str):
+            raise BadRequest("email and password must be strings", code="INVALID_CREDENTIALS_FORMAT")
+        email = email_value.strip().lower()
+        user = await self._meta.get_user_by_email(email) if len(email) <= 254 else None
+        ok = await self._hasher.verify(password_value, user.password_hash if user else None)
+        if user is not None and not user.email_verified_at:
+            raise Forbidden("Confirm your e-mail address before logging in", code="EMAIL_NOT_VERIFIED")
+        if user is None or not ok:
+            raise Unauthorized("Invalid email or password", code="INVALID_CREDENTIALS")
+        return await self._session(user)
+
+    async def refresh(self, token_value: object) -> Session:
+        """Trade a refresh token for a new session; the old token is retired."""
+        if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
+            raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
+        found = await self._meta.consume_token("refresh", tokens.digest(token_value), now_iso())
+        user = await self._meta.get_user(found[0]) if found else None
+        if user is None or not user.email_verified_at:
+            raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
+        return await self._session(user)
+
+    async def logout(self, token_value: object) -> None:
+        """Retire a refresh token. Unknown, used or expired tokens are fine: the outcome is the same."""
+        if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
+            raise BadRequest("refresh_token must be a string", code="INVALID_TOKEN")
+        await self._meta.consume_token("refresh", tokens.digest(token_value), now_iso())
+
+    async def forgot_password(self, email_value: object) -> dict[str, str]:
+        email = normalize_email(email_value)
+        user = await self._meta.get_user_by_email(email)
+        if user is not None:
+            token = tokens.new_opaque_token()
+            await self._meta.put_token("reset", tokens.digest(token), user.id, iso(now() + RESET_TTL))
+            link = self._link("/auth/reset-password", token)
+            self._mail.submit(Message(to=email, subject="Reset your password", text=(
+                "Someone asked to reset the password of your account.\n\n"
+                f"To choose a new password, send the token below to POST /auth/reset-password, "
+                f"or open:\n\n{link}\n\nThe link works once and expires in one hour. "
+                "If you did not ask for this, ignore this e-mail.\n")))
+        return {"message": RESET_SENT}
+
+    async def reset_password(self, token_value: object, password_value: object) -> dict[str, str]:
+        password = validate_password(password_value)
+        if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
+            raise BadRequest("token is invalid, used or expired", code="INVALID_TOKEN")
+        found = await self._meta.consume_token("reset", tokens.digest(token_value), now_iso())
+        if found is None:
+            raise BadRequest("token is invalid, used or expired", code="INVALID_TOKEN")
+        user_id = found[0]
+        at = now_iso()
+        await self._meta.set_password(user_id, await self._hasher.hash(password), at)
+        await self._meta.revoke_tokens("refresh", user_id)
+        await self._meta.revoke_tokens("reset", user_id)  # older reset links must not work any more
+        await self._meta.mark_email_verified(user_id, at)  # the reset link proved the address
+        return {"message": "Your password has been changed. Log in with the new password."}
+
+    async def _session(self, user: User) -> Session:
+        access, expires_at = self._jwt.issue(user.id, user.token_version)
+        refresh = tokens.new_opaque_token()
+        refresh_expiry = now() + dt.timedelta(seconds=self._settings.refresh_token_ttl_s)
+        await self._meta.put_token("refresh", tokens.digest(refresh), user.id, iso(refresh_expiry))
+        body = {
+            "user": {"id": user.id, "email": user.email, "created_at": user.created_at,
+                     "updated_at": user.updated_at},
+            "session": {"access_token": access, "refresh_token": refresh, "expires_in": self._jwt.ttl_s,
+                        "expires_at": expires_at, "token_type": "bearer"},
+        }
+        return Session(body=body, user_id=user.id)
+
+    def _new_user(self, email: str, password_hash: str) -> User:
+        created = now()
+        trial_days = self._settings.trial_days
+        trial_end = iso(created + dt.timedelta(days=trial_days)) if trial_days is not None else None
+        stamp = iso(created)
+        return User(id=str(uuid.uuid4()), email=email, password_hash=password_hash, created_at=stamp,
+                    updated_at=stamp, trial_ends_at=trial_end)
+
+    def _check_redirect(self, value: object) -> str | None:
+        """Only our own origin or an allow-listed one: the link must not be an open redirect."""
+        if value is None:
+            return None
+        if not isinstance(value, str) or len(value) > 2048:
+            raise BadRequest("redirect_to must be a URL string", code="INVALID_REDIRECT")
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 -- raises ValueError for a bad port, as urlsplit does for "[::1"
+        except ValueError:
+            raise BadRequest("redirect_to is not a valid URL", code="INVALID_REDIRECT") from None
+        origin = f"{parts.scheme}://{parts.netloc}".lower()
+        allowed = {_origin(self._settings.public_url), _origin(self._settings.dashboard_url),
+                   *(_origin(o) for o in self._settings.redirect_allowlist)}
+        if parts.scheme not in ("http", "https") or origin not in allowed:
+            raise BadRequest("redirect_to must be on this service's origin or an allowed one",
+                             code="INVALID_REDIRECT")
+        return value
+
+    async def _send_confirmation(self, user: User, redirect_to: str | None,
+                                 password_hash: str | None = None) -> None:
+        token = tokens.new_opaque_token()
+        data = orjson.dumps({"redirect_to": redirect_to, "password_hash": password_hash}).decode()
+        await self._meta.put_token("confirm", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL), data)
+        link = self._link("/auth/confirm", token)
+        self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
+            f"Welcome! Confirm your e-mail address by opening this link:\n\n{link}\n\n"
+            "The link works once and expires in 48 hours.\n")))
+
+    async def _notify_existing(self, email: str, redirect_to: str | None, password_hash: str) -> None:
+        """A second registration: resend the confirmation if pending, else tell the owner."""
+        user = await self._meta.get_user_by_email(email)
+        if user is None:
+            return
+        if not user.email_verified_at:
+            await self._send_confirmation(user, redirect_to, password_hash)
+            return
+        self._mail.submit(Message(to=email, subject="Someone tried to register with your address", text=(
+            "Someone tried to create an account with this e-mail address, which already has one.\n"
+            "If it was you, log in, or reset your password with POST /auth/forgot-password.\n")))
+
+    def _link(self, path: str, token: str) -> str:
+        return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"
+
+
+def _confirm_data(data: str | None) -> tuple[str | None, str | None]:
+    """(redirect_to, password_hash) stored with a confirmation token."""
+    value = orjson.loads(data) if data else {}
+    return value.get("redirect_to"), value.get("password_hash")
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()

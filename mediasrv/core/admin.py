@@ -1,0 +1,123 @@
+"""What an operator does to accounts from the shell: create, confirm, set the plan, read usage.
+
+Everything goes through the MetaStore protocol (never SQL), so the commands work on every
+metadata backend. The HTTP API has no admin surface on purpose: these run as the server's
+user, on its machine, with its settings.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from mediasrv.core.accounts import normalize_email
+from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
+from mediasrv.core.errors import BadRequest, Conflict, NotFound
+from mediasrv.core.files.service import effective_limits
+from mediasrv.core.settings import Settings
+from mediasrv.core.timeutil import iso, now, now_iso, parse_iso, period_key
+from store.base import DuplicateError, MetaStore
+from store.models import AccountPlan, User
+
+KEEP: Any = object()
+"""A plan field the operator did not mention: it stays as it is."""
+USERS_PAGE = 500
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    email: str
+    user_id: str
+    plan: str
+    storage_bytes: int
+    files_count: int
+    origin_reads: int
+    image_ops: int
+    storage_limit_bytes: int | None
+    file_count_limit: int | None
+    trial_ends_at: str | None
+
+
+class AdminService:
+    def __init__(self, settings: Settings, meta: MetaStore, hasher: PasswordHasher) -> None:
+        self._settings, self._meta, self._hasher = settings, meta, hasher
+
+    async def create_user(self, email_value: str, password: str | None, *,
+                          confirmed: bool = False) -> tuple[User, str | None]:
+        """A new account; (user, generated password or None). No e-mail is sent."""
+        email = normalize_email(email_value)
+        generated = None
+        if password is None:
+            password = generated = secrets.token_urlsafe(12)
+        validate_password(password)
+        created = now()
+        stamp = iso(created)
+        trial_days = self._settings.trial_days
+        user = User(id=str(uuid.uuid4()), email=email, password_hash=await self._hasher.hash(password),
+                    created_at=stamp, updated_at=stamp, email_verified_at=stamp if confirmed else None,
+                    trial_ends_at=iso(created + dt.timedelta(days=trial_days)) if trial_days is not None else None)
+        try:
+            await self._meta.create_user(user)
+        except DuplicateError:
+            raise Conflict(f"An account for {email} already exists", code="EMAIL_TAKEN") from None
+        return user, generated
+
+    async def confirm_user(self, email_value: str) -> User:
+        """Mark the address confirmed (as the e-mail link would); pending links stop working."""
+        user = await self.user(email_value)
+        await self._meta.mark_email_verified(user.id, now_iso())
+        await self._meta.revoke_tokens("confirm", user.id)
+        return await self.user(email_value)
+
+    async def set_plan(self, email_value: str, *, plan: Any = KEEP, storage_limit_bytes: Any = KEEP,
+                       file_count_limit: Any = KEEP, trial_ends_at: Any = KEEP) -> User:
+        """Change the named fields (None clears one back to the server-wide default)."""
+        user = await self.user(email_value)
+        for name, value in (("storage limit", storage_limit_bytes), ("file count limit", file_count_limit)):
+            if value is not KEEP and value is not None and (isinstance(value, bool) or value < 0):
+                raise BadRequest(f"{name} must be 0 or more")
+        if trial_ends_at is not KEEP and trial_ends_at is not None:
+            trial_ends_at = iso(parse_iso(trial_ends_at))  # BadRequest-free: ValueError on bad text
+        change = AccountPlan(
+            plan=user.plan if plan is KEEP else plan,
+            storage_limit_bytes=user.storage_limit_bytes if storage_limit_bytes is KEEP else storage_limit_bytes,
+            file_count_limit=user.file_count_limit if file_count_limit is KEEP else file_count_limit,
+            trial_ends_at=user.trial_ends_at if trial_ends_at is KEEP else trial_ends_at)
+        if not await self._meta.set_plan(user.id, change, now_iso()):
+            raise NotFound(f"No account for {user.email}", code="USER_NOT_FOUND")
+        return await self.user(email_value)
+
+    async def user(self, email_value: str) -> User:
+        email = normalize_email(email_value)
+        user = await self._meta.get_user_by_email(email)
+        if user is None:
+            raise NotFound(f"No account for {email}", code="USER_NOT_FOUND")
+        return user
+
+    async def users(self) -> AsyncIterator[User]:
+        offset = 0
+        while True:
+            page, total = await self._meta.list_users(offset, USERS_PAGE)
+            for user in page:
+                yield user
+            offset += len(page)
+            if not page or offset >= total:
+                return
+
+    async def usage(self, period: str | None = None) -> list[UsageRow]:
+        """One row per account for the month ``period`` ('YYYY-MM', default: this month)."""
+        period = period or period_key()
+        rows = []
+        async for user in self.users():
+            counts = await self._meta.get_usage(user.id, period)
+            storage_limit, count_limit = effective_limits(self._settings, user)
+            rows.append(UsageRow(
+                email=user.email, user_id=user.id,
+                plan=user.plan or ("trial" if user.trial_ends_at else "standard"),
+                storage_bytes=user.storage_bytes, files_count=user.files_count,
+                origin_reads=counts.origin_reads, image_ops=counts.image_ops,
+                storage_limit_bytes=storage_limit, file_count_limit=count_limit, trial_ends_at=user.trial_ends_at))
+        return rows

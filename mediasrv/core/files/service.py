@@ -1,0 +1,137 @@
+"""File records as users see them, and the operations on stored files.
+
+Deleting removes the record first, then the blob: a crash in between leaves an
+unreferenced blob for the sweep, never a record without bytes. The one exception is a full
+disk: removing a record needs a little space (SQLite appends to its write-ahead log), so
+when the store says it is full, the blob goes first to make room and the record follows.
+Users can always free space by deleting files.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mediasrv.core.domains.custom import DomainService
+from mediasrv.core.errors import Forbidden
+from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.limits.querygate import QueryGate
+from mediasrv.core.settings import Settings
+from mediasrv.core.storeguard import StoreGuard
+from mediasrv.core.timeutil import now_iso
+from store.base import BlobStore, MetaStore
+from store.errors import StorageFull
+from store.models import FileQuery, FileRecord, User
+
+log = logging.getLogger("mediasrv.files")
+GUARD_MAX_AGE_S = 1.0
+"""How old the store guard's answer may be when an upload starts (see StoreGuard.recent)."""
+MAX_NAME_CHARS = 255
+
+
+def trial_ended(user: User) -> bool:
+    return user.trial_ends_at is not None and user.trial_ends_at <= now_iso()
+
+
+def effective_limits(settings: Settings, user: User) -> tuple[int | None, int | None]:
+    """(storage, file count) limits of the account: an operator's per-account value, else the server's."""
+    storage = user.storage_limit_bytes if user.storage_limit_bytes is not None else settings.storage_limit_bytes
+    count = user.file_count_limit if user.file_count_limit is not None else settings.file_count_limit
+    return storage, count
+
+
+def require_active_trial(user: User) -> None:
+    if trial_ended(user):
+        raise Forbidden("Your trial has ended", code="TRIAL_ENDED")
+
+
+class FileService:
+    """Upload limits, record rendering and deletion for one deployment."""
+
+    def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
+                 on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
+                 gate: QueryGate | None = None) -> None:
+        self._settings, self._meta, self._blobs = settings, meta, blobs
+        self._guard = guard
+        self._domains = domains
+        self._on_deleted = on_deleted
+        self.gate = gate or QueryGate()
+        self._aborts: set[asyncio.Future[None]] = set()
+
+    def abort_later(self, upload: Upload) -> None:
+        """Drop a disconnected client's upload (its partial blob, its reservation) in the
+        background; ``drain_aborts`` lets shutdown wait for it before the stores close."""
+        task = asyncio.ensure_future(upload.abort())
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def drain_aborts(self, timeout_s: float) -> None:
+        if self._aborts:
+            await asyncio.wait(set(self._aborts), timeout=timeout_s)
+
+    async def list(self, user: User, query: FileQuery, offset: int,
+                   limit: int) -> tuple[list[FileRecord], int]:
+        """One page of the user's files; one list at a time per user (429 when many wait)."""
+        async with self.gate.slot(user.id):
+            return await self._meta.list_files(user.id, query, offset, limit)
+
+    def limits_for(self, user: User) -> UploadLimits:
+        cap = self._settings.max_upload_size_bytes
+        if user.max_upload_size_bytes is not None:
+            cap = min(cap, user.max_upload_size_bytes)
+        storage, count = effective_limits(self._settings, user)
+        return UploadLimits(cap_bytes=cap, storage_limit=storage, count_limit=count,
+                            max_pixels=self._settings.max_image_pixels)
+
+    async def require_store(self) -> None:
+        """503 before an upload starts if the metadata database changed under the server: its
+        record would be written where nobody reads it again."""
+        if self._guard is not None:
+            await self._guard.recent(GUARD_MAX_AGE_S)
+            self._guard.require()
+
+    async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
+        """A function rendering this user's records (their public base looked up once)."""
+        default_base = self._settings.public_url
+        public_base = await self._domains.public_url_base(user_id) or default_base
+        return lambda record: file_json(record, default_base, public_base)
+
+    async def delete(self, user: User, file_id: str) -> bool:
+        try:
+            record = await self._meta.delete_file(user.id, file_id)
+        except StorageFull:
+            return await self._delete_on_full_disk(user, file_id)
+        if record is None:
+            return False
+        self._on_deleted(record)
+        try:
+            await self._blobs.delete(record.blob_key)
+        except Exception as exc:  # the record is gone; the sweep removes the bytes later
+            log.warning("blob of a deleted file not removed (%s); left to the sweep", type(exc).__name__)
+        return True
+
+
+    async def _delete_on_full_disk(self, user: User, file_id: str) -> bool:
+        """Free the blob's space first, then remove the record. If the record still cannot be
+        removed, the answer is 503 and the file reads as gone (its bytes are); a retry finishes."""
+        existing = await self._meta.get_file(file_id)
+        if existing is None or existing.user_id != user.id:
+            return False
+        self._on_deleted(existing)
+        await self._blobs.delete(existing.blob_key)
+        log.warning("storage full: removed the blob of a deleted file before its record to make room")
+        record = await self._meta.delete_file(user.id, file_id)
+        return record is not None
+
+
+def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:
+    """Every field of the interface's File, always present."""
+    fid = record.file_id
+    return {
+        "id": record.id, "user_id": record.user_id, "file_id": fid, "name": record.name,
+        "content_type": record.content_type, "size": record.size,
+        "public_url": f"{public_base}/m/{fid}", "default_url": f"{default_base}/m/{fid}",
+        "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
+        "created_at": record.created_at, "is_public": record.is_public,
+    }

@@ -1,0 +1,169 @@
+"""Buffered writes that must not cost a database round trip per request.
+
+Usage counters, activity-log entries and API-key ``last_used_at`` are gathered in memory and
+written in batches by one periodic flush (and a last one at shutdown). The operator
+contract allows them to show up within 10 s; the flush runs every second or two.
+
+At shutdown the last flush has a deadline: a database locked by another process must not
+keep the server past its supervisor's stop wait (which would kill it and lose everything).
+What cannot be written in time is logged as lost, with counts.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from mediasrv.core.timeutil import now_iso, period_key
+from store.base import MetaStore
+from store.models import LogEntry, UsageCounts
+
+log = logging.getLogger("mediasrv.recorders")
+MAX_PENDING_LOGS = 50_000
+
+
+class UsageRecorder:
+    """origin_reads and image_ops per (user, month)."""
+
+    def __init__(self) -> None:
+        self._reads: Counter[tuple[str, str]] = Counter()
+        self._ops: Counter[tuple[str, str]] = Counter()
+
+    def pending(self) -> int:
+        return sum(self._reads.values()) + sum(self._ops.values())
+
+    def origin_read(self, user_id: str) -> None:
+        self._reads[(user_id, period_key())] += 1
+
+    def image_op(self, user_id: str) -> None:
+        self._ops[(user_id, period_key())] += 1
+
+    async def flush(self, meta: MetaStore) -> None:
+        if not self._reads and not self._ops:
+            return
+        reads, ops = self._reads, self._ops
+        self._reads, self._ops = Counter(), Counter()
+        deltas = {k: UsageCounts(origin_reads=reads[k], image_ops=ops[k]) for k in set(reads) | set(ops)}
+        try:
+            await meta.add_usage(deltas)
+        except Exception:
+            self._reads.update(reads)  # keep the counts for the next attempt
+            self._ops.update(ops)
+            raise
+
+
+class ActivityRecorder:
+    """Activity-log entries waiting to be written."""
+
+    def __init__(self) -> None:
+        self._pending: list[LogEntry] = []
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def add(self, entry: LogEntry) -> None:
+        if len(self._pending) < MAX_PENDING_LOGS:  # under a store outage, shed rather than grow forever
+            self._pending.append(entry)
+
+    async def flush(self, meta: MetaStore) -> None:
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        try:
+            await meta.insert_logs(batch)
+        except Exception:
+            self._pending[:0] = batch
+            raise
+
+
+class KeyUsageRecorder:
+    """The latest use of each API key."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}
+
+    def pending(self) -> int:
+        return len(self._last)
+
+    def used(self, key_id: str) -> None:
+        self._last[key_id] = now_iso()
+
+    async def flush(self, meta: MetaStore) -> None:
+        if not self._last:
+            return
+        batch, self._last = self._last, {}
+        try:
+            await meta.touch_api_keys(batch)
+        except Exception:
+            for key_id, at in batch.items():
+                self._last.setdefault(key_id, at)
+            raise
+
+
+class Pending(Protocol):
+    def pending(self) -> int: ...
+
+
+class Flusher:
+    """Runs every recorder's flush on a period, and once more at shutdown (with a deadline)."""
+
+    def __init__(self, meta: MetaStore, steps: list[Callable[[MetaStore], Awaitable[None]]],
+                 interval_s: float = 1.0, counters: dict[str, Pending] | None = None) -> None:
+        self._meta = meta
+        self._steps = steps
+        self._interval_s = interval_s
+        self._counters = counters or {}
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def pending(self) -> dict[str, int]:
+        return {name: c.pending() for name, c in self._counters.items()}
+
+    async def flush_now(self) -> None:
+        for step in self._steps:
+            try:
+                await step(self._meta)
+            except Exception as exc:  # a store outage must not kill the loop; next round retries
+                log.warning("flush failed (%s); will retry", type(exc).__name__)
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Finish the flush under way (never cut it: its batch would vanish), flush once more,
+        all within ``timeout_s``; then log whatever could not be written as lost."""
+        before = self.pending()
+        self._stopping.set()
+        final = asyncio.ensure_future(self._final(self._task))
+        done, _ = await asyncio.wait({final}, timeout=timeout_s)
+        if not done:
+            final.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await final
+            lost = {k: max(v, before.get(k, 0)) for k, v in self.pending().items()}
+            self._log_lost(lost, f"the metadata store did not answer within {timeout_s:.1f} s")
+            return
+        left = self.pending()
+        if any(left.values()):
+            self._log_lost(left, "the metadata store refused the last flush")
+
+    async def _final(self, task: asyncio.Task[None] | None) -> None:
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.flush_now()
+
+    @staticmethod
+    def _log_lost(counts: dict[str, int], why: str) -> None:
+        log.error("shutdown: %s; lost (not written): %s", why,
+                  ", ".join(f"{n} {name}" for name, n in counts.items()) or "unknown counts")
+
+    async def _loop(self) -> None:
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+            if not self._stopping.is_set():
+                await self.flush_now()

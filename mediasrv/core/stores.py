@@ -1,0 +1,48 @@
+"""The store factory: which metadata and blob backends this deployment uses, from settings.
+
+The only place that builds stores from ``Settings``. Backends take explicit arguments (store/
+never reads settings or the environment), so tests and ``mediasrv migrate`` build them the
+same way with other values.
+"""
+from __future__ import annotations
+
+from mediasrv.core.settings import Settings
+from store.base import BlobStore, MetaStore
+from store.fs import FsBlobStore
+from store.sqlite import SqliteMetaStore
+
+
+def make_meta(settings: Settings) -> MetaStore:
+    """MongoDB when MEDIASRV_MONGODB_URL is set, else SQLite in DATA_DIR."""
+    if settings.mongodb_url:
+        from store.mongo import MongoMetaStore  # imported only when used: it loads PyMongo
+
+        return MongoMetaStore(settings.mongodb_url, timeout_ms=settings.mongodb_timeout_ms)
+    return SqliteMetaStore(settings.data_dir / "meta.sqlite3")
+
+
+def make_blobs(settings: Settings) -> BlobStore:
+    """S3 when MEDIASRV_S3_BUCKET is set, else files in DATA_DIR."""
+    if settings.s3_bucket:
+        from store.s3 import S3BlobStore, S3Config  # imported only when used: it loads botocore
+
+        return S3BlobStore(S3Config(
+            bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
+            access_key_id=settings.s3_access_key_id, secret_access_key=settings.s3_secret_access_key,
+            session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s))
+    return FsBlobStore(settings.data_dir)
+
+
+def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
+    return make_meta(settings), make_blobs(settings)
+
+
+def describe(settings: Settings, which: str) -> str:
+    """Where a store lives, for start-up errors: never the URL itself (it may hold a password)."""
+    if which == "meta" and settings.mongodb_url:
+        from urllib.parse import urlsplit
+
+        return f"MEDIASRV_MONGODB_URL (host {urlsplit(settings.mongodb_url).hostname or '?'})"
+    if which == "blobs" and settings.s3_bucket:
+        return f"MEDIASRV_S3_BUCKET={settings.s3_bucket}"
+    return f"MEDIASRV_DATA_DIR={settings.data_dir}"

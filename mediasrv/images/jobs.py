@@ -1,0 +1,247 @@
+"""Running one resize/format job within the server's slots and memory budget.
+
+A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> its estimated peak
+memory from the width and height stored at upload, or for an older record from the header in
+the file's first bytes (``imaging.estimate_cost``; 422 when it could never fit the budget; the
+stored size assumes the widest pixels the format allows, the header read when that is too much) ->
+a reservation of that much of the budget, waiting in line while
+other jobs hold it -> the transform on a worker thread, reading a local file through its
+descriptor (only what decoding needs) or any other store's bytes through ``read_all`` ->
+budget and slot back, free memory handed back to the system.
+
+So however many requests arrive, the image work in flight never holds more than
+MEDIASRV_IMAGE_MEMORY_BYTES (as estimated): one anonymous request cannot take a gigabyte,
+and ten cannot take ten.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
+from mediasrv.images import allocator, imaging
+from mediasrv.images.slots import ResizePool
+from store.base import BlobStore
+from store.errors import BlobNotFound
+from store.models import FileRecord
+
+PREFIX_BYTES = 512 * 1024
+"""Enough of a file for its header: JPEG APPn segments (EXIF, ICC) come before the frame size."""
+WEIGHT_UNIT_BYTES = 64 * 1024 * 1024
+"""A job's weight in the fair share of slots: its estimated memory in these units (1..4)."""
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class MemoryBudget:
+    """A byte budget shared by image jobs, granted first come, first served.
+
+    ``reserve(cost)`` waits until ``cost`` fits beside what running jobs hold and no earlier
+    job is still waiting (so a large job is not overtaken forever by small ones); after
+    ``wait_s`` it gives up with ServerBusy. Runs on the event loop only.
+    """
+
+    def __init__(self, total_bytes: int, *, wait_s: float = 60.0) -> None:
+        self.total = total_bytes
+        self.used = 0
+        self._wait_s = wait_s
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def fits_ever(self, cost: int) -> bool:
+        return cost <= self.total
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, cost: int) -> AsyncIterator[None]:
+        await self._acquire(cost)
+        try:
+            yield
+        finally:
+            self._release(cost)
+
+    async def _acquire(self, cost: int) -> None:
+        if not self._waiters and self.used + cost <= self.total:
+            self.used += cost
+            return
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (cost, granted)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(granted), self._wait_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            if granted.done() and not granted.cancelled():
+                self._release(cost)  # granted just as we gave up: hand it on
+            else:
+                granted.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+                self._grant()  # the head may have changed
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise ServerBusy() from None
+
+    def _release(self, cost: int) -> None:
+        self.used -= cost
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters:
+            cost, granted = self._waiters[0]
+            if granted.done():
+                self._waiters.popleft()
+                continue
+            if self.used + cost > self.total:
+                return
+            self._waiters.popleft()
+            self.used += cost
+            granted.set_result(None)
+
+
+Runner = Callable[[imaging.FileInput | bytes, FileRecord, imaging.TransformSpec, int, imaging.JobEstimate],
+                  tuple[bytes, str]]
+
+
+def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: imaging.TransformSpec,
+                  max_pixels: int, reserved: imaging.JobEstimate) -> tuple[bytes, str]:
+    """The real work, on a worker thread; tests inject another runner. The image may not
+    decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
+    try:
+        return imaging.transform(data, record.content_type, spec, max_pixels,
+                                 max_source_area=reserved.source_area, max_layout=reserved.layout)
+    finally:
+        TRIM.after_job(reserved.source_area)
+
+
+TRIM = allocator.TrimPolicy()
+
+
+class ImageJobs:
+    """Admission, memory budget and execution of resize/format jobs (the /m hot path)."""
+
+    def __init__(self, blobs: BlobStore, pool: ResizePool, budget: MemoryBudget, max_pixels: int,
+                 *, runner: Runner = run_transform) -> None:
+        self._blobs, self.pool, self.budget = blobs, pool, budget
+        self._max_pixels = max_pixels
+        self._runner = runner
+        self._in_flight: dict[tuple[str, str], asyncio.Future[tuple[bytes, str]]] = {}
+        self.transforms_run = 0
+        """Transforms started (a follower of an identical job in flight starts none)."""
+
+    async def render_shared(self, record: FileRecord, spec: imaging.TransformSpec,
+                            client: str) -> tuple[tuple[bytes, str], bool]:
+        """``render``, single-flight: identical requests (same file, same normalised spec)
+        arriving while one is being transformed wait for that one's result instead of taking
+        a slot and running the same work again. Returns (result, whether this call ran it).
+
+        The work runs in a task of its own, so a leader whose request goes away does not
+        cancel it for the followers; they all get its result or its error (a 503 included).
+        """
+        key = (record.file_id, spec.cache_key())
+        shared = self._in_flight.get(key)
+        if shared is not None:
+            return await asyncio.shield(shared), False
+        task = asyncio.ensure_future(self.render(record, spec, client))
+        self._in_flight[key] = task
+        task.add_done_callback(lambda _t: self._in_flight.pop(key, None))
+        task.add_done_callback(_retrieve_exception)
+        return await asyncio.shield(task), True
+
+    async def render(self, record: FileRecord, spec: imaging.TransformSpec,
+                     client: str) -> tuple[bytes, str]:
+        """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
+        ticket = self.pool.try_acquire(client, self.weight(record, spec))
+        try:
+            path = self._blobs.local_path(record.blob_key)  # no I/O: the worker opens it
+            estimate = self._stored_estimate(record, spec, buffered=path is None)
+            if estimate is None or not self.budget.fits_ever(estimate.cost_bytes):
+                # Stored before sizes were recorded, or too large if it had the widest layout
+                # its format allows: the header says how wide its pixels really are.
+                prefix = await self._prefix(record)
+                estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
+                                                 buffered=path is None)
+            if not self.budget.fits_ever(estimate.cost_bytes):
+                raise UnprocessableImage(
+                    "The image is too large to process within this server's memory budget")
+            async with self.budget.reserve(estimate.cost_bytes):
+                return await self._run(record, spec, path, estimate)
+        finally:
+            self.pool.release(ticket)
+
+    def weight(self, record: FileRecord, spec: imaging.TransformSpec) -> float:
+        """How much of a client's fair share this job counts, from the size stored at upload."""
+        estimate = self._stored_estimate(record, spec, buffered=False)
+        if estimate is None:
+            return 2.0  # stored before sizes were recorded: a middling guess
+        return max(1.0, estimate.cost_bytes / WEIGHT_UNIT_BYTES)
+
+    def _stored_estimate(self, record: FileRecord, spec: imaging.TransformSpec, *,
+                         buffered: bool) -> imaging.JobEstimate | None:
+        """The job's cost from the width and height read from the file's header at upload
+        (whose bytes were checked against the type then), so the header need not be read
+        again on every resize; None when the record has no size."""
+        src = imaging.source_format(record.content_type)
+        if not record.width or not record.height or src not in imaging.WORST_LAYOUTS:
+            return None  # no stored size, or a format (TIFF) whose layout only its header bounds
+        if record.width * record.height > self._max_pixels:  # the limit may have been lowered since
+            raise UnprocessableImage(f"The image is too large to process ({record.width}x{record.height} pixels)")
+        return imaging.estimate_for_size(src, record.width, record.height, record.size, spec, buffered=buffered)
+
+    async def _prefix(self, record: FileRecord) -> bytes:
+        parts: list[bytes] = []
+        try:
+            chunks = self._blobs.read(record.blob_key, 0, PREFIX_BYTES, PREFIX_BYTES)
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    parts.append(chunk)
+        except BlobNotFound:
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        return b"".join(parts)
+
+    async def _run(self, record: FileRecord, spec: imaging.TransformSpec, path: Path | None,
+                   reserved: imaging.JobEstimate) -> tuple[bytes, str]:
+        max_pixels, runner = self._max_pixels, self._runner
+        self.transforms_run += 1
+        if path is not None:
+            return await self.pool.execute(
+                lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, reserved)))
+        try:
+            data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
+        except BlobNotFound:
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, reserved))
+
+
+def _retrieve_exception(task: asyncio.Future[tuple[bytes, str]]) -> None:
+    """Mark a shared job's error as seen (its waiters may all have gone)."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _with_file(path: Path, use: Callable[[imaging.FileInput], tuple[bytes, str]]) -> tuple[bytes, str]:
+    """Open a local blob without following a symlink at its last two steps (as the store does)."""
+    try:
+        dir_fd = os.open(path.parent, _DIR_FLAGS)
+        try:
+            fd = os.open(path.name, _OPEN_FLAGS, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        raise StoreUnavailable() from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        return use(imaging.FileInput(fd))
+    finally:
+        os.close(fd)
+

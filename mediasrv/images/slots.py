@@ -1,0 +1,136 @@
+"""Resize slots: at most N image operations at once, shared fairly between clients."""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+from mediasrv.core.errors import ServerBusy
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)  # compared and hashed by identity: each admission is its own ticket
+class SlotTicket:
+    """One admitted image job: who holds the slot, how much of a share it counts, since when."""
+
+    client: str
+    weight: float
+    started: float
+
+
+class ResizePool:
+    """At most ``slots`` image operations at once, shared fairly between clients; 503 at once
+    when a request may not have a slot (the interface's "Server busy", never a queue).
+
+    Fairness: a client that is alone, or that holds no slot yet, is admitted whenever a slot
+    is free, so one client may still use all of them. When other clients are asking too
+    (they hold a slot, or were refused one within ``demand_window_s``), a client may
+    hold only its share, ``slots / asking clients``, counted in job weights: a costly job
+    (large AVIF) weighs up to ``MAX_WEIGHT`` thumbnails. So a client that keeps every slot
+    busy gets a 503 on its next request while another is waiting, and the freed slot goes to
+    the other client's retry.
+
+    Retry-After: ``retry_after`` is the interface's fixed 5 s, or with ``retry_after=None``
+    the measured time until the next slot frees (an EWMA of job durations, minus the age of
+    the oldest job running), clamped to 1..30 s.
+
+    The threads only see bytes in and bytes out (pyvips releases the GIL), never a Tornado
+    object. The slot is taken before any blob is read and given back on every path.
+    """
+
+    MAX_WEIGHT = 4.0
+    EWMA_ALPHA = 0.3
+    RETRY_MIN_S, RETRY_MAX_S = 1, 30
+
+    def __init__(self, slots: int, *, retry_after: int | None = 5, demand_window_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic, threads: int | None = None) -> None:
+        self.slots = slots
+        self.in_use = 0
+        self.refused = 0
+        """Requests answered 503 busy (for /metrics)."""
+        self._retry_after = retry_after
+        self._window = demand_window_s
+        self._clock = clock
+        self._running: dict[str, float] = {}  # client -> weight of its jobs running
+        self._tickets: set[SlotTicket] = set()  # admitted, not yet released
+        self._asked: OrderedDict[str, float] = OrderedDict()  # client -> last request, oldest first
+        self.ewma_s: float | None = None
+        """Smoothed duration of a finished job, seconds (None until one finished)."""
+        # Admission (``slots``) and execution are separate: ten admitted jobs on two cores run
+        # two at a time (the rest wait in the executor's queue, holding their slot), since ten
+        # libvips threads on two cores only thrash caches and memory.
+        self.threads = min(slots, threads or os.cpu_count() or 1)
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="resize")
+
+    def try_acquire(self, client: str = "", weight: float = 1.0) -> SlotTicket:
+        """A slot for ``client``'s job of ``weight`` (1 = a thumbnail), or ServerBusy."""
+        now = self._clock()
+        weight = min(max(weight, 1.0), self.MAX_WEIGHT)
+        others = self._asking(now, client)
+        held = self._running.get(client, 0.0)
+        if self.in_use >= self.slots or (others and held > 0 and held + weight > self.slots / (others + 1)):
+            self.refused += 1
+            self._asked[client] = now  # wants a slot it could not have: it is asking
+            self._asked.move_to_end(client)
+            raise ServerBusy(self.retry_after_s())
+        self.in_use += 1
+        self._running[client] = held + weight
+        ticket = SlotTicket(client=client, weight=weight, started=now)
+        self._tickets.add(ticket)
+        return ticket
+
+    def release(self, ticket: SlotTicket | None = None) -> None:
+        """Give the slot back (once per ticket) and learn how long it was held."""
+        if ticket is None:
+            self.in_use -= 1  # a slot taken without a ticket (tests filling slots)
+            return
+        if ticket not in self._tickets:
+            return
+        self.in_use -= 1
+        self._tickets.discard(ticket)
+        left = self._running.get(ticket.client, 0.0) - ticket.weight
+        if left > 1e-9:
+            self._running[ticket.client] = left
+        else:
+            self._running.pop(ticket.client, None)
+        duration = max(0.0, self._clock() - ticket.started)
+        self.ewma_s = duration if self.ewma_s is None else (
+            self.EWMA_ALPHA * duration + (1 - self.EWMA_ALPHA) * self.ewma_s)
+
+    def retry_after_s(self) -> int:
+        """Seconds a refused client should wait before it asks again."""
+        if self._retry_after is not None:
+            return self._retry_after
+        if self.ewma_s is None or not self._tickets:
+            return 5 if self.ewma_s is None else self.RETRY_MIN_S
+        oldest = min(ticket.started for ticket in self._tickets)
+        expected = self.ewma_s - (self._clock() - oldest)
+        return int(min(max(math.ceil(expected), self.RETRY_MIN_S), self.RETRY_MAX_S))
+
+    def _asking(self, now: float, client: str) -> int:
+        """How many clients other than ``client`` hold a slot, or were refused one within the
+        window. A client whose jobs were admitted and have finished is not waiting for anything:
+        it does not shrink the others' share (one client's burst right after another's gets
+        every slot, as the interface's 10-slot cap promises)."""
+        while self._asked:
+            oldest, at = next(iter(self._asked.items()))
+            if now - at <= self._window:
+                break
+            del self._asked[oldest]
+        asking = set(self._asked) | set(self._running)
+        asking.discard(client)
+        return len(asking)
+
+    async def execute(self, fn: Callable[[], T]) -> T:
+        """Run in the pool; the caller holds a slot (``try_acquire`` ... ``release``)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,237 @@
+"""The application: ``make_app`` builds every service from explicit dependencies.
+
+Only ``mediasrv.cli.server`` builds real clients from settings; tests call ``make_app`` with
+the stores and mailer they want, so nothing is monkeypatched. The route table is built here
+(thumbor's ``get_handlers(context)`` pattern) from the route specification
+(``mediasrv.web.routespec``): this module only says which handler class serves each declared
+path and what it is given, and refuses to start when the two disagree.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import tornado.web
+
+from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
+from handlers.base import BaseDeps, BaseHandler, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from mediasrv.core.accounts import AccountService
+from mediasrv.core.credentials.auth import Authenticator
+from mediasrv.core.credentials.passwords import PasswordHasher
+from mediasrv.core.credentials.principals import CredentialLookups, ForgetfulMeta
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.credentials.tokens import JwtCodec
+from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
+from mediasrv.core.domains.custom import DomainService
+from mediasrv.core.domains.providers import DomainProvider
+from mediasrv.core.files.content_types import AllowList
+from mediasrv.core.files.service import FileService
+from mediasrv.core.limits.ratelimit import RateLimiter
+from mediasrv.core.mail import MailQueue
+from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
+from mediasrv.core.settings import Settings
+from mediasrv.core.storeguard import StoreGuard
+from mediasrv.images import imaging
+from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.images.slots import ResizePool
+from mediasrv.web.cors import CorsPolicy
+from mediasrv.web.openapi import build_for_agents, build_openapi
+from mediasrv.web.reference_page import render_reference
+from mediasrv.web.routespec import PATHS, Route, path_regex
+from mediasrv.web.webassets import content_security_policy, load_assets
+from store.base import BlobStore, MetaStore
+from store.models import FileRecord
+
+ABORT_DRAIN_S = 2.0
+"""How long shutdown waits for cut-off uploads to give their blob and reservation back."""
+
+
+@dataclass
+class Runtime:
+    """What the server must start and stop around the application's life."""
+
+    flusher: Flusher
+    mail: MailQueue
+    pool: ResizePool
+    hash_executor: ThreadPoolExecutor
+    limiter: RateLimiter
+    inflight: InFlight
+    images: ImageJobs
+    guard: StoreGuard
+    files: FileService
+    file_cache: FileCache | None = None
+    results: ResultCache | None = None
+
+    async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
+        # Uploads cut off by the closed connections give their blob and reservation back
+        # first, while the stores are still open.
+        await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
+        await self.guard.stop()
+        await self.flusher.stop(flush_timeout_s)
+        await self.mail.drain(timeout_s=mail_timeout_s)
+        self.pool.close()
+        self.hash_executor.shutdown(wait=False, cancel_futures=True)
+
+
+def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
+             domain_provider: DomainProvider, jwt_secret: str,
+             flush_interval_s: float = 1.0,
+             image_runner: Runner = run_transform,
+             clock: Callable[[], float] = time.time) -> tuple[tornado.web.Application, Runtime]:
+    """The Tornado application and the runtime pieces the caller starts and stops.
+
+    ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
+    ``clock`` is the session tokens' time (tests move it forward instead of sleeping)."""
+    # Credentials are looked up through a short-lived cache that this process's own writes
+    # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
+    lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
+    meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
+    usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
+    hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
+    limiter = RateLimiter(settings.rate_limit_scale)
+    inflight = InFlight()
+    base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
+                    activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
+                    proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret)
+    accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
+                              jwt_codec, mail)
+    domains = DomainService(meta, domain_provider)
+    file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
+    bodies = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)
+    pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after,
+                      threads=settings.resize_threads or None)
+    images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
+                       runner=image_runner)
+    signer = UrlSigner(jwt_secret)
+
+    def forget(record: FileRecord) -> None:
+        file_cache.invalidate(record.file_id)
+        results.invalidate(record.file_id)
+        bodies.invalidate(record.file_id)
+
+    guard = StoreGuard(meta)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
+    allow = AllowList(settings.allowed_content_types)
+    serving_deps = serving.ServingDeps(
+        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, images=images, signer=signer,
+        usage=usage,
+        domains=domains, own_hosts=frozenset(
+            (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
+        max_pixels=settings.max_image_pixels, bodies=bodies,
+        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable),
+        accel_prefix=settings.accel_redirect)
+    route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
+                            files=file_service, allow=allow, domains=domains, signer=signer,
+                            serving=serving_deps, guard=guard)
+    app = tornado.web.Application(
+        routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
+        compress_response=False, xheaders=False, serve_traceback=False,
+        cors=CorsPolicy.from_origins(settings.cors_origins))
+    flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
+                      counters={"usage counts": usage, "activity-log entries": activity,
+                                "API-key last-used times": key_usage})
+    return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
+                          inflight=inflight, images=images, guard=guard, files=file_service,
+                          file_cache=file_cache, results=results)
+
+
+@dataclass(frozen=True)
+class _RouteArgs:
+    base: BaseDeps
+    settings: Settings
+    meta: MetaStore
+    blobs: BlobStore
+    accounts: AccountService
+    files: FileService
+    allow: AllowList
+    domains: DomainService
+    signer: UrlSigner
+    serving: serving.ServingDeps
+    guard: StoreGuard
+
+
+Binding = tuple[type[BaseHandler], dict[str, Any]]
+"""A handler class and its ``initialize`` arguments besides ``base``."""
+
+
+def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
+    """Every path of the route specification -> the handler serving it, with exactly the
+    dependencies it takes. Auth and rate limits are not here: they come from the specification."""
+    acct = {"accounts": a.accounts}
+    file_args = {"meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
+    own = {"meta": a.meta, "settings": a.settings}
+    docs = _documents(a.settings, a.allow)
+    return {
+        "/ping": (reference.PingHandler, {"guard": a.guard}),
+        "/health": (health.HealthHandler, {"meta": a.meta, "blobs": a.blobs}),
+        "/auth/register": (auth.RegisterHandler, acct),
+        "/auth/confirm": (auth.ConfirmHandler, acct),
+        "/auth/login": (auth.LoginHandler, acct),
+        "/auth/refresh": (auth.RefreshHandler, acct),
+        "/auth/forgot-password": (auth.ForgotPasswordHandler, acct),
+        "/auth/logout": (auth.LogoutHandler, acct),
+        "/auth/reset-password": (dashboard.ResetPasswordPageHandler, {**acct, **page}),
+        "/auth/api-keys": (api_keys.ApiKeysHandler, {"meta": a.meta}),
+        "/auth/api-keys/{id}": (api_keys.ApiKeyHandler, {"meta": a.meta}),
+        "/files": (files.FilesHandler, file_args),
+        "/files/bulk-delete": (files.BulkDeleteHandler, file_args),
+        "/files/{id}/signed-url": (files.SignedUrlHandler, {**file_args, "signer": a.signer}),
+        "/files/{id}": (files.FileHandler, file_args),
+        "/settings": (settings.SettingsHandler,
+                      {"meta": a.meta, "domains": a.domains, "server_cap": a.settings.max_upload_size_bytes}),
+        "/usage": (account.UsageHandler, own),
+        "/logs": (account.LogsHandler, own),
+        "/profile": (account.ProfileHandler, own),
+        "/reference/allowed-content-types": (reference.StaticJsonHandler, {
+            "document": reference.static_json({"content_types": list(a.allow.types)})}),
+        "/reference/for-agents": (reference.StaticJsonHandler, {"document": reference.static_json(docs[1])}),
+        "/reference/openapi.json": (reference.StaticJsonHandler, {"document": reference.static_json(docs[0])}),
+        "/reference": (reference.ReferencePageHandler, {"page": Prerendered(render_reference(docs[0]))}),
+        "/m/{id}": (serving.MediaHandler, {"deps": a.serving}),
+        "/d/{id}": (serving.DownloadHandler, {"deps": a.serving}),
+    }
+
+
+def check_bindings(classes: Mapping[str, type[tornado.web.RequestHandler]],
+                   spec: Mapping[str, Mapping[str, Route]] = PATHS) -> None:
+    """Refuse to build a route table that disagrees with the specification: a declared path
+    without a handler, a handler on an undeclared path, or a handler whose methods are not
+    exactly the declared ones (an undeclared method would run without its auth and limit)."""
+    problems = [f"{path}: declared but no handler serves it" for path in spec if path not in classes]
+    problems += [f"{path}: served by {cls.__name__} but not declared" for path, cls in classes.items()
+                 if path not in spec]
+    for path, cls in classes.items():
+        if path in spec and set(implemented_methods(cls)) != set(spec[path]):
+            problems.append(f"{path}: {cls.__name__} implements {sorted(implemented_methods(cls))}, "
+                            f"the specification declares {sorted(spec[path])}")
+    if problems:
+        raise ValueError("route table: " + "; ".join(problems))
+
+
+def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
+    """Every route of the service: the dashboard's own pages, then the specification's paths
+    (fixed before templated, see ``routespec.by_path``), each with its declared operations."""
+    page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
+    bound = _bindings(a, page)
+    check_bindings({path: cls for path, (cls, _) in bound.items()})
+    table: list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]] = [
+        (r"/", dashboard.DashboardHandler, {"base": a.base, **page}),
+        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {"base": a.base, **page}),
+    ]
+    for path, operations in PATHS.items():
+        cls, kwargs = bound[path]
+        table.append((path_regex(path), cls, {"base": a.base.for_route(operations), **kwargs}))
+    return table
+
+
+def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
+    kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
+                          "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
+                          "formats": tuple(imaging.FORMATS)}
+    return (build_openapi(settings.public_url, allow.types, **kw),
+            build_for_agents(settings.public_url, allow.types, **kw))

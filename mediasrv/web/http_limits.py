@@ -1,0 +1,177 @@
+"""Request-size limits answered in JSON, in front of the Tornado application.
+
+Tornado refuses an oversized header block by closing the connection with no answer, and a
+body over its ``max_body_size`` or a malformed ``Content-Length`` with a bare
+``400 Bad Request`` and no body. ``RequestLimits`` wraps the application as the server's
+connection delegate (``HTTPServer(RequestLimits(app), max_header_size=HEADER_READ_LIMIT)``):
+Tornado reads up to ``HEADER_READ_LIMIT`` bytes of headers, and this layer answers what is
+over the real limits with the JSON error the interface promises:
+
+- a request line over ``MAX_REQUEST_LINE`` bytes: 414 ``URI_TOO_LONG``;
+- header fields over ``MAX_HEADER_BYTES`` in total or ``MAX_HEADER_FIELDS`` in number: 431
+  ``HEADERS_TOO_LARGE``;
+- a ``Content-Length`` that is not a plain non-negative integer: 400 ``INVALID_CONTENT_LENGTH``;
+- a declared body over the request's body limit (the server's JSON limit, or what a
+  streamed upload raised it to): 413 ``REQUEST_TOO_LARGE``;
+- a chunked body (no declared length) once the bytes passed on go over that limit: the same
+  413. Tornado itself is given ``CHUNKED_SLACK`` more, so that this layer counts the crossing
+  first; only a chunk header declaring more than the slack at once still meets Tornado's 400.
+
+Each refusal is sent before any body byte is read, with ``Connection: close``. A header
+block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
+without buffering it. That read limit equals the JSON body limit, so it adds nothing to the
+memory one connection can already hold.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import orjson
+from tornado import httputil
+
+log = logging.getLogger("mediasrv.http")
+MAX_REQUEST_LINE = 16 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_HEADER_FIELDS = 200
+HEADER_READ_LIMIT = 1024 * 1024
+CHUNKED_SLACK = 4 * 1024 * 1024
+"""How far past a request's limit Tornado's own check sits (see the module docstring)."""
+
+_REASONS = {400: "Bad Request", 413: "Content Too Large", 414: "URI Too Long",
+            431: "Request Header Fields Too Large"}
+
+
+class RequestLimits(httputil.HTTPServerConnectionDelegate):
+    """The server's delegate: checks each request's size before the application sees it."""
+
+    def __init__(self, app: httputil.HTTPServerConnectionDelegate, *, body_limit: int) -> None:
+        self.app = app
+        self.body_limit = body_limit
+        """The server's ``max_body_size``: what a request may send unless a handler raises it."""
+
+    def start_request(self, server_conn: object,
+                      request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
+        tracked = _TrackedConnection(request_conn, self.body_limit)
+        return _LimitedMessage(tracked, self.app.start_request(server_conn, tracked))  # type: ignore[arg-type]
+
+    def on_close(self, server_conn: object) -> None:
+        self.app.on_close(server_conn)
+
+
+def refusal(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> tuple[int, str, str] | None:
+    """(status, code, message) when the request line or header block is over a limit."""
+    line = len(start_line.method) + len(start_line.path) + len(start_line.version) + 2
+    if line > MAX_REQUEST_LINE:
+        return 414, "URI_TOO_LONG", f"The request line is longer than {MAX_REQUEST_LINE} bytes"
+    fields = list(headers.get_all())
+    if len(fields) > MAX_HEADER_FIELDS:
+        return 431, "HEADERS_TOO_LARGE", f"More than {MAX_HEADER_FIELDS} header fields"
+    if sum(len(name) + len(value) + 4 for name, value in fields) > MAX_HEADER_BYTES:
+        return 431, "HEADERS_TOO_LARGE", f"The header fields are larger than {MAX_HEADER_BYTES} bytes"
+    lengths = headers.get_list("Content-Length")
+    if lengths:
+        values = {v.strip() for joined in lengths for v in joined.split(",")}
+        if len(values) != 1 or not all(v.isascii() and v.isdigit() for v in values):
+            return 400, "INVALID_CONTENT_LENGTH", "Content-Length must be one non-negative integer"
+    return None
+
+
+def declared_length(headers: httputil.HTTPHeaders) -> int | None:
+    value = headers.get("Content-Length")
+    if value is None:
+        return None
+    return int(value.split(",")[0])  # checked by ``refusal``
+
+
+def set_body_limit(connection: object, limit: int, code: str, message: str) -> None:
+    """Let this request's body reach ``limit`` bytes (a streamed upload's cap); a body declared
+    or sent over it is answered 413 with ``code`` and ``message``. The server is always built
+    with ``RequestLimits`` (``mediasrv.cli.server.make_server``), so the connection is its own."""
+    assert isinstance(connection, _TrackedConnection), "the server must be built with RequestLimits"
+    connection.set_max_body_size(limit, code, message)
+
+
+class _TrackedConnection:
+    """The request's connection as the application sees it, noting the body limit a handler
+    sets and whether an answer has started. Everything else passes through."""
+
+    def __init__(self, conn: httputil.HTTPConnection, body_limit: int) -> None:
+        self._conn = conn
+        self.answered = False
+        self.set_max_body_size(body_limit)
+
+    def set_max_body_size(self, max_body_size: int, code: str = "REQUEST_TOO_LARGE",
+                          message: str | None = None) -> None:
+        """The body limit, and the 413 this layer answers for a chunked body that goes over it."""
+        self.body_limit = max_body_size
+        self.too_large = (code, message or f"The request body is larger than {max_body_size} bytes")
+        self._conn.set_max_body_size(max_body_size + CHUNKED_SLACK)  # type: ignore[attr-defined]
+
+    def write_headers(self, *args: Any, **kwargs: Any) -> Any:
+        self.answered = True
+        return self._conn.write_headers(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class _LimitedMessage(httputil.HTTPMessageDelegate):
+    def __init__(self, conn: _TrackedConnection, inner: httputil.HTTPMessageDelegate) -> None:
+        self.conn = conn
+        self.inner = inner
+        self.refused = False
+        self.inner_started = False
+        self.method = ""
+        self.received = 0
+
+    async def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
+                               headers: httputil.HTTPHeaders) -> None:
+        assert isinstance(start_line, httputil.RequestStartLine)
+        self.method = start_line.method
+        problem = refusal(start_line, headers)
+        if problem is not None:
+            self._refuse(*problem)
+            return
+        self.inner_started = True
+        result = self.inner.headers_received(start_line, headers)
+        if result is not None:
+            await result
+        declared = declared_length(headers)
+        if declared is not None and declared > self.conn.body_limit and not self.conn.answered:
+            self._refuse(413, *self.conn.too_large)
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        if self.refused:
+            return None
+        self.received += len(chunk)
+        if self.received > self.conn.body_limit and not self.conn.answered:  # a chunked body
+            # The handler never sees these bytes; the connection closes after the answer, and
+            # its on_connection_close cleans up (an upload drops its blob and reservation).
+            self._refuse(413, *self.conn.too_large)
+            return None
+        return self.inner.data_received(chunk)
+
+    def finish(self) -> None:
+        if not self.refused:
+            self.inner.finish()
+
+    def on_connection_close(self) -> None:
+        if self.inner_started:
+            self.inner.on_connection_close()
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer now, before any body byte is read; Tornado closes the connection after it."""
+        self.refused = True
+        log.info("refused a request: %d %s", status, code)
+        body = orjson.dumps({"error": message, "code": code})
+        headers = httputil.HTTPHeaders({
+            "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
+            "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+            "Date": httputil.format_timestamp(time.time())})
+        conn = self.conn
+        conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, _REASONS[status]), headers,
+                           b"" if self.method == "HEAD" else body)
+        conn.finish()
