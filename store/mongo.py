@@ -29,6 +29,7 @@ import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
+from pymongo.results import UpdateResult
 
 from store.errors import Duplicate, StoreUnavailable
 from store.models import (
@@ -391,7 +392,7 @@ class MongoMetaStore:
     async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
         trial = to_date(plan.trial_ends_at) if plan.trial_ends_at is not None else None
         async with self._op() as db:
-            result = await db["users"].update_one({"_id": user_id}, {"$set": {
+            result: UpdateResult = await db["users"].update_one({"_id": user_id}, {"$set": {
                 "plan": plan.plan, "storage_limit_bytes": plan.storage_limit_bytes,
                 "file_count_limit": plan.file_count_limit, "trial_ends_at": trial, "updated_at": to_date(at)}})
         return result.matched_count > 0
@@ -447,7 +448,7 @@ class MongoMetaStore:
 
     async def revoke_api_key(self, user_id: str, key_id: str, at: str) -> bool:
         async with self._op() as db:
-            result = await db["api_keys"].update_one(
+            result: UpdateResult = await db["api_keys"].update_one(
                 {"_id": key_id, "user_id": user_id, "revoked_at": None}, {"$set": {"revoked_at": to_date(at)}})
         return result.modified_count > 0
 
@@ -476,7 +477,8 @@ class MongoMetaStore:
         if count_limit is not None:
             flt["files_count"] = {"$lte": count_limit - 1}
         async with self._op() as db:
-            result = await db["users"].update_one(flt, {"$inc": {"storage_bytes": size, "files_count": 1}})
+            result: UpdateResult = await db["users"].update_one(
+                flt, {"$inc": {"storage_bytes": size, "files_count": 1}})
         return result.modified_count > 0
 
     async def release_quota(self, user_id: str, size: int) -> None:
@@ -661,7 +663,7 @@ def _translated() -> Iterator[None]:
 
 _COLLECTIONS = {"users": "users", "custom_domains": "domains", "api_keys": "api_keys", "tokens": "tokens",
                 "files": "files", "logs": "logs", "usage": "usage"}
-"""The tables of ``store.sqlite.MIGRATION_TABLES`` and the collection holding each."""
+"""The tables of ``store.base.MIGRATION_TABLES`` and the collection holding each."""
 
 
 def _row(table: str, doc: Doc) -> dict[str, Any]:
@@ -674,7 +676,7 @@ def _row(table: str, doc: Doc) -> dict[str, Any]:
         return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
                 "image_ops": int(doc.get("image_ops", 0))}
     convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log}[table]
-    record = convert(doc)
+    record: Any = convert(doc)  # one of the record dataclasses
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from store.base import MIGRATION_TABLES
 from store.errors import Duplicate, StorageFull, StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -240,11 +241,6 @@ FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
 
-MIGRATION_TABLES: dict[str, str] = {
-    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash",
-    "files": "id", "logs": "id", "usage": "user_id, period"}
-"""Every table (in an order that satisfies the foreign keys) and its primary key, for
-``mediasrv migrate``: rows cross between backends as dicts of these columns."""
 
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
     files_count = max(files_count - 1, 0) WHERE id = :user_id"""
@@ -336,8 +332,8 @@ def _use_search_index(conn: sqlite3.Connection, query: FileQuery) -> bool:
     """Whether ``q`` is long enough for the trigram index and selective enough to pay."""
     if not query.q or len(query.q.lower()) < TRIGRAM:
         return False
-    found = conn.execute("SELECT count(*) FROM (SELECT 1 FROM file_search WHERE file_search MATCH ? "
-                         "LIMIT ?)", (_fts_phrase(query.q.lower()), INDEX_MAX_CANDIDATES + 1)).fetchone()[0]
+    found: int = conn.execute("SELECT count(*) FROM (SELECT 1 FROM file_search WHERE file_search MATCH ? "
+                              "LIMIT ?)", (_fts_phrase(query.q.lower()), INDEX_MAX_CANDIDATES + 1)).fetchone()[0]
     return found <= INDEX_MAX_CANDIDATES
 
 
@@ -348,7 +344,8 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
     walking the user's rows instead); instr() on the folded text stays the definition of a
     match, so the index can only make it faster, never change the result.
     """
-    clauses, params = ["+user_id = ?" if indexed else "user_id = ?"], [user_id]
+    clauses = ["+user_id = ?" if indexed else "user_id = ?"]
+    params: list[Any] = [user_id]
     if query.q:
         folded = query.q.lower()
         if indexed:
@@ -449,19 +446,20 @@ def _count_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, where
     ranged = query.q or any(v is not None for v in (query.size_min, query.size_max,
                                                       query.created_after, query.created_before))
     if ranged:
-        return conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0]
+        return int(conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0])
     return _counted(conn, user_id, query.content_type, query.is_public)
 
 
 def _counted(conn: sqlite3.Connection, user_id: str, content_type: str | None = None,
              is_public: bool | None = None) -> int:
     """An account's files of that type and visibility (None: any), from ``file_counts``."""
-    sql, args = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?", [user_id]
+    sql = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?"
+    args: list[Any] = [user_id]
     if content_type is not None:
         sql, args = sql + " AND content_type = ?", [*args, content_type]
     if is_public is not None:
         sql, args = sql + " AND is_public = ?", [*args, int(is_public)]
-    return conn.execute(sql, args).fetchone()[0]
+    return int(conn.execute(sql, args).fetchone()[0])
 
 
 def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,

@@ -18,7 +18,7 @@ def make_meta(settings: Settings) -> MetaStore:
         from store.mongo import MongoMetaStore  # imported only when used: it loads PyMongo
 
         return MongoMetaStore(settings.mongodb_url, timeout_ms=settings.mongodb_timeout_ms)
-    return SqliteMetaStore(settings.data_dir / "meta.sqlite3")
+    return make_embedded(settings)[0]
 
 
 def make_blobs(settings: Settings) -> BlobStore:
@@ -30,7 +30,13 @@ def make_blobs(settings: Settings) -> BlobStore:
             bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
             access_key_id=settings.s3_access_key_id, secret_access_key=settings.s3_secret_access_key,
             session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s))
-    return FsBlobStore(settings.data_dir)
+    return make_embedded(settings)[1]
+
+
+def make_embedded(settings: Settings) -> tuple[SqliteMetaStore, FsBlobStore]:
+    """The embedded stores in DATA_DIR (SQLite + files), whatever else is configured: the
+    default deployment, and one side of ``mediasrv migrate``."""
+    return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
 
 
 def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
