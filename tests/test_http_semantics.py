@@ -474,7 +474,7 @@ async def test_bodies_being_buffered_share_one_budget(port: int, http_server: An
     head = b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 65000\r\n\r\n"
     holders = []
     for _ in range(2):  # 2 x 40 kB sent, bodies unfinished
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(head + b" " * 40_000)
         await writer.drain()
         holders.append(writer)
