@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _workers_arg(value: str) -> int:
-    n = int(value) if value.isdigit() else 0
+    n = int(value) if value.isascii() and value.isdigit() else 0
     if not 1 <= n <= 64:
         raise argparse.ArgumentTypeError(f"must be 1..64, not {value!r}")
     return n
