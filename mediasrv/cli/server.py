@@ -34,7 +34,7 @@ from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.core.stores import describe, make_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from mediasrv.images import allocator, imaging
+from mediasrv.images import allocator, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime, make_app
@@ -287,7 +287,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     meta, blobs = await open_stores(settings)
     if secret is None:
         secret = await shared_secret(meta, blobs)
-    imaging.init_vips(settings.max_image_pixels)
+    vips.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
     if settings.meta_backend == "sqlite" and sockets is None and settings.housekeeping == "full":
         # Embedded means one process: counters are exact after any crash. A shared database
