@@ -26,17 +26,25 @@ import orjson
 import tornado.web
 
 from mediasrv.core.credentials.auth import Authenticator, Principal
-from mediasrv.core.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
+from mediasrv.core.errors import (
+    ApiError,
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    StoreUnavailable,
+    TooManyRequests,
+    for_store_error,
+)
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
 from mediasrv.core.timeutil import now_iso
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
+from mediasrv.web.http_limits import MAX_JSON_BYTES
 from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
 from store.models import LogEntry
 
 log = logging.getLogger("mediasrv.http")
-MAX_JSON_BYTES = 64 * 1024
 PRIVATE_NO_STORE = "private, no-store"
 CREDENTIAL_VARY = "Authorization, X-Api-Key"
 GZIP_MIN_BYTES = 1024
@@ -249,7 +257,7 @@ class BaseHandler(tornado.web.RequestHandler):
         """The request body as a JSON object; BadRequest otherwise."""
         body = self.request.body or b""
         if len(body) > MAX_JSON_BYTES:
-            raise BadRequest("JSON body too large", code="INVALID_JSON")
+            raise PayloadTooLarge(f"The request body is larger than {MAX_JSON_BYTES} bytes", code="REQUEST_TOO_LARGE")
         try:
             value = orjson.loads(body) if body.strip() else {}
         except orjson.JSONDecodeError:

@@ -27,9 +27,10 @@ from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, Unsu
 from mediasrv.core.files.content_types import ACTIVE_TYPES
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import parse_iso
-from mediasrv.images import imaging
 from mediasrv.images.jobs import ImageJobs
 from mediasrv.images.slots import ResizePool
+from mediasrv.images.spec import TransformSpec, parse_transform
+from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from mediasrv.web.cors import CorsMode
 from mediasrv.web.http_headers import (
     Unsatisfiable,
@@ -115,7 +116,7 @@ class ServeBase(BaseHandler):
     async def head(self, key: str) -> None:
         await self.get(key)
 
-    async def serve(self, key: str, spec: imaging.TransformSpec | None) -> None:
+    async def serve(self, key: str, spec: TransformSpec | None) -> None:
         record = await self._authorized_record(key)
         if not record.is_public:
             self.cors_private()
@@ -288,10 +289,10 @@ class ServeBase(BaseHandler):
                 return  # the client went away mid-body: nobody to answer, nothing to log
         self.finish()
 
-    async def _send_transformed(self, record: FileRecord, spec: imaging.TransformSpec) -> None:
+    async def _send_transformed(self, record: FileRecord, spec: TransformSpec) -> None:
         if not record.content_type.startswith("image/"):
             raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
-        if record.content_type not in imaging.TRANSFORMABLE_TYPES:
+        if record.content_type not in TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         variant = spec.cache_key()
         etag = f'"{record.file_id}-{variant}"'
@@ -315,7 +316,7 @@ class ServeBase(BaseHandler):
 
         await self._send_representation(record, out_type, etag, len(data), send)
 
-    async def _run_transform(self, record: FileRecord, spec: imaging.TransformSpec) -> tuple[bytes, str]:
+    async def _run_transform(self, record: FileRecord, spec: TransformSpec) -> tuple[bytes, str]:
         result, ran = await self.deps.images.render_shared(record, spec, self.client_ip())
         if ran:  # identical requests sharing one transform count one image operation
             self.deps.usage.image_op(record.user_id)
@@ -361,7 +362,7 @@ class MediaHandler(ServeBase):
     """/m/:key: inline serving, with optional width, height and format."""
 
     async def get(self, key: str) -> None:
-        await self.serve(key, imaging.parse_transform(self.request.query_arguments))
+        await self.serve(key, parse_transform(self.request.query_arguments))
 
 
 class DownloadHandler(ServeBase):

@@ -2,7 +2,7 @@
 
 Separates the image work from the server around it: ``scripts/bench.py``'s resize rows compare
 whole servers over HTTP on the same cores as ``wrk``; this times only the transform of each file
-(mediasrv: ``imaging.transform``; PIL: ``Image.draft`` + LANCZOS ``resize`` + JPEG quality 80,
+(mediasrv: ``pipeline.transform``; PIL: ``Image.draft`` + LANCZOS ``resize`` + JPEG quality 80,
 what thumbor's PIL engine does) and the shrink-on-load decode alone in both libraries.
 
     .venv/bin/pip install ".[test]"    # Pillow
@@ -21,7 +21,9 @@ from pathlib import Path
 import pyvips
 from PIL import Image
 
-from mediasrv.images import imaging
+from mediasrv.images.pipeline import transform
+from mediasrv.images.spec import TransformSpec
+from mediasrv.images.vips import init_vips
 
 WIDTH = 400
 
@@ -64,11 +66,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    imaging.init_vips(50_000_000)
+    init_vips(50_000_000)
     datas = [p.read_bytes() for p in sorted(args.directory.iterdir())[: args.files]]
-    spec = imaging.TransformSpec(width=WIDTH, height=None, format=None)
+    spec = TransformSpec(width=WIDTH, height=None, format=None)
     cases = {
-        "mediasrv transform": lambda d: imaging.transform(d, "image/jpeg", spec, 50_000_000),
+        "mediasrv transform": lambda d: transform(d, "image/jpeg", spec, 50_000_000),
         "PIL draft+resize+save (thumbor)": pil_thumbnail,
         "libvips shrink-on-load decode": vips_decode,
         "PIL draft decode": pil_decode,

@@ -37,7 +37,8 @@ def make_files(root: Path, count: int) -> int:
     for i in range(count):
         folder = root / f"batch-{i % 10}"
         folder.mkdir(parents=True, exist_ok=True)
-        path, data = ((folder / f"img-{i:05d}.png", png) if i % 2 else
+        # Every file distinct: the uploader skips contents the account already has.
+        path, data = ((folder / f"img-{i:05d}.png", png + f"#{i}".encode()) if i % 2 else
                       (folder / f"note-{i:05d}.txt", f"note {i}\n".encode() * 20))
         path.write_bytes(data)
         total += len(data)

@@ -89,7 +89,7 @@ def to_iso(value: dt.datetime | None) -> str | None:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     value = value.astimezone(dt.UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    return f"{value.year:04d}-{value:%m-%dT%H:%M:%S}.{value.microsecond // 1000:03d}Z"  # year 999: 0999
 
 
 def _now() -> dt.datetime:

@@ -146,10 +146,16 @@ def runtime_and_app(settings: Settings, stores: tuple[Any, Any],
 
 
 @pytest.fixture
+def budget() -> int | None:
+    """Bytes all request bodies being buffered may hold (None: the server's default)."""
+    return None
+
+
+@pytest.fixture
 def http_server(request: Any, io_loop: Any, http_server_port: tuple[Any, int], app: tornado.web.Application,
-                settings: Settings) -> Iterator[tornado.httpserver.HTTPServer]:
+                settings: Settings, budget: int | None) -> Iterator[tornado.httpserver.HTTPServer]:
     """pytest-tornasync's fixture, but the server ``mediasrv serve`` builds (limits answered in JSON)."""
-    server = make_server(app, settings)
+    server = make_server(app, settings, buffered_bytes=budget)
     server.add_socket(http_server_port[0])
     yield server
     server.stop()

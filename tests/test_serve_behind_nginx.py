@@ -347,6 +347,32 @@ def test_absolute_form_naming_another_host_is_refused_with_json(sidecar: Sidecar
     assert status == 200  # scheme and host compare without case
 
 
+def test_one_address_holds_a_bounded_number_of_connections(tmp_path: Path) -> None:
+    """Issue 15 finding 7: behind nginx nothing bounded one address's connections (750 of them
+    took mediasrv from 61 MB to 906 MB). nginx now counts them (limit_conn): requests in flight
+    past MEDIASRV_MAX_CONNECTIONS_PER_IP from one address get a JSON 429."""
+    with running_sidecar(tmp_path, MEDIASRV_WORKERS="1", MEDIASRV_MAX_CONNECTIONS_PER_IP="3") as running:
+        slow = []
+        for _ in range(3):  # three requests whose bodies never come (mediasrv waits for them)
+            sock = socket.create_connection(("127.0.0.1", running.port), timeout=10)
+            sock.sendall(b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n")
+            slow.append(sock)
+        try:
+            deadline = time.monotonic() + 10
+            while (r := request(running.port, "GET", "/ping")).status != 429 and time.monotonic() < deadline:
+                time.sleep(0.05)  # until nginx has read the three requests' headers
+            assert r.status == 429 and r.json()["code"] == "TOO_MANY_CONNECTIONS"
+            assert r.headers["retry-after"] == "1"
+        finally:
+            for sock in slow:
+                sock.close()
+        deadline = time.monotonic() + 10
+        while (r := request(running.port, "GET", "/ping")).status != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert r.status == 200
+
+
 def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
     status, body = raw_request(sidecar.port, b"NOT A REQUEST\r\n\r\n")
     assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
@@ -681,6 +707,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert sidecar.env["MEDIASRV_ACCEL_REDIRECT"] == "/_blobs/"  # files and S3 objects alike
+    assert "client_body_timeout 60s;" in text and sidecar.env["MEDIASRV_BODY_IDLE_TIMEOUT"] == "70"
     secret = sidecar.env["MEDIASRV_PROXY_SECRET"]
     assert len(secret) >= 32 and text.count(f'proxy_set_header X-Mediasrv-Proxy-Secret "{secret}";') >= 1
     assert 'proxy_set_header X-Mediasrv-Counted "";' in text  # cleared at server level

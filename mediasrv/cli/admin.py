@@ -245,7 +245,8 @@ def _number(value: str | None, option: str) -> Any:
 
 def _is_period(text: str) -> bool:
     year, _, month = text.partition("-")
-    return len(year) == 4 and year.isdigit() and len(month) == 2 and month.isdigit() and 1 <= int(month) <= 12
+    digits = (year + month).isascii() and year.isdigit() and month.isdigit()
+    return digits and len(year) == 4 and len(month) == 2 and 1 <= int(month) <= 12
 
 
 def _message(exc: Exception) -> str:

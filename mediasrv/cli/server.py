@@ -34,7 +34,7 @@ from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.core.stores import describe, make_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from mediasrv.images import allocator, imaging
+from mediasrv.images import allocator, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime, make_app
@@ -45,7 +45,7 @@ from mediasrv.web.connections import (
     default_max_connections,
     raise_fd_limit,
 )
-from mediasrv.web.http_limits import HEADER_READ_LIMIT, RequestLimits
+from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
 from mediasrv.web.metrics import Metrics, chain, metrics_app
 from store.base import BlobStore, Lifecycle, LocalDatabase, MetaStore, RowCopy, SharedSecrets
 from store.errors import StoreError
@@ -56,7 +56,6 @@ DRAIN_S = 10.0
 CLOSE_CONNECTIONS_S, FLUSH_S, MAIL_S = 1.0, 2.0, 5.0
 SHUTDOWN_S = 14.0
 """SIGTERM to exit at most (plus the store's close), under supervisord's stopwaitsecs=20."""
-JSON_BODY_LIMIT = 1024 * 1024
 SWEEP_INTERVAL_S = 3600.0
 
 
@@ -131,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _workers_arg(value: str) -> int:
-    n = int(value) if value.isdigit() else 0
+    n = int(value) if value.isascii() and value.isdigit() else 0
     if not 1 <= n <= 64:
         raise argparse.ArgumentTypeError(f"must be 1..64, not {value!r}")
     return n
@@ -255,12 +254,15 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
 
 
-def make_server(app: tornado.web.Application, settings: Settings) -> GuardedHTTPServer:
+def make_server(app: tornado.web.Application, settings: Settings, *,
+                buffered_bytes: int | None = None) -> GuardedHTTPServer:
     """No total body timeout (slow honest uploads finish); idle bodies and slow headers end.
     Request-size limits are answered in JSON by ``RequestLimits`` (mediasrv.web.http_limits), which
-    needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431."""
-    return GuardedHTTPServer(RequestLimits(app, body_limit=JSON_BODY_LIMIT), limits=connection_limits(settings),
-                             max_body_size=JSON_BODY_LIMIT, max_header_size=HEADER_READ_LIMIT,
+    needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431;
+    ``buffered_bytes`` bounds the request bodies all connections hold before their handlers run."""
+    limited = RequestLimits(app, budget=BufferBudget(buffered_bytes) if buffered_bytes else None)
+    return GuardedHTTPServer(limited, limits=connection_limits(settings),
+                             max_body_size=MAX_JSON_BYTES, max_header_size=HEADER_READ_LIMIT,
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
@@ -282,7 +284,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     meta, blobs = await open_stores(settings, stores)
     if secret is None:
         secret = await shared_secret(meta, blobs)
-    imaging.init_vips(settings.max_image_pixels)
+    vips.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
     if isinstance(meta, LocalDatabase) and sockets is None and settings.housekeeping == "full":
         # Embedded means one process: counters are exact after any crash. A shared database

@@ -2,8 +2,14 @@
 
 Responses never tell whether an e-mail has an account beyond what the interface requires
 (login before confirmation is 403 EMAIL_NOT_VERIFIED by contract): a duplicate registration
-gets the same 201 shape and a notice goes to the real owner instead; forgot-password answers
+gets the same 201 shape and a notice goes to the address instead; forgot-password answers
 the same for every address; every password check costs one bcrypt run.
+
+Who holds an address: the first registration chooses the password, and only its link confirms
+it. A later registration of a pending address never replaces that password nor sends a second
+activating link (whoever clicks the one link would otherwise activate whichever password its
+sender chose); the address gets a notice pointing to forgot-password, whose reset proves the
+mailbox, sets the password, and ends every session and API key made before it.
 """
 from __future__ import annotations
 
@@ -72,7 +78,7 @@ class AccountService:
         try:
             await self._meta.create_user(user)
         except DuplicateError:
-            await self._notify_existing(email, redirect_to, password_hash)
+            await self._notify_existing(email)
             return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
         await self._send_confirmation(user, redirect_to)
         return {"message": REGISTERED, "user": {"id": user.id, "email": email}}
@@ -83,14 +89,8 @@ class AccountService:
         if found is None:
             raise BadRequest("This confirmation link is invalid, used or expired", code="INVALID_TOKEN")
         user_id, data = found
-        redirect_to, password_hash = _confirm_data(data)
-        at = now_iso()
-        user = await self._meta.get_user(user_id)
-        if password_hash and user is not None and not user.email_verified_at:
-            # A repeated registration of a pending account: the link sets the password of the
-            # registration that sent it, so whoever registered the address first cannot keep it.
-            await self._meta.set_password(user_id, password_hash, at)
-        await self._meta.mark_email_verified(user_id, at)
+        redirect_to = _confirm_data(data)
+        await self._meta.mark_email_verified(user_id, now_iso())
         await self._meta.revoke_tokens("confirm", user_id)  # other pending links die with this one
         return redirect_to or self._settings.dashboard_url + CONFIRMED_FRAGMENT
 
@@ -145,11 +145,34 @@ class AccountService:
             raise BadRequest("token is invalid, used or expired", code="INVALID_TOKEN")
         user_id = found[0]
         at = now_iso()
+        # The new password also ends every access token (token_version moves on).
         await self._meta.set_password(user_id, await self._hasher.hash(password), at)
         await self._meta.revoke_tokens("refresh", user_id)
         await self._meta.revoke_tokens("reset", user_id)  # older reset links must not work any more
+        await self._meta.revoke_tokens("confirm", user_id)  # and a pending registration's link
+        revoked = await self._revoke_api_keys(user_id, at)
         await self._meta.mark_email_verified(user_id, at)  # the reset link proved the address
+        user = await self._meta.get_user(user_id)
+        if user is not None:
+            self._mail.submit(Message(to=user.email, subject="Your password was changed", text=(
+                "The password of your account was changed with a reset link.\n\n"
+                f"Every session and every API key made before the change has been ended ({revoked} "
+                "API key(s) revoked): log in again, and make new API keys for your scripts.\n"
+                "If you did not do this, reset your password again at once.\n")))
         return {"message": "Your password has been changed. Log in with the new password."}
+
+    async def _revoke_api_keys(self, user_id: str, at: str) -> int:
+        """Revoke every API key of the user: a key made by whoever held the account before the
+        reset must not outlive it. Returns how many were revoked."""
+        revoked = 0
+        while True:
+            keys, _total = await self._meta.list_api_keys(user_id, 0, 100)
+            if not keys:
+                return revoked
+            done = [await self._meta.revoke_api_key(user_id, key.id, at) for key in keys]
+            if not any(done):
+                return revoked  # revoked meanwhile by someone else: nothing left to do
+            revoked += sum(done)
 
     async def _session(self, user: User) -> Session:
         access, expires_at = self._jwt.issue(user.id, user.token_version)
@@ -191,23 +214,28 @@ class AccountService:
                              code="INVALID_REDIRECT")
         return value
 
-    async def _send_confirmation(self, user: User, redirect_to: str | None,
-                                 password_hash: str | None = None) -> None:
+    async def _send_confirmation(self, user: User, redirect_to: str | None) -> None:
         token = tokens.new_opaque_token()
-        data = orjson.dumps({"redirect_to": redirect_to, "password_hash": password_hash}).decode()
+        data = orjson.dumps({"redirect_to": redirect_to}).decode()
         await self._meta.put_token("confirm", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL), data)
         link = self._link("/auth/confirm", token)
         self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
             f"Welcome! Confirm your e-mail address by opening this link:\n\n{link}\n\n"
             "The link works once and expires in 48 hours.\n")))
 
-    async def _notify_existing(self, email: str, redirect_to: str | None, password_hash: str) -> None:
-        """A second registration: resend the confirmation if pending, else tell the owner."""
+    async def _notify_existing(self, email: str) -> None:
+        """A second registration: a notice to the address, never a second activating link."""
         user = await self._meta.get_user_by_email(email)
         if user is None:
             return
         if not user.email_verified_at:
-            await self._send_confirmation(user, redirect_to, password_hash)
+            self._mail.submit(Message(to=email, subject="Your registration is waiting for confirmation", text=(
+                "Someone asked to register this e-mail address again, while an earlier registration "
+                "of it is still waiting for confirmation.\n\n"
+                "If you started the earlier registration, open the link in its e-mail. If you did "
+                "not, or you forgot the password you chose, do not open that link: set your own "
+                "password with POST /auth/forgot-password (the dashboard's 'Forgot password'), "
+                "which also confirms the address.\n")))
             return
         self._mail.submit(Message(to=email, subject="Someone tried to register with your address", text=(
             "Someone tried to create an account with this e-mail address, which already has one.\n"
@@ -217,10 +245,11 @@ class AccountService:
         return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"
 
 
-def _confirm_data(data: str | None) -> tuple[str | None, str | None]:
-    """(redirect_to, password_hash) stored with a confirmation token."""
+def _confirm_data(data: str | None) -> str | None:
+    """The redirect_to stored with a confirmation token (older links also carry a password
+    hash of a repeated registration: it is ignored, the first registration's password stays)."""
     value = orjson.loads(data) if data else {}
-    return value.get("redirect_to"), value.get("password_hash")
+    return value.get("redirect_to")
 
 
 def _origin(url: str) -> str:

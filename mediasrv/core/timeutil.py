@@ -18,8 +18,10 @@ def now() -> dt.datetime:
 
 
 def iso(t: dt.datetime) -> str:
-    """Format as ``YYYY-MM-DDTHH:MM:SS.mmmZ``; sorts lexicographically in time order."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    """Format as ``YYYY-MM-DDTHH:MM:SS.mmmZ``; sorts lexicographically in time order (the year
+    always has four digits: strftime writes year 999 as ``999``, which sorts after 2026)."""
+    u = t.astimezone(UTC)
+    return f"{u.year:04d}-{u:%m-%dT%H:%M:%S}.{u.microsecond // 1000:03d}Z"
 
 
 def now_iso() -> str:
@@ -36,7 +38,10 @@ def parse_iso(value: str) -> dt.datetime:
     parsed = dt.datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00+01:00 or 9999-12-31T23:59-01:00: outside years 1..9999
+        raise ValueError("the timestamp is outside the years 1 to 9999 in UTC") from None
 
 
 def month_period(t: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:

@@ -2,7 +2,7 @@
 
 A job goes: a fair slot (``ResizePool``: 503 when none may be had) -> its estimated peak
 memory from the width and height stored at upload, or for an older record from the header in
-the file's first bytes (``imaging.estimate_cost``; 422 when it could never fit the budget; the
+the file's first bytes (``estimate_cost``; 422 when it could never fit the budget; the
 stored size assumes the widest pixels the format allows, the header read when that is too much) ->
 a reservation of that much of the budget, waiting in line while
 other jobs hold it -> the transform on a worker thread, reading a local file through its
@@ -22,8 +22,13 @@ import os
 from collections.abc import AsyncIterator, Callable
 
 from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
-from mediasrv.images import allocator, imaging
+from mediasrv.images import allocator
+from mediasrv.images import pipeline as imaging  # FileInput and transform, under the name _with_file uses
+from mediasrv.images.cost import JobEstimate, estimate_cost, estimate_for_size
+from mediasrv.images.layout import WORST_LAYOUTS
 from mediasrv.images.slots import ResizePool
+from mediasrv.images.spec import TransformSpec
+from mediasrv.images.vips import source_format
 from store import errors as store_errors
 from store.base import BlobStore, LocalBlobFiles
 from store.errors import BlobNotFound
@@ -102,12 +107,12 @@ class MemoryBudget:
             granted.set_result(None)
 
 
-Runner = Callable[[imaging.FileInput | bytes, FileRecord, imaging.TransformSpec, int, imaging.JobEstimate],
+Runner = Callable[[imaging.FileInput | bytes, FileRecord, TransformSpec, int, JobEstimate],
                   tuple[bytes, str]]
 
 
-def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: imaging.TransformSpec,
-                  max_pixels: int, reserved: imaging.JobEstimate) -> tuple[bytes, str]:
+def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: TransformSpec,
+                  max_pixels: int, reserved: JobEstimate) -> tuple[bytes, str]:
     """The real work, on a worker thread; tests inject another runner. The image may not
     decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
     try:
@@ -134,7 +139,7 @@ class ImageJobs:
         self.transforms_run = 0
         """Transforms started (a follower of an identical job in flight starts none)."""
 
-    async def render_shared(self, record: FileRecord, spec: imaging.TransformSpec,
+    async def render_shared(self, record: FileRecord, spec: TransformSpec,
                             client: str) -> tuple[tuple[bytes, str], bool]:
         """``render``, single-flight: identical requests (same file, same normalised spec)
         arriving while one is being transformed wait for that one's result instead of taking
@@ -153,7 +158,7 @@ class ImageJobs:
         task.add_done_callback(_retrieve_exception)
         return await asyncio.shield(task), True
 
-    async def render(self, record: FileRecord, spec: imaging.TransformSpec,
+    async def render(self, record: FileRecord, spec: TransformSpec,
                      client: str) -> tuple[bytes, str]:
         """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
         ticket = self.pool.try_acquire(client, self.weight(record, spec))
@@ -164,8 +169,7 @@ class ImageJobs:
                 # Stored before sizes were recorded, or too large if it had the widest layout
                 # its format allows: the header says how wide its pixels really are.
                 prefix = await self._prefix(record)
-                estimate = imaging.estimate_cost(prefix, record.size, spec, self._max_pixels,
-                                                 buffered=buffered)
+                estimate = estimate_cost(prefix, record.size, spec, self._max_pixels, buffered=buffered)
             if not self.budget.fits_ever(estimate.cost_bytes):
                 raise UnprocessableImage(
                     "The image is too large to process within this server's memory budget")
@@ -174,24 +178,24 @@ class ImageJobs:
         finally:
             self.pool.release(ticket)
 
-    def weight(self, record: FileRecord, spec: imaging.TransformSpec) -> float:
+    def weight(self, record: FileRecord, spec: TransformSpec) -> float:
         """How much of a client's fair share this job counts, from the size stored at upload."""
         estimate = self._stored_estimate(record, spec, buffered=False)
         if estimate is None:
             return 2.0  # stored before sizes were recorded: a middling guess
         return max(1.0, estimate.cost_bytes / WEIGHT_UNIT_BYTES)
 
-    def _stored_estimate(self, record: FileRecord, spec: imaging.TransformSpec, *,
-                         buffered: bool) -> imaging.JobEstimate | None:
+    def _stored_estimate(self, record: FileRecord, spec: TransformSpec, *,
+                         buffered: bool) -> JobEstimate | None:
         """The job's cost from the width and height read from the file's header at upload
         (whose bytes were checked against the type then), so the header need not be read
         again on every resize; None when the record has no size."""
-        src = imaging.source_format(record.content_type)
-        if not record.width or not record.height or src not in imaging.WORST_LAYOUTS:
+        src = source_format(record.content_type)
+        if not record.width or not record.height or src not in WORST_LAYOUTS:
             return None  # no stored size, or a format (TIFF) whose layout only its header bounds
         if record.width * record.height > self._max_pixels:  # the limit may have been lowered since
             raise UnprocessableImage(f"The image is too large to process ({record.width}x{record.height} pixels)")
-        return imaging.estimate_for_size(src, record.width, record.height, record.size, spec, buffered=buffered)
+        return estimate_for_size(src, record.width, record.height, record.size, spec, buffered=buffered)
 
     async def _prefix(self, record: FileRecord) -> bytes:
         parts: list[bytes] = []
@@ -204,8 +208,8 @@ class ImageJobs:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
         return b"".join(parts)
 
-    async def _run(self, record: FileRecord, spec: imaging.TransformSpec,
-                   reserved: imaging.JobEstimate) -> tuple[bytes, str]:
+    async def _run(self, record: FileRecord, spec: TransformSpec,
+                   reserved: JobEstimate) -> tuple[bytes, str]:
         max_pixels, runner, files = self._max_pixels, self._runner, self._files
         self.transforms_run += 1
         if files is not None:  # the worker opens the blob (no I/O on the loop)

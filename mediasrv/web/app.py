@@ -35,9 +35,9 @@ from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.images import imaging
 from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.images.slots import ResizePool
+from mediasrv.images.spec import FORMATS
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
@@ -232,6 +232,6 @@ def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], d
 def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
                           "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
-                          "formats": tuple(imaging.FORMATS)}
+                          "formats": tuple(FORMATS)}
     return (build_openapi(settings.public_url, allow.types, **kw),
             build_for_agents(settings.public_url, allow.types, **kw))

@@ -15,7 +15,11 @@ over the real limits with the JSON error the interface promises:
   streamed upload raised it to): 413 ``REQUEST_TOO_LARGE``;
 - a chunked body (no declared length) once the bytes passed on go over that limit: the same
   413. Tornado itself is given ``CHUNKED_SLACK`` more, so that this layer counts the crossing
-  first; only a chunk header declaring more than the slack at once still meets Tornado's 400.
+  first; only a chunk header declaring more than the slack at once still meets Tornado's 400;
+- a body sent to a path no route serves: 404 ``HTTP_404`` without reading it;
+- a body Tornado buffers for its handler (every route but a streamed upload) while the bodies
+  being buffered already hold ``BUFFERED_BYTES_BUDGET``: 503 ``SERVER_BUSY`` with Retry-After,
+  so slow or unfinished bodies on many connections cannot hold more than that between them.
 
 Each refusal is sent before any body byte is read, with ``Connection: close``. A header
 block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
@@ -26,39 +30,76 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from tornado import httputil
+from tornado import httputil, routing
 
 log = logging.getLogger("mediasrv.http")
 MAX_REQUEST_LINE = 16 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 MAX_HEADER_FIELDS = 200
 HEADER_READ_LIMIT = 1024 * 1024
+MAX_JSON_BYTES = 64 * 1024
+"""A request body's limit unless its handler raises it (a streamed upload): every JSON body of
+the API is far smaller. Declared larger: 413 before a byte of it is read."""
 CHUNKED_SLACK = 4 * 1024 * 1024
 """How far past a request's limit Tornado's own check sits (see the module docstring)."""
+BUFFERED_BYTES_BUDGET = 64 * 1024 * 1024
+"""Request bytes all connections together may hold in buffers before their handler runs."""
+BUSY_RETRY_AFTER_S = 1
 
-_REASONS = {400: "Bad Request", 413: "Content Too Large", 414: "URI Too Long",
-            431: "Request Header Fields Too Large"}
+_REASONS = {400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 414: "URI Too Long",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+class BufferBudget:
+    """Bytes of request bodies being buffered, across connections: taken as chunks arrive,
+    given back when the request is handed to its handler or its connection closes."""
+
+    def __init__(self, total: int = BUFFERED_BYTES_BUDGET) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, n: int) -> bool:
+        if self.used + n > self.total:
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.used -= n
 
 
 class RequestLimits(httputil.HTTPServerConnectionDelegate):
     """The server's delegate: checks each request's size before the application sees it."""
 
-    def __init__(self, app: httputil.HTTPServerConnectionDelegate, *, body_limit: int) -> None:
+    def __init__(self, app: httputil.HTTPServerConnectionDelegate, *, body_limit: int = MAX_JSON_BYTES,
+                 budget: BufferBudget | None = None) -> None:
         self.app = app
         self.body_limit = body_limit
         """The server's ``max_body_size``: what a request may send unless a handler raises it."""
+        self.budget = budget or BufferBudget()
+        self.known_path = _path_matcher(app)
 
     def start_request(self, server_conn: object,
                       request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
         tracked = _TrackedConnection(request_conn, self.body_limit)
-        return _LimitedMessage(tracked, self.app.start_request(server_conn, tracked))  # type: ignore[arg-type]
+        inner = self.app.start_request(server_conn, tracked)  # type: ignore[arg-type]
+        return _LimitedMessage(tracked, inner, self)
 
     def on_close(self, server_conn: object) -> None:
         self.app.on_close(server_conn)
+
+
+def _path_matcher(app: object) -> Callable[[str], bool]:
+    """Whether a path is one a route of the Tornado application serves (any method)."""
+    rules = getattr(getattr(app, "wildcard_router", None), "rules", None)
+    if rules is None:
+        return lambda _path: True
+    patterns = [rule.matcher.regex for rule in rules if isinstance(rule.matcher, routing.PathMatches)]
+    return lambda path: any(p.match(path.split("?", 1)[0]) for p in patterns)
 
 
 def refusal(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders) -> tuple[int, str, str] | None:
@@ -119,19 +160,28 @@ class _TrackedConnection:
 
 
 class _LimitedMessage(httputil.HTTPMessageDelegate):
-    def __init__(self, conn: _TrackedConnection, inner: httputil.HTTPMessageDelegate) -> None:
+    def __init__(self, conn: _TrackedConnection, inner: httputil.HTTPMessageDelegate,
+                 limits: RequestLimits) -> None:
         self.conn = conn
         self.inner = inner
+        self.limits = limits
         self.refused = False
         self.inner_started = False
         self.method = ""
         self.received = 0
+        self.held = 0
+        """Bytes of this request's body taken from the buffer budget and not yet given back."""
+        self.buffered = False
 
     async def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                                headers: httputil.HTTPHeaders) -> None:
         assert isinstance(start_line, httputil.RequestStartLine)
         self.method = start_line.method
         problem = refusal(start_line, headers)
+        declared = declared_length(headers) if problem is None else None
+        has_body = bool(declared) or "chunked" in headers.get("Transfer-Encoding", "").lower()
+        if problem is None and has_body and not self.limits.known_path(start_line.path):
+            problem = 404, "HTTP_404", "Not found"  # what NotFoundHandler says, without the body
         if problem is not None:
             self._refuse(*problem)
             return
@@ -139,7 +189,7 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         result = self.inner.headers_received(start_line, headers)
         if result is not None:
             await result
-        declared = declared_length(headers)
+        self.buffered = not getattr(self.inner, "stream_request_body", False)
         if declared is not None and declared > self.conn.body_limit and not self.conn.answered:
             self._refuse(413, *self.conn.too_large)
 
@@ -152,17 +202,31 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
             # its on_connection_close cleans up (an upload drops its blob and reservation).
             self._refuse(413, *self.conn.too_large)
             return None
+        if self.buffered and not self.conn.answered:
+            if not self.limits.budget.take(len(chunk)):
+                self._give_back()
+                self._refuse(503, "SERVER_BUSY", "Server busy; try again shortly",
+                             {"Retry-After": str(BUSY_RETRY_AFTER_S)})
+                return None
+            self.held += len(chunk)
         return self.inner.data_received(chunk)
 
     def finish(self) -> None:
+        self._give_back()  # handed to the handler: what it holds now is bounded by its limit
         if not self.refused:
             self.inner.finish()
 
     def on_connection_close(self) -> None:
+        self._give_back()
         if self.inner_started:
             self.inner.on_connection_close()
 
-    def _refuse(self, status: int, code: str, message: str) -> None:
+    def _give_back(self) -> None:
+        if self.held:
+            self.limits.budget.give(self.held)
+            self.held = 0
+
+    def _refuse(self, status: int, code: str, message: str, extra: dict[str, str] | None = None) -> None:
         """Answer now, before any body byte is read; Tornado closes the connection after it."""
         self.refused = True
         log.info("refused a request: %d %s", status, code)
@@ -170,7 +234,7 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         headers = httputil.HTTPHeaders({
             "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
             "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-            "Date": httputil.format_timestamp(time.time())})
+            "Date": httputil.format_timestamp(time.time()), **(extra or {})})
         conn = self.conn
         conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, _REASONS[status]), headers,
                            b"" if self.method == "HEAD" else body)

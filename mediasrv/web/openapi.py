@@ -65,7 +65,7 @@ class _Ctx:
     resize_slots: int
     rate_scale: float
     formats: tuple[str, ...] = RESIZE_FORMATS
-    """Output formats this build can encode (``mediasrv.images.imaging.FORMATS``): avif only where it can."""
+    """Output formats this build can encode (``mediasrv.images.spec.FORMATS``): avif only where it can."""
 
     def limit(self, per_minute: int) -> int:
         """A declared limit as the limiter applies it (MEDIASRV_RATE_LIMIT_SCALE)."""
@@ -761,7 +761,7 @@ def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
     """The OpenAPI 3.0 document served at /reference/openapi.json.
 
     ``formats`` are the resize output formats this build can encode (the app passes
-    ``mediasrv.images.imaging.FORMATS``, so ``avif`` is listed only where libvips can write it).
+    ``mediasrv.images.spec.FORMATS``, so ``avif`` is listed only where libvips can write it).
     """
     ctx = _context(public_url, allowed_content_types, max_upload_size_bytes, resize_slots,
                    rate_limit_scale, formats)

@@ -413,6 +413,9 @@ async def test_list_files_filters(meta: MetaStore, catalogue: list[FileRecord]) 
     assert await file_ids(meta, FileQuery(created_after=ts(60))) == ["noname99", "f7", "f6"]
     assert await file_ids(meta, FileQuery(created_before=ts(20))) == ["f2", "AbC123"]
     assert await file_ids(meta, FileQuery(created_after=ts(30), created_before=ts(30))) == ["f3"]
+    everything = ["noname99", "f7", "f6", "f5", "f4", "f3", "f2", "AbC123"]  # years 999 and 9999 (issue 15)
+    assert await file_ids(meta, FileQuery(created_after="0999-01-01T00:00:00.000Z")) == everything
+    assert await file_ids(meta, FileQuery(created_before="9999-12-31T23:59:59.999Z")) == everything
     combined = FileQuery(q=".", content_type="image/png", size_min=400, is_public=True,
                          created_after=ts(0), created_before=ts(100))
     assert await file_ids(meta, combined) == ["f3"]

@@ -1,7 +1,9 @@
 """Credential resolution: ``Authorization: Bearer <JWT or API key>`` or ``X-Api-Key: <key>``.
 
 Every failure is the same 401 with the same body, whatever was wrong, so a probe learns
-nothing about which part of a credential was close.
+nothing about which part of a credential was close. One exception: a request carrying two
+different credentials (``Authorization`` and ``X-Api-Key`` with other values) is a 400, since
+silently picking one would act as a principal the caller may not have meant.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Literal
 from mediasrv.core.credentials import apikeys
 from mediasrv.core.credentials.principals import CredentialLookups
 from mediasrv.core.credentials.tokens import JwtCodec, digest
-from mediasrv.core.errors import Unauthorized
+from mediasrv.core.errors import BadRequest, Unauthorized
 from store.base import MetaStore
 from store.models import User
 
@@ -50,6 +52,7 @@ class Authenticator:
         """The principal when a valid credential is sent; None when none or an invalid one is."""
         if not authorization and not x_api_key:
             return None
+        _check_one_credential(authorization, x_api_key)
         try:
             return await self.authenticate(authorization, x_api_key)
         except Unauthorized:
@@ -75,8 +78,18 @@ class Authenticator:
         return Principal(user=user, kind="api_key", key_id=record.id)
 
 
+def _check_one_credential(authorization: list[str], x_api_key: list[str]) -> None:
+    """BadRequest when both headers carry a credential and they differ."""
+    if len(authorization) == 1 and len(x_api_key) == 1:
+        scheme, _, value = authorization[0].strip().partition(" ")
+        if not (scheme.lower() == "bearer" and value.strip() == x_api_key[0].strip()):
+            raise BadRequest("Send one credential: Authorization or X-Api-Key, not two different ones",
+                             code="AMBIGUOUS_CREDENTIALS")
+
+
 def _credential(authorization: list[str], x_api_key: list[str]) -> str | None:
     """The one secret the request carries, or None when absent, ambiguous or malformed."""
+    _check_one_credential(authorization, x_api_key)
     if len(authorization) > 1 or len(x_api_key) > 1:
         return None
     if authorization:

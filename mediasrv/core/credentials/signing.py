@@ -19,7 +19,9 @@ class UrlSigner:
         return base64.urlsafe_b64encode(mac[:24]).decode().rstrip("=")
 
     def verify(self, file_id: str, expires: str | None, signature: str | None) -> bool:
-        if not expires or not signature or not expires.isdigit() or len(expires) > 12 or len(signature) > 64:
+        if not expires or not signature or len(expires) > 12 or len(signature) > 64:
+            return False
+        if not (expires.isascii() and expires.isdigit()):  # "²".isdigit() is True, int("²") fails
             return False
         if int(expires) < unix():
             return False

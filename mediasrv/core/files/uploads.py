@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.core.files import content_types
 from mediasrv.core.timeutil import now_iso
-from mediasrv.images import imaging
+from mediasrv.images.headers import header_dimensions
+from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store.base import BlobStore, BlobWriter, MetaStore
 from store.models import FileRecord, User
 
@@ -62,7 +63,7 @@ class Upload:
         self._head = b""
         self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
-                                 IMAGE_HEAD_BYTES if content_type in imaging.TRANSFORMABLE_TYPES else 0))
+                                 IMAGE_HEAD_BYTES if content_type in TRANSFORMABLE_TYPES else 0))
         self._pending = bytearray()
         """Body not yet handed to the writer: less than WRITE_BYTES (plus one chunk)."""
         self._committed = False
@@ -183,9 +184,9 @@ class Upload:
         self._reserved = size
 
     def _check_dimensions(self) -> tuple[int | None, int | None]:
-        if self._type not in imaging.TRANSFORMABLE_TYPES:
+        if self._type not in TRANSFORMABLE_TYPES:
             return None, None
-        dims = imaging.header_dimensions(self._head)
+        dims = header_dimensions(self._head)
         if dims is None:
             return None, None
         width, height = dims

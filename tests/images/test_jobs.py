@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import struct
 import threading
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,21 @@ import pyvips
 import tornado.web
 
 from mediasrv.core.domains.providers import make_provider
-from mediasrv.core.errors import ServerBusy, UnprocessableImage, UnsupportedMedia
+from mediasrv.core.errors import ServerBusy
 from mediasrv.core.mail import MailQueue, SmtpMailer
 from mediasrv.core.settings import Settings, SettingsError
-from mediasrv.images import imaging
 from mediasrv.images.allocator import TrimPolicy
 from mediasrv.images.jobs import PREFIX_BYTES, MemoryBudget, run_transform
+from mediasrv.images.pipeline import FileInput
 from mediasrv.images.slots import ResizePool
+from mediasrv.images.vips import source_format
 from mediasrv.web.app import Runtime, make_app
 from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body, insert_file
+from tests.images.samples import black_jpeg
 
 MIB = 1024 * 1024
 BUSY_TEXT = "Server busy; try again shortly"
@@ -47,88 +47,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def _spec(width: int | None = None, height: int | None = None, fmt: str | None = None) -> imaging.TransformSpec:
-    return imaging.TransformSpec(width=width, height=height, format=fmt)
-
-
-def _png_header(width: int, height: int) -> bytes:
-    ihdr = struct.pack(">II5B", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(
-        ">I", zlib.crc32(b"IHDR" + ihdr))
-
-
-def _jpeg(width: int, height: int) -> bytes:
-    return pyvips.Image.black(width, height, bands=3).copy(interpretation="srgb").jpegsave_buffer(Q=60)
-
-
-# ---------------------------------------------------------------------------- cost estimate and caps
-
-
-def test_output_caps_bound_the_costly_encoders() -> None:
-    caps = imaging.OUTPUT_MAX_PIXELS
-    assert caps["avif"] <= 8_388_608 and caps["gif"] <= 4_194_304 and caps["webp"] <= 16_777_216
-
-
-def test_estimate_of_a_full_size_avif_of_24_mp_counts_the_capped_output() -> None:
-    head = _jpeg(6000, 4000)[:PREFIX_BYTES]
-    estimate = imaging.estimate_cost(head, 9 * MIB, _spec(fmt="avif"), 50_000_000, buffered=False)
-    assert estimate.source_area == 24_000_000
-    # A JPEG read from its file streams: the cost is the capped AVIF encode, not 24 MP of it.
-    capped = imaging.OUTPUT_MAX_PIXELS["avif"]
-    assert 20 * capped < estimate.cost_bytes < 30 * capped + 32 * MIB
-    small = imaging.estimate_cost(head, 9 * MIB, _spec(width=200), 50_000_000, buffered=False)
-    assert small.cost_bytes < 32 * MIB  # a JPEG thumbnail costs little more than the overhead
-
-
-def test_estimate_counts_bytes_held_and_whole_frame_decoders() -> None:
-    head = _png_header(4000, 3000)
-    streamed = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=False)
-    buffered = imaging.estimate_cost(head, 80 * MIB, _spec(width=100), 50_000_000, buffered=True)
-    assert buffered.cost_bytes - streamed.cost_bytes == 80 * MIB  # the whole file in memory
-    assert streamed.cost_bytes >= 3 * 12_000_000  # PNG may decode a whole RGB frame (interlaced)
-
-
-def test_estimate_refuses_pixel_bombs_and_assumes_the_worst_for_unknown_headers() -> None:
-    with pytest.raises(UnprocessableImage):
-        imaging.estimate_cost(_png_header(20000, 20000), 1000, _spec(width=10), 50_000_000, buffered=False)
-    unknown = imaging.estimate_cost(b"\x00" * 100, 100, _spec(width=10), 1_000_000, buffered=False)
-    assert unknown.source_area >= 999_000
-    with pytest.raises(UnsupportedMedia):
-        imaging.estimate_cost(b"<svg xmlns='http://www.w3.org/2000/svg'/>", 40, _spec(width=10), 1_000_000,
-                              buffered=False)
-
-
-def test_avif_webp_gif_outputs_are_scaled_down_to_their_cap() -> None:
-    data = _jpeg(400, 300)
-    for fmt in ("avif", "webp", "gif"):
-        if fmt not in imaging.FORMATS:
-            continue
-        out, _ = imaging.transform(data, "image/jpeg", _spec(fmt=fmt), 50_000_000, caps={fmt: 12_000})
-        image = pyvips.Image.new_from_buffer(out, "")
-        assert image.width * image.height <= 12_000, fmt
-        assert abs(image.width / image.height - 4 / 3) < 0.05, fmt  # same shape
-    # Formats without a cap keep the requested size; a request under the cap is untouched.
-    out, _ = imaging.transform(data, "image/jpeg", _spec(fmt="png"), 50_000_000, caps={"avif": 12_000})
-    assert pyvips.Image.new_from_buffer(out, "").width == 400
-    out, _ = imaging.transform(data, "image/jpeg", _spec(width=100, fmt="webp"), 50_000_000, caps={"webp": 12_000})
-    assert pyvips.Image.new_from_buffer(out, "").width == 100
-
-
-def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> None:
-    data = _jpeg(320, 240)
-    path = tmp_path / "blob"
-    path.write_bytes(data + b"\x00" * (4 * MIB))  # junk after the image is never decoded
-    import os
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        out, ctype = imaging.transform(imaging.FileInput(fd), "image/jpeg", _spec(width=32), 50_000_000)
-    finally:
-        os.close(fd)
-    assert ctype == "image/jpeg" and pyvips.Image.new_from_buffer(out, "").width == 32
-    with pytest.raises(UnprocessableImage):  # the header declares more than was reserved for
-        imaging.transform(data, "image/jpeg", _spec(width=32), 50_000_000, max_source_area=1000)
 
 
 # ---------------------------------------------------------------------------- MemoryBudget
@@ -382,7 +300,7 @@ class GatedRunner:
 
     def __call__(self, data: Any, record: FileRecord, spec: Any, max_pixels: int,
                  area: int) -> tuple[bytes, str]:
-        self.inputs.append("file" if isinstance(data, imaging.FileInput) else "bytes")
+        self.inputs.append("file" if isinstance(data, FileInput) else "bytes")
         self.started.release()
         assert self.finish.wait(30)
         return b"fake-output", "image/png"
@@ -420,7 +338,7 @@ async def _user_id(api: Api) -> str:
 async def test_a_padded_file_is_never_read_whole(api: Api, app: tornado.web.Application,
                                                  stores: Any) -> None:
     user_id = await _user_id(api)
-    padded = _jpeg(64, 64) + secrets.token_bytes(8 * MIB)  # a tiny image in a large file
+    padded = black_jpeg(64, 64) + secrets.token_bytes(8 * MIB)  # a tiny image in a large file
     fid = await insert_file(stores, user_id, padded, "image/jpeg")
     r = await api.call("GET", f"/m/{fid}?width=32")
     assert r.code == 200, r.body
@@ -435,7 +353,7 @@ async def test_an_uploaded_image_is_resized_from_its_stored_size_without_a_heade
     """The upload recorded 64x64 from the header it checked; a resize estimates its cost from
     that and hands the file to the worker: nothing of the blob is read on the event loop."""
     login = await api.user(f"img-{uuid.uuid4().hex[:10]}@example.com")
-    r = await api.call("POST", "/files", body=_jpeg(64, 64), token=login["session"]["access_token"],
+    r = await api.call("POST", "/files", body=black_jpeg(64, 64), token=login["session"]["access_token"],
                        headers={"Content-Type": "image/jpeg"})
     assert r.code == 201, r.body
     record = await stores[0].get_file(body(r)["file"]["file_id"])
@@ -453,9 +371,9 @@ async def test_the_worker_never_follows_a_symlink_planted_for_a_blob(
     worker path (its cost from the stored size, the file opened on the worker by the store's
     ``open_for_read``), not a resize of the other file."""
     user_id = await _user_id(api)
-    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
+    fid = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg", width=64, height=64)
     outside = tmp_path / "outside.jpg"
-    outside.write_bytes(_jpeg(64, 64))  # a valid image: following the link would resize it (200)
+    outside.write_bytes(black_jpeg(64, 64))  # a valid image: following the link would resize it (200)
     blob_file = stores[1].local_path(fid)
     blob_file.unlink()
     blob_file.symlink_to(outside)
@@ -468,7 +386,7 @@ async def test_the_worker_never_follows_a_symlink_planted_for_a_blob(
 
 
 def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:
-    assert [imaging.source_format(t) for t in ("image/jpeg", "IMAGE/PNG; x=1", "image/avif", "image/heic",
+    assert [source_format(t) for t in ("image/jpeg", "IMAGE/PNG; x=1", "image/avif", "image/heic",
                                                 "image/gif", "image/webp", "image/tiff", "text/plain")] == \
         ["jpeg", "png", "heif", "heif", "gif", "webp", "tiff", None]
 
@@ -478,7 +396,7 @@ def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:
 async def test_a_job_that_can_never_fit_the_budget_is_422_without_reading_it(
         api: Api, app: tornado.web.Application, stores: Any, runtime: Runtime) -> None:
     user_id = await _user_id(api)
-    padded = _jpeg(64, 64) + b"\x00" * (70 * MIB)  # a store without local files must buffer it
+    padded = black_jpeg(64, 64) + b"\x00" * (70 * MIB)  # a store without local files must buffer it
     fid = await insert_file(stores, user_id, padded, "image/jpeg")
     r = await api.call("GET", f"/m/{fid}?width=32")
     assert r.code == 422, r.body
@@ -486,7 +404,7 @@ async def test_a_job_that_can_never_fit_the_budget_is_422_without_reading_it(
     recording: RecordingBlobs = app.settings["recording_blobs"]
     assert recording.read_all_calls == []
     assert runtime.pool.in_use == 0 and runtime.images.budget.used == 0
-    small = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg")
+    small = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg")
     r = await api.call("GET", f"/m/{small}?width=32")
     assert r.code == 200 and recording.read_all_calls == [small]  # a small file is buffered
 
@@ -498,7 +416,7 @@ async def test_jobs_over_the_budget_wait_for_memory_inside_their_slot(
         api: Api, stores: Any, runtime: Runtime, runner: GatedRunner) -> None:
     runner.finish.clear()
     user_id = await _user_id(api)
-    fid = await insert_file(stores, user_id, _jpeg(1000, 1000), "image/jpeg")  # 1 MP to WebP: ~36 MiB
+    fid = await insert_file(stores, user_id, black_jpeg(1000, 1000), "image/jpeg")  # 1 MP to WebP: ~36 MiB
     requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?format=webp&width={900 + k}"))
                 for k in range(3)]
     await asyncio.to_thread(runner.started.acquire, True, 30)  # one job runs ...
@@ -519,7 +437,7 @@ async def test_a_client_filling_every_slot_cannot_starve_another(api: Api, store
                                                                 runner: GatedRunner) -> None:
     runner.finish.set()
     user_id = await _user_id(api)
-    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
+    fid = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg", width=64, height=64)
     pool = runtime.pool
     attacker = [pool.try_acquire("192.0.2.66") for _ in range(pool.slots)]  # slot fillers
     r = await api.call("GET", f"/m/{fid}?width=10")

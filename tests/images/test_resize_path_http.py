@@ -2,7 +2,7 @@
 before any transform, and identical requests in flight share one transform.
 
 Real HTTP against a real app whose transform runner the test controls (``GatedRunner`` of
-tests/test_image_jobs.py): no real transform is waited for, and slots are filled by hand.
+tests/images/test_jobs.py): no real transform is waited for, and slots are filled by hand.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import tornado.web
 
 from mediasrv.web.app import Runtime
 from tests.conftest import Api, insert_file
-from tests.test_image_jobs import (  # noqa: F401  (fixtures used by name)
+from tests.images.samples import black_jpeg
+from tests.images.test_jobs import (  # noqa: F401  (fixtures used by name)
     GatedRunner,
-    _jpeg,
     _user_id,
     local_blobs,
     runtime_and_app,
@@ -34,7 +34,7 @@ async def test_revalidation_is_304_before_any_transform(api: Api, app: tornado.w
                                                        runtime: Runtime, runner: GatedRunner) -> None:
     runner.finish.set()
     user_id = await _user_id(api)
-    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
+    fid = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg", width=64, height=64)
     first = await api.call("GET", f"/m/{fid}?width=10")
     assert first.code == 200, first.body
     etag = first.headers["ETag"]
@@ -69,7 +69,7 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
                                                                 runner: GatedRunner) -> None:
     runner.finish.clear()
     user_id = await _user_id(api)
-    fid = await insert_file(stores, user_id, _jpeg(64, 64), "image/jpeg", width=64, height=64)
+    fid = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg", width=64, height=64)
     deps = _serving_deps(app)
     await asyncio.sleep(0)
     counted = deps.usage.pending()
@@ -91,7 +91,8 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
 
 
 def test_jpeg_shrink_on_load_is_the_largest_that_leaves_a_final_step() -> None:
-    from mediasrv.images.imaging import ImageInfo, jpeg_shrink
+    from mediasrv.images.pipeline import jpeg_shrink
+    from mediasrv.images.probe import ImageInfo
 
     photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
     assert jpeg_shrink(photo, (400, 10_000_000)) == 8  # libvips' thumbnail alone stops at 4
@@ -111,16 +112,18 @@ def test_shrunk_jpeg_decodes_to_the_exact_fitted_size(orientation: int) -> None:
     import pyvips
     from PIL import Image
 
-    from mediasrv.images import imaging
+    from mediasrv.images.pipeline import transform
+    from mediasrv.images.spec import TransformSpec
+    from mediasrv.images.vips import init_vips
 
-    imaging.init_vips(50_000_000)
+    init_vips(50_000_000)
     exif = Image.Exif()
     exif[0x0112] = orientation
     out = io.BytesIO()
     Image.linear_gradient("L").resize((4000, 300)).convert("RGB").save(out, "JPEG", exif=exif.tobytes())
     for width, expected in ((400, (400, 30)), (390, (390, 29))) if orientation == 1 else (
             ((30, (30, 400)), (29, (29, 387)))):
-        data, _ = imaging.transform(out.getvalue(), "image/jpeg",
-                                    imaging.TransformSpec(width=width, height=None, format=None), 50_000_000)
+        data, _ = transform(out.getvalue(), "image/jpeg",
+                                    TransformSpec(width=width, height=None, format=None), 50_000_000)
         image = pyvips.Image.new_from_buffer(data, "")
         assert (image.width, image.height) == expected

@@ -17,11 +17,15 @@ import pytest
 import pyvips
 
 from mediasrv.core.errors import UnprocessableImage
-from mediasrv.images import imaging
+from mediasrv.images.cost import estimate_cost, estimate_for_size
+from mediasrv.images.headers import header_layout
+from mediasrv.images.layout import WORST_LAYOUTS, PixelLayout
+from mediasrv.images.pipeline import transform
+from mediasrv.images.spec import TransformSpec
 from tests.conftest import Api, body, insert_file
 
 MIB = 1024 * 1024
-SPEC = imaging.TransformSpec(width=50, height=None, format=None)
+SPEC = TransformSpec(width=50, height=None, format=None)
 
 
 def _png_header(width: int, height: int, depth: int, colour: int, interlace: int = 0) -> bytes:
@@ -36,9 +40,9 @@ def _tiff(bands: int, fmt: str = "uchar", side: int = 64) -> bytes:
 
 def _decode_bytes(prefix: bytes, src: str, width: int, height: int) -> int:
     """The estimate's decoded-frame share: the whole cost minus what does not depend on layout."""
-    estimate = imaging.estimate_cost(prefix, 1000, SPEC, 100_000_000, buffered=False)
-    baseline = imaging.estimate_for_size(src, width, height, 1000, SPEC, buffered=False,
-                                         layout=imaging.PixelLayout(1, 1))
+    estimate = estimate_cost(prefix, 1000, SPEC, 100_000_000, buffered=False)
+    baseline = estimate_for_size(src, width, height, 1000, SPEC, buffered=False,
+                                         layout=PixelLayout(1, 1))
     return estimate.cost_bytes - baseline.cost_bytes + width * height
 
 
@@ -46,27 +50,27 @@ def _decode_bytes(prefix: bytes, src: str, width: int, height: int) -> int:
     (8, 2, 0, 3), (8, 6, 0, 4), (16, 6, 0, 8), (16, 6, 1, 8), (16, 0, 1, 2), (8, 3, 0, 4), (1, 0, 0, 1)])
 def test_png_cost_counts_its_channels_and_depth(depth: int, colour: int, interlace: int, per_pixel: int) -> None:
     head = _png_header(4000, 3000, depth, colour, interlace)
-    assert imaging.header_layout(head, "png").pixel_bytes == per_pixel
+    assert header_layout(head, "png").pixel_bytes == per_pixel
     assert _decode_bytes(head, "png", 4000, 3000) == per_pixel * 12_000_000
 
 
 def test_tiff_of_500_bands_is_refused_before_anything_is_reserved() -> None:
     data = _tiff(500)
-    assert imaging.header_layout(data, "tiff") == imaging.PixelLayout(500, 1)
+    assert header_layout(data, "tiff") == PixelLayout(500, 1)
     with pytest.raises(UnprocessableImage, match="500 channels"):
-        imaging.estimate_cost(data, len(data), SPEC, 100_000_000, buffered=False)
+        estimate_cost(data, len(data), SPEC, 100_000_000, buffered=False)
 
 
 @pytest.mark.parametrize("fmt", ["float", "uint", "double"])
 def test_tiff_of_floating_or_32_bit_samples_is_refused(fmt: str) -> None:
     data = _tiff(3, fmt)
     with pytest.raises(UnprocessableImage, match="samples"):
-        imaging.estimate_cost(data, len(data), SPEC, 100_000_000, buffered=False)
+        estimate_cost(data, len(data), SPEC, 100_000_000, buffered=False)
 
 
 def test_tiff_of_16_bit_rgba_counts_8_bytes_a_pixel() -> None:
     data = _tiff(4, "ushort")
-    assert imaging.header_layout(data, "tiff") == imaging.PixelLayout(4, 2)
+    assert header_layout(data, "tiff") == PixelLayout(4, 2)
     assert _decode_bytes(data, "tiff", 64, 64) == 8 * 64 * 64
 
 
@@ -74,24 +78,24 @@ def test_avif_depth_comes_from_its_pixi_property() -> None:
     deep = pyvips.Image.black(64, 64, bands=3).cast("ushort").copy(interpretation="rgb16")
     twelve = deep.heifsave_buffer(compression="av1", bitdepth=12)
     eight = pyvips.Image.black(64, 64, bands=3).heifsave_buffer(compression="av1")
-    assert imaging.header_layout(twelve, "heif").sample_bytes == 2
-    assert imaging.header_layout(eight, "heif").sample_bytes == 1
-    assert imaging.header_layout(b"\x00\x00\x00\x18ftypavif", "heif").sample_bytes == 2  # no pixi: widest
+    assert header_layout(twelve, "heif").sample_bytes == 2
+    assert header_layout(eight, "heif").sample_bytes == 1
+    assert header_layout(b"\x00\x00\x00\x18ftypavif", "heif").sample_bytes == 2  # no pixi: widest
 
 
 def test_jpeg_layout_reads_its_components() -> None:
     cmyk = pyvips.Image.black(32, 32, bands=4).copy(interpretation="cmyk").jpegsave_buffer()
     grey = pyvips.Image.black(32, 32).jpegsave_buffer()
-    assert imaging.header_layout(cmyk, "jpeg") == imaging.PixelLayout(4, 1)
-    assert imaging.header_layout(grey, "jpeg") == imaging.PixelLayout(1, 1)
+    assert header_layout(cmyk, "jpeg") == PixelLayout(4, 1)
+    assert header_layout(grey, "jpeg") == PixelLayout(1, 1)
 
 
 def test_unreadable_headers_assume_the_widest_layout() -> None:
-    assert imaging.header_layout(b"II*\x00\xff\xff\xff\x00", "tiff") == imaging.PixelLayout(5, 2)
-    assert "tiff" not in imaging.WORST_LAYOUTS  # a TIFF's stored size alone bounds nothing
-    assert imaging.header_layout(b"", None) == imaging.PixelLayout(5, 2)
-    stored = imaging.estimate_for_size("png", 4000, 3000, 1000, SPEC, buffered=False)
-    assert stored.layout == imaging.WORST_LAYOUTS["png"]  # a stored size alone: the widest PNG
+    assert header_layout(b"II*\x00\xff\xff\xff\x00", "tiff") == PixelLayout(5, 2)
+    assert "tiff" not in WORST_LAYOUTS  # a TIFF's stored size alone bounds nothing
+    assert header_layout(b"", None) == PixelLayout(5, 2)
+    stored = estimate_for_size("png", 4000, 3000, 1000, SPEC, buffered=False)
+    assert stored.layout == WORST_LAYOUTS["png"]  # a stored size alone: the widest PNG
 
 
 def test_the_worker_refuses_an_image_wider_than_its_reservation() -> None:
@@ -99,11 +103,11 @@ def test_the_worker_refuses_an_image_wider_than_its_reservation() -> None:
     before a pixel is decoded."""
     deep = pyvips.Image.black(64, 64, bands=4).cast("ushort").copy(interpretation="rgb16").pngsave_buffer()
     with pytest.raises(UnprocessableImage, match="inconsistent"):
-        imaging.transform(deep, "image/png", SPEC, 100_000_000, max_layout=imaging.PixelLayout(4, 1))
-    out, _ = imaging.transform(deep, "image/png", SPEC, 100_000_000, max_layout=imaging.PixelLayout(4, 2))
+        transform(deep, "image/png", SPEC, 100_000_000, max_layout=PixelLayout(4, 1))
+    out, _ = transform(deep, "image/png", SPEC, 100_000_000, max_layout=PixelLayout(4, 2))
     assert pyvips.Image.new_from_buffer(out, "").width == 50
     with pytest.raises(UnprocessableImage, match="channels"):  # bands checked even with no reservation
-        imaging.transform(_tiff(6), "image/tiff", SPEC, 100_000_000)
+        transform(_tiff(6), "image/tiff", SPEC, 100_000_000)
 
 
 async def _owner(api: Api) -> str:

@@ -1,0 +1,94 @@
+"""What one transform will hold in memory at its peak, estimated before any decoding.
+
+The resize jobs reserve this much of the server's image memory budget before they start
+(``jobs``), so the estimate must never be low: it is made from the header's dimensions and
+pixel layout, or from the size stored at upload with the widest layout the format allows, and
+the transform then refuses an image whose libvips header says more than was reserved for.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.images import sniff
+from mediasrv.images.headers import header_dimensions, header_layout
+from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
+from mediasrv.images.spec import FORMATS, TransformSpec, output_size
+
+__all__ = ["JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "JobEstimate", "estimate_cost", "estimate_for_size"]
+
+OUTPUT_MAX_PIXELS: dict[str, int] = {"avif": 8_388_608, "webp": 16_777_216, "gif": 4_194_304}
+"""Largest output (width x height) per format; a larger result is scaled down to fit.
+
+Their encoders hold the whole image plus large working sets: AVIF (libaom) about 20 bytes
+and 0.3 us of CPU per output pixel, WebP about 11 bytes, GIF's quantiser about 12 bytes and
+0.7 us. 8 MP is a 4K frame (3840x2160); JPEG and PNG stream and are bounded only by
+MEDIASRV_MAX_IMAGE_PIXELS."""
+
+# Estimated peak memory of one job, in bytes per pixel (measured with libvips 8.18, one
+# worker thread per operation, end to end including the compressed output).
+_ENCODE_BYTES_PER_PIXEL = {"avif": 22, "webp": 12, "gif": 13, "png": 6, "jpeg": 0}
+_STREAMING_DECODERS = frozenset({"jpeg"})
+# Loaders that map or read the whole file, even from a descriptor.
+_WHOLE_FILE_LOADERS = frozenset({"gif", "webp", "heif", "avif"})
+JOB_OVERHEAD_BYTES = 24 * 1024 * 1024
+"""Per job: libvips buffers, thread stack, allocator slack (a JPEG thumbnail needs about this)."""
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    """What one transform is expected to hold in memory at its peak, from the file's header."""
+
+    cost_bytes: int
+    source_area: int
+    """Pixels of the first frame the estimate assumed (``transform``'s ``max_source_area``)."""
+    layout: PixelLayout
+    """Bytes per decoded pixel the estimate assumed (``transform``'s ``max_layout``)."""
+
+
+def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int, *,
+                  buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS) -> JobEstimate:
+    """Peak memory of transforming a file of ``size`` bytes whose first bytes are ``prefix``.
+
+    Pure Python from the header, before any decoding: the bytes held (the whole file when
+    ``buffered``, or when its loader maps the whole file anyway), a decoded frame (bands x
+    bytes per sample x pixels, as the header declares them) for decoders that do not stream,
+    the encoder's working set for the (capped) output, and a fixed overhead. A header that
+    cannot be read here is assumed ``max_pixels`` large and of the widest layout. Raises
+    UnprocessableImage when the header declares more than ``max_pixels`` pixels or a layout
+    ``PixelLayout.check`` refuses, and UnsupportedMedia when the bytes are another format's.
+    """
+    src = sniff.image_format(bytes(prefix[:sniff.SNIFF_BYTES]))
+    dims = header_dimensions(prefix) if src is not None else None
+    if dims is None:
+        if src is None and sniff.looks_foreign(prefix):
+            raise UnsupportedMedia()  # SVG, PDF, BMP...: refused before anything is reserved
+        src = None
+        side = math.isqrt(max_pixels)
+        dims = (side, max(1, max_pixels // side))
+    width, height = dims
+    if width * height > max_pixels:
+        raise UnprocessableImage(f"The image is too large to process ({width}x{height} pixels)")
+    return estimate_for_size(src, width, height, size, spec, buffered=buffered, caps=caps,
+                             layout=header_layout(prefix, src))
+
+
+def estimate_for_size(src: str | None, width: int, height: int, size: int, spec: TransformSpec, *,
+                      buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
+                      layout: PixelLayout | None = None) -> JobEstimate:
+    """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size;
+    without a ``layout`` from the header, the widest the format allows (``WORST_LAYOUTS``)."""
+    layout = layout or WORST_LAYOUTS.get(src or "", UNKNOWN_LAYOUT)
+    layout.check()
+    fmt = spec.format or (src if src is not None and src in FORMATS else "jpeg")
+    out_pixels = 0
+    for orientation in (1, 6):  # EXIF rotation is unknown here: take the larger result
+        out_w, out_h = output_size(width, height, spec, orientation)
+        out_pixels = max(out_pixels, min(out_w * out_h, caps.get(fmt, out_w * out_h)))
+    held = size if buffered or src is None or src in _WHOLE_FILE_LOADERS else 0
+    decode = 0 if src in _STREAMING_DECODERS else layout.pixel_bytes * width * height
+    encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
+    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode,
+                       source_area=width * height, layout=layout)

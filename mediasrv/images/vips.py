@@ -1,0 +1,239 @@
+"""libvips for untrusted input: the loader allow-list, what this build reads and writes, and the
+process-wide configuration.
+
+Importing this module loads nothing: pyvips is imported, the loaders blocked and the output
+formats probed (with a test AVIF encode) on first need, or all at once by ``init_vips``, which
+``mediasrv serve`` calls at start-up so that no request pays for it. The upload path and the
+client import the pure-Python modules of this package without ever loading libvips.
+
+Security: ``configure`` blocks every libvips loader and unblocks only ``ALLOWED_LOADERS``, so
+SVG, PDF, matrix, CSV, raw and vips-format input can never reach a decoder.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+__all__ = [
+    "ALLOWED_LOADERS",
+    "LOADER_FORMATS",
+    "OUTPUT_TYPES",
+    "TRANSFORMABLE_TYPES",
+    "base_type",
+    "configure",
+    "decodes",
+    "init_vips",
+        "source_format",
+    "writable_formats",
+]
+
+# libvips loader classes we decode (blocking is applied per class and its subclasses). The
+# UltraHDR loader (VipsForeignLoadUhdr) stays blocked: such files are plain JPEGs with a gain
+# map, and jpegload reads them.
+ALLOWED_LOADERS: tuple[str, ...] = (
+    "VipsForeignLoadJpeg",
+    "VipsForeignLoadPng",
+    "VipsForeignLoadPngSpng",  # name used by some builds for the spng-based PNG loader
+    "VipsForeignLoadWebp",
+    "VipsForeignLoadNsgif",
+    "VipsForeignLoadHeif",
+    "VipsForeignLoadTiff",
+)
+
+LOADER_FORMATS: dict[str, str] = {
+    f"{loader}load_{kind}": fmt
+    for loader, fmt in (("jpeg", "jpeg"), ("png", "png"), ("webp", "webp"), ("gif", "gif"),
+                        ("heif", "heif"),  # "avif" when the HEIF container holds AV1
+                        ("tiff", "tiff"))
+    for kind in ("buffer", "source")
+}
+"""Loader nickname (an image's "vips-loader" field) -> our format name; the *_source loaders
+read a stored file through its descriptor (only what decoding needs), *_buffer ones bytes."""
+
+# Stored content type -> the loader class that must be available to decode it.
+_TYPE_LOADERS: dict[str, str] = {
+    "image/jpeg": "VipsForeignLoadJpeg",
+    "image/png": "VipsForeignLoadPng",
+    "image/gif": "VipsForeignLoadNsgif",
+    "image/webp": "VipsForeignLoadWebp",
+    "image/avif": "VipsForeignLoadHeif",
+    "image/heic": "VipsForeignLoadHeif",
+    "image/heif": "VipsForeignLoadHeif",
+    "image/tiff": "VipsForeignLoadTiff",
+}
+_CLASS_FORMATS = {"VipsForeignLoadJpeg": "jpeg", "VipsForeignLoadPng": "png", "VipsForeignLoadNsgif": "gif",
+                  "VipsForeignLoadWebp": "webp", "VipsForeignLoadHeif": "heif", "VipsForeignLoadTiff": "tiff"}
+
+OUTPUT_TYPES: dict[str, str] = {
+    "jpeg": "image/jpeg",
+    "png": "image/png",
+    "webp": "image/webp",
+    "avif": "image/avif",
+    "gif": "image/gif",
+}
+"""Every output format we encode, in the order they are listed, and its content type."""
+_SAVERS = {"jpeg": "jpegsave_buffer", "png": "pngsave_buffer", "webp": "webpsave_buffer",
+           "gif": "gifsave_buffer"}
+
+_VIPS_CONCURRENCY = 1  # many small jobs run side by side; one libvips worker thread each
+
+_lock = threading.RLock()
+_configured = False
+_loader_classes: tuple[str, ...] | None = None
+_formats: dict[str, str] | None = None
+_decoded_types: frozenset[str] | None = None
+
+
+def _pyvips() -> Any:
+    """pyvips, imported on first use: importing it loads and initialises libvips."""
+    import pyvips  # deliberately here, not at the top: see the module docstring
+
+    return pyvips
+
+
+# ---------------------------------------------------------------------------- capabilities
+
+
+def _has_operation(nickname: str) -> bool:
+    pyvips = _pyvips()
+    try:
+        return bool(pyvips.type_find("VipsOperation", nickname) != 0)
+    except Exception:  # pragma: no cover - a broken libvips
+        return False
+
+
+def _has_class(name: str) -> bool:
+    try:
+        return bool(_pyvips().type_from_name(name) != 0)
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _can_save_avif() -> bool:
+    pyvips = _pyvips()
+    if not _has_operation("heifsave_buffer"):
+        return False
+    try:
+        tiny = pyvips.Image.black(8, 8, bands=3).cast("uchar").copy(interpretation="srgb")
+        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, keep="none")
+    except pyvips.Error:
+        return False
+    return b"ftypavif" in out[:32]
+
+
+def _probe_formats() -> dict[str, str]:
+    formats = {name: OUTPUT_TYPES[name] for name, op in _SAVERS.items() if _has_operation(op)}
+    if _can_save_avif():
+        formats["avif"] = OUTPUT_TYPES["avif"]
+    return {name: formats[name] for name in OUTPUT_TYPES if name in formats}
+
+
+def writable_formats() -> dict[str, str]:
+    """Output formats this libvips can write (format -> content type), probed once per process
+    (AVIF needs libheif with an AV1 encoder: a tiny image is encoded to find out)."""
+    global _formats
+    if _formats is None:
+        with _lock:
+            if _formats is None:
+                _formats = _probe_formats()
+    return _formats
+
+
+def allowed_loader_classes() -> tuple[str, ...]:
+    """The classes of ``ALLOWED_LOADERS`` this libvips build has."""
+    global _loader_classes
+    if _loader_classes is None:
+        with _lock:
+            if _loader_classes is None:
+                _loader_classes = tuple(c for c in ALLOWED_LOADERS if _has_class(c))
+    return _loader_classes
+
+
+def _transformable_types() -> frozenset[str]:
+    global _decoded_types
+    if _decoded_types is None:
+        classes = allowed_loader_classes()
+        _decoded_types = frozenset(ctype for ctype, loader in _TYPE_LOADERS.items() if loader in classes)
+    return _decoded_types
+
+
+class _DecodedTypes(AbstractSet[str]):
+    """``TRANSFORMABLE_TYPES``: a set that asks libvips what it has on first use, not at import."""
+
+    def __contains__(self, content_type: object) -> bool:
+        return content_type in _transformable_types()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_transformable_types())
+
+    def __len__(self) -> int:
+        return len(_transformable_types())
+
+    def __repr__(self) -> str:
+        return f"TRANSFORMABLE_TYPES({sorted(self)!r})"
+
+
+TRANSFORMABLE_TYPES: AbstractSet[str] = _DecodedTypes()
+"""Stored content types that an allowed loader decodes (HEIC also needs libheif's HEVC
+decoder, which some builds lack; such files fail with 415 at transform time)."""
+
+
+def base_type(content_type: str) -> str:
+    """``type/subtype`` of a stored content type, lower case, parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def decodes(content_type: str) -> bool:
+    """Whether a stored type is one an allowed loader decodes (parameters and case ignored)."""
+    return base_type(content_type) in TRANSFORMABLE_TYPES
+
+
+def source_format(content_type: str) -> str | None:
+    """The decoder family of a stored type, named as ``cost.estimate_for_size`` expects (the
+    names header sniffing gives: AVIF and HEIC are both "heif"); None for a type not decoded here."""
+    return _CLASS_FORMATS.get(_TYPE_LOADERS.get(base_type(content_type), ""))
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+def configure() -> None:
+    """Apply the loader allow-list and cache/concurrency limits once per process."""
+    global _configured
+    if _configured:
+        return
+    with _lock:
+        if _configured:
+            return
+        pyvips = _pyvips()
+        pyvips.block_untrusted_set(True)
+        pyvips.operation_block_set("VipsForeignLoad", True)
+        for name in allowed_loader_classes():
+            pyvips.operation_block_set(name, False)
+        # Results are cached by the caller; libvips' operation cache would only hold memory.
+        pyvips.cache_set_max(0)
+        pyvips.cache_set_max_mem(0)
+        pyvips.cache_set_max_files(0)
+        pyvips.concurrency_set(_VIPS_CONCURRENCY)
+        # libvips reports progress and per-operation details through GLib at INFO: ~14 lines
+        # per resize formatted on the resize threads (5% of their time). Warnings still show.
+        logging.getLogger("pyvips").setLevel(logging.WARNING)
+        _configured = True
+
+
+def init_vips(max_pixels: int) -> None:
+    """Configure libvips for untrusted input and probe what it can write; call once at start-up
+    (idempotent; the first transform does the same lazily).
+
+    Blocks untrusted operations and every loader except ``ALLOWED_LOADERS``, disables the
+    operation cache and keeps libvips to one worker thread per operation, since the server
+    runs several operations side by side. ``max_pixels`` is only validated: ``transform``
+    takes the limit explicitly.
+    """
+    if max_pixels < 1:
+        raise ValueError("max_pixels must be positive")
+    configure()
+    writable_formats()

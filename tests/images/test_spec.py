@@ -1,0 +1,60 @@
+"""mediasrv.images.spec: the width, height and format query parameters."""
+from __future__ import annotations
+
+import pytest
+
+from mediasrv.core.errors import BadRequest
+from mediasrv.images.spec import TransformSpec, parse_transform
+
+
+def test_parse_transform_absent_means_passthrough() -> None:
+    assert parse_transform({}) is None
+    assert parse_transform({"download": ["1"], "v": ["3"]}) is None
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ({"width": ["160"]}, TransformSpec(160, None, None)),
+    ({"height": ["60"]}, TransformSpec(None, 60, None)),
+    ({"format": ["webp"]}, TransformSpec(None, None, "webp")),
+    ({"width": ["1"], "height": ["8192"], "format": ["jpeg"]}, TransformSpec(1, 8192, "jpeg")),
+    ({"width": [b"50"], "format": [b"png"]}, TransformSpec(50, None, "png")),
+    ({"width": ["0160"], "other": ["x", "y"]}, TransformSpec(160, None, None)),
+    # issue 11 item 7: case-folded, and jpg is jpeg (one cached result for every spelling)
+    ({"format": ["JPEG"]}, TransformSpec(None, None, "jpeg")),
+    ({"format": ["jpg"]}, TransformSpec(None, None, "jpeg")),
+    ({"format": [b"WebP"]}, TransformSpec(None, None, "webp")),
+])
+def test_parse_transform_accepts(args: dict, expected: TransformSpec) -> None:
+    assert parse_transform(args) == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "0", "1.5", "1e3", "100000", " 5", "5 ", "", "8193",
+                                   "+5", "0x10", "\uff15", "\u0665", "1_000"])
+@pytest.mark.parametrize("name", ["width", "height"])
+def test_parse_transform_rejects_bad_dimensions(name: str, value: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_transform({name: [value]})
+    assert info.value.status == 400
+
+
+@pytest.mark.parametrize("args", [
+    {"width": ["10", "20"]},
+    {"height": ["10", "10"]},
+    {"format": ["png", "png"]},
+    {"format": ["bmp"]},
+    {"format": ["jpeg "]},
+    {"format": [""]},
+    {"format": ["svg"]},
+    {"width": [b"\xff"]},
+])
+def test_parse_transform_rejects(args: dict) -> None:
+    with pytest.raises(BadRequest):
+        parse_transform(args)
+
+
+def test_cache_key_is_canonical() -> None:
+    assert TransformSpec(160, None, "webp").cache_key() == "w160-h-fwebp"
+    assert TransformSpec(None, 60, None).cache_key() == "w-h60-f"
+    assert parse_transform({"width": ["0050"], "height": ["50"], "format": ["jpeg"]}).cache_key() == \
+        parse_transform({"format": ["jpeg"], "height": ["50"], "width": ["50"]}).cache_key()
+
