@@ -26,6 +26,7 @@ import orjson
 import tornado.web
 
 from mediasrv.core.credentials.auth import Authenticator, Principal
+from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, StoreUnavailable, TooManyRequests, for_store_error
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
@@ -37,8 +38,6 @@ from store.models import LogEntry
 
 log = logging.getLogger("mediasrv.http")
 MAX_JSON_BYTES = 64 * 1024
-PRIVATE_NO_STORE = "private, no-store"
-CREDENTIAL_VARY = "Authorization, X-Api-Key"
 GZIP_MIN_BYTES = 1024
 """Smaller bodies gain less than gzip's header and the CPU cost."""
 GZIP_LEVEL = 6

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import tornado.web
 
@@ -26,6 +25,8 @@ from mediasrv.core.credentials.principals import CredentialLookups, ForgetfulMet
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
+from mediasrv.core.delivery.hosts import HostRule
+from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
 from mediasrv.core.files.content_types import AllowList
@@ -117,17 +118,14 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
-    serving_deps = serving.ServingDeps(
-        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, images=images, signer=signer,
-        usage=usage,
-        domains=domains, own_hosts=frozenset(
-            (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels, bodies=bodies,
-        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable),
+    delivery = MediaDelivery(
+        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
+        usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
+        public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
         accel_prefix=settings.accel_redirect)
     route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
                             files=file_service, allow=allow, domains=domains, signer=signer,
-                            serving=serving_deps, guard=guard)
+                            delivery=delivery, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -151,7 +149,7 @@ class _RouteArgs:
     allow: AllowList
     domains: DomainService
     signer: UrlSigner
-    serving: serving.ServingDeps
+    delivery: MediaDelivery
     guard: StoreGuard
 
 
@@ -192,8 +190,8 @@ def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
         "/reference/for-agents": (reference.StaticJsonHandler, {"document": reference.static_json(docs[1])}),
         "/reference/openapi.json": (reference.StaticJsonHandler, {"document": reference.static_json(docs[0])}),
         "/reference": (reference.ReferencePageHandler, {"page": Prerendered(render_reference(docs[0]))}),
-        "/m/{id}": (serving.MediaHandler, {"deps": a.serving}),
-        "/d/{id}": (serving.DownloadHandler, {"deps": a.serving}),
+        "/m/{id}": (serving.MediaHandler, {"deps": a.delivery}),
+        "/d/{id}": (serving.DownloadHandler, {"deps": a.delivery}),
     }
 
 

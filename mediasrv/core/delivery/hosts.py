@@ -1,0 +1,51 @@
+"""Which files a request's Host may serve: this server's own names, or one user's custom domain."""
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from urllib.parse import urlsplit
+
+from mediasrv.core.domains.custom import DomainService
+
+
+class HostRule:
+    """This server's own names (PUBLIC_URL, the dashboard, loopback) serve every file; an active
+    custom hostname serves only its owner's; any other Host (a pending, removed or unknown
+    domain, or a malformed header) serves nothing."""
+
+    def __init__(self, own_hosts: frozenset[str], domains: DomainService) -> None:
+        self._own = own_hosts
+        self._domains = domains
+
+    @classmethod
+    def from_urls(cls, urls: tuple[str, ...], domains: DomainService) -> HostRule:
+        """Own names from the server's URLs (MEDIASRV_PUBLIC_URL, MEDIASRV_DASHBOARD_URL)."""
+        return cls(frozenset((urlsplit(url).hostname or "").lower() for url in urls), domains)
+
+    async def serves(self, host_header: str | None, owner_id: str) -> bool:
+        host = request_host(host_header)
+        if host in self._own or is_loopback(host):
+            return True
+        domain = await self._domains.by_host(host)
+        return domain is not None and domain.verification_status == "active" and domain.user_id == owner_id
+
+
+@lru_cache(maxsize=1024)
+def request_host(host_header: str | None) -> str:
+    """The Host header's name, lower-case, without port or trailing dot ("" if malformed).
+
+    Memoised: a server sees few distinct Host values, and this runs on every media request."""
+    try:
+        return (urlsplit("//" + (host_header or "")).hostname or "").rstrip(".")
+    except ValueError:
+        return ""
+
+
+@lru_cache(maxsize=1024)
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
