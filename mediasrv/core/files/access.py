@@ -12,5 +12,5 @@ from store.models import FileRecord
 
 def owns(user_id: str | None, record: FileRecord | None) -> bool:
     """Whether the caller ``user_id`` owns ``record``: only then may they read its record, sign
-    a link to it or delete it. A missing record, or no caller, is never owned."""
-    return record is not None and user_id is not None and record.user_id == user_id
+    a link to it or delete it. A missing record, or no caller (None or ""), is never owned."""
+    return record is not None and bool(user_id) and record.user_id == user_id
