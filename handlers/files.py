@@ -70,7 +70,7 @@ class FilesHandler(FilesBase):
                              "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
         # application/octet-stream (what generated clients send): the type comes from the bytes.
         content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
-        is_public = _bool_arg(self, "isPublic", default=True)
+        is_public = _bool_arg(self, "isPublic", default=True) is not False  # absent: public
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
         declared = _content_length(self.request.headers)

@@ -18,7 +18,7 @@ from PIL import Image
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
-from mediasrv.core.delivery.hosts import HostRule, is_loopback, request_host
+from mediasrv.core.delivery.hosts import MEMO_CHARS, HostRule, _memo_host, is_loopback, request_host
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.delivery.service import CHUNK, MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
@@ -264,3 +264,7 @@ def test_host_names_are_parsed_once_and_compared_lower_case() -> None:
     assert request_host("[::1]:80") == "::1" and is_loopback("::1")
     assert request_host("[::1") == "" and not is_loopback("")  # malformed: no name, no site
     assert is_loopback("127.0.0.2") and not is_loopback("192.0.2.1")
+    remembered = _memo_host.cache_info().currsize
+    long_name = "a" * (MEMO_CHARS + 1) + ".example"
+    assert request_host(long_name) == long_name and not is_loopback(long_name)
+    assert _memo_host.cache_info().currsize == remembered  # no real site: parsed, not remembered

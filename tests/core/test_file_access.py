@@ -17,6 +17,7 @@ from mediasrv.core.files.links import MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.settings import Settings
 from store.errors import StorageFull
+from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
 from tests.core.conftest import Local
@@ -98,36 +99,36 @@ async def test_link_lifetime_is_checked_before_the_file_is_looked_up(local: Loca
 
 
 class FullMeta(SqliteMetaStore):
-    """A database on a full disk: deleting a record fails until a blob was removed."""
+    """A database on a full disk: deleting a record fails while its blob still takes the space."""
 
-    def __init__(self, path: Path, local: Local) -> None:
+    def __init__(self, path: Path, blobs: FsBlobStore) -> None:
         super().__init__(path)
-        self.blobs = local.blobs
-        self.calls: list[str] = []
+        self.blobs = blobs
+        self.deletes: list[str] = []
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
-        self.calls.append(user_id)
+        self.deletes.append(user_id)
         if await self.blobs.stat(file_id) is not None:
             raise StorageFull()
         return await super().delete_file(user_id, file_id)
 
 
-async def test_the_full_disk_delete_asks_the_same_rule(local: Local, tmp_path: Path, io_loop: Any) -> None:
-    owner, other = await local.user("u1"), await local.user("u2")
-    record = await local.file("u1", b"bytes")
-    await local.meta.close()
-    full = FullMeta(tmp_path / "meta.sqlite3", local)
-    await full.open()
+async def test_the_full_disk_delete_asks_the_same_rule(tmp_path: Path, io_loop: Any) -> None:
+    blobs = FsBlobStore(tmp_path)
+    meta = FullMeta(tmp_path / "meta.sqlite3", blobs)
+    await meta.open()
+    await blobs.open()
     try:
-        local.meta = full
-        files = _service(local, tmp_path, [])
+        full = Local(meta, blobs)
+        owner, other = await full.user("u1"), await full.user("u2")
+        record = await full.file("u1", b"bytes")
+        files = _service(full, tmp_path, [])
         assert not await files.delete(other, record.file_id)
-        assert full.calls == []  # refused by the rule, before the store is asked to delete
-        assert await local.blobs.stat(record.blob_key) is not None
+        assert meta.deletes == []  # refused by the rule, before the store is asked to delete
+        assert await blobs.stat(record.blob_key) is not None
         assert await files.delete(owner, record.file_id)
-        assert full.calls == ["u1", "u1"]  # full, then again once the blob made room
-        assert await full.get_file(record.file_id) is None
+        assert meta.deletes == ["u1", "u1"]  # full; again once the blob made room
+        assert await meta.get_file(record.file_id) is None
     finally:
-        await full.close()
-        local.meta = SqliteMetaStore(tmp_path / "meta.sqlite3")
-        await local.meta.open()  # the fixture closes it
+        await blobs.close()
+        await meta.close()

@@ -30,22 +30,38 @@ class HostRule:
         return domain is not None and domain.verification_status == "active" and domain.user_id == owner_id
 
 
-@lru_cache(maxsize=1024)
-def request_host(host_header: str | None) -> str:
-    """The Host header's name, lower-case, without port or trailing dot ("" if malformed).
+MEMO_CHARS = 300
+"""Host values up to this long are remembered (a DNS name has at most 253 characters); longer
+ones, which no real site has, are parsed each time so they cannot fill memory."""
 
-    Memoised: a server sees few distinct Host values, and this runs on every media request."""
+
+def request_host(host_header: str | None) -> str:
+    """The Host header's name, lower-case, without port or trailing dot ("" if malformed)."""
+    if host_header is not None and len(host_header) <= MEMO_CHARS:
+        return _memo_host(host_header)
+    return _host(host_header)
+
+
+def is_loopback(host: str) -> bool:
+    return _memo_loopback(host) if len(host) <= MEMO_CHARS else _loopback(host)
+
+
+def _host(host_header: str | None) -> str:
     try:
         return (urlsplit("//" + (host_header or "")).hostname or "").rstrip(".")
     except ValueError:
         return ""
 
 
-@lru_cache(maxsize=1024)
-def is_loopback(host: str) -> bool:
+def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# Memoised: a server sees few distinct Host values, and both run on every media request.
+_memo_host = lru_cache(maxsize=1024)(_host)
+_memo_loopback = lru_cache(maxsize=1024)(_loopback)

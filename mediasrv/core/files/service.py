@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mediasrv.core.domains.custom import DomainService
@@ -50,7 +50,10 @@ def require_active_trial(user: User) -> None:
 
 
 class FileService:
-    """Upload limits, record rendering and deletion for one deployment."""
+    """Upload limits, record rendering, the caller's own files and their deletion.
+
+    Acting on a file by id (reading its record, deleting it) asks the one ownership rule,
+    ``access.owns``; ``SignedLinks`` asks it through ``owned``."""
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
                  on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
@@ -147,7 +150,7 @@ class FileService:
             log.warning("blob of a deleted file not removed (%s); left to the sweep", type(exc).__name__)
         return True
 
-    async def delete_many(self, user: User, file_ids: list[str]) -> tuple[int, list[str]]:
+    async def delete_many(self, user: User, file_ids: Sequence[str]) -> tuple[int, Sequence[str]]:
         """Bulk delete, one file after the other: (how many were deleted, the ids that were not)."""
         deleted, refused = 0, []
         for file_id in file_ids:
