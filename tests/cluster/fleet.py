@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import re
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -41,6 +43,21 @@ class Addresses:
 
     def one(self) -> str:
         return self.take(1)[0]
+
+
+def spread_over_hosts(cluster: Cluster, addresses: Addresses, per_host: int) -> list[str]:
+    """Client addresses the balancer sends to each host, ``per_host`` of each (it hashes by
+    address, so which host an address reaches depends on the subnet of the run)."""
+    wanted = {f"{app.address}:80": per_host for app in cluster.apps}
+    chosen: list[str] = []
+    while any(wanted.values()):
+        source = addresses.one()
+        with client(cluster, cluster.lb, source) as c:
+            upstream = c.get("/ping").headers["X-Fleet-Upstream"]
+        if wanted.get(upstream, 0) > 0:
+            wanted[upstream] -= 1
+            chosen.append(source)
+    return chosen
 
 
 def public_host(cluster: Cluster) -> str:
@@ -130,3 +147,71 @@ def gather(coros: list[Awaitable[T]]) -> list[T]:
     async def all_of() -> list[T]:
         return list(await asyncio.gather(*coros))
     return asyncio.run(all_of())
+
+
+@dataclass(frozen=True)
+class Answer:
+    path: str
+    status: int | None
+    """None: no HTTP answer (the exception's name is in ``error``)."""
+    error: str
+    retry_after: str | None
+    upstream: str
+    """The balancer's X-Fleet-Upstream: the host(s) tried, "a, b" when it retried the next one."""
+    started: float
+    """time.monotonic() when the request was sent."""
+    seconds: float
+
+
+class SteadyLoad:
+    """GETs through the balancer from several client addresses, one thread each, until stopped.
+
+    Each thread sends its paths in turn, one request every ``interval_s`` at most (a steady
+    rate that leaves the two shared cores to the hosts), and records every answer.
+    """
+
+    def __init__(self, cluster: Cluster, sources: list[str], paths: list[str], token: str | None = None,
+                 interval_s: float = 0.02, timeout: float = 30.0) -> None:
+        self.cluster, self.sources, self.paths, self.token = cluster, sources, paths, token
+        self.interval_s, self.timeout = interval_s, timeout
+        self.answers: list[Answer] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(s,), daemon=True) for s in sources]
+
+    def __enter__(self) -> SteadyLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(self.timeout + 5)
+
+    def _run(self, source: str) -> None:
+        with client(self.cluster, self.cluster.lb, source, self.token, timeout=self.timeout) as c:
+            for path in itertools.cycle(self.paths):
+                if self._stop.is_set():
+                    return
+                started = time.monotonic()
+                try:
+                    r = c.get(path)
+                    answer = Answer(path, r.status_code, "", r.headers.get("Retry-After"),
+                                    r.headers.get("X-Fleet-Upstream", ""), started, time.monotonic() - started)
+                except httpx.HTTPError as exc:
+                    answer = Answer(path, None, type(exc).__name__, None, "", started, time.monotonic() - started)
+                with self._lock:
+                    self.answers.append(answer)
+                self._stop.wait(self.interval_s)
+
+    def between(self, start: float, end: float) -> list[Answer]:
+        with self._lock:
+            return [a for a in self.answers if start <= a.started < end]
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> None:
+        """Until ``count`` answers are in (the load is running)."""
+        deadline = time.monotonic() + timeout
+        while len(self.answers) < count:
+            assert time.monotonic() < deadline, "the load got no answers"
+            time.sleep(0.05)

@@ -9,7 +9,7 @@ its own; the root namespace joins the bridge through one more veth, so this proc
 tests' client) reaches every host by address and can send from many client addresses
 (``Cluster.client_addresses``). Nothing listens on the machine's own interfaces.
 
-    root   10.213.N.1 (+ .100-.131)  the client
+    root   10.213.N.1 (+ .100-.163)  the client(s)
     lb     10.213.N.2:80    nginx over the application hosts (hash $remote_addr consistent,
                             or round robin); retries the next host on connection errors and
                             502 for idempotent requests
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import fcntl
 import ipaddress
 import json
@@ -61,7 +60,7 @@ PREFIX = "mscl"
 SIDECAR = ROOT / "scripts" / "serve-behind-nginx"
 VENV_BIN = Path(sys.executable).parent
 MONGO_PORT, S3_PORT, HTTP_PORT = 27017, 9000, 80
-CLIENT_ADDRESSES = 32
+CLIENT_ADDRESSES = 64
 """Extra source addresses of the root namespace (10.213.N.100 upwards), one per simulated client."""
 READY_S = 120.0
 """An application host: 2 mediasrv processes (on 2 shared cores) and nginx, all answering."""
@@ -85,19 +84,21 @@ def in_netns(ns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
-def _die_with_owner() -> None:
-    """preexec_fn: SIGTERM when the thread that started us dies (the owner was SIGKILLed)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def bound_to_owner(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when its owner dies, even by SIGKILL (util-linux's
+    setpriv sets PR_SET_PDEATHSIG, kept across exec). Only from the main thread: the signal
+    follows the thread that started the child, and a helper thread's end must not stop it."""
+    if threading.current_thread() is not threading.main_thread() or shutil.which("setpriv") is None:
+        return argv
+    return ["setpriv", "--pdeathsig", "TERM", *argv]
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A child with its output appended to ``log``; it dies with its owner when started from
-    the main thread (a helper thread's exit must not take it along)."""
+    """A child bound to its owner, with its output appended to ``log`` (never a pipe nobody reads)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    main = threading.current_thread() is threading.main_thread()
     with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, preexec_fn=_die_with_owner if main else None)
+        return subprocess.Popen(bound_to_owner(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
 
 
 def netns_pids(ns: str) -> list[int]:
@@ -308,6 +309,7 @@ class Cluster:
         self._namespaces: list[str] = []
         self._old_sigterm: Any = None
         self._lock_fd: int | None = None
+        self._data_argv: dict[str, list[str]] = {}
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -416,14 +418,18 @@ class Cluster:
         self.mongo = servers.mongoeco_server(python, MONGO_PORT, self.data.address,
                                              self.data.home / "mongo.sqlite" if self.durable_mongo else None)
         self.s3 = servers.moto_server(S3_PORT, self.data.address)
+        self._data_argv = {}
         for proc, log in ((self.mongo, "mongo.log"), (self.s3, "s3.log")):
-            proc.argv = in_netns(self.data.ns, proc.argv)
+            self._data_argv[log] = in_netns(self.data.ns, proc.argv)
             proc.log_path = self.data.log_dir / log
         self.start_mongo()
+        self.s3.argv = bound_to_owner(self._data_argv["s3.log"])
         self.s3.start()
 
     def start_mongo(self) -> None:
+        """mongoeco on its port again (its data in the SQLite file when ``durable_mongo``)."""
         assert self.mongo is not None
+        self.mongo.argv = bound_to_owner(self._data_argv["mongo.log"])
         self.mongo.start()
 
     def stop_mongo(self) -> None:
@@ -512,8 +518,7 @@ class Cluster:
     def lb_conf(self) -> str:
         home = self.lb.home
         balance = "hash $remote_addr consistent;" if self.balance == "hash" else "# round robin"
-        servers_ = "\n        ".join(f"server {a.address}:{HTTP_PORT} max_fails=1 fail_timeout=2s;"
-                                     for a in self.apps)
+        servers_ = "\n        ".join(f"server {a.address}:{HTTP_PORT} max_fails=0;" for a in self.apps)
         temps = "\n    ".join(f"{name}_temp_path {home / name};"
                               for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         return f"""# The fleet's load balancer (written by tests/cluster/sim.py).
@@ -529,6 +534,9 @@ http {{
     {temps}
     upstream fleet {{
         # One client address to one host, so the per-address limits counted there are exact.
+        # max_fails=0: a host is never marked down, each request tries its own host first (a
+        # refused connection costs a millisecond, then the next host is tried); marking hosts
+        # down made both "down" in a rolling restart (one just back, one just stopped): 502.
         {balance}
         {servers_}
         keepalive 32;
@@ -546,7 +554,7 @@ http {{
         # Replaced, not appended: the application hosts trust this address only from here.
         proxy_set_header X-Forwarded-For $remote_addr;
         proxy_set_header X-Forwarded-Proto $scheme;
-        proxy_connect_timeout 2s;
+        proxy_connect_timeout 1s;
         proxy_send_timeout 300s;
         proxy_read_timeout 300s;
         # A host that refuses or drops the connection, or whose nginx has no mediasrv behind it
@@ -730,11 +738,13 @@ def down_command() -> int:
     while any(owner_alive(p) for p in found) and time.monotonic() < deadline:
         time.sleep(0.2)
     leftover = owners()
-    for pid, namespaces in leftover.items():
-        if not owner_alive(pid):
-            remove(pid, namespaces)
-    print(f"stopped {len(found)} cluster(s)")
-    return 0
+    stale = [pid for pid in leftover if not owner_alive(pid)]
+    for pid in stale:
+        remove(pid, leftover[pid])
+    running = [pid for pid in leftover if pid not in stale]
+    print(f"{len(found) - len(stale)} cluster(s) stopped by their owner, {len(stale)} removed"
+          + (f"; still running: {' '.join(f'{PREFIX}{p}' for p in running)}" if running else ""))
+    return 1 if running else 0
 
 
 if __name__ == "__main__":
