@@ -30,10 +30,7 @@ tests/backends/servers.py). Stdlib only, plus the venv's moto_server and mediasr
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import fcntl
-import ipaddress
 import json
 import os
 import re
@@ -42,7 +39,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -50,13 +46,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.backends import servers
+from tests.cluster import balancer
+from tests.cluster.netns import (
+    PREFIX,
+    bound_to_owner,
+    claim,
+    clean_stale,
+    free_subnet,
+    http_status,
+    in_netns,
+    ip,
+    kill_netns,
+    remove,
+    run_dir,
+    spawn,
+    tail,
+    wait_gone,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tests.backends import servers  # noqa: E402
-
-PREFIX = "mscl"
 SIDECAR = ROOT / "scripts" / "serve-behind-nginx"
 VENV_BIN = Path(sys.executable).parent
 MONGO_PORT, S3_PORT, HTTP_PORT = 27017, 9000, 80
@@ -66,170 +75,8 @@ READY_S = 120.0
 """An application host: 2 mediasrv processes (on 2 shared cores) and nginx, all answering."""
 STOP_S = 25.0
 """serve-behind-nginx stops within 20 s (nginx drains 8 s, then the processes); then SIGKILL."""
-BALANCING = ("hash", "round-robin")
+BALANCING = tuple(balancer.METHODS)
 FLEET_DATABASE, FLEET_BUCKET = "fleet", "fleet"
-
-
-# ---------------------------------------------------------------------------- plumbing
-
-def ip(*args: str, check: bool = True) -> str:
-    """One ``ip`` command; its output."""
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-def in_netns(ns: str, argv: list[str]) -> list[str]:
-    return ["ip", "netns", "exec", ns, *argv]
-
-
-def bound_to_owner(argv: list[str]) -> list[str]:
-    """``argv`` run so that it gets SIGTERM when its owner dies, even by SIGKILL (util-linux's
-    setpriv sets PR_SET_PDEATHSIG, kept across exec). Only from the main thread: the signal
-    follows the thread that started the child, and a helper thread's end must not stop it."""
-    if threading.current_thread() is not threading.main_thread() or shutil.which("setpriv") is None:
-        return argv
-    return ["setpriv", "--pdeathsig", "TERM", *argv]
-
-
-def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A child bound to its owner, with its output appended to ``log`` (never a pipe nobody reads)."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        return subprocess.Popen(bound_to_owner(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
-
-
-def netns_pids(ns: str) -> list[int]:
-    return [int(p) for p in ip("netns", "pids", ns, check=False).split()]
-
-
-def kill_netns(ns: str, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to every process of namespace ``ns``; how many there were."""
-    pids = netns_pids(ns)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-    return len(pids)
-
-
-def wait_gone(ns: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while netns_pids(ns):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def run_dir(pid: int) -> Path:
-    return Path(tempfile.gettempdir()) / f"mediasrv-cluster-{pid}"
-
-
-def owner_alive(pid: int) -> bool:
-    """Whether cluster ``pid``'s owner still runs: it holds a lock on its run directory's
-    owner.lock for its whole life (a reused pid holds no such lock)."""
-    try:
-        fd = os.open(run_dir(pid) / "owner.lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def hold_owner_lock(pid: int) -> int:
-    """Create and lock cluster ``pid``'s owner.lock; the descriptor stays open until the cluster stops."""
-    path = run_dir(pid)
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / "owner.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    return fd
-
-
-def owners() -> dict[int, list[str]]:
-    """Owner pid -> its namespaces, for every cluster of this machine."""
-    found: dict[int, list[str]] = {}
-    for line in ip("netns", "list", check=False).splitlines():
-        name = line.split()[0] if line.split() else ""
-        match = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
-        if match:
-            found.setdefault(int(match.group(1)), []).append(name)
-    for line in ip("-o", "link", "show", check=False).splitlines():
-        match = re.match(rf"\d+: {PREFIX}(\d+)[@:]", line)
-        if match:
-            found.setdefault(int(match.group(1)), [])
-    for path in Path(tempfile.gettempdir()).glob("mediasrv-cluster-*"):
-        suffix = path.name.rsplit("-", 1)[-1]
-        if suffix.isdigit():
-            found.setdefault(int(suffix), [])
-    return found
-
-
-def remove(pid: int, namespaces: list[str]) -> None:
-    """Kill every process in the namespaces of cluster ``pid``, delete them, its root veth and run dir."""
-    for ns in namespaces:
-        kill_netns(ns)
-    for ns in namespaces:
-        wait_gone(ns, 5.0)
-        ip("netns", "del", ns, check=False)
-    ip("link", "del", f"{PREFIX}{pid}", check=False)  # gone with its peer, unless that is still pending
-    shutil.rmtree(run_dir(pid), ignore_errors=True)
-
-
-def clean_stale() -> list[int]:
-    """Remove every cluster whose owner process is gone; their pids."""
-    stale = [pid for pid in owners() if pid != os.getpid() and not owner_alive(pid)]
-    found = owners()
-    for pid in stale:
-        remove(pid, found[pid])
-    return stale
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A 10.213.N.0/24 that no address or route of the root namespace touches."""
-    used = []
-    for line in ip("-4", "-o", "addr", "show", check=False).splitlines():
-        words = line.split()
-        if "inet" in words:
-            used.append(ipaddress.ip_network(words[words.index("inet") + 1], strict=False))
-    for line in ip("-4", "route", check=False).splitlines():
-        word = line.split()[0] if line.split() else "default"
-        if word != "default":
-            with contextlib.suppress(ValueError):
-                used.append(ipaddress.ip_network(word, strict=False))
-    start = os.getpid() % 200
-    for n in range(200):
-        net = ipaddress.ip_network(f"10.213.{(start + n) % 200 + 20}.0/24")
-        if not any(net.overlaps(u) for u in used):
-            return net
-    raise RuntimeError("no free 10.213.N.0/24 for the cluster")
-
-
-def http_status(url: str, timeout: float = 2.0) -> int | None:
-    """GET url's status (None: no answer), with no proxy from the environment."""
-    handler = urllib.request.ProxyHandler({})
-    opener = urllib.request.build_opener(handler)
-    try:
-        with opener.open(url, timeout=timeout) as r:
-            return int(r.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return None
-
-
-def tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_bytes()[-200_000:].decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 # ---------------------------------------------------------------------------- hosts
@@ -327,10 +174,7 @@ class Cluster:
         self.stop()
 
     def start(self) -> None:
-        try:
-            self._lock_fd = hold_owner_lock(self.pid)
-        except BlockingIOError:
-            raise RuntimeError("this process already runs a cluster (one at a time)") from None
+        self._lock_fd = claim(self.pid)
         clean_stale()
         for d in (self.run_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
@@ -346,6 +190,18 @@ class Cluster:
 
     def stop(self) -> None:
         """Everything down, whatever state it is in: balancer, applications, data, network, files."""
+        if self._old_sigterm is not None:  # a second SIGTERM must not cut the teardown short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            if self._lock_fd is not None:  # else never claimed (or already stopped): nothing of ours
+                self._teardown()
+        finally:
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+
+    def _teardown(self) -> None:
+        assert self._lock_fd is not None
         with contextlib.suppress(Exception):
             self._stop_lb()
         for app in self.apps:  # all of them at once: each drains in parallel
@@ -360,12 +216,8 @@ class Cluster:
                     proc.stop()
         remove(self.pid, self._namespaces)
         self._namespaces = []
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        os.close(self._lock_fd)
+        self._lock_fd = None
 
     def build_network(self) -> None:
         """The bridge namespace, one veth per host into it, and the root namespace's veth."""
@@ -516,64 +368,13 @@ class Cluster:
     # --- balancer ---------------------------------------------------------------------
 
     def lb_conf(self) -> str:
-        home = self.lb.home
-        balance = "hash $remote_addr consistent;" if self.balance == "hash" else "# round robin"
-        servers_ = "\n        ".join(f"server {a.address}:{HTTP_PORT} max_fails=0;" for a in self.apps)
-        temps = "\n    ".join(f"{name}_temp_path {home / name};"
-                              for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        return f"""# The fleet's load balancer (written by tests/cluster/sim.py).
-worker_processes 1;
-pid {home / 'nginx.pid'};
-error_log {self.lb.log_dir / 'error.log'} warn;
-events {{
-    worker_connections 4096;
-}}
-http {{
-    log_format fleet '$remote_addr "$request" $status up=$upstream_addr $upstream_status $request_time';
-    access_log {self.lb.log_dir / 'access.log'} fleet;
-    {temps}
-    upstream fleet {{
-        # One client address to one host, so the per-address limits counted there are exact.
-        # max_fails=0: a host is never marked down, each request tries its own host first (a
-        # refused connection costs a millisecond, then the next host is tried); marking hosts
-        # down made both "down" in a rolling restart (one just back, one just stopped): 502.
-        {balance}
-        {servers_}
-        keepalive 32;
-        keepalive_timeout 10s;
-    }}
-    server {{
-        listen {self.lb.address}:{HTTP_PORT} backlog=4096;
-        client_max_body_size 0;
-        client_body_timeout 120s;
-        proxy_request_buffering off;
-        proxy_max_temp_file_size 0;
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_set_header Host $http_host;
-        # Replaced, not appended: the application hosts trust this address only from here.
-        proxy_set_header X-Forwarded-For $remote_addr;
-        proxy_set_header X-Forwarded-Proto $scheme;
-        proxy_connect_timeout 1s;
-        proxy_send_timeout 300s;
-        proxy_read_timeout 300s;
-        # A host that refuses or drops the connection, or whose nginx has no mediasrv behind it
-        # (502): the next host, for idempotent requests (nginx never resends a POST it sent).
-        proxy_next_upstream error timeout http_502;
-        proxy_next_upstream_tries 2;
-        proxy_next_upstream_timeout 10s;
-        add_header X-Fleet-Upstream $upstream_addr always;
-        add_header X-Fleet-Balance {self.balance} always;
-        location / {{
-            proxy_pass http://fleet;
-        }}
-    }}
-}}
-"""
+        return balancer.render(listen=f"{self.lb.address}:{HTTP_PORT}", balance=self.balance,
+                               upstreams=[f"{a.address}:{HTTP_PORT}" for a in self.apps],
+                               home=self.lb.home, log_dir=self.lb.log_dir)
 
     def start_lb(self) -> None:
         home = self.lb.home
-        for sub in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        for sub in balancer.TEMP_DIRS:
             (home / sub).mkdir(parents=True, exist_ok=True)
         self.lb.log_dir.mkdir(parents=True, exist_ok=True)
         (home / "nginx.conf").write_text(self.lb_conf())
@@ -667,85 +468,3 @@ def unavailable() -> str | None:
     if not (VENV_BIN / "moto_server").exists() or not (VENV_BIN / "mediasrv").exists():
         return f"moto_server and mediasrv must be installed beside {sys.executable} (pip install -e '.[test]')"
     return None
-
-
-# ---------------------------------------------------------------------------- command line
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/cluster", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="build the cluster and keep it until SIGTERM or Ctrl-C")
-    up.add_argument("--balance", choices=BALANCING, default="hash")
-    up.add_argument("--workers", type=int, default=2, help="mediasrv processes per application host")
-    up.add_argument("--log-dir", type=Path, help="keep the hosts' logs here (default: removed with the cluster)")
-    sub.add_parser("status", help="list the clusters of this machine")
-    sub.add_parser("down", help="stop every cluster of this machine")
-    args = parser.parse_args(argv)
-    if args.command == "up":
-        return up_command(args)
-    if args.command == "status":
-        return status_command()
-    return down_command()
-
-
-def up_command(args: argparse.Namespace) -> int:
-    problem = unavailable()
-    if problem:
-        print(f"cluster: {problem}", file=sys.stderr)
-        return 2
-    stopping: list[int] = []
-    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
-    cluster = Cluster(balance=args.balance, workers=args.workers, log_dir=args.log_dir)
-    with cluster:
-        signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-        print(f"cluster up: balancer {cluster.lb.url}, hosts {', '.join(a.url for a in cluster.apps)}, "
-              f"data {cluster.data.address} (MongoDB :{MONGO_PORT}, S3 :{S3_PORT}); logs in {cluster.log_dir}; "
-              f"state in {cluster.run_dir / 'cluster.json'}", flush=True)
-        while not stopping:
-            for app in cluster.apps:
-                if app.proc is not None and app.proc.poll() is not None:
-                    print(f"cluster: {app.name} exited with {app.proc.returncode}; stopping", file=sys.stderr)
-                    return 1
-            time.sleep(0.5)
-    return 0
-
-
-def status_command() -> int:
-    found = owners()
-    if not found:
-        print("no cluster")
-        return 0
-    for pid, namespaces in sorted(found.items()):
-        state_file = run_dir(pid) / "cluster.json"
-        alive = owner_alive(pid)
-        print(f"cluster {PREFIX}{pid}: {'running' if alive else 'stale (owner gone)'}, "
-              f"namespaces {' '.join(sorted(namespaces)) or '(none)'}")
-        if alive and state_file.exists():
-            state = json.loads(state_file.read_text())
-            print(f"  balancer {state['balancer']} ({state['balance']}), hosts {' '.join(state['apps'])}, "
-                  f"MongoDB {state['mongodb_url']}, S3 {state['s3_endpoint']}, logs {state['log_dir']}")
-    return 0
-
-
-def down_command() -> int:
-    """SIGTERM to each live owner (it tears its cluster down), then remove whatever is left."""
-    found = owners()
-    for pid in found:
-        if pid != os.getpid() and owner_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_S + 15
-    while any(owner_alive(p) for p in found) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    leftover = owners()
-    stale = [pid for pid in leftover if not owner_alive(pid)]
-    for pid in stale:
-        remove(pid, leftover[pid])
-    running = [pid for pid in leftover if pid not in stale]
-    print(f"{len(found) - len(stale)} cluster(s) stopped by their owner, {len(stale)} removed"
-          + (f"; still running: {' '.join(f'{PREFIX}{p}' for p in running)}" if running else ""))
-    return 1 if running else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
