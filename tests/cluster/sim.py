@@ -13,8 +13,9 @@ tests' client) reaches every host by address and can send from many client addre
     lb     10.213.N.2:80    nginx over the application hosts (hash $remote_addr consistent,
                             or round robin); retries the next host on connection errors and
                             502 for idempotent requests
-    data   10.213.N.10      mongoeco :27017 (MongoDB wire protocol, data in a SQLite file so
-                            it can be stopped and started again) and moto's S3 server :9000
+    data   10.213.N.10      mongoeco :27017 (MongoDB wire protocol; data in memory, or with
+                            durable_mongo in a SQLite file, so it can be stopped and started
+                            again: 3-5x slower) and moto's S3 server :9000
     app1   10.213.N.11:80   scripts/serve-behind-nginx --workers 2 (nginx + 2 mediasrv)
     app2   10.213.N.12:80   the same; both share MEDIASRV_JWT_SECRET and the data host
 
