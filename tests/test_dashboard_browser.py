@@ -529,7 +529,8 @@ async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remov
                                                             "downloadThroughput": -1, "uploadThroughput": 256 * 1024})
         await page.get_by_label("Choose files to upload").set_input_files(
             [{"name": "big.txt", "mimeType": "text/plain", "buffer": b"big text\n" * 400_000}])
-        await expect(big.locator(".upload-note")).to_have_text(re.compile(r"Uploading · [\d.]+ KB/s · \d+ (s|min).* left"))
+        note = re.compile(r"Uploading · [\d.]+ KB/s · \d+ (s|min).* left")
+        await expect(big.locator(".upload-note")).to_have_text(note)
         await expect(big.locator(".upload-size")).to_have_text(re.compile(r"[\d.]+ (B|KB|MB) of 3.4 MB"))
         await big.get_by_role("button", name="Cancel upload of big.txt").click()
         await expect(big).to_have_attribute("data-state", "cancelled")
@@ -693,7 +694,8 @@ async def test_activity_fits_a_phone_screen(api: Api, settings: Settings, artifa
         await expect(page.locator("ul.uploads li[data-state=done]")).to_have_count(2)
         assert await page.evaluate(overflow) == 0
         await page.get_by_role("img", name="a-rather-long-file-name-for-a-small-screen.png").click()
-        await expect(page.get_by_role("img", name="Preview of a-rather-long-file-name-for-a-small-screen.png")).to_be_visible()
+        preview = page.get_by_role("img", name="Preview of a-rather-long-file-name-for-a-small-screen.png")
+        await expect(preview).to_be_visible()
         assert await page.evaluate(overflow) == 0
         await page.get_by_role("link", name="Activity").click()
         await expect(page.get_by_role("heading", name="Activity")).to_be_visible()
