@@ -33,7 +33,7 @@ from mediasrv.core.delivery.http_fields import (
 )
 from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import ACTIVE_TYPES
+from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import parse_iso
 from mediasrv.images.jobs import ImageJobs
@@ -194,11 +194,11 @@ class MediaDelivery:
         headers = {"Content-Type": content_type}
         self._validators(headers, record, etag, modified)
         headers["Accept-Ranges"] = "bytes"
-        if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
+        if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
         if request.attachment:
             headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
-        elif content_type in ACTIVE_TYPES:
+        elif not shown_inline(content_type):
             headers["Content-Disposition"] = "attachment"
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
