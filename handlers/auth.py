@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from handlers.base import BaseDeps, BaseHandler
 from mediasrv.core.accounts import AccountService
+from mediasrv.core.errors import BadRequest
 
 
 class AccountHandler(BaseHandler):
@@ -23,11 +24,34 @@ class RegisterHandler(AccountHandler):
 
 
 class ConfirmHandler(AccountHandler):
-    """The e-mail link; its 256-bit token needs no rate limit of its own."""
+    """The e-mail link; its 256-bit token needs no rate limit of its own.
+
+    A link opened again (used, expired or mangled) is a 400 for an API client; a browser, which
+    asks for HTML, is sent to the dashboard's page saying so instead of being shown raw JSON.
+    """
 
     async def get(self) -> None:
-        target = await self.accounts.confirm(self.get_query_argument("token", ""))
+        try:
+            target = await self.accounts.confirm(self.get_query_argument("token", ""))
+        except BadRequest as exc:
+            if exc.code != "INVALID_TOKEN" or not _wants_html(self.request.headers.get("Accept", "")):
+                raise
+            target = self.accounts.used_link_page()
         self.redirect(target, status=303)
+
+
+def _wants_html(accept: str) -> bool:
+    """Whether an Accept header names text/html with a weight above 0 (a browser navigating)."""
+    for item in accept.split(","):
+        media, _, params = item.partition(";")
+        if media.strip().lower() != "text/html":
+            continue
+        weights = [p.split("=", 1)[1].strip() for p in params.split(";") if p.strip().lower().startswith("q=")]
+        try:
+            return float(weights[0]) > 0 if weights else True
+        except ValueError:
+            return True
+    return False
 
 
 class LoginHandler(AccountHandler):

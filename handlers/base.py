@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import hmac
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -26,6 +25,7 @@ import orjson
 import tornado.web
 
 from mediasrv.core.credentials.auth import Authenticator, Principal
+from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.errors import (
     ApiError,
     BadRequest,
@@ -37,16 +37,12 @@ from mediasrv.core.errors import (
 )
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
-from mediasrv.core.timeutil import now_iso
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.http_limits import MAX_JSON_BYTES
 from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
-from store.models import LogEntry
 
 log = logging.getLogger("mediasrv.http")
-PRIVATE_NO_STORE = "private, no-store"
-CREDENTIAL_VARY = "Authorization, X-Api-Key"
 GZIP_MIN_BYTES = 1024
 """Smaller bodies gain less than gzip's header and the CPU cost."""
 GZIP_LEVEL = 6
@@ -308,10 +304,8 @@ class BaseHandler(tornado.web.RequestHandler):
             return
         if self.request_size is None:
             self.request_size = len(self.request.body) if self.request.body else None
-        self.base.activity.add(LogEntry(
-            id=str(uuid.uuid4()), user_id=self.principal.user.id, method=self.request.method or "",
-            path=self.request.path, status_code=self.get_status(), request_size_bytes=self.request_size,
-            created_at=now_iso(), metadata=self._log_metadata()))
+        self.base.activity.request_done(self.principal.user.id, self.request.method or "", self.request.path,
+                                        self.get_status(), self.request_size, self._log_metadata())
 
     def _log_metadata(self) -> dict[str, Any]:
         assert self.principal is not None

@@ -10,9 +10,10 @@ from typing import ClassVar
 from handlers.auth import ResetPasswordHandler
 from handlers.base import BaseDeps, BaseHandler
 from mediasrv.core.accounts import AccountService
+from mediasrv.core.delivery.http_fields import etag_matches
 from mediasrv.core.errors import NotFound
 from mediasrv.web.cors import CorsMode
-from mediasrv.web.http_headers import accepts_gzip, etag_matches
+from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.webassets import INDEX, Asset
 
 

@@ -1,46 +1,38 @@
 """File routes: streamed upload, listing with filters, get, delete and bulk delete."""
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import re
 import unicodedata
 from typing import Any
-from urllib.parse import unquote, urlencode
+from urllib.parse import unquote
 
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import int_arg, page_args
-from mediasrv.core.credentials.signing import UrlSigner
-from mediasrv.core.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
+from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.service import MAX_NAME_CHARS, FileService, require_active_trial
+from mediasrv.core.files.links import DEFAULT_TTL_S, SignedLinks
+from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import Upload, failure_status
-from mediasrv.core.timeutil import iso, parse_iso, unix
+from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.web import http_limits
 from mediasrv.web.routespec import BULK_DELETE_MAX
-from store.base import BlobStore, MetaStore
-from store.errors import StoreError
-from store.models import FileQuery
 
 log = logging.getLogger("mediasrv.files")
 MAX_Q_CHARS = 255
 DRAIN_LIMIT = 1024 * 1024
-DEFAULT_SIGNED_TTL_S, MIN_SIGNED_TTL_S, MAX_SIGNED_TTL_S = 3600, 60, 7 * 86400
 
 
 class FilesBase(BaseHandler):
-    meta: MetaStore
-    blobs: BlobStore
     files: FileService
     allow: AllowList
 
-    def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore,  # type: ignore[override]
-                   files: FileService, allow: AllowList) -> None:
+    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList) -> None:  # type: ignore[override]
         super().initialize(base)
-        self.meta, self.blobs, self.files, self.allow = meta, blobs, files, allow
+        self.files, self.allow = files, allow
 
 
 @tornado.web.stream_request_body
@@ -55,7 +47,7 @@ class FilesHandler(FilesBase):
             await super().prepare()
             if self.request.method == "POST":
                 await self._start_upload()
-        except (ApiError, StoreError) as exc:
+        except KNOWN_FAILURES as exc:
             headers = self.request.headers
             bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
             if not (bodyless or _drainable(headers)):
@@ -78,7 +70,7 @@ class FilesHandler(FilesBase):
                              "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
         # application/octet-stream (what generated clients send): the type comes from the bytes.
         content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
-        is_public = _bool_arg(self, "isPublic", default=True)
+        is_public = _bool_arg(self, "isPublic", default=True) is not False  # absent: public
         name = _file_name(self.request.headers.get_list("x-file-name"))
         limits = self.files.limits_for(user)
         declared = _content_length(self.request.headers)
@@ -86,11 +78,8 @@ class FilesHandler(FilesBase):
         if declared is not None and declared > limits.cap_bytes:
             raise PayloadTooLarge(too_large)
         http_limits.set_body_limit(self.request.connection, limits.cap_bytes, PayloadTooLarge.code, too_large)
-        await self.files.require_store()
-        upload = Upload(self.meta, self.blobs, user, content_type, name, is_public, declared, limits,
-                        self.allow)
-        await upload.start()  # releases its own reservation if it fails (503)
-        self.upload = upload
+        self.upload = await self.files.start_upload(user, content_type, name, is_public, declared, limits,
+                                                    self.allow)
 
     async def data_received(self, chunk: bytes) -> None:
         if self.upload is None or self.failure is not None:
@@ -148,11 +137,7 @@ class FilesHandler(FilesBase):
 class FileHandler(FilesBase):
     async def get(self, file_id: str) -> None:
         assert self.principal is not None
-        record = await self.meta.get_file(file_id)
-        if record is None or record.user_id != self.principal.user.id:
-            raise NotFound("File not found", code="FILE_NOT_FOUND")
-        render = await self.files.renderer(record.user_id)
-        self.write_json(render(record))
+        self.write_json(await self.files.describe(self.principal.user, file_id))
 
     async def delete(self, file_id: str) -> None:
         assert self.principal is not None
@@ -171,13 +156,8 @@ class BulkDeleteHandler(FilesBase):
         if not isinstance(ids, list) or not 1 <= len(ids) <= BULK_DELETE_MAX or not all(
                 isinstance(i, str) and 0 < len(i) <= 256 for i in ids):
             raise BadRequest(f"ids must be a list of 1 to {BULK_DELETE_MAX} file id strings", code="INVALID_IDS")
-        deleted, errors = 0, []
-        for file_id in ids:
-            if await self.files.delete(self.principal.user, file_id):
-                deleted += 1
-            else:
-                errors.append({"id": file_id, "error": "File not found"})
-        self.write_json({"deleted": deleted, "errors": errors})
+        deleted, refused = await self.files.delete_many(self.principal.user, ids)
+        self.write_json({"deleted": deleted, "errors": [{"id": i, "error": "File not found"} for i in refused]})
 
 
 def _single(handler: tornado.web.RequestHandler, name: str) -> str | None:
@@ -256,26 +236,14 @@ def _content_length(headers: Any) -> int | None:
 class SignedUrlHandler(FilesBase):
     """POST /files/:id/signed-url: a sharing link for a (private) file that expires."""
 
-    signer: UrlSigner
+    links: SignedLinks
 
-    def initialize(self, base: BaseDeps, meta: MetaStore, blobs: BlobStore,  # type: ignore[override]
-                   files: FileService, allow: AllowList, signer: UrlSigner) -> None:
-        super().initialize(base, meta, blobs, files, allow)
-        self.signer = signer
+    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList,  # type: ignore[override]
+                   links: SignedLinks) -> None:
+        super().initialize(base, files, allow)
+        self.links = links
 
     async def post(self, file_id: str) -> None:
         assert self.principal is not None
-        ttl = self.json_body().get("expires_in", DEFAULT_SIGNED_TTL_S)
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or not MIN_SIGNED_TTL_S <= ttl <= MAX_SIGNED_TTL_S:
-            raise BadRequest(f"expires_in must be an integer from {MIN_SIGNED_TTL_S} to {MAX_SIGNED_TTL_S} "
-                             "seconds", code="INVALID_EXPIRY")
-        record = await self.meta.get_file(file_id)
-        if record is None or record.user_id != self.principal.user.id:
-            raise NotFound("File not found", code="FILE_NOT_FOUND")
-        expires = unix() + ttl
-        query = urlencode({"expires": expires, "signature": self.signer.sign(record.file_id, expires)})
-        render = await self.files.renderer(record.user_id)
-        body = render(record)
-        self.write_json({"url": f"{body['public_url']}?{query}",
-                         "download_url": f"{body['public_download_url']}?{query}",
-                         "expires_at": iso(dt.datetime.fromtimestamp(expires, dt.UTC))})
+        expires_in = self.json_body().get("expires_in", DEFAULT_TTL_S)
+        self.write_json(await self.links.create(self.principal.user, file_id, expires_in))

@@ -1,4 +1,4 @@
-"""Unit tests of the serving helpers: mediasrv.web.http_headers and mediasrv.core.delivery.caches.
+"""Unit tests of the serving helpers: mediasrv.core.delivery.http_fields and mediasrv.core.delivery.caches.
 
 Pure functions and small in-memory structures, tested without Tornado or a server.
 """
@@ -17,9 +17,7 @@ import pytest
 
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.caches import FileCache, ResultCache
-from mediasrv.core.errors import ServerBusy
-from mediasrv.images.slots import ResizePool
-from mediasrv.web.http_headers import (
+from mediasrv.core.delivery.http_fields import (
     Unsatisfiable,
     content_disposition,
     etag_matches,
@@ -27,6 +25,8 @@ from mediasrv.web.http_headers import (
     not_modified_since,
     parse_range,
 )
+from mediasrv.core.errors import ServerBusy
+from mediasrv.images.slots import ResizePool
 from store.models import FileRecord
 
 # ---------------------------------------------------------------------------- parse_range

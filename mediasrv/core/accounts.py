@@ -37,6 +37,8 @@ CONFIRM_TTL = dt.timedelta(hours=48)
 RESET_TTL = dt.timedelta(hours=1)
 CONFIRMED_FRAGMENT = "#/confirmed"
 """Appended to the dashboard URL after confirmation: the dashboard then says so."""
+USED_LINK_FRAGMENT = "#/confirm-used"
+"""The dashboard's page for a confirmation link opened again: "already confirmed, log in"."""
 REGISTERED = "Registration received. Check your e-mail for a confirmation link."
 RESET_SENT = "If an account exists for that address, a password reset link has been sent."
 
@@ -93,6 +95,10 @@ class AccountService:
         await self._meta.mark_email_verified(user_id, now_iso())
         await self._meta.revoke_tokens("confirm", user_id)  # other pending links die with this one
         return redirect_to or self._settings.dashboard_url + CONFIRMED_FRAGMENT
+
+    def used_link_page(self) -> str:
+        """Where a browser lands when its confirmation link no longer works (used or expired)."""
+        return self._settings.dashboard_url + USED_LINK_FRAGMENT
 
     async def login(self, email_value: object, password_value: object) -> Session:
         if not isinstance(email_value, str) or not isinstance(password_value, str):

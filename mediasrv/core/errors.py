@@ -119,6 +119,10 @@ class StorageFull(StoreUnavailable):
     code, message = "STORAGE_FULL", "Storage is full; try again later"
 
 
+KNOWN_FAILURES: tuple[type[Exception], ...] = (ApiError, store_errors.StoreError)
+"""Failures with an HTTP meaning: ours, and the stores' (``for_store_error``); anything else is a bug."""
+
+
 def for_store_error(exc: BaseException) -> ApiError | None:
     """The HTTP answer for a storage error (``store.errors``), or None for anything else.
 

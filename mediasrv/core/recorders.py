@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from mediasrv.core.timeutil import now_iso, period_key
 from store.base import MetaStore
@@ -63,6 +64,12 @@ class ActivityRecorder:
 
     def pending(self) -> int:
         return len(self._pending)
+
+    def request_done(self, user_id: str, method: str, path: str, status: int, size: int | None,
+                     metadata: dict[str, Any]) -> None:
+        """One entry of ``user_id``'s activity log for a request just answered."""
+        self.add(LogEntry(id=str(uuid.uuid4()), user_id=user_id, method=method, path=path, status_code=status,
+                          request_size_bytes=size, created_at=now_iso(), metadata=metadata))
 
     def add(self, entry: LogEntry) -> None:
         if len(self._pending) < MAX_PENDING_LOGS:  # under a store outage, shed rather than grow forever

@@ -13,23 +13,29 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import tornado.web
 
 from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
 from handlers.base import BaseDeps, BaseHandler, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from mediasrv.core.account_info import AccountInfo
+from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.accounts import AccountService
+from mediasrv.core.credentials.apikeys import ApiKeyService
 from mediasrv.core.credentials.auth import Authenticator
 from mediasrv.core.credentials.passwords import PasswordHasher
 from mediasrv.core.credentials.principals import CredentialLookups, ForgetfulMeta
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
+from mediasrv.core.delivery.hosts import HostRule
+from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
 from mediasrv.core.files.content_types import AllowList
+from mediasrv.core.files.links import SignedLinks
 from mediasrv.core.files.service import FileService
+from mediasrv.core.health import HealthCheck
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
@@ -117,17 +123,16 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
-    serving_deps = serving.ServingDeps(
-        meta=meta, blobs=blobs, files=file_cache, results=results, pool=pool, images=images, signer=signer,
-        usage=usage,
-        domains=domains, own_hosts=frozenset(
-            (urlsplit(url).hostname or "").lower() for url in (settings.public_url, settings.dashboard_url)),
-        max_pixels=settings.max_image_pixels, bodies=bodies,
-        public_cache=serving.public_cache_control(settings.public_max_age_s, settings.public_immutable),
+    delivery = MediaDelivery(
+        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
+        usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
+        public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
         accel_prefix=settings.accel_redirect)
-    route_args = _RouteArgs(base=base, settings=settings, meta=meta, blobs=blobs, accounts=accounts,
-                            files=file_service, allow=allow, domains=domains, signer=signer,
-                            serving=serving_deps, guard=guard)
+    route_args = _RouteArgs(
+        base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
+        links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
+        account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
+        health=HealthCheck(meta, blobs), delivery=delivery, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -144,14 +149,15 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 class _RouteArgs:
     base: BaseDeps
     settings: Settings
-    meta: MetaStore
-    blobs: BlobStore
     accounts: AccountService
     files: FileService
     allow: AllowList
-    domains: DomainService
-    signer: UrlSigner
-    serving: serving.ServingDeps
+    links: SignedLinks
+    keys: ApiKeyService
+    info: AccountInfo
+    account_settings: AccountSettings
+    health: HealthCheck
+    delivery: MediaDelivery
     guard: StoreGuard
 
 
@@ -163,12 +169,12 @@ def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
     """Every path of the route specification -> the handler serving it, with exactly the
     dependencies it takes. Auth and rate limits are not here: they come from the specification."""
     acct = {"accounts": a.accounts}
-    file_args = {"meta": a.meta, "blobs": a.blobs, "files": a.files, "allow": a.allow}
-    own = {"meta": a.meta, "settings": a.settings}
+    file_args = {"files": a.files, "allow": a.allow}
+    own = {"info": a.info}
     docs = _documents(a.settings, a.allow)
     return {
         "/ping": (reference.PingHandler, {"guard": a.guard}),
-        "/health": (health.HealthHandler, {"meta": a.meta, "blobs": a.blobs}),
+        "/health": (health.HealthHandler, {"health": a.health}),
         "/auth/register": (auth.RegisterHandler, acct),
         "/auth/confirm": (auth.ConfirmHandler, acct),
         "/auth/login": (auth.LoginHandler, acct),
@@ -176,14 +182,13 @@ def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
         "/auth/forgot-password": (auth.ForgotPasswordHandler, acct),
         "/auth/logout": (auth.LogoutHandler, acct),
         "/auth/reset-password": (dashboard.ResetPasswordPageHandler, {**acct, **page}),
-        "/auth/api-keys": (api_keys.ApiKeysHandler, {"meta": a.meta}),
-        "/auth/api-keys/{id}": (api_keys.ApiKeyHandler, {"meta": a.meta}),
+        "/auth/api-keys": (api_keys.ApiKeysHandler, {"keys": a.keys}),
+        "/auth/api-keys/{id}": (api_keys.ApiKeyHandler, {"keys": a.keys}),
         "/files": (files.FilesHandler, file_args),
         "/files/bulk-delete": (files.BulkDeleteHandler, file_args),
-        "/files/{id}/signed-url": (files.SignedUrlHandler, {**file_args, "signer": a.signer}),
+        "/files/{id}/signed-url": (files.SignedUrlHandler, {**file_args, "links": a.links}),
         "/files/{id}": (files.FileHandler, file_args),
-        "/settings": (settings.SettingsHandler,
-                      {"meta": a.meta, "domains": a.domains, "server_cap": a.settings.max_upload_size_bytes}),
+        "/settings": (settings.SettingsHandler, {"account_settings": a.account_settings}),
         "/usage": (account.UsageHandler, own),
         "/logs": (account.LogsHandler, own),
         "/profile": (account.ProfileHandler, own),
@@ -192,8 +197,8 @@ def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
         "/reference/for-agents": (reference.StaticJsonHandler, {"document": reference.static_json(docs[1])}),
         "/reference/openapi.json": (reference.StaticJsonHandler, {"document": reference.static_json(docs[0])}),
         "/reference": (reference.ReferencePageHandler, {"page": Prerendered(render_reference(docs[0]))}),
-        "/m/{id}": (serving.MediaHandler, {"deps": a.serving}),
-        "/d/{id}": (serving.DownloadHandler, {"deps": a.serving}),
+        "/m/{id}": (serving.MediaHandler, {"deps": a.delivery}),
+        "/d/{id}": (serving.DownloadHandler, {"deps": a.delivery}),
     }
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mediasrv.core.domains.custom import DomainService
-from mediasrv.core.errors import Forbidden
+from mediasrv.core.errors import Forbidden, NotFound
+from mediasrv.core.files.access import owns
+from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.uploads import Upload, UploadLimits
 from mediasrv.core.limits.querygate import QueryGate
 from mediasrv.core.settings import Settings
@@ -22,7 +24,8 @@ from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.timeutil import now_iso
 from store.base import BlobStore, MetaStore
 from store.errors import StorageFull
-from store.models import FileQuery, FileRecord, User
+from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries
+from store.models import FileRecord, User
 
 log = logging.getLogger("mediasrv.files")
 GUARD_MAX_AGE_S = 1.0
@@ -47,7 +50,10 @@ def require_active_trial(user: User) -> None:
 
 
 class FileService:
-    """Upload limits, record rendering and deletion for one deployment."""
+    """Upload limits, record rendering, the caller's own files and their deletion.
+
+    Acting on a file by id (reading its record, deleting it) asks the one ownership rule,
+    ``access.owns``; ``SignedLinks`` asks it through ``owned``."""
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
                  on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
@@ -91,17 +97,50 @@ class FileService:
             await self._guard.recent(GUARD_MAX_AGE_S)
             self._guard.require()
 
+    async def start_upload(self, user: User, content_type: str | None, name: str | None, is_public: bool,
+                           declared_size: int | None, limits: UploadLimits, allow: AllowList) -> Upload:
+        """An upload whose quota is reserved (when its size is declared) and whose blob writer is
+        open; 503 first if the database changed under the server (``require_store``)."""
+        await self.require_store()
+        upload = Upload(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
+                        allow)
+        await upload.start()  # releases its own reservation if it fails (503)
+        return upload
+
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""
         default_base = self._settings.public_url
         public_base = await self._domains.public_url_base(user_id) or default_base
         return lambda record: file_json(record, default_base, public_base)
 
+    async def owned(self, user: User, file_id: str) -> FileRecord:
+        """The caller's own file (the ownership rule, ``access.owns``); 404 for anyone else's,
+        exactly as for a file that does not exist."""
+        record = await self._meta.get_file(file_id)
+        if not owns(user.id, record):
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        assert record is not None
+        return record
+
+    async def describe(self, user: User, file_id: str) -> dict[str, Any]:
+        """GET /files/{id}: the caller's own file as the interface's File."""
+        record = await self.owned(user, file_id)
+        render = await self.renderer(record.user_id)
+        return render(record)
+
     async def delete(self, user: User, file_id: str) -> bool:
+        """Delete the caller's own file (record, caches, blob); False when it is not theirs or gone.
+
+        The ownership rule decides here; the store's delete keeps its own user-id condition as a
+        second guard (and reports None when another request deleted the file meanwhile)."""
+        existing = await self._meta.get_file(file_id)
+        if not owns(user.id, existing):
+            return False
+        assert existing is not None
         try:
             record = await self._meta.delete_file(user.id, file_id)
         except StorageFull:
-            return await self._delete_on_full_disk(user, file_id)
+            return await self._delete_on_full_disk(existing)
         if record is None:
             return False
         self._on_deleted(record)
@@ -111,17 +150,23 @@ class FileService:
             log.warning("blob of a deleted file not removed (%s); left to the sweep", type(exc).__name__)
         return True
 
+    async def delete_many(self, user: User, file_ids: Sequence[str]) -> tuple[int, Sequence[str]]:
+        """Bulk delete, one file after the other: (how many were deleted, the ids that were not)."""
+        deleted, refused = 0, []
+        for file_id in file_ids:
+            if await self.delete(user, file_id):
+                deleted += 1
+            else:
+                refused.append(file_id)
+        return deleted, refused
 
-    async def _delete_on_full_disk(self, user: User, file_id: str) -> bool:
+    async def _delete_on_full_disk(self, existing: FileRecord) -> bool:
         """Free the blob's space first, then remove the record. If the record still cannot be
         removed, the answer is 503 and the file reads as gone (its bytes are); a retry finishes."""
-        existing = await self._meta.get_file(file_id)
-        if existing is None or existing.user_id != user.id:
-            return False
         self._on_deleted(existing)
         await self._blobs.delete(existing.blob_key)
         log.warning("storage full: removed the blob of a deleted file before its record to make room")
-        record = await self._meta.delete_file(user.id, file_id)
+        record = await self._meta.delete_file(existing.user_id, existing.file_id)
         return record is not None
 
 

@@ -1,10 +1,11 @@
 // Settings: the custom domain with its status, and the upload size cap.
 import { api } from '../api.js';
-import { announce, busy, errorBox, field, formatBytes, formatDate, h } from '../dom.js';
+import { busy, errorBox, field, formatBytes, formatDate, h, statusFor } from '../dom.js';
 
 const MB = 1024 * 1024;
 
 export function settingsView() {
+  const announce = statusFor();
   const domainStatus = h('dl', { class: 'facts' });
   const capText = h('p', {});
   const domainError = errorBox();

@@ -1,0 +1,328 @@
+"""The media service behind GET/HEAD /m/{key} (passthrough or resize) and /d/{key} (download).
+
+Order of checks: key shape -> record (cached) -> host and privacy (a private file is 404 to
+everyone but its owner or a valid signature, before any decode) -> representation (the stored
+bytes or a transform) -> validators and 304 -> Range / If-Range / 416 -> where the bytes come
+from: nginx (X-Accel-Redirect to a local file or a presigned S3 URL), memory (small bodies),
+or a stream of chunks. A resize takes a slot before reading the blob and gives it back on every
+path (``ImageJobs``); passthrough never waits for one. Every answer sent counts one origin
+read, every transform run one image operation.
+
+Hot path: a cached public file costs no await beyond the host check, and no executor hop.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from functools import lru_cache
+from urllib.parse import quote
+
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.delivery.answer import Accel, BlobStream, MediaAnswer, MediaRequest
+from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
+from mediasrv.core.delivery.hosts import HostRule
+from mediasrv.core.delivery.http_fields import (
+    CREDENTIAL_VARY,
+    PRIVATE_NO_STORE,
+    Unsatisfiable,
+    content_disposition,
+    etag_matches,
+    http_date,
+    not_modified_since,
+    parse_range,
+)
+from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.core.files.access import owns
+from mediasrv.core.files.content_types import needs_sandbox, shown_inline
+from mediasrv.core.recorders import UsageRecorder
+from mediasrv.core.timeutil import parse_iso
+from mediasrv.images.jobs import ImageJobs
+from mediasrv.images.spec import TransformSpec
+from mediasrv.images.vips import TRANSFORMABLE_TYPES
+from store.base import BlobStore, MetaStore
+from store.errors import BlobNotFound
+from store.models import FileRecord
+
+_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CHUNK = 1024 * 1024
+"""Read size when streaming a large blob: few executor hops, bounded memory per download."""
+ACCEL_URL_TTL_S = 60
+"""Lifetime of a presigned URL handed to nginx, which fetches it at once."""
+UPSTREAM_HEADER = "X-Mediasrv-Upstream"
+"""X-Accel-Redirect to S3: the presigned URL nginx's internal location proxies to."""
+RANGE_HEADER = "X-Mediasrv-Range"
+"""X-Accel-Redirect to S3: the byte range decided here (Range and If-Range), asked of S3."""
+DEFERRED_HEADERS = ("Cache-Control", "Content-Disposition")
+"""X-Accel-Redirect to S3: sent as X-Mediasrv-<name>, for nginx to add to the object's answer."""
+SANDBOX = "sandbox; default-src 'none'"
+"""Content-Security-Policy of markup and text: uploaded content never runs on this origin."""
+
+
+def public_cache_control(max_age_s: int, immutable: bool) -> str:
+    """Cache-Control of a public file (MEDIASRV_PUBLIC_MAX_AGE, MEDIASRV_PUBLIC_IMMUTABLE).
+
+    Bounded by default: a deleted or made-private file leaves browser and CDN caches within
+    max-age; ``immutable`` (no revalidation at all) only when the operator opts in. No
+    ``public``: it only matters for requests with credentials (RFC 9111 3.5), and a public
+    file needs none (httplint: STORE_PUBLIC_UNNECESSARY).
+    """
+    return f"max-age={max_age_s}" + (", immutable" if immutable else "")
+
+
+def _not_found() -> NotFound:
+    return NotFound("File not found", code="FILE_NOT_FOUND")
+
+
+class MediaDelivery:
+    """Decides the whole answer to a media request; the transport only writes it.
+
+    ``files``, ``results``, ``bodies`` and ``usage`` are public: deletes invalidate the caches,
+    /metrics and the flusher read them.
+    """
+
+    def __init__(self, meta: MetaStore, blobs: BlobStore, *, files: FileCache, results: ResultCache,
+                 bodies: BlobCache, images: ImageJobs, signer: UrlSigner, usage: UsageRecorder,
+                 hosts: HostRule, public_cache: str, accel_prefix: str = "") -> None:
+        self._meta, self._blobs = meta, blobs
+        self.files, self.results, self.bodies = files, results, bodies
+        self.usage = usage
+        self._images, self._signer, self._hosts = images, signer, hosts
+        self._public_cache = public_cache
+        """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
+        self._accel_prefix = accel_prefix
+        """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (send here)."""
+
+    async def deliver(self, request: MediaRequest) -> MediaAnswer:
+        """The answer to ``request``. A file that does not exist, or that this Host or caller may
+        not see, raises the same 404; any failure after that comes back in the answer."""
+        record = await self._readable_record(request)
+        try:
+            if request.spec is None:
+                return await self._stored(record, request)
+            return await self._transformed(record, request.spec, request)
+        except Exception as exc:  # the transport raises it once the answer is marked private
+            return MediaAnswer(private=not record.is_public, failure=exc)
+
+    async def _readable_record(self, request: MediaRequest) -> FileRecord:
+        key = request.key
+        if not _KEY_RE.match(key):
+            raise _not_found()
+        record = self.files.get(key)
+        if record is None:
+            generation = self.files.generation
+            record = await self._meta.get_file(key)
+            if record is None:
+                raise _not_found()
+            self.files.put(record, generation)  # not if a delete ran meanwhile
+        if not await self._hosts.serves(request.host, record.user_id) or not self._may_read(record, request):
+            raise _not_found()
+        return record
+
+    def _may_read(self, record: FileRecord, request: MediaRequest) -> bool:
+        """Public files to anyone; private ones to their owner, or with a valid signed link."""
+        return (record.is_public or owns(request.user_id, record)
+                or self._signer.verify(record.file_id, request.expires, request.signature))
+
+    async def _stored(self, record: FileRecord, request: MediaRequest) -> MediaAnswer:
+        """The stored bytes: sent by nginx when it can, else from memory or in chunks."""
+        accel = None
+        if self._accel_prefix and not (record.is_public and request.proxy_cache):
+            accel = await self._accel(record, request.head)
+        etag = f'"{record.file_id}"'
+        modified = _modified(record.created_at)
+        answer = self._representation(record, request, record.content_type, etag, modified)
+        if answer.status == 304:
+            return answer
+        window = _window(request, etag, modified, record.size)
+        self.usage.origin_read(record.user_id)
+        if accel is not None:
+            _redirect(answer, accel, window)
+            return answer
+        start, end = _select(answer, window, record.size)
+        if request.head:
+            return answer
+        if self._small(record):
+            # One executor hop (open, read, close), or none when it is cached; the transport
+            # sends headers and body in one write.
+            data = self.bodies.get(record.file_id) if record.is_public else None
+            if data is None:
+                data = await self._read_small(record)
+            answer.body = data if (start, end) == (0, len(data)) else data[start:end]
+        else:
+            answer.stream = await self._open_stream(record.blob_key, start, end)
+        return answer
+
+    async def _transformed(self, record: FileRecord, spec: TransformSpec,
+                           request: MediaRequest) -> MediaAnswer:
+        if not record.content_type.startswith("image/"):
+            raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
+        if record.content_type not in TRANSFORMABLE_TYPES:
+            raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
+        variant = spec.cache_key()
+        etag = f'"{record.file_id}-{variant}"'
+        modified = _modified(record.created_at)
+        if _client_copy_current(request, etag, modified):
+            # The variant's validators come from the file and the normalised spec alone: a
+            # revalidation takes no slot, reads nothing and counts no image operation.
+            answer = MediaAnswer(304, private=not record.is_public)
+            self._validators(answer.headers, record, etag, modified)
+            return answer
+        cached = self.results.get(record.file_id, variant)
+        if cached is None:
+            generation = self.results.generation
+            cached = await self._render(record, spec, request.client)
+            self.results.put(record.file_id, variant, *cached, generation=generation)
+        data, out_type = cached
+        answer = self._representation(record, request, out_type, etag, modified)
+        if answer.status == 304:
+            return answer
+        start, end = _select(answer, _window(request, etag, modified, len(data)), len(data))
+        self.usage.origin_read(record.user_id)
+        if not request.head:
+            answer.body = data if (start, end) == (0, len(data)) else data[start:end]
+        return answer
+
+    async def _render(self, record: FileRecord, spec: TransformSpec, client: str) -> tuple[bytes, str]:
+        result, ran = await self._images.render_shared(record, spec, client)
+        if ran:  # identical requests sharing one transform count one image operation
+            self.usage.image_op(record.user_id)
+        return result
+
+    def _representation(self, record: FileRecord, request: MediaRequest, content_type: str, etag: str,
+                        modified: dt.datetime) -> MediaAnswer:
+        """The representation's headers, with status 304 when the client's copy is current."""
+        headers = {"Content-Type": content_type}
+        self._validators(headers, record, etag, modified)
+        headers["Accept-Ranges"] = "bytes"
+        if needs_sandbox(content_type):
+            headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
+        if request.attachment:
+            headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
+        elif not shown_inline(content_type):
+            headers["Content-Disposition"] = "attachment"
+        status = 304 if _client_copy_current(request, etag, modified) else 200
+        return MediaAnswer(status, headers, private=not record.is_public)
+
+    def _validators(self, headers: dict[str, str], record: FileRecord, etag: str, modified: dt.datetime) -> None:
+        headers["ETag"] = etag
+        headers["Last-Modified"] = _http_date(modified)
+        if record.is_public:
+            headers["Cache-Control"] = self._public_cache
+        else:
+            headers["Cache-Control"] = PRIVATE_NO_STORE
+            headers["Vary"] = CREDENTIAL_VARY
+
+    async def _accel(self, record: FileRecord, head: bool) -> Accel | None:
+        """Where nginx gets the blob (MEDIASRV_ACCEL_REDIRECT), or None: the bytes are sent here.
+
+        A local file: ``<prefix><shard>/<key>`` (nginx's sendfile). An S3 object: the sibling
+        location ``<prefix minus '/'>-s3/`` with a presigned GET URL valid ``ACCEL_URL_TTL_S``
+        (nginx fetches it at once) in X-Mediasrv-Upstream; not for HEAD (nginx would GET the
+        whole object to answer it) nor for small files (sent in one write, from memory when
+        hot). A missing blob gets mediasrv's own 404.
+        """
+        if self._blobs.delivers_urls and (head or self._small(record)):
+            return None  # known before asking: no S3 round trip for a URL left unused
+        delivery = await self._blobs.delivery(record.blob_key, ACCEL_URL_TTL_S)
+        if delivery is None:
+            return None
+        if delivery.path is not None:
+            return Accel(self._accel_prefix + quote(f"{delivery.path.parent.name}/{delivery.path.name}"))
+        if delivery.url is None:
+            return None
+        return Accel(self._accel_prefix.rstrip("/") + "-s3/", upstream=delivery.url)
+
+    def _small(self, record: FileRecord) -> bool:
+        """Sent in one write (from ``bodies`` or ``_read_small``) rather than streamed in chunks."""
+        return record.size <= self.bodies.max_item or record.size <= CHUNK // 4
+
+    async def _read_small(self, record: FileRecord) -> bytes:
+        generation = self.bodies.generation
+        try:
+            data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
+        except (BlobNotFound, ValueError):  # gone, or not the blob the record describes
+            raise _not_found() from None
+        if record.is_public and len(data) == record.size:
+            self.bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
+        return data
+
+    async def _open_stream(self, blob_key: str, start: int, end: int) -> BlobStream:
+        """The blob's bytes [start, end) in chunks, the first one read: a missing blob is a 404."""
+        chunks = self._blobs.read(blob_key, start, end, CHUNK)
+        try:
+            first = await anext(chunks, b"")
+        except BlobNotFound:
+            await chunks.aclose()
+            raise _not_found() from None
+        except BaseException:
+            await chunks.aclose()
+            raise
+        return BlobStream(first, chunks)
+
+
+def _client_copy_current(request: MediaRequest, etag: str, modified: dt.datetime) -> bool:
+    if request.if_none_match is not None:
+        return etag_matches(request.if_none_match, etag)
+    ims = request.if_modified_since
+    return ims is not None and not_modified_since(ims, modified)
+
+
+def _window(request: MediaRequest, etag: str, modified: dt.datetime, size: int) -> tuple[int, int] | None:
+    """The byte range [start, end) to send, None for the whole body; 416 when unsatisfiable."""
+    try:
+        return parse_range(_range_to_honour(request, etag, modified), size)
+    except Unsatisfiable:
+        raise RangeNotSatisfiable(size) from None  # a JSON error, never cached
+
+
+def _range_to_honour(request: MediaRequest, etag: str, modified: dt.datetime) -> str | None:
+    """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
+    wanted, if_range = request.range, request.if_range
+    if wanted is None or if_range is None:
+        return wanted
+    if_range = if_range.strip()
+    if if_range.startswith('"'):
+        return wanted if if_range == etag else None  # strong comparison
+    return wanted if if_range == http_date(modified) else None
+
+
+def _select(answer: MediaAnswer, window: tuple[int, int] | None, size: int) -> tuple[int, int]:
+    """Send ``window`` of the body (206 with Content-Range) or all of it; its Content-Length."""
+    start, end = window or (0, size)
+    if window is not None:
+        answer.status = 206
+        answer.headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    answer.headers["Content-Length"] = str(end - start)
+    return start, end
+
+
+def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None) -> None:
+    """nginx sends the blob; everything that decides whether and how to answer (auth, limits,
+    privacy, 304, 416, counting) ran here. A file: nginx's sendfile answers the Range itself.
+    An S3 object: nginx fetches the presigned URL, asking S3 for the range decided here
+    (If-Range included), and never passes the client's headers on."""
+    headers = answer.headers
+    headers["X-Accel-Redirect"] = accel.uri
+    if accel.upstream is not None:
+        headers[UPSTREAM_HEADER] = accel.upstream
+        if window is not None:
+            headers[RANGE_HEADER] = f"bytes={window[0]}-{window[1] - 1}"
+        # nginx would keep these through to its own JSON error when S3 fails (a 502 with the
+        # file's max-age and attachment name); it adds them to the object's answer only.
+        for name in DEFERRED_HEADERS:
+            value = headers.pop(name, None)
+            if value is not None:
+                headers[f"X-Mediasrv-{name}"] = value
+    del headers["Accept-Ranges"]  # nginx's (file) or S3's (object) is sent
+    answer.accel = accel
+
+
+@lru_cache(maxsize=4096)
+def _modified(created_at: str) -> dt.datetime:
+    """A record's Last-Modified time (memoised: hot files are parsed once, not per request)."""
+    return parse_iso(created_at)
+
+
+@lru_cache(maxsize=4096)
+def _http_date(modified: dt.datetime) -> str:
+    return http_date(modified)
