@@ -5,8 +5,9 @@
 plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
-backend name, never with ``getattr``): ``SharedSecrets`` (MongoDB), ``LocalDatabase`` and
-``Snapshots`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
+backend name, never with ``getattr``): ``SharedSecrets`` and ``AccountReconcile`` (MongoDB),
+``LocalDatabase`` and ``Snapshots`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``),
+``LocalBlobFiles`` (files).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
 Every method takes explicit keys, never request state, so one contract suite
@@ -25,8 +26,12 @@ What every metadata backend guarantees (the contract suite checks each point):
   (SQLite: one read transaction; MongoDB: one read of a single collection, so a write that
   lands between the count and the page can make them differ by that write, never more).
 - Deletes: ``delete_file`` removes the record and releases its quota in one step (SQLite: one
-  transaction; MongoDB: a find-and-delete followed by a conditional ``$inc``; a crash between
-  the two leaves counters high until ``mediasrv reconcile``).
+  transaction; MongoDB: a release marked by the file_id, then the record's delete, each safe
+  to send twice; a crash between the two is repaired by the account's next reconcile).
+- Lost replies (MongoDB): a write whose reply never came may have been applied. Reservations
+  and releases carrying the upload's id, record inserts (by file_id), deletes and usage
+  batches carrying a ``batch_id`` apply once however often they are sent
+  (``store/mongo_quota.py``).
 - Quotas: ``reserve_quota`` is one conditional atomic update, exact under any concurrency,
   across processes too; counters never go below zero.
 - Timestamps: ISO 8601 UTC strings with millisecond precision (``2024-05-01T12:00:00.000Z``)
@@ -180,17 +185,21 @@ class QuotaStore(Protocol):
     """Per-account storage and file counters, reserved before an upload is stored."""
 
     async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
-                            count_limit: int | None) -> bool:
-        """Atomically add one file of ``size`` to the account's counters if both limits allow it."""
+                            count_limit: int | None, *, reservation: str | None = None) -> bool:
+        """Atomically add one file of ``size`` to the account's counters if both limits allow it.
 
-    async def release_quota(self, user_id: str, size: int) -> None:
-        """Undo a reservation whose upload failed."""
+        ``reservation`` (the upload's file_id) names it: sent twice, it is applied once and
+        True both times; ``release_quota`` and ``insert_file`` of that file_id close it."""
+
+    async def release_quota(self, user_id: str, size: int, *, reservation: str | None = None) -> None:
+        """Undo a reservation whose upload failed (with its name: only while it is still open)."""
 
     async def reconcile_usage(self) -> None:
         """Recompute every account's storage_bytes and files_count from the file records.
 
-        Not safe while uploads run in any process sharing the store (it would drop their
-        in-flight reservations): only ``mediasrv reconcile`` and single-process start-up call it.
+        SQLite: not safe while uploads run in another process sharing the file (it drops their
+        reservations): only ``mediasrv reconcile`` and single-process start-up call it. MongoDB:
+        safe with uploads in flight (``AccountReconcile``; recent named reservations are kept).
         """
 
 
@@ -252,8 +261,10 @@ class LogStore(Protocol):
 class UsageStore(Protocol):
     """Monthly usage counters (origin reads, image operations)."""
 
-    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
-        """Add counts per (user_id, period 'YYYY-MM')."""
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *,
+                        batch_id: str | None = None) -> None:
+        """Add counts per (user_id, period 'YYYY-MM'). A batch sent again with the same
+        ``batch_id`` (its first reply lost) counts once."""
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts: ...
 
@@ -281,6 +292,24 @@ class SharedSecrets(Protocol):
     async def shared_secret(self, name: str, candidate: str) -> str:
         """The value kept under ``name``, storing ``candidate`` first if there is none; every
         process calling it at once with its own candidate gets the same value back."""
+
+
+@runtime_checkable
+class AccountReconcile(Protocol):
+    """A metadata store shared by processes on many hosts (MongoDB) whose counters can be
+    recomputed one account at a time while uploads run: from the records plus the upload
+    reservations still open. What repairs a crash's leftovers (a reservation of a killed
+    upload, a delete cut between its release and its record) without stopping the fleet."""
+
+    async def reconcile_account(self, user_id: str, stale_before: str) -> bool:
+        """Counters from the records and the reservations opened at or after ``stale_before``
+        (older ones are a crashed upload's: dropped); True when they changed."""
+
+    async def stale_reservation_accounts(self, stale_before: str, limit: int) -> list[str]:
+        """Accounts holding a reservation opened before ``stale_before``."""
+
+    async def account_ids_after(self, after: str | None, limit: int) -> list[str]:
+        """Account ids in id order after ``after`` (None: from the first): a rolling pass."""
 
 
 @runtime_checkable

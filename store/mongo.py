@@ -3,7 +3,13 @@
 Shared by every mediasrv process of a deployment, so each operation that must be atomic is
 one server-side conditional update on one document: quota reservations are an ``$inc``
 whose filter carries the limits, token consumption is a find-and-modify on an unused,
-unexpired token, releases clamp at zero in an update pipeline. Nothing reads then writes.
+unexpired token, releases clamp at zero in an update pipeline. Nothing reads then writes
+(except the reconcile of one account, which writes with a compare-and-set).
+
+A reply can be lost after the server applied the write (a connection cut). Quota, record and
+usage writes are keyed so that sending them again applies them once (store/mongo_quota.py),
+and ``_idempotent`` sends such a write once more when the connection drops before its reply,
+as a replica set's retryable writes would (a standalone server gets none).
 
 Inside the database timestamps are BSON dates (so TTL indexes can expire old tokens and
 activity logs); outside they are the ISO strings with millisecond precision that every
@@ -20,7 +26,7 @@ import datetime as dt
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -28,9 +34,17 @@ import orjson
 import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient, IndexModel, ReplaceOne, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
 from pymongo.results import UpdateResult
 
+from store import mongo_quota
 from store.errors import Duplicate, StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -56,6 +70,12 @@ LOG_TTL_S = 30 * 86400
 IN_CHUNK = 500
 HEALTH_TIMEOUT_S = 2.0
 CLOSE_WAIT_S = 10.0
+RESERVATION_TTL_S = 900
+"""``reconcile_usage`` keeps upload reservations younger than this (the periodic reconcile
+passes its own ``stale_before``)."""
+USAGE_BATCHES_KEPT = 64
+"""Usage batch ids each (user, month) document remembers: a flush resent within that many
+other batches to the same document counts once."""
 
 # OperationFailure codes that mean "the server is busy, stepping down or timed out", not a bug.
 _TRANSIENT_CODES = frozenset({6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
@@ -203,7 +223,8 @@ def _is_transient(exc: OperationFailure) -> bool:
 NEWEST_FIRST = [("created_at", DESCENDING), ("_id", DESCENDING)]
 
 INDEXES: dict[str, list[IndexModel]] = {
-    "users": [IndexModel([("email_folded", ASCENDING)], unique=True, name="email_folded_unique")],
+    "users": [IndexModel([("email_folded", ASCENDING)], unique=True, name="email_folded_unique"),
+              IndexModel([("quota_open.at", ASCENDING)], name="open_reservations")],
     "tokens": [IndexModel([("user_id", ASCENDING), ("kind", ASCENDING)], name="user_kind"),
                IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
     "api_keys": [IndexModel([("key_hash", ASCENDING)], unique=True, name="key_hash_unique"),
@@ -336,6 +357,22 @@ class MongoMetaStore:
             if self._inflight == 0:
                 self._idle.set()
 
+    async def _idempotent(self, write: Callable[[Any], Awaitable[T]]) -> tuple[T, bool]:
+        """Run a write that may be applied twice with one effect; if the connection drops before
+        its reply (the server may have applied it), send it once more. The second element says
+        whether it was resent. Both attempts share one ``timeout_ms``, so an outage still
+        answers within it (a replica set's retryable writes would resend it by themselves)."""
+        async with self._op() as db:
+            with pymongo.timeout(self._timeout_ms / 1000):
+                try:
+                    return await write(db), False
+                except AutoReconnect as exc:
+                    if isinstance(exc, ServerSelectionTimeoutError):
+                        raise  # never sent
+                    log.info("MongoDB connection lost before a reply (%s); sending the write again",
+                             type(exc).__name__)
+                return await write(db), True
+
     # --- shared configuration ---------------------------------------------------------
 
     async def shared_secret(self, name: str, candidate: str) -> str:
@@ -464,36 +501,35 @@ class MongoMetaStore:
         async with self._op() as db:
             await db["api_keys"].bulk_write(ops, ordered=False)
 
-    # --- files and quotas -------------------------------------------------------------
+    # --- files and quotas (idempotent: see store/mongo_quota.py) ----------------------
 
     async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
-                            count_limit: int | None) -> bool:
-        """One conditional ``$inc``: the limits are in the filter, so check and add are atomic."""
+                            count_limit: int | None, *, reservation: str | None = None) -> bool:
+        """One conditional ``$inc``: the limits are in the filter, so check and add are atomic;
+        with ``reservation`` (the upload's file_id) a second attempt finds it already applied."""
         if size < 0:
             raise ValueError("size must not be negative")
-        flt: Doc = {"_id": user_id}
-        if storage_limit is not None:
-            flt["storage_bytes"] = {"$lte": storage_limit - size}
-        if count_limit is not None:
-            flt["files_count"] = {"$lte": count_limit - 1}
-        async with self._op() as db:
-            result: UpdateResult = await db["users"].update_one(
-                flt, {"$inc": {"storage_bytes": size, "files_count": 1}})
-        return result.modified_count > 0
+        now = _now()
+        result, _ = await self._idempotent(
+            lambda db: mongo_quota.reserve(db, user_id, size, storage_limit, count_limit, reservation, now))
+        return result
 
-    async def release_quota(self, user_id: str, size: int) -> None:
-        async with self._op():
-            await self._release(user_id, size)
+    async def release_quota(self, user_id: str, size: int, *, reservation: str | None = None) -> None:
+        if reservation is None:
+            async with self._op():
+                await self._release(user_id, size)
+            return
+        await self._idempotent(lambda db: mongo_quota.release(db, user_id, size, reservation))
 
     async def _release(self, user_id: str, size: int) -> None:
         """Subtract in an update pipeline that clamps at zero, atomically on the server."""
-        await self._db["users"].update_one({"_id": user_id}, [{"$set": {
-            "storage_bytes": {"$max": [0, {"$subtract": ["$storage_bytes", size]}]},
-            "files_count": {"$max": [0, {"$subtract": ["$files_count", 1]}]}}}])
+        await mongo_quota.release(self._db, user_id, size, None)
 
     async def insert_file(self, record: FileRecord) -> None:
-        async with self._op() as db:
-            await db["files"].insert_one(_file_doc(record))
+        """Upsert by file_id (sent twice, still one record), then close the upload's reservation."""
+        doc = _file_doc(record)
+        await self._idempotent(lambda db: mongo_quota.upsert_record(db, doc))
+        await self._idempotent(lambda db: mongo_quota.close_reservation(db, record.user_id, record.file_id))
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         async with self._op() as db:
@@ -505,14 +541,19 @@ class MongoMetaStore:
         return await self._page("files", _file_filter(user_id, query), offset, limit, _file)
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
-        """Find-and-delete (only one caller gets the record), then release its quota."""
+        """Release the file's quota once (marked by its file_id), then delete the record by its
+        key: each step may be sent twice and still applies once. Of concurrent deletes only the
+        one that removes the record gets it back (or, after a lost reply, each that cannot tell)."""
         async with self._op() as db:
-            doc = await db["files"].find_one_and_delete({"file_id": file_id, "user_id": user_id})
-            if doc is None:
-                return None
-            record = _file(doc)
-            await self._release(user_id, record.size)
-        return record
+            doc = await db["files"].find_one({"file_id": file_id, "user_id": user_id})
+        if doc is None:
+            return None
+        record = _file(doc)
+        now = _now()
+        await self._idempotent(lambda db: mongo_quota.release_deleted(db, user_id, file_id, record.size, now))
+        result, retried = await self._idempotent(
+            lambda db: db["files"].delete_one({"file_id": file_id, "user_id": user_id}))
+        return record if result.deleted_count or retried else None
 
     async def existing_blob_keys(self, keys: list[str]) -> set[str]:
         found: set[str] = set()
@@ -524,17 +565,36 @@ class MongoMetaStore:
         return found
 
     async def reconcile_usage(self) -> None:
-        """Counters from the records. Not atomic across accounts: run it with no upload in flight."""
+        """Every account, one at a time, as ``reconcile_account``: safe with uploads in flight
+        (reservations younger than RESERVATION_TTL are kept)."""
+        now = _now()
+        stale = now - dt.timedelta(seconds=RESERVATION_TTL_S)
+        after: str | None = None
+        while ids := await self.account_ids_after(after, IN_CHUNK):
+            async with self._op() as db:
+                for user_id in ids:
+                    await mongo_quota.reconcile(db, user_id, stale, now)
+            after = ids[-1]
+
+    # --- reconcile of one account (AccountReconcile) --------------------------------------
+
+    async def reconcile_account(self, user_id: str, stale_before: str) -> bool:
+        """Counters from the records and the reservations opened since ``stale_before``; True
+        when they changed. One compare-and-set: safe with uploads in flight."""
+        stale = to_date(stale_before)
+        assert stale is not None
         async with self._op() as db:
-            totals: dict[str, tuple[int, int]] = {}
-            pipeline = [{"$group": {"_id": "$user_id", "bytes": {"$sum": "$size"}, "count": {"$sum": 1}}}]
-            async for doc in await db["files"].aggregate(pipeline):
-                totals[doc["_id"]] = (int(doc["bytes"]), int(doc["count"]))
-            async for doc in db["users"].find({}, {"_id": 1, "storage_bytes": 1, "files_count": 1}):
-                wanted = totals.get(doc["_id"], (0, 0))
-                if (doc.get("storage_bytes"), doc.get("files_count")) != wanted:
-                    await db["users"].update_one({"_id": doc["_id"]}, {
-                        "$set": {"storage_bytes": wanted[0], "files_count": wanted[1]}})
+            return await mongo_quota.reconcile(db, user_id, stale, _now())
+
+    async def stale_reservation_accounts(self, stale_before: str, limit: int) -> list[str]:
+        stale = to_date(stale_before)
+        assert stale is not None
+        async with self._op() as db:
+            return await mongo_quota.stale_accounts(db, stale, limit)
+
+    async def account_ids_after(self, after: str | None, limit: int) -> list[str]:
+        async with self._op() as db:
+            return await mongo_quota.account_ids_after(db, after, limit)
 
     # --- custom domains ---------------------------------------------------------------
 
@@ -588,15 +648,26 @@ class MongoMetaStore:
 
     # --- usage counters ---------------------------------------------------------------
 
-    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *,
+                        batch_id: str | None = None) -> None:
+        """``$inc`` per (user, period); with ``batch_id``, each document remembers the last
+        USAGE_BATCHES_KEPT batches it counted, so a batch sent again counts once."""
         if not deltas:
             return
-        ops = [UpdateOne({"_id": f"{user_id}|{period}"},
-                         {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
-                          "$setOnInsert": {"user_id": user_id, "period": period}}, upsert=True)
-               for (user_id, period), c in deltas.items()]
-        async with self._op() as db:
-            await db["usage"].bulk_write(ops, ordered=False)
+        if batch_id is None:
+            ops = [UpdateOne({"_id": f"{user_id}|{period}"},
+                             {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
+                              "$setOnInsert": {"user_id": user_id, "period": period}}, upsert=True)
+                   for (user_id, period), c in deltas.items()]
+            async with self._op() as db:
+                await db["usage"].bulk_write(ops, ordered=False)
+            return
+        await self._idempotent(lambda db: _ensure_usage_docs(db, list(deltas)))
+        counted = [UpdateOne({"_id": f"{user_id}|{period}", "batches": {"$ne": batch_id}},
+                             {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
+                              "$push": {"batches": {"$each": [batch_id], "$slice": -USAGE_BATCHES_KEPT}}})
+                   for (user_id, period), c in deltas.items()]
+        await self._idempotent(lambda db: db["usage"].bulk_write(counted, ordered=False))
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts:
         async with self._op() as db:
@@ -639,6 +710,18 @@ class MongoMetaStore:
         async with self._op() as db:
             await db[_COLLECTIONS[table]].bulk_write(
                 [ReplaceOne({"_id": doc["_id"]}, doc, upsert=True) for doc in docs], ordered=False)
+
+async def _ensure_usage_docs(db: Any, keys: list[tuple[str, str]]) -> None:
+    """Create the (user, month) documents that do not exist yet, at zero (idempotent)."""
+    ops = [UpdateOne({"_id": f"{user_id}|{period}"}, {"$setOnInsert": {
+        "user_id": user_id, "period": period, "origin_reads": 0, "image_ops": 0}}, upsert=True)
+        for user_id, period in keys]
+    try:
+        await db["usage"].bulk_write(ops, ordered=False)
+    except BulkWriteError as exc:  # another process created one at the same moment: it exists
+        if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+            raise
+
 
 @contextlib.contextmanager
 def _translated() -> Iterator[None]:

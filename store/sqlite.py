@@ -913,15 +913,16 @@ class SqliteMetaStore:
     # --- files and quotas -------------------------------------------------------------
 
     async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
-                            count_limit: int | None) -> bool:
-        """One conditional UPDATE on the single writer thread: check and add cannot interleave."""
+                            count_limit: int | None, *, reservation: str | None = None) -> bool:
+        """One conditional UPDATE on the single writer thread: check and add cannot interleave.
+        (``reservation`` is not kept: a transaction on this host has no reply to lose.)"""
         if size < 0:
             raise ValueError("size must not be negative")
         params = {"user_id": user_id, "size": size, "storage_limit": storage_limit,
                   "count_limit": count_limit}
         return await self._write(_execute, RESERVE_SQL, params) > 0
 
-    async def release_quota(self, user_id: str, size: int) -> None:
+    async def release_quota(self, user_id: str, size: int, *, reservation: str | None = None) -> None:
         await self._write(_execute, RELEASE_SQL, {"user_id": user_id, "size": size})
 
     async def insert_file(self, record: FileRecord) -> None:
@@ -985,7 +986,8 @@ class SqliteMetaStore:
 
     # --- usage counters ---------------------------------------------------------------
 
-    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *,
+                        batch_id: str | None = None) -> None:
         if not deltas:
             return
         rows = [(user_id, period, counts.origin_reads, counts.image_ops)

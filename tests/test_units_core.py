@@ -382,6 +382,7 @@ class FlakyMeta:
     def __init__(self, failures: int = 1) -> None:
         self.failures = failures
         self.usage: list[dict[tuple[str, str], UsageCounts]] = []
+        self.batch_ids: list[str | None] = []
         self.logs: list[list[LogEntry]] = []
         self.touched: list[dict[str, str]] = []
         self.during_call: Any = None
@@ -394,7 +395,8 @@ class FlakyMeta:
             self.failures -= 1
             raise ConnectionError("store down")
 
-    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
+    async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *, batch_id: str | None = None) -> None:
+        self.batch_ids.append(batch_id)
         await self._maybe_fail()
         self.usage.append(dict(deltas))
 
@@ -412,7 +414,9 @@ def entry(n: int) -> LogEntry:
                     request_size_bytes=None, created_at=f"2024-01-01T00:00:{n:02d}.000Z")
 
 
-async def test_usage_flush_requeues_on_failure_and_merges_new_counts() -> None:
+async def test_usage_flush_resends_a_failed_batch_whole_with_its_id() -> None:
+    """A failed batch may have been applied (its reply lost): it is sent again unchanged, with
+    the same id, so the store can count it once; newer counts wait for the next batch."""
     rec = UsageRecorder()
     meta = FlakyMeta(failures=1)
     for _ in range(3):
@@ -423,13 +427,17 @@ async def test_usage_flush_requeues_on_failure_and_merges_new_counts() -> None:
     with pytest.raises(ConnectionError):
         await rec.flush(meta)  # type: ignore[arg-type]
     meta.during_call = None
-    assert meta.usage == []
+    assert meta.usage == [] and rec.pending() == 6
     await rec.flush(meta)  # type: ignore[arg-type]
     key = period_key()
-    assert meta.usage == [{("alice", key): UsageCounts(origin_reads=4, image_ops=1),
+    assert meta.usage == [{("alice", key): UsageCounts(origin_reads=3, image_ops=1),
                            ("bob", key): UsageCounts(origin_reads=1, image_ops=0)}]
+    assert meta.batch_ids[0] == meta.batch_ids[1] is not None  # resent under its id
     await rec.flush(meta)  # type: ignore[arg-type]
-    assert len(meta.usage) == 1  # nothing left: no empty write
+    assert meta.usage[1:] == [{("alice", key): UsageCounts(origin_reads=1, image_ops=0)}]
+    assert meta.batch_ids[2] != meta.batch_ids[1]
+    await rec.flush(meta)  # type: ignore[arg-type]
+    assert len(meta.usage) == 2 and rec.pending() == 0  # nothing left: no empty write
 
 
 async def test_activity_flush_requeues_in_order() -> None:

@@ -123,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate_cmd.add_argument("--to", choices=["backends", "embedded"], required=True,
                              help="direction of the copy")
     sub.add_parser("reconcile", help="recompute every account's storage and file counters from its "
-                   "files, then exit (run with no upload in flight in any process)",
+                   "files, then exit (SQLite: run with no upload in flight in any process; MongoDB: "
+                   "safe while the servers run, uploads in flight keep their reservations)",
                    formatter_class=argparse.RawDescriptionHelpFormatter,
                    epilog="environment variables:\n" + Settings.help_text())
     return parser

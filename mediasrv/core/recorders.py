@@ -27,14 +27,20 @@ MAX_PENDING_LOGS = 50_000
 
 
 class UsageRecorder:
-    """origin_reads and image_ops per (user, month)."""
+    """origin_reads and image_ops per (user, month).
+
+    A batch is sent with an id; one that failed is sent again, whole and with the same id,
+    before any newer counts (they wait in the next batch): a store that applied it but lost
+    the reply counts it once (``UsageStore.add_usage``)."""
 
     def __init__(self) -> None:
         self._reads: Counter[tuple[str, str]] = Counter()
         self._ops: Counter[tuple[str, str]] = Counter()
+        self._unsent: tuple[str, dict[tuple[str, str], UsageCounts]] | None = None
 
     def pending(self) -> int:
-        return sum(self._reads.values()) + sum(self._ops.values())
+        unsent = sum(c.origin_reads + c.image_ops for c in self._unsent[1].values()) if self._unsent else 0
+        return sum(self._reads.values()) + sum(self._ops.values()) + unsent
 
     def origin_read(self, user_id: str) -> None:
         self._reads[(user_id, period_key())] += 1
@@ -43,17 +49,16 @@ class UsageRecorder:
         self._ops[(user_id, period_key())] += 1
 
     async def flush(self, meta: MetaStore) -> None:
-        if not self._reads and not self._ops:
-            return
-        reads, ops = self._reads, self._ops
-        self._reads, self._ops = Counter(), Counter()
-        deltas = {k: UsageCounts(origin_reads=reads[k], image_ops=ops[k]) for k in set(reads) | set(ops)}
-        try:
-            await meta.add_usage(deltas)
-        except Exception:
-            self._reads.update(reads)  # keep the counts for the next attempt
-            self._ops.update(ops)
-            raise
+        if self._unsent is None:
+            if not self._reads and not self._ops:
+                return
+            reads, ops = self._reads, self._ops
+            self._reads, self._ops = Counter(), Counter()
+            deltas = {k: UsageCounts(origin_reads=reads[k], image_ops=ops[k]) for k in set(reads) | set(ops)}
+            self._unsent = (uuid.uuid4().hex, deltas)
+        batch_id, deltas = self._unsent
+        await meta.add_usage(deltas, batch_id=batch_id)  # raises: kept, sent again next time
+        self._unsent = None
 
 
 class ActivityRecorder:

@@ -6,6 +6,13 @@ once it is known for a chunked body, and released on every failure path, so conc
 uploads can never push an account past its limits. The blob is committed before the record
 is inserted: a crash in between leaves an unreferenced blob for the sweep, never a record
 without bytes.
+
+The reservation is named by the file_id, so a store that resends it after a lost reply applies
+it once. When the record insert fails in a way that may still have written it (the store is
+unavailable: the reply may be what was lost), the upload asks for the record: there, the upload
+succeeded; surely absent, it is undone as any failure; unknown, the blob and the reservation
+are left for the sweep and the account's next reconcile, which tell which it was. A record
+whose blob was deleted under it is never the outcome.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from mediasrv.core.files import content_types
 from mediasrv.core.timeutil import now_iso
 from mediasrv.images.headers import header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
+from store import errors as store_errors
 from store.base import BlobStore, BlobWriter, MetaStore
 from store.models import FileRecord, User
 
@@ -69,6 +77,9 @@ class Upload:
         self._committed = False
         self._finishing = False
         self._done = False
+        self._unsure = False
+        """The record insert failed and whether it was written is unknown: abort keeps both the
+        blob and the reservation (the sweep and the reconcile resolve them)."""
 
     async def start(self) -> None:
         """Reserve the declared size (403 over quota) and open the blob writer.
@@ -152,9 +163,26 @@ class Upload:
                             name=self._name, content_type=self._type, size=self.received,
                             is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
                             width=width, height=height)
-        await self._meta.insert_file(record)
+        await self._insert(record)
         self._done = True
         return record
+
+    async def _insert(self, record: FileRecord) -> None:
+        """Insert the record; after an unavailable store, ask whether it was written anyway."""
+        try:
+            await self._meta.insert_file(record)
+            return
+        except store_errors.StoreUnavailable:
+            try:
+                found = await self._meta.get_file(record.file_id)
+            except store_errors.StoreUnavailable:
+                self._unsure = True
+                log.warning("upload: the record insert may or may not have been written; its blob and "
+                            "reservation are left to the sweep and the reconcile")
+                raise
+            if found is None or found.id != record.id:
+                raise
+        log.info("upload: the record insert's reply was lost, but the record is there")
 
     async def abort(self) -> None:
         """Leave no trace: drop the blob and give the reservation back. Idempotent."""
@@ -162,6 +190,8 @@ class Upload:
             return
         self._done = True
         self._pending = bytearray()
+        if self._unsure:
+            return
         try:
             if self._writer is not None:
                 await self._writer.abort()
@@ -171,14 +201,14 @@ class Upload:
             log.warning("could not remove the blob of an aborted upload (%s)", type(exc).__name__)
         if self._reserved is not None:
             try:
-                await self._meta.release_quota(self._user.id, self._reserved)
+                await self._meta.release_quota(self._user.id, self._reserved, reservation=self.file_id)
             except Exception as exc:
                 log.warning("could not release a quota reservation (%s); fixed at next start-up",
                             type(exc).__name__)
 
     async def _reserve(self, size: int) -> None:
         ok = await self._meta.reserve_quota(self._user.id, size, self._limits.storage_limit,
-                                            self._limits.count_limit)
+                                            self._limits.count_limit, reservation=self.file_id)
         if not ok:
             raise Forbidden(QUOTA_MESSAGE, code="QUOTA_EXCEEDED")
         self._reserved = size
