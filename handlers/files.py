@@ -19,6 +19,7 @@ from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, 
 from mediasrv.core.files.uploads import Upload, failure_status
 from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.web import http_limits
+from mediasrv.web.peer import unless_client_leaves
 from mediasrv.web.routespec import BULK_DELETE_MAX
 
 log = logging.getLogger("mediasrv.files")
@@ -96,7 +97,8 @@ class FilesHandler(FilesBase):
         assert self.upload is not None
         self.request_size = self.upload.received
         try:
-            record = await self.upload.finish()
+            record = await unless_client_leaves(self.request.connection, self.upload.finish(),
+                                                self.on_connection_close)
         except Exception as exc:
             await self.upload.abort()
             raise failure_status(exc) from exc

@@ -9,8 +9,11 @@ per upload is ever in memory. Nothing is visible until commit (PUT, or CompleteM
 ``abort`` (any failure, a client that disconnects) aborts the multipart upload, so no parts
 are left behind; ``sweep_temp`` aborts uploads abandoned by a crash.
 
-Every call has connect and read timeouts and a small retry budget, so an S3 outage becomes
-``StoreUnavailable`` (HTTP 503) within seconds rather than a hung request.
+Every call has a total deadline, ``S3Config.timeout_s`` (MEDIASRV_S3_TIMEOUT) from sending the
+request to having its answer, botocore's own connect and read timeouts and its one retry
+included; a part of a multipart upload is one call, and so is each chunk read of a streamed
+body. So a black-holed S3 is ``StoreUnavailable`` (HTTP 503) within that time, never a hung
+request; a body must travel within it too (8 MiB in 5 s needs about 13 Mbit/s to S3).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +86,27 @@ def _translated(key: str = "") -> Any:
         raise StoreUnavailable(f"S3: {type(exc).__name__}") from exc
 
 
+class _Deadlined:
+    """The aiobotocore client with a total deadline on every call (its methods are coroutines)."""
+
+    def __init__(self, client: Any, timeout_s: float) -> None:
+        self._client, self._timeout_s = client, timeout_s
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self._client, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            async with asyncio.timeout(self._timeout_s):
+                return await method(*args, **kwargs)
+        return call
+
+
+async def _read_chunk(body: Any, size: int | None, timeout_s: float) -> bytes:
+    """One chunk of a streamed answer, within the deadline (a stalled body is an outage)."""
+    async with asyncio.timeout(timeout_s):
+        return bytes(await body.read(size))
+
+
 class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
@@ -111,9 +135,10 @@ class S3BlobStore:
                         signature_version="s3v4", max_pool_connections=64)
         stack = contextlib.AsyncExitStack()
         try:
-            self._client = await stack.enter_async_context(get_session().create_client(
+            client = await stack.enter_async_context(get_session().create_client(
                 "s3", endpoint_url=c.endpoint_url, region_name=c.region, aws_access_key_id=c.access_key_id,
                 aws_secret_access_key=c.secret_access_key, aws_session_token=c.session_token, config=config))
+            self._client = _Deadlined(client, c.timeout_s)
             self._stack = stack
             await self._ensure_bucket()
         except BaseException:
@@ -166,7 +191,7 @@ class S3BlobStore:
 
     async def open_writer(self, key: str) -> S3BlobWriter:
         validate_key(key)
-        return S3BlobWriter(self._s3(), self.config.bucket, PREFIX + key)
+        return S3BlobWriter(self._s3(), self.config.bucket, PREFIX + key, self.config.timeout_s)
 
     async def put(self, key: str, data: bytes) -> None:
         validate_key(key)
@@ -215,7 +240,7 @@ class S3BlobStore:
         try:
             while True:
                 with _translated(key):
-                    chunk = await body.read(chunk_size)
+                    chunk = await _read_chunk(body, chunk_size, self.config.timeout_s)
                 if not chunk:
                     break
                 yield chunk
@@ -233,7 +258,7 @@ class S3BlobStore:
             if size > limit:
                 raise ValueError(f"blob is {size} bytes, over the {limit}-byte limit")
             with _translated(key):
-                return bytes(await body.read())
+                return await _read_chunk(body, None, self.config.timeout_s)
         finally:
             body.close()
 
@@ -348,15 +373,23 @@ async def _purge_quarantine(store: S3BlobStore, older_than_s: float) -> int:
         token = page.get("NextContinuationToken")
 
 
+_ABORTING: set[asyncio.Task[None]] = set()
+"""Multipart aborts started after a failure, kept referenced until they end."""
+
+
 class S3BlobWriter:
     """One blob being uploaded: buffered up to one part, then multipart; aborted on failure.
 
-    A failed ``write`` or ``commit`` aborts the multipart upload before raising, so a caller
-    that only calls ``abort`` afterwards (or not at all) leaves no parts behind.
+    A failed ``write`` or ``commit`` starts aborting the multipart upload before raising, so a
+    caller that only calls ``abort`` afterwards (or not at all) leaves no parts behind. That
+    abort runs in the background: the failure is often S3 not answering, and the caller (a
+    client waiting for its 503) must not wait a second deadline for it. If it cannot reach S3
+    either, ``sweep_temp`` aborts the upload later.
     """
 
-    def __init__(self, client: Any, bucket: str, name: str) -> None:
+    def __init__(self, client: Any, bucket: str, name: str, timeout_s: float = 5.0) -> None:
         self._client, self._bucket, self._name = client, bucket, name
+        self._timeout_s = timeout_s
         self.key = name[len(PREFIX):]
         self._buffer = bytearray()
         self._upload_id: str | None = None
@@ -380,7 +413,7 @@ class S3BlobWriter:
                     del self._buffer[:PART_SIZE]
                     await self._send_part(part)
             except BaseException:
-                await self._abort_upload("failed")
+                self._abort_in_background()
                 raise
 
     async def _send_part(self, data: bytes) -> None:
@@ -408,7 +441,7 @@ class S3BlobWriter:
                             Bucket=self._bucket, Key=self._name, UploadId=self._upload_id,
                             MultipartUpload={"Parts": self._parts})
             except BaseException:
-                await self._abort_upload("failed")
+                self._abort_in_background()
                 raise
             self._buffer = bytearray()
             self._state = "committed"
@@ -420,14 +453,28 @@ class S3BlobWriter:
             if self._state == "open":
                 await self._abort_upload("aborted")
 
+    def _abort_in_background(self) -> None:
+        upload_id = self._take_upload("failed")
+        if upload_id is not None:
+            task = asyncio.ensure_future(self._send_abort(upload_id))
+            _ABORTING.add(task)
+            task.add_done_callback(_ABORTING.discard)
+
     async def _abort_upload(self, state: str) -> None:
+        upload_id = self._take_upload(state)
+        if upload_id is not None:
+            await self._send_abort(upload_id)
+
+    def _take_upload(self, state: str) -> str | None:
+        """Leave ``open`` for ``state`` (nothing more is sent); the multipart upload to abort."""
         self._state = state
         self._buffer = bytearray()
         upload_id, self._upload_id = self._upload_id, None
-        if upload_id is None:
-            return
+        return upload_id
+
+    async def _send_abort(self, upload_id: str) -> None:
         try:
-            await asyncio.shield(self._client.abort_multipart_upload(
-                Bucket=self._bucket, Key=self._name, UploadId=upload_id))
+            await asyncio.shield(asyncio.wait_for(self._client.abort_multipart_upload(
+                Bucket=self._bucket, Key=self._name, UploadId=upload_id), self._timeout_s))
         except Exception as exc:  # S3 down: the upload stays until sweep_temp or a lifecycle rule
             log.warning("could not abort multipart upload of %r (%s)", self.key, type(exc).__name__)

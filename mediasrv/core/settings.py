@@ -83,8 +83,8 @@ class Settings:
                                             repr=False)
     s3_session_token: str | None = _env("AWS_SESSION_TOKEN", "S3 session token (temporary credentials)",
                                         default=None, repr=False)
-    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "S3 connect and read timeout, seconds",
-                               default=5.0)
+    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included; "
+                               "an upload part of up to 8 MiB is one call), seconds", default=5.0)
     public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
                            "(default http://HOST:PORT)", default="")
     smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "

@@ -16,10 +16,14 @@ whose blob was deleted under it is never the outcome.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.core.files import content_types
@@ -31,6 +35,7 @@ from store.base import BlobStore, BlobWriter, MetaStore
 from store.models import FileRecord, User
 
 log = logging.getLogger("mediasrv.uploads")
+T = TypeVar("T")
 IMAGE_HEAD_BYTES = 256 * 1024
 QUOTA_MESSAGE = "Storage limit or file count limit reached"
 
@@ -41,6 +46,12 @@ class UploadLimits:
     storage_limit: int | None
     count_limit: int | None
     max_pixels: int
+
+
+class ClientGone(BadRequest):
+    """The client went away while its upload was being committed: nothing is kept for it."""
+
+    code, message = "CLIENT_GONE", "The client went away before the upload was stored"
 
 
 def new_file_id() -> str:
@@ -80,6 +91,8 @@ class Upload:
         self._unsure = False
         """The record insert failed and whether it was written is unknown: abort keeps both the
         blob and the reservation (the sweep and the reconcile resolve them)."""
+        self._gone = asyncio.Event()
+        """Set by ``abort`` during ``finish``: the client left; finish stops before the record."""
 
     async def start(self) -> None:
         """Reserve the declared size (403 over quota) and open the blob writer.
@@ -130,9 +143,11 @@ class Upload:
     async def finish(self) -> FileRecord:
         """Check what only the whole body tells, commit the blob, then insert the record.
 
-        While this runs, ``abort`` (e.g. from a client that disconnects after sending the whole
-        body) is a no-op: it must not delete the blob or release the quota under a record that
-        is about to be inserted. If ``finish`` fails, ``abort`` works again for the caller.
+        While this runs, ``abort`` (a client that disconnects after sending the whole body)
+        only tells it the client is gone: a blob write in progress is cancelled and the record
+        is not inserted (ClientGone); once the record insert has begun, it completes. Either
+        way ``abort`` does not delete the blob or release the quota itself (it must not, under
+        a record being inserted): if ``finish`` fails, the caller's ``abort`` undoes it all.
         """
         self._finishing = True
         try:
@@ -153,12 +168,14 @@ class Upload:
         if self._reserved is None:
             await self._reserve(self.received)
         if self._writer is None:
-            await self._blobs.put(self.file_id, bytes(self._pending))
+            await self._unless_gone(self._blobs.put(self.file_id, bytes(self._pending)))
             self._pending = bytearray()
         else:
-            await self._write_pending()
-            await self._writer.commit()
+            await self._unless_gone(self._write_pending())
+            await self._unless_gone(self._writer.commit())
         self._committed = True
+        if self._gone.is_set():
+            raise ClientGone()
         record = FileRecord(id=str(uuid.uuid4()), user_id=self._user.id, file_id=self.file_id,
                             name=self._name, content_type=self._type, size=self.received,
                             is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
@@ -166,6 +183,23 @@ class Upload:
         await self._insert(record)
         self._done = True
         return record
+
+    async def _unless_gone(self, step: Awaitable[T]) -> T:
+        """``step``, cancelled if the client goes away meanwhile (then ClientGone)."""
+        task = asyncio.ensure_future(step)
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if not task.cancelled():
+            return task.result()
+        log.warning("upload cancelled: the client went away while its blob was being stored")
+        raise ClientGone()
 
     async def _insert(self, record: FileRecord) -> None:
         """Insert the record; after an unavailable store, ask whether it was written anyway."""
@@ -185,26 +219,30 @@ class Upload:
         log.info("upload: the record insert's reply was lost, but the record is there")
 
     async def abort(self) -> None:
-        """Leave no trace: drop the blob and give the reservation back. Idempotent."""
-        if self._done or self._finishing:
+        """Leave no trace: drop the blob and give the reservation back. Idempotent. During
+        ``finish``: only tell it the client is gone (see there)."""
+        if self._finishing:
+            self._gone.set()
+            return
+        if self._done:
             return
         self._done = True
         self._pending = bytearray()
         if self._unsure:
             return
-        try:
-            if self._writer is not None:
-                await self._writer.abort()
-            if self._committed:
-                await self._blobs.delete(self.file_id)
-        except Exception as exc:  # the sweep removes whatever is left
-            log.warning("could not remove the blob of an aborted upload (%s)", type(exc).__name__)
-        if self._reserved is not None:
+        if self._reserved is not None:  # first: a blob store that hangs must not hold the quota
             try:
                 await self._meta.release_quota(self._user.id, self._reserved, reservation=self.file_id)
             except Exception as exc:
-                log.warning("could not release a quota reservation (%s); fixed at next start-up",
-                            type(exc).__name__)
+                log.warning("could not release a quota reservation (%s); fixed at next start-up "
+                            "(SQLite) or when it expires (MongoDB)", type(exc).__name__)
+        try:
+            if self._writer is not None:
+                await self._writer.abort()
+            if self._committed:  # (a write cut off or timed out that lands later: the sweep's)
+                await self._blobs.delete(self.file_id)
+        except Exception as exc:  # the sweep removes whatever is left
+            log.warning("could not remove the blob of an aborted upload (%s)", type(exc).__name__)
 
     async def _reserve(self, size: int) -> None:
         ok = await self._meta.reserve_quota(self._user.id, size, self._limits.storage_limit,

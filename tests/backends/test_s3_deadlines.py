@@ -1,0 +1,211 @@
+"""Every S3 call has a total deadline, and an upload whose client left keeps nothing (issue 15
+finding 6), against moto behind a proxy that can black-hole it (tests/backends/stallproxy.py).
+
+Before: with S3 black-holed, uploads up to 8 MiB got no answer at all (PutObject had no
+deadline), other calls failed after 15-17 s where MEDIASRV_S3_TIMEOUT said 5 s, reservations
+stayed held, and an upload whose client had given up became a file once S3 came back.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import botocore.session
+import pytest
+
+from store import s3 as s3_module
+from store.errors import StoreUnavailable
+from store.s3 import PART_SIZE, PREFIX, S3BlobStore, S3Config
+from tests.backends import servers
+from tests.backends.fixtures import moto_endpoint, new_bucket
+from tests.backends.stallproxy import StallProxy
+from tests.conftest import Api, body
+
+TIMEOUT_S = 1.0
+MARGIN_S = 1.5
+"""What a call may take past the deadline here (the event loop's and moto's own latency)."""
+
+
+@pytest.fixture(scope="module")
+def s3_proxy(moto: servers.Proc) -> Iterator[StallProxy]:
+    with StallProxy(moto.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def bucket() -> str:
+    return new_bucket()
+
+
+@contextlib.contextmanager
+def direct_client(moto: servers.Proc) -> Iterator[Any]:
+    """botocore straight to moto (past the proxy), closed after use."""
+    client = botocore.session.get_session().create_client(
+        "s3", endpoint_url=moto_endpoint(moto), region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def store_for(proxy: StallProxy, bucket: str, timeout_s: float = TIMEOUT_S, **kw: Any) -> S3BlobStore:
+    return S3BlobStore(S3Config(bucket=bucket, endpoint_url=proxy.url, access_key_id="testing",
+                                secret_access_key="testing", timeout_s=timeout_s), **kw)
+
+
+async def timed(call: Any) -> float:
+    """Seconds until ``call()`` raised StoreUnavailable (it must)."""
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailable):
+        await call()
+    return time.monotonic() - start
+
+
+async def drain(chunks: AsyncIterator[bytes]) -> None:
+    async for _ in chunks:
+        pass
+
+
+async def test_every_call_to_a_black_holed_s3_fails_within_the_timeout(
+        s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
+    store = store_for(s3_proxy, bucket)
+    await store.open()
+    try:
+        await store.put("present", b"x" * 1000)
+        multipart = await store.open_writer("multi")
+        await multipart.write(b"m" * PART_SIZE)  # part 1 sent while S3 answers
+        await multipart.write(b"tail")
+        s3_proxy.stall()
+        try:
+            took = {"put": await timed(lambda: store.put("small", b"y" * 1000)),
+                    "put 8 MiB": await timed(lambda: store.put("big", b"z" * PART_SIZE)),
+                    "last part": await timed(multipart.commit),
+                    "stat": await timed(lambda: store.stat("present")),
+                    "read": await timed(lambda: drain(store.read("present"))),
+                    "read_all": await timed(lambda: store.read_all("present", 10_000)),
+                    "delete": await timed(lambda: store.delete("present")),
+                    "list": await timed(lambda: drain(store.list_keys(0))),
+                    "sweep_temp": await timed(lambda: store.sweep_temp(0)),
+                    "quarantine": await timed(lambda: store.quarantine("present"))}
+        finally:
+            s3_proxy.resume()
+        slow = {name: round(s, 1) for name, s in took.items() if s > TIMEOUT_S + MARGIN_S}
+        assert not slow, f"past MEDIASRV_S3_TIMEOUT={TIMEOUT_S} s: {slow} (all: {took})"
+        assert (await store.health())["ok"]  # and it works again at once
+    finally:
+        await store.close()
+
+
+async def test_multipart_uploads_left_by_an_unreachable_s3_are_swept_after_the_grace(
+        s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
+    """A failed upload's abort cannot reach a black-holed S3 either (here it is lost for good):
+    its multipart upload stays until ``sweep_temp`` (the periodic sweep) aborts those older than
+    the grace (moto dates every multipart upload 2010-11-10, so "younger than the grace" is
+    tests/store/test_blob_contract.py's, with a clock from before then)."""
+    store = store_for(s3_proxy, bucket)
+    await store.open()
+    try:
+        writer = await store.open_writer("cut")
+        await writer.write(b"c" * PART_SIZE)
+        s3_proxy.stall()
+        try:
+            with pytest.raises(StoreUnavailable):
+                await writer.write(b"c" * PART_SIZE)  # part 2 times out; its abort too:
+            await asyncio.gather(*s3_module._ABORTING)  # (it runs in the background)
+        finally:
+            s3_proxy.resume(drop=True)
+        with direct_client(moto) as client:
+            assert [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == [
+                PREFIX + "cut"]
+            assert await store.sweep_temp(3600) == 1
+            assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    finally:
+        await store.close()
+
+
+# --- the app over S3 through the proxy (metadata in SQLite) -----------------------------------
+
+@pytest.fixture
+def s3_timeout() -> float:
+    return TIMEOUT_S
+
+
+@pytest.fixture
+def app_env(s3_proxy: StallProxy, bucket: str, s3_timeout: float) -> dict[str, str]:
+    return {"MEDIASRV_S3_BUCKET": bucket, "MEDIASRV_S3_ENDPOINT_URL": s3_proxy.url,
+            "MEDIASRV_S3_TIMEOUT": str(s3_timeout), **servers.S3_ENV}
+
+
+async def usage(api: Api, token: str) -> tuple[int, int]:
+    r = await api.call("GET", "/usage", token=token)
+    assert r.code == 200, r.body
+    return body(r)["storage_bytes"], body(r)["files_count"]
+
+
+def objects(moto: servers.Proc, bucket: str) -> set[str]:
+    with direct_client(moto) as client:
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=PREFIX).get("Contents", [])
+    return {item["Key"][len(PREFIX):] for item in listed}
+
+
+async def test_an_upload_to_a_black_holed_s3_is_a_503_within_the_timeout(
+        api: Api, s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
+    token = (await api.user("blackhole@example.com"))["session"]["access_token"]
+    s3_proxy.stall()
+    try:
+        start = time.monotonic()
+        r = await api.call("POST", "/files", body=b"never stored " * 100, token=token,
+                           headers={"Content-Type": "text/plain"})
+        took = time.monotonic() - start
+    finally:
+        s3_proxy.resume()
+    assert r.code == 503 and r.headers.get("Retry-After"), r.body
+    assert took < TIMEOUT_S + MARGIN_S
+    assert await usage(api, token) == (0, 0)  # the reservation is given back
+    r = await api.call("GET", "/files", token=token)
+    assert body(r)["total"] == 0
+
+
+async def counters(stores: Any, email: str) -> tuple[int, int]:
+    """The account's counters read from the store (polling /usage would meet its rate limit)."""
+    user = await stores[0].get_user_by_email(email)
+    return user.storage_bytes, user.files_count
+
+
+@pytest.mark.parametrize("s3_timeout", [60.0])
+async def test_a_client_gone_during_the_commit_cancels_it_and_keeps_nothing(
+        api: Api, s3_proxy: StallProxy, bucket: str, moto: servers.Proc, http_server_port: Any,
+        stores: Any) -> None:
+    """The whole body sent, S3 stalled in the PUT, the client leaves: the PUT is cancelled and
+    the reservation released at once (S3's timeout here is 60 s: not what ends it), and when S3
+    comes back no file appears (a PUT that still lands is a blob without a record: the sweep's).
+    Before, the upload stayed in its PUT and became a file when S3 came back."""
+    token = (await api.user("gone@example.com"))["session"]["access_token"]
+    data = b"abandoned " * 100
+    s3_proxy.stall()
+    try:
+        sock = socket.create_connection(("127.0.0.1", http_server_port[1]))
+        sock.sendall(b"POST /files HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+                     + f"Authorization: Bearer {token}\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        deadline = time.monotonic() + 10
+        while await counters(stores, "gone@example.com") != (len(data), 1):  # reserved: in its PUT
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        sock.close()
+        while await counters(stores, "gone@example.com") != (0, 0):
+            assert time.monotonic() < deadline, "the reservation was not released"
+            await asyncio.sleep(0.05)
+    finally:
+        s3_proxy.resume()
+    r = await api.call("GET", "/files", token=token)
+    assert body(r)["total"] == 0
+    r = await api.call("POST", "/files", body=b"after", token=token, headers={"Content-Type": "text/plain"})
+    assert r.code == 201  # S3 answers again
+    files = {f["file_id"] for f in body(await api.call("GET", "/files", token=token))["files"]}
+    assert len(files) == 1 and files <= objects(moto, bucket)
+    assert await usage(api, token) == (5, 1)
