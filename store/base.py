@@ -6,7 +6,7 @@ plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may as
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
 backend name, never with ``getattr``): ``SharedSecrets`` and ``AccountReconcile`` (MongoDB),
-``LocalDatabase`` and ``Snapshots`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``),
+``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``),
 ``LocalBlobFiles`` (files).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
@@ -321,6 +321,16 @@ class LocalDatabase(Protocol):
     @property
     def path(self) -> Path:
         """The database file."""
+
+
+@runtime_checkable
+class Draining(Protocol):
+    """A metadata store whose writes may wait for a lock another process holds (SQLite): at
+    shutdown, queued writes must not each wait out the lock in turn."""
+
+    def drain_writes(self, grace_s: float) -> None:
+        """Shutdown has begun: writes may wait for another process's lock ``grace_s`` more
+        seconds in all, then fail at once (StoreUnavailable) unless the lock is free."""
 
 
 @runtime_checkable

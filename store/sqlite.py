@@ -51,6 +51,8 @@ Params = Sequence[Any] | dict[str, Any]
 
 LOCK_SLICE_MS = 200
 """SQLite's busy wait per attempt; ``_begin_write`` repeats it up to busy_timeout_ms."""
+DRAINED_WAIT_MS = 25
+"""Once a shutdown's write grace is over (``drain_writes``), each write waits this long for the lock."""
 
 IN_CHUNK = 500
 """Bound variables per ``IN (...)`` query: far below SQLite's limit on every build."""
@@ -629,6 +631,7 @@ class SqliteMetaStore:
         self._lookup_threads = lookup_threads
         self._busy_timeout_ms = busy_timeout_ms
         self._closing = False
+        self._drain_deadline: float | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._readers: ThreadPoolExecutor | None = None
         self._lookups: ThreadPoolExecutor | None = None
@@ -648,6 +651,7 @@ class SqliteMetaStore:
         self._conns = []
         self._file = None  # until open succeeds: errors are the caller's to report
         self._closing = False
+        self._drain_deadline = None
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="meta-writer")
         self._readers = ThreadPoolExecutor(self._read_threads, thread_name_prefix="meta-reader")
         self._lookups = ThreadPoolExecutor(self._lookup_threads, thread_name_prefix="meta-lookup")
@@ -677,6 +681,11 @@ class SqliteMetaStore:
         if not same:
             return {"ok": False, "backend": "sqlite", "error": "database file deleted or replaced"}
         return {"ok": True, "backend": "sqlite"}
+
+    def drain_writes(self, grace_s: float) -> None:
+        """Shutdown has begun: queued writes fail fast instead of each waiting out another
+        process's lock in turn (``Draining``; see ``_begin_write``)."""
+        self._drain_deadline = time.monotonic() + grace_s
 
     def _shutdown(self, writer: ThreadPoolExecutor, *readers: ThreadPoolExecutor) -> None:
         """Blocking part of ``close``: no thread uses a connection once the pools are down."""
@@ -751,15 +760,22 @@ class SqliteMetaStore:
     def _begin_write(self, conn: sqlite3.Connection) -> None:
         """Take the write lock, waiting up to busy_timeout_ms for another process to release
         it, in slices, so that a store being closed stops waiting at once (SQLite's own busy
-        wait cannot be interrupted; a locked database must not hold up shutdown)."""
+        wait cannot be interrupted; a locked database must not hold up shutdown). Once
+        ``drain_writes`` was called, no write waits past its deadline: after it, each write
+        tries the lock once, waiting DRAINED_WAIT_MS (another mediasrv process's transactions
+        take milliseconds), so a queue of writes behind a lock held for long fails quickly."""
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
         while True:
+            drained = self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
+            if drained and not getattr(self._local, "no_wait", False):
+                conn.execute(f"PRAGMA busy_timeout = {DRAINED_WAIT_MS}")
+                self._local.no_wait = True
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
                 busy = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_BUSY or "locked" in str(exc)
-                if not busy or self._closing or time.monotonic() >= deadline:
+                if not busy or self._closing or drained or time.monotonic() >= deadline:
                     raise
 
     def _same_file(self) -> bool:

@@ -741,6 +741,31 @@ async def test_sqlite_locked_database_is_store_unavailable(tmp_path: Path) -> No
         await store.close()
 
 
+async def test_sqlite_drain_writes_fails_queued_writes_at_once(tmp_path: Path) -> None:
+    """Issue 15 finding 8: at shutdown, writes queued behind another process's lock each waited
+    out the busy timeout in turn. After ``drain_writes`` the whole queue fails (the bound below
+    is far under one busy timeout of 60 s), and the writer thread is free again."""
+    path = sqlite_path(tmp_path)
+    store = SqliteMetaStore(path, busy_timeout_ms=60_000)
+    await store.open()
+    try:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            queued = asyncio.gather(*(store.create_user(make_user(f"q{n}", email=f"q{n}@example.com"))
+                                      for n in range(20)), return_exceptions=True)
+            await asyncio.sleep(0)  # queued on the writer thread
+            store.drain_writes(0.1)
+            results = await asyncio.wait_for(queued, 30)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        await store.create_user(make_user("after"))  # the lock is free: writes still work
+    finally:
+        await store.close()
+
+
 async def test_sqlite_close_closes_every_connection(tmp_path: Path) -> None:
     store = SqliteMetaStore(sqlite_path(tmp_path), read_threads=3)
     await store.open()

@@ -24,6 +24,7 @@ from store.base import (
     ApiKeyStore,
     BlobStore,
     DomainStore,
+    Draining,
     FileStore,
     IdentityStore,
     Lifecycle,
@@ -48,10 +49,10 @@ REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store is only built
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
                                      FileStore, DomainStore, LogStore, UsageStore)
-CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, LocalDatabase, Snapshots, RowCopy,
-                                       LocalBlobFiles)
+CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, LocalDatabase, Snapshots, Draining,
+                                       RowCopy, LocalBlobFiles)
 EXPECTED: dict[type[Any], set[type[Any]]] = {
-    SqliteMetaStore: {LocalDatabase, Snapshots, RowCopy},
+    SqliteMetaStore: {LocalDatabase, Snapshots, Draining, RowCopy},
     MongoMetaStore: {SharedSecrets, AccountReconcile, RowCopy},
     FsBlobStore: {LocalBlobFiles},
     S3BlobStore: set(),
@@ -71,13 +72,14 @@ def _conformance(tmp: Path) -> list[object]:
     # The capabilities each backend claims.
     local_db: LocalDatabase = SqliteMetaStore(tmp / "meta.sqlite3")
     snapshots: Snapshots = SqliteMetaStore(tmp / "meta.sqlite3")
+    draining: Draining = SqliteMetaStore(tmp / "meta.sqlite3")
     sqlite_rows: RowCopy = SqliteMetaStore(tmp / "meta.sqlite3")
     mongo_rows: RowCopy = MongoMetaStore(MONGO_URL)
     secrets: SharedSecrets = MongoMetaStore(MONGO_URL)
     reconcile: AccountReconcile = MongoMetaStore(MONGO_URL)
     local_files: LocalBlobFiles = FsBlobStore(tmp)
-    return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, sqlite_rows, mongo_rows,
-            secrets, reconcile, local_files]
+    return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, draining, sqlite_rows,
+            mongo_rows, secrets, reconcile, local_files]
 
 
 def _build(cls: type[Any], tmp: Path) -> Any:
@@ -93,7 +95,7 @@ def _members(protocol: type[Any]) -> set[str]:
 
 
 def test_the_conformance_assignments_run(tmp_path: Path) -> None:
-    assert len(_conformance(tmp_path)) == 14
+    assert len(_conformance(tmp_path)) == 15
     assert not list(tmp_path.iterdir())  # building a store touches nothing
 
 
