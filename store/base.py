@@ -293,6 +293,9 @@ class SharedSecrets(Protocol):
         """The value kept under ``name``, storing ``candidate`` first if there is none; every
         process calling it at once with its own candidate gets the same value back."""
 
+    async def read_shared_secret(self, name: str) -> str | None:
+        """The value kept under ``name``, or None (nothing stored; for ``mediasrv migrate``)."""
+
 
 @runtime_checkable
 class AccountReconcile(Protocol):

@@ -389,6 +389,11 @@ class MongoMetaStore:
             doc = await db["config"].find_one({"_id": f"secret:{name}"})
         return str(doc["value"])
 
+    async def read_shared_secret(self, name: str) -> str | None:
+        async with self._op() as db:
+            doc = await db["config"].find_one({"_id": f"secret:{name}"})
+        return None if doc is None else str(doc["value"])
+
     # --- users ------------------------------------------------------------------------
 
     async def create_user(self, user: User) -> None:

@@ -424,7 +424,7 @@ async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
 
 async def migrate_once(settings: Settings, to: str) -> int:
     """``mediasrv migrate --to backends|embedded``: see ``mediasrv.core.migrate``."""
-    from mediasrv.core.migrate import Progress, migrate
+    from mediasrv.core.migrate import Progress, SecretConflict, carry_signing_secret, migrate
     from mediasrv.core.stores import make_blobs, make_embedded, make_meta
 
     if not (settings.mongodb_url or settings.s3_bucket):
@@ -440,14 +440,22 @@ async def migrate_once(settings: Settings, to: str) -> int:
         for store in {id(s): s for s in stores}.values():
             await store.open()
             opened.append(store)
+        secret = "MEDIASRV_JWT_SECRET is set: the signing secret is every server's setting"
+        if meta_pair[1] is not None and not settings.jwt_secret:
+            shared = meta_pair[1] if to == "backends" else meta_pair[0]
+            if not isinstance(shared, SharedSecrets):
+                raise StartupError("the metadata store cannot keep the signing secret; set MEDIASRV_JWT_SECRET")
+            secret = await carry_signing_secret(settings.data_dir / "jwt_secret", shared, to)
         report = await migrate(source_rows, blob_pair[0], target_rows, blob_pair[1], Progress())
+    except SecretConflict as exc:
+        raise StartupError(f"migration refused, nothing copied: {exc}") from exc
     except StoreError as exc:
         raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
     finally:
         for store in reversed(opened):
             await store.close()
     print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
-          + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
+          + ", ".join(f"{t} {n}" for t, n in report.rows.items()) + f"; {secret}")
     return 0
 
 

@@ -53,6 +53,9 @@ async def same_content(a: Any, b: Any, blobs_a: Any, blobs_b: Any) -> None:
         assert await blobs_b.read_all(f"f{n}", 100) == b"x" * (3 + n)
 
 
+SECRET = "s" * 48
+
+
 class FailingAfter:
     """A blob store that goes down after ``n`` commits (an interrupted migration)."""
 
@@ -122,9 +125,18 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
     finally:
         await files.close()
         await sqlite.close()
+    (tmp_path / "a" / "jwt_secret").write_text(SECRET)
     for data_dir, to in ((tmp_path / "a", "backends"), (tmp_path / "b", "embedded")):
         settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data_dir), **remote}).validate()
         assert await migrate_once(settings, to) == 0
+    mongo = MongoMetaStore(remote["MEDIASRV_MONGODB_URL"])
+    await mongo.open()
+    try:
+        assert await mongo.read_shared_secret("jwt") == SECRET  # the signing secret went along...
+    finally:
+        await mongo.close()
+    assert (tmp_path / "b" / "jwt_secret").read_text() == SECRET  # ...and came back
+    assert (tmp_path / "b" / "jwt_secret").stat().st_mode & 0o077 == 0
     metas = [SqliteMetaStore(tmp_path / d / "meta.sqlite3") for d in "ab"]
     blobs = [FsBlobStore(tmp_path / d) for d in "ab"]
     stores = [*metas, *blobs]
@@ -135,3 +147,104 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
     finally:
         for store in reversed(stores):
             await store.close()
+
+
+async def test_migrate_refuses_a_target_holding_another_signing_secret(tmp_path: Path, mongoeco: MongoServer,
+                                                                       moto: servers.Proc) -> None:
+    """A MongoDB a server already ran on holds its own secret: copying would end every session
+    made on DATA_DIR. The command refuses, says how, and copies nothing."""
+    from mediasrv.cli.server import StartupError, migrate_once
+    from mediasrv.core.settings import Settings
+
+    assert mongoeco.port is not None
+    url = servers.mongo_url(mongoeco.port, new_database())
+    mongo = MongoMetaStore(url)
+    await mongo.open()
+    try:
+        await mongo.shared_secret("jwt", "another-" * 6)
+        sqlite, files = SqliteMetaStore(tmp_path / "meta.sqlite3"), FsBlobStore(tmp_path)
+        for store in (sqlite, files):
+            await store.open()
+        try:
+            await seed(sqlite, files)
+        finally:
+            await files.close()
+            await sqlite.close()
+        (tmp_path / "jwt_secret").write_text(SECRET)
+        settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url}).validate()
+        with pytest.raises(StartupError, match="MEDIASRV_JWT_SECRET") as refused:
+            await migrate_once(settings, "backends")
+        assert "nothing copied" in str(refused.value) and SECRET not in str(refused.value)
+        assert await mongo.count_rows("users") == 0
+        assert await mongo.read_shared_secret("jwt") == "another-" * 6
+        with_env = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url,
+                                      "MEDIASRV_JWT_SECRET": SECRET}).validate()
+        assert await migrate_once(with_env, "backends") == 0  # the way out it names
+        assert await mongo.count_rows("users") == 2
+    finally:
+        await mongo.close()
+
+
+def test_a_session_and_a_signed_link_made_before_migrate_work_after(tmp_path: Path, mongoeco: MongoServer,
+                                                                     moto: servers.Proc) -> None:
+    """Issue 15 finding 9: ``mediasrv serve`` on SQLite, a session and a signed link to a private
+    file; ``mediasrv migrate --to backends``; ``mediasrv serve`` on MongoDB + S3 (no
+    MEDIASRV_JWT_SECRET: the key comes from the database). Before, the link went from 200 to
+    404 and the session ended (the new servers generated a new key)."""
+    import asyncio
+
+    import httpx
+
+    from mediasrv.cli.server import migrate_once
+    from mediasrv.core.settings import Settings
+    from tests.test_server import PASSWORD, Server
+
+    assert mongoeco.port is not None
+    data = tmp_path / "data"
+    remote = {"MEDIASRV_MONGODB_URL": servers.mongo_url(mongoeco.port, new_database()),
+              "MEDIASRV_S3_BUCKET": new_bucket(), "MEDIASRV_S3_ENDPOINT_URL": moto_endpoint(moto), **servers.S3_ENV}
+    embedded = Server(data, tmp_path / "embedded.log").start()
+    try:
+        email = "moving@example.com"
+        with httpx.Client(base_url=embedded.url, timeout=10) as c:
+            assert c.post("/auth/register", json={"email": email, "password": PASSWORD}).status_code == 201
+            assert c.get(_confirm_link(data / "outbox")).status_code == 303
+            session = c.post("/auth/login", json={"email": email, "password": PASSWORD}).json()["session"]
+            auth = {"Authorization": f"Bearer {session['access_token']}"}
+            r = c.post("/files?isPublic=false", content=b"private bytes",
+                       headers={**auth, "Content-Type": "text/plain"})
+            assert r.status_code == 201, r.text
+            file_id = r.json()["file"]["file_id"]
+            signed = c.post(f"/files/{file_id}/signed-url", headers=auth).json()["url"]
+            assert c.get(signed).status_code == 200
+    finally:
+        embedded.terminate()
+    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data), **remote}).validate()
+    assert asyncio.run(migrate_once(settings, "backends")) == 0
+    backends = Server(data, tmp_path / "backends.log", port=embedded.port, **remote).start()
+    try:
+        with httpx.Client(base_url=backends.url, timeout=10) as c:
+            r = c.get(signed)
+            assert (r.status_code, r.content) == (200, b"private bytes")
+            assert c.get("/profile", headers=auth).json()["user"]["email"] == email
+            assert c.post("/auth/refresh", json={"refresh_token": session["refresh_token"]}).status_code == 200
+    finally:
+        backends.terminate()
+
+
+def _confirm_link(outbox: Path, timeout_s: float = 10.0) -> str:
+    """The path of the confirmation link in the first e-mail written to ``outbox``."""
+    import email
+    import email.policy
+    import re
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for eml in outbox.glob("*.eml") if outbox.exists() else ():
+            msg = email.message_from_bytes(eml.read_bytes(), policy=email.policy.default)
+            found = re.search(r"/auth/confirm\?token=[\w-]+", msg.get_body(preferencelist=("plain",)).get_content())
+            if found:
+                return found.group(0)
+        time.sleep(0.05)
+    raise AssertionError("no confirmation e-mail")
