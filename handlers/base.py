@@ -191,7 +191,7 @@ class BaseHandler(tornado.web.RequestHandler):
         mode = operation.auth if operation else NONE
         limit = operation.limit if operation else None
         if limit is not None and limit.key == "ip" and not self._counted_by_proxy(limit):
-            self.spend(limit.name, self.client_ip(), per_ip=True)
+            await self.spend(limit.name, self.client_ip(), per_ip=True)
         if mode in (ANY, JWT):
             self.principal = await self.base.auth.authenticate(
                 self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
@@ -199,14 +199,14 @@ class BaseHandler(tornado.web.RequestHandler):
                 raise Forbidden("API keys cannot manage API keys; use a session token",
                                 code="JWT_REQUIRED")
             if limit is not None and limit.key == "user":
-                self.spend(limit.name, self.principal.user.id, per_ip=False)
+                await self.spend(limit.name, self.principal.user.id, per_ip=False)
         elif mode == OPTIONAL:
             self.principal = await self.base.auth.optional(
                 self.request.headers.get_list("Authorization"), self.request.headers.get_list("X-Api-Key"))
 
-    def spend(self, route: str, key: str, *, per_ip: bool) -> None:
+    async def spend(self, route: str, key: str, *, per_ip: bool) -> None:
         """Count this request against ``route``'s limit; 429 when it is over."""
-        decision = self.base.limiter.hit(route, key, per_ip=per_ip)
+        decision = await self.base.limiter.spend(route, key, per_ip=per_ip)
         if not decision.allowed:
             headers = decision.headers() | {"Retry-After": str(decision.reset_s)}
             raise TooManyRequests(headers=headers)

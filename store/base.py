@@ -5,9 +5,9 @@
 plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
-backend name, never with ``getattr``): ``SharedSecrets`` and ``AccountReconcile`` (MongoDB),
-``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``),
-``LocalBlobFiles`` (files).
+backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile`` and
+``HitCounters`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
+``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
 Every method takes explicit keys, never request state, so one contract suite
@@ -313,6 +313,16 @@ class AccountReconcile(Protocol):
 
     async def account_ids_after(self, after: str | None, limit: int) -> list[str]:
         """Account ids in id order after ``after`` (None: from the first): a rolling pass."""
+
+
+@runtime_checkable
+class HitCounters(Protocol):
+    """A metadata store shared by every process of a fleet that can count rate-limit hits
+    (MongoDB): per-user limits then hold across all of them."""
+
+    async def count_hit(self, key: str, expires_at: str) -> int:
+        """Add one to the counter ``key`` (created at zero, removed by the store some time
+        after ``expires_at``) in one atomic step; the count after it."""
 
 
 @runtime_checkable

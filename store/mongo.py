@@ -44,7 +44,7 @@ from pymongo.errors import (
 )
 from pymongo.results import UpdateResult
 
-from store import mongo_quota
+from store import mongo_counters, mongo_quota
 from store.errors import Duplicate, StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -236,6 +236,7 @@ INDEXES: dict[str, list[IndexModel]] = {
                          name="user_type_newest"),
               IndexModel([("blob_key", ASCENDING)], name="blob_key")],
     "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
+    mongo_counters.COLLECTION: [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
     "logs": [IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
              IndexModel([("created_at", ASCENDING)], expireAfterSeconds=LOG_TTL_S, name="created_ttl")],
 }
@@ -680,6 +681,14 @@ class MongoMetaStore:
         if doc is None:
             return UsageCounts()
         return UsageCounts(origin_reads=int(doc.get("origin_reads", 0)), image_ops=int(doc.get("image_ops", 0)))
+
+    # --- rate-limit counters (HitCounters) ------------------------------------------------
+
+    async def count_hit(self, key: str, expires_at: str) -> int:
+        expires = to_date(expires_at)
+        assert expires is not None
+        async with self._op() as db:
+            return await mongo_counters.count_hit(db, key, expires)
 
     # --- helpers ----------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from mediasrv.core.files.links import SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
 from mediasrv.core.limits.ratelimit import RateLimiter
+from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import Settings
@@ -99,7 +100,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(settings.rate_limit_scale)
+    limiter = RateLimiter(settings.rate_limit_scale, users=shared_counters(meta))
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,

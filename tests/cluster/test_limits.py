@@ -2,8 +2,9 @@
 
 Per-user limits: each is sent ``limit + 1`` times by one account, spread over both hosts and
 four client addresses (so over several mediasrv processes, as a user's phone and laptop would
-be); exactly ``limit`` must pass. Today each process counts alone (the fleet gives N times the
-limit): strict xfail, flipped when they are counted in MongoDB (issue 17 item 3).
+be); exactly ``limit`` must pass. They are counted in MongoDB (issue 17 item 3: one upsert per
+limited request, mediasrv/core/limits/store_counters.py); before, each process counted alone
+and the fleet gave N times the limit.
 
 Per-address limits: with the balancer hashing by client address, one address always reaches
 one host, whose nginx (/m) or one process (login) counts it: exact. With round robin the
@@ -108,7 +109,6 @@ def burst(cluster: Cluster, sources: list[str], account: Account, route: Route, 
     return asyncio.run(run())
 
 
-@pytest.mark.xfail(strict=True, reason="per-user limits are counted per process (issue 17 item 3)")
 @pytest.mark.parametrize("route", USER_LIMITED, ids=[r.op_id for r in USER_LIMITED])
 def test_every_per_user_limit_is_exact_across_all_processes_of_both_hosts(
         cluster: Cluster, spread: list[str], registrars: Iterator[str], route: Route) -> None:
