@@ -5,8 +5,8 @@
 plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
-backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile`` and
-``HitCounters`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
+backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile``, ``HitCounters``
+and ``Leases`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
 ``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
@@ -323,6 +323,20 @@ class HitCounters(Protocol):
     async def count_hit(self, key: str, expires_at: str) -> int:
         """Add one to the counter ``key`` (created at zero, removed by the store some time
         after ``expires_at``) in one atomic step; the count after it."""
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """A metadata store shared by a fleet that can hold named leases (MongoDB): a duty only
+    one process of the fleet may do at a time (sweeping, reconciling) goes to the holder, and
+    to another process when the holder stops renewing it."""
+
+    async def take_lease(self, name: str, holder: str, now: str, until: str) -> bool:
+        """Take the lease ``name`` for ``holder`` until ``until``, or renew it: True when it is
+        free, expired (before ``now``) or already this holder's; False when another holds it."""
+
+    async def drop_lease(self, name: str, holder: str) -> None:
+        """Give it up (another may take it at once); nothing when ``holder`` does not hold it."""
 
 
 @runtime_checkable

@@ -44,7 +44,7 @@ from pymongo.errors import (
 )
 from pymongo.results import UpdateResult
 
-from store import mongo_counters, mongo_quota
+from store import mongo_counters, mongo_leases, mongo_quota
 from store.errors import Duplicate, StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -689,6 +689,17 @@ class MongoMetaStore:
         assert expires is not None
         async with self._op() as db:
             return await mongo_counters.count_hit(db, key, expires)
+
+    # --- leases (Leases) ------------------------------------------------------------------
+
+    async def take_lease(self, name: str, holder: str, now: str, until: str) -> bool:
+        when, end = to_date(now), to_date(until)
+        assert when is not None and end is not None
+        taken, _ = await self._idempotent(lambda db: mongo_leases.take(db, name, holder, when, end))
+        return taken
+
+    async def drop_lease(self, name: str, holder: str) -> None:
+        await self._idempotent(lambda db: mongo_leases.drop(db, name, holder))
 
     # --- helpers ----------------------------------------------------------------------
 

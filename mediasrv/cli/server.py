@@ -30,7 +30,10 @@ from mediasrv.cli import upload as cli_upload
 from mediasrv.cli import workers
 from mediasrv.cli.startup_log import log_startup
 from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping
+from mediasrv.core.lease import Lease
 from mediasrv.core.mail import MailQueue, make_mailer
+from mediasrv.core.reconcile import Reconciler
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.core.stores import describe, make_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
@@ -47,7 +50,17 @@ from mediasrv.web.connections import (
 )
 from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
 from mediasrv.web.metrics import Metrics, chain, metrics_app
-from store.base import BlobStore, Draining, Lifecycle, LocalDatabase, MetaStore, RowCopy, SharedSecrets
+from store.base import (
+    AccountReconcile,
+    BlobStore,
+    Draining,
+    Leases,
+    Lifecycle,
+    LocalDatabase,
+    MetaStore,
+    RowCopy,
+    SharedSecrets,
+)
 from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
@@ -206,7 +219,8 @@ class Running:
     runtime: Runtime
     meta: MetaStore
     blobs: BlobStore
-    sweeper: Sweeper
+    housekeeping: Housekeeping
+    lease: Lease | None = None
     metrics_server: tornado.httpserver.HTTPServer | None = None
     access_log: AccessLog | None = None
 
@@ -280,7 +294,9 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
     sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
     DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
-    while another has uploads in flight would drop their quota reservations.
+    while another has uploads in flight would drop their quota reservations. On MongoDB,
+    ``full`` and ``sweep`` only make the process compete for the fleet's housekeeping lease
+    (``start_housekeeping``): its holder sweeps and reconciles, safely, while everyone serves.
     """
     stores = make_stores(settings)
     secret = await local_secret(settings, stores[0])
@@ -324,14 +340,32 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log_startup(settings, meta, blobs)
     runtime.flusher.start()
     runtime.guard.start()
-    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
-    if primary and settings.housekeeping != "none":
-        sweeper.start_periodic(SWEEP_INTERVAL_S)
+    housekeeping, lease = start_housekeeping(settings, meta, blobs, primary=primary)
     log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
              settings.public_url)
     access_log.start()
-    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
-                   metrics_server=metrics_server, access_log=access_log)
+    return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, housekeeping=housekeeping,
+                   lease=lease, metrics_server=metrics_server, access_log=access_log)
+
+
+def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
+                       primary: bool) -> tuple[Housekeeping, Lease | None]:
+    """The sweep (and, on a shared store, the automatic reconcile), if this process takes part
+    (MEDIASRV_HOUSEKEEPING not none, the primary worker): on a store a fleet shares (``Leases``),
+    under the fleet's one lease; on a local one, here (the per-machine rule)."""
+    reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
+                  if isinstance(meta, AccountReconcile) else None)
+    housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
+                                sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s)
+    if not primary or settings.housekeeping == "none":
+        return housekeeping, None
+    if isinstance(meta, Leases):
+        lease = Lease(meta, LEASE_NAME, housekeeping.run, ttl_s=settings.housekeeping_lease_s,
+                      what=housekeeping.duties)
+        lease.start()
+        return housekeeping, lease
+    housekeeping.start()
+    return housekeeping, None
 
 
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
@@ -368,7 +402,9 @@ async def stop(running: Running, drain_s: float = DRAIN_S) -> None:
     # for, never cancelled: cancelling it cancels the requests still running (a traceback each).
     closing = asyncio.ensure_future(running.server.close_all_connections())
     await asyncio.wait({closing}, timeout=CLOSE_CONNECTIONS_S)
-    await running.sweeper.stop()
+    if running.lease is not None:
+        await running.lease.stop()  # gives the lease up: another host takes over at once
+    await running.housekeeping.stop()
     left = max(0.5, SHUTDOWN_S - (time.monotonic() - t0))
     flush_s = min(FLUSH_S, left / 2)
     await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(MAIL_S, left - flush_s))

@@ -188,7 +188,18 @@ class Settings:
                                "sends the blob file; empty: mediasrv streams it", default="")
     housekeeping: str = _env("MEDIASRV_HOUSEKEEPING", "full (start-up usage reconcile on embedded SQLite "
                              "+ periodic sweep), sweep (periodic sweep only) or none: several processes "
-                             "on one database give one `sweep` and the others `none`", default="full")
+                             "on one database give one `sweep` and the others `none`; on MongoDB every `full` or `sweep` "
+                             "process of the fleet competes for one lease, and its holder alone sweeps and "
+                             "reconciles", default="full")
+    housekeeping_lease_s: int = _env("MEDIASRV_HOUSEKEEPING_LEASE", "MongoDB: seconds the housekeeping lease "
+                                     "lasts; one process of the fleet holds it (it sweeps and reconciles), "
+                                     "renews it every third of it, and another takes over this long after "
+                                     "the holder stops", default=30)
+    reconcile_interval_s: int = _env("MEDIASRV_RECONCILE_INTERVAL", "MongoDB: seconds between two rounds of "
+                                     "the automatic reconcile of the accounts' counters", default=60)
+    reservation_ttl_s: int = _env("MEDIASRV_RESERVATION_TTL", "MongoDB: seconds an upload's quota "
+                                  "reservation counts without its upload finishing; the reconcile then "
+                                  "gives it back (an upload killed with its host)", default=900)
     metrics_port: int | None = _env("MEDIASRV_METRICS_PORT", "serve GET /metrics (Prometheus text) on "
                                     "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
                                     default=None)
@@ -311,7 +322,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
     "public_max_age_s": _int, "public_immutable": _bool, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
-    "trust_proxy": _bool, "rate_limit_scale": float,
+    "trust_proxy": _bool, "rate_limit_scale": float, "housekeeping_lease_s": _int, "reconcile_interval_s": _int,
+    "reservation_ttl_s": _int,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
@@ -433,6 +445,11 @@ def _check_safety(s: Settings) -> str | None:
         return f"MEDIASRV_MAX_CONNECTIONS must be a positive integer, not {s.max_connections}"
     if s.max_connections_per_ip < 1:
         return f"MEDIASRV_MAX_CONNECTIONS_PER_IP must be a positive integer, not {s.max_connections_per_ip}"
+    for name, value, least in (("MEDIASRV_HOUSEKEEPING_LEASE", s.housekeeping_lease_s, 3),
+                               ("MEDIASRV_RECONCILE_INTERVAL", s.reconcile_interval_s, 1),
+                               ("MEDIASRV_RESERVATION_TTL", s.reservation_ttl_s, 10)):
+        if not least <= value <= 86400:
+            return f"{name} must be from {least} to 86400 seconds, not {value}"
     return None
 
 

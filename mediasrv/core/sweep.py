@@ -21,7 +21,6 @@ quarantined. Everything goes through the store protocols, so any backend fits.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import logging
@@ -64,7 +63,6 @@ class SweepReport:
 class Sweeper:
     def __init__(self, meta: MetaStore, blobs: BlobStore, policy: SweepPolicy) -> None:
         self._meta, self._blobs, self._policy = meta, blobs, policy
-        self._task: asyncio.Task[None] | None = None
 
     async def run(self) -> SweepReport:
         temps = await self._blobs.sweep_temp(self._policy.grace_s)
@@ -137,20 +135,3 @@ class Sweeper:
             async for _ in keys:
                 return True
         return False
-
-    def start_periodic(self, interval_s: float) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop(interval_s))
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self, interval_s: float) -> None:
-        while True:
-            try:
-                await self.run()
-            except Exception as exc:  # next round retries; a store outage must not end the loop
-                log.warning("sweep failed (%s)", type(exc).__name__)
-            await asyncio.sleep(interval_s)

@@ -3,25 +3,34 @@ under load, MongoDB stopped for 10 s.
 
 mongoeco keeps its data in a SQLite file here (``durable_mongo``), so it can be stopped and
 started again on the same port with nothing lost, as a mongod would. Rate limits are raised
-(MEDIASRV_RATE_LIMIT_SCALE=20) so the steady loads never meet them. The tests restore what
-they break (the killed host is started again), so their order does not matter.
+(MEDIASRV_RATE_LIMIT_SCALE=20) so the steady loads never meet them. The housekeeping lease,
+the reconcile period and the reservation lifetime are shortened (9 s, 3 s, 20 s) so that a
+handover and the automatic repair of a killed upload's quota happen within a test. The tests
+restore what they break (the killed host is started again), so their order does not matter.
 """
 from __future__ import annotations
 
 import collections
+import subprocess
 import threading
 import time
 
 import httpx
+import pymongo
 import pytest
 
+from mediasrv.core.housekeeping import LEASE_NAME
+from mediasrv.core.lease import handover_bound_s
 from tests.cluster.conftest import fleet_fixture
 from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, register, spread_over_hosts
-from tests.cluster.sim import Cluster
+from tests.cluster.sim import FLEET_DATABASE, AppHost, Cluster
 
 pytestmark = pytest.mark.cluster
 
-cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": "20"}, durable_mongo=True)
+LEASE_S, RECONCILE_S, RESERVATION_S = 9, 3, 20
+cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": "20", "MEDIASRV_HOUSEKEEPING_LEASE": str(LEASE_S),
+                             "MEDIASRV_RECONCILE_INTERVAL": str(RECONCILE_S),
+                             "MEDIASRV_RESERVATION_TTL": str(RESERVATION_S)}, durable_mongo=True)
 
 MONGO_OUTAGE_S = 10.0
 MONGO_TIMEOUT_S = 3.0
@@ -30,6 +39,13 @@ ANSWER_BOUND_S = MONGO_TIMEOUT_S + 3.0
 """No answer during the outage may take longer (a hang would)."""
 RECOVERY_BOUND_S = 15.0
 """From mongoeco listening again to the fleet's first 200 on a MongoDB read."""
+HANDOVER_BOUND_S = handover_bound_s(LEASE_S) + 2.0
+"""kill -9 of the holder's host to the lease held by a process of the other host: the lease's
+expiry plus one renewal period of the others (``handover_bound_s``), and 2 s for this test's
+polling and a loaded machine."""
+REPAIR_BOUND_S = RESERVATION_S + HANDOVER_BOUND_S + RECONCILE_S + 5.0
+"""kill -9 mid-upload to the account's counters exact again: the reservation's lifetime, a
+possible handover (the killed host may have held the lease), one reconcile period, slack."""
 BIG_UPLOAD = 24 * 1024 * 1024
 CHUNK = 256 * 1024
 
@@ -118,9 +134,20 @@ def test_kill_9_of_a_host_mid_upload_leaves_nothing_half_written(
             assert (r.status_code, len(r.content)) == (200, size)
         usage = c.get("/usage").json()
     leaked = usage["storage_bytes"] - sum(after.values())
+    repaired_after = None
+    with client(cluster, cluster.apps[1], source, owner.token) as c:
+        while repaired_after is None:
+            usage = c.get("/usage").json()
+            if (usage["storage_bytes"], usage["files_count"]) == (sum(after.values()), len(after)):
+                repaired_after = time.monotonic() - killed_at
+            else:
+                assert time.monotonic() - killed_at < REPAIR_BOUND_S, f"the leaked quota stays: {usage}"
+                time.sleep(0.5)
     figures["kill -9 mid-upload"] = (f"no record, other host served every request; quota left reserved: "
-                                     f"{leaked} bytes, {usage['files_count'] - len(after)} files "
-                                     "(`mediasrv reconcile` repairs it; nothing automatic on MongoDB)")
+                                     f"{leaked} bytes, 1 file; given back by the automatic reconcile "
+                                     f"{repaired_after:.0f} s after the kill (reservations last {RESERVATION_S} s "
+                                     f"here, MEDIASRV_RESERVATION_TTL; bound {REPAIR_BOUND_S:.0f} s)")
+    assert leaked == BIG_UPLOAD
     cluster.start_app(cluster.apps[0])
     assert stored(cluster, source, owner, via=0) == after
 
@@ -193,3 +220,54 @@ def test_mongodb_stopped_for_10_s_answers_503_with_retry_after_then_recovers(
         usage = c.get("/usage").json()
         assert (usage["storage_bytes"], usage["files_count"]) == (sum(before.values()), len(before))
     upload(cluster, source, account, b"after the outage")
+
+
+def lease(cluster: Cluster) -> dict | None:
+    """The housekeeping lease's document, read from the data host's MongoDB."""
+    with pymongo.MongoClient(cluster.mongodb_url, tz_aware=True, serverSelectionTimeoutMS=5000) as c:
+        return c[FLEET_DATABASE]["leases"].find_one({"_id": LEASE_NAME})
+
+
+def host_of(cluster: Cluster, holder: str) -> AppHost:
+    """The application host whose network namespace holds the holder's process (its pid)."""
+    pid = holder.split(":")[1]
+    ns = subprocess.run(["ip", "netns", "identify", pid], capture_output=True, text=True, check=False).stdout.strip()
+    [host] = [app for app in cluster.apps if app.ns == ns]
+    return host
+
+
+def test_the_housekeeping_lease_is_handed_over_when_its_holders_host_dies(
+        cluster: Cluster, figures: dict[str, str]) -> None:
+    """kill -9 of every process of the holder's host: a process of the other host takes the
+    lease (then sweeps and reconciles) within HANDOVER_BOUND_S, only once the dead holder's lease
+    has run out (never two at once), and keeps it when the dead host comes back."""
+    deadline = time.monotonic() + 30
+    while (held := lease(cluster)) is None:
+        assert time.monotonic() < deadline, "nobody took the housekeeping lease"
+        time.sleep(0.2)
+    dead_host = host_of(cluster, held["holder"])
+    [other] = [app for app in cluster.apps if app is not dead_host]
+    killed_at = time.monotonic()
+    cluster.kill_app(dead_host)
+    last_of_dead = lease(cluster)
+    assert last_of_dead is not None and last_of_dead["holder"] == held["holder"]  # nobody renews it now
+    while (now_held := lease(cluster)) is not None and now_held["holder"] == held["holder"]:
+        last_of_dead = now_held
+        assert time.monotonic() - killed_at < HANDOVER_BOUND_S + 10, "no process took the lease over"
+        time.sleep(0.1)
+    took = time.monotonic() - killed_at
+    assert now_held is not None and host_of(cluster, now_held["holder"]) is other
+    assert now_held["taken_at"] >= last_of_dead["expires_at"]  # taken only once the dead one's ran out
+    taken_line = f"housekeeping lease taken by this process ({now_held['holder']})"
+    deadline = time.monotonic() + 5
+    while taken_line not in other.log.read_text(errors="replace"):  # its log line may come a moment later
+        assert time.monotonic() < deadline, "the new holder did not log taking the lease"
+        time.sleep(0.1)
+    gap = (now_held["taken_at"] - last_of_dead["expires_at"]).total_seconds()
+    figures["housekeeping handover"] = (f"{took:.1f} s from kill -9 of the holder's host to a process of the other "
+                                        f"host holding the lease (lease {LEASE_S} s, renewed every "
+                                        f"{LEASE_S / 3:.0f} s; bound {HANDOVER_BOUND_S:.0f} s); taken {gap:.1f} s "
+                                        "after the dead holder's lease ran out")
+    assert took < HANDOVER_BOUND_S
+    cluster.start_app(dead_host)
+    assert lease(cluster)["holder"] == now_held["holder"]  # the host back does not take it back

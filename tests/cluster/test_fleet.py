@@ -183,15 +183,17 @@ def test_a_delete_is_a_404_through_every_host_within_the_stated_bound(
 
 SWEEP_REQUEST = re.compile(r'^(\S+) .*"GET /[^/?\s]+\?uploads')
 """moto's log line of a sweep: only the sweep lists the bucket's unfinished multipart uploads,
-once when its process starts (then hourly). The first field is the sweeping host's address."""
-RECONCILE_LINE = re.compile(r"reconcil", re.IGNORECASE)
+once when its process takes the housekeeping lease (then hourly). The first field is the
+sweeping host's address."""
+RECONCILE_LINE = re.compile(r"housekeeping lease taken by this process .*reconcil", re.IGNORECASE)
+"""The line of the process that takes the fleet's housekeeping lease: from then on it sweeps and
+runs the automatic reconcile (mediasrv/core/housekeeping.py)."""
 
 
-@pytest.mark.xfail(strict=True, reason="housekeeping roles are per machine: each host's first process sweeps, "
-                                       "and no process reconciles on MongoDB (issue 17 item 2)")
 def test_exactly_one_sweeper_and_one_reconciler_for_the_fleet(cluster: Cluster) -> None:
     """Who sweeps, from the S3 server's log (each sweeper lists the unfinished uploads when it
-    starts); who reconciles, from the hosts' logs (the fix is to log its automatic reconcile)."""
+    starts); who reconciles, from the hosts' logs (the holder of the housekeeping lease says so).
+    Before the lease, each host's first process swept and none reconciled."""
     s3_log = (cluster.data.log_dir / "s3.log").read_text(errors="replace")
     sweepers = [m.group(1) for m in map(SWEEP_REQUEST.match, s3_log.splitlines()) if m]
     reconcilers = [app.name for app in cluster.apps

@@ -28,6 +28,7 @@ from store.base import (
     FileStore,
     HitCounters,
     IdentityStore,
+    Leases,
     Lifecycle,
     LocalBlobFiles,
     LocalDatabase,
@@ -50,11 +51,11 @@ REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store is only built
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
                                      FileStore, DomainStore, LogStore, UsageStore)
-CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, HitCounters, LocalDatabase, Snapshots,
-                                       Draining, RowCopy, LocalBlobFiles)
+CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, HitCounters, Leases, LocalDatabase,
+                                       Snapshots, Draining, RowCopy, LocalBlobFiles)
 EXPECTED: dict[type[Any], set[type[Any]]] = {
     SqliteMetaStore: {LocalDatabase, Snapshots, Draining, RowCopy},
-    MongoMetaStore: {SharedSecrets, AccountReconcile, HitCounters, RowCopy},
+    MongoMetaStore: {SharedSecrets, AccountReconcile, HitCounters, Leases, RowCopy},
     FsBlobStore: {LocalBlobFiles},
     S3BlobStore: set(),
 }
@@ -79,9 +80,10 @@ def _conformance(tmp: Path) -> list[object]:
     secrets: SharedSecrets = MongoMetaStore(MONGO_URL)
     reconcile: AccountReconcile = MongoMetaStore(MONGO_URL)
     counters: HitCounters = MongoMetaStore(MONGO_URL)
+    leases: Leases = MongoMetaStore(MONGO_URL)
     local_files: LocalBlobFiles = FsBlobStore(tmp)
     return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, draining, sqlite_rows,
-            mongo_rows, secrets, reconcile, counters, local_files]
+            mongo_rows, secrets, reconcile, counters, leases, local_files]
 
 
 def _build(cls: type[Any], tmp: Path) -> Any:
@@ -97,7 +99,7 @@ def _members(protocol: type[Any]) -> set[str]:
 
 
 def test_the_conformance_assignments_run(tmp_path: Path) -> None:
-    assert len(_conformance(tmp_path)) == 16
+    assert len(_conformance(tmp_path)) == 17
     assert not list(tmp_path.iterdir())  # building a store touches nothing
 
 
