@@ -188,8 +188,8 @@ class Settings:
                                "sends the blob file; empty: mediasrv streams it", default="")
     housekeeping: str = _env("MEDIASRV_HOUSEKEEPING", "full (start-up usage reconcile on embedded SQLite "
                              "+ periodic sweep), sweep (periodic sweep only) or none: several processes "
-                             "on one database give one `sweep` and the others `none`; on MongoDB every `full` or `sweep` "
-                             "process of the fleet competes for one lease, and its holder alone sweeps and "
+                             "on one database give one `sweep` and the others `none`; on MongoDB every `full` or "
+                             "`sweep` process of the fleet competes for one lease, and its holder alone sweeps and "
                              "reconciles", default="full")
     housekeeping_lease_s: int = _env("MEDIASRV_HOUSEKEEPING_LEASE", "MongoDB: seconds the housekeeping lease "
                                      "lasts; one process of the fleet holds it (it sweeps and reconciles), "
