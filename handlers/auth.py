@@ -19,7 +19,8 @@ class AccountHandler(BaseHandler):
 class RegisterHandler(AccountHandler):
     async def post(self) -> None:
         body = self.json_body()
-        result = await self.accounts.register(body.get("email"), body.get("password"), body.get("redirect_to"))
+        result = await self.accounts.register(body.get("email"), body.get("password"), body.get("redirect_to"),
+                                              body.get("invite"))
         self.write_json(result, 201)
 
 

@@ -368,7 +368,7 @@ async def test_manual_provider_without_proof(io_loop: Any) -> None:
     added = await provider.add("files.example.com")
     assert (added.verification_status, added.ssl_status) == ("pending", "pending")
     refreshed = await provider.refresh("files.example.com", added.provider_id)
-    assert (refreshed.verification_status, refreshed.ssl_status) == ("active", "active")
+    assert (refreshed.verification_status, refreshed.ssl_status) == ("active", "external")
     assert provider.verification_record("files.example.com", added.provider_id) is None
     assert await provider.remove("files.example.com", None) is None
 
@@ -390,7 +390,7 @@ async def test_manual_provider_needs_the_txt_record(io_loop: Any, local_dns: Loc
     # The token among other strings: proven.
     local_dns.txt["_mediasrv-challenge.files.example.com"] = ["v=other", token]
     status = await provider.refresh("files.example.com", token)
-    assert status == DomainStatus(token, "active", "active")
+    assert status == DomainStatus(token, "active", "external")
 
 
 async def test_manual_provider_dns_failure_is_pending(io_loop: Any) -> None:

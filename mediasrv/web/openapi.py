@@ -163,7 +163,9 @@ def _auth_schemas() -> Json:
         "AuthResponse": _record({"user": _ref("User"), "session": _ref("Session")}),
         "RegisterRequest": _obj({"email": email, "password": password, "redirect_to": _s(
             "string", "where the confirmation link leads; same origin as the service or on the "
-            "operator's allow-list", format="uri")}, required=["email", "password"]),
+            "operator's allow-list", format="uri"),
+            "invite": _s("string", "an invite code from the operator; needed when the server's "
+                         "registration is invite-only")}, required=["email", "password"]),
         "RegisterResponse": _record({"message": _s("string"), "user": _ref("UserSummary")}),
         "LoginRequest": _obj({"email": email, "password": _s("string")}, ["email", "password"]),
         "RefreshRequest": _obj({"refresh_token": _s("string")}, ["refresh_token"]),
@@ -230,7 +232,9 @@ def _settings_schemas() -> Json:
         "CustomDomain": _obj({
             "hostname": _s("string", "fully-qualified hostname, IDNA-normalised"),
             "verification_status": _s("string", "`active` once verified"),
-            "ssl_status": _s("string", "`active` once the certificate is issued"),
+            "ssl_status": _s("string", "`active` once the provider (cloudflare) issued the certificate; "
+                             "`external` when mediasrv issues none and the operator's TLS front end holds it "
+                             "(the manual provider); `pending` before"),
             "updated_at": _ts(),
             "verification_record": _obj({
                 "name": _s("string", "_mediasrv-challenge.<hostname>"),
@@ -411,7 +415,9 @@ def _register(ctx: _Ctx) -> Json:
             "responses": {"201": _json("Account created, awaiting e-mail confirmation.",
                                        "RegisterResponse"),
                           "400": _err("Invalid e-mail, a password outside 6 characters..72 "
-                                      "bytes, or a redirect_to that is not allowed.")}}
+                                      "bytes, or a redirect_to that is not allowed."),
+                          "403": _err("Registration is closed (REGISTRATION_CLOSED), or invite-only "
+                                      "and no valid invite code was given (INVITE_REQUIRED, INVALID_INVITE).")}}
 
 
 def _confirm(ctx: _Ctx) -> Json:

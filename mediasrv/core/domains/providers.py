@@ -116,6 +116,11 @@ CHALLENGE_LABEL = "_mediasrv-challenge"
 DNS_TIMEOUT_S = 5.0
 
 
+EXTERNAL_TLS = "external"
+"""ssl_status of a hostname the manual provider verified: mediasrv issues no certificate; the
+TLS front end the operator runs for it (nginx with certbot, Caddy, a CDN) holds one."""
+
+
 class ManualProvider:
     """The operator points DNS at the server and manages certificates.
 
@@ -140,12 +145,13 @@ class ManualProvider:
 
     async def refresh(self, hostname: str, provider_id: str | None) -> DomainStatus:
         if self._verify == "none":
-            return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status="active")
+            return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status=EXTERNAL_TLS)
         if not provider_id:  # a record made before tokens existed: give it one to publish
             return DomainStatus(provider_id=_new_token(), verification_status="pending", ssl_status="pending")
         proven = await self._txt_holds(f"{CHALLENGE_LABEL}.{hostname}", provider_id)
-        state = "active" if proven else "pending"
-        return DomainStatus(provider_id=provider_id, verification_status=state, ssl_status=state)
+        if not proven:
+            return DomainStatus(provider_id=provider_id, verification_status="pending", ssl_status="pending")
+        return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status=EXTERNAL_TLS)
 
     async def remove(self, hostname: str, provider_id: str | None) -> None:
         return None
