@@ -698,7 +698,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
-    text = sidecar.render()
+    text = sidecar.render(media_limit=4)
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text
@@ -727,7 +727,7 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
     sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     conf = tmp_path / "nginx.conf"
-    conf.write_text(sidecar.render())
+    conf.write_text(sidecar.render(media_limit=4))
     assert "set_real_ip_from 10.0.0.2/32;" in conf.read_text()
     done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
                           capture_output=True, text=True, timeout=30)
