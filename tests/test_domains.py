@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import tornado.web
-from tornado.httpclient import AsyncHTTPClient
 from tornado.testing import bind_unused_port
 
 from mediasrv.core.domains.providers import (
@@ -241,13 +241,10 @@ async def test_add_of_existing_hostname_reuses_it(provider: CloudflareProvider, 
 
 
 async def test_injected_http_client_is_used(api_url: str, fake: FakeCloudflare) -> None:
-    client = AsyncHTTPClient(force_instance=True)
-    try:
+    async with httpx.AsyncClient() as client:
         provider = CloudflareProvider(api_url + "/", TOKEN, ZONE, http_client=client)
         status = await provider.add("files.example.com")
         assert status.verification_status == "pending"
-    finally:
-        client.close()
 
 
 # -- Cloudflare: failures ------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from mediasrv.cli.server import open_stores  # the same stores `serve` opens
+    from mediasrv.core.stores import open_stores  # the same stores `serve` opens
 
     if args.command == "restore":
         manifest = await backups.restore(settings, args.source, force=args.force)

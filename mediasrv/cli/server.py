@@ -32,7 +32,7 @@ from mediasrv.cli.startup_log import log_startup
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
-from mediasrv.core.stores import describe, make_stores
+from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
 from mediasrv.images import allocator, vips
 from mediasrv.version import version
@@ -84,10 +84,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
     sys.exit(code)
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -208,35 +204,6 @@ class Running:
     access_log: AccessLog | None = None
 
 
-async def open_stores(settings: Settings,
-                      stores: tuple[MetaStore, BlobStore] | None = None) -> tuple[MetaStore, BlobStore]:
-    """Both stores (``stores``, or the settings' ones), open; StartupError (with both closed
-    again) when the data dir is unusable."""
-    meta, blobs = stores or make_stores(settings)
-    try:
-        await meta.open()
-    except OSError as exc:
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
-    except (StoreError, RuntimeError) as exc:
-        if isinstance(meta, LocalDatabase):
-            raise StartupError(f"metadata database {meta.path} is unusable: {_cause(exc)} "
-                               "(restore it from a backup)") from exc
-        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
-    try:
-        await blobs.open()
-    except (OSError, StoreError) as exc:
-        await blobs.close()
-        await meta.close()
-        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
-    return meta, blobs
-
-
-def _cause(exc: BaseException) -> str:
-    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
-    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
-    return str(inner) or type(inner).__name__
-
-
 def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
     return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
 
@@ -295,7 +262,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         except StoreError as exc:
             await blobs.close()
             await meta.close()
-            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+            raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
@@ -482,7 +449,7 @@ async def _reconcile_before_fork(settings: Settings) -> None:
     try:
         await meta.reconcile_usage()
     except StoreError as exc:
-        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+        raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     finally:
         await blobs.close()
         await meta.close()

@@ -110,7 +110,7 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
     """Put a backup into DATA_DIR. Refuses a data directory with anything in it unless ``force``,
     which replaces the database, blobs, quarantine and secret. Stop the server first."""
     require_embedded(settings, "mediasrv restore")
-    from mediasrv.cli.server import open_stores  # the same store factory as `serve`
+    from mediasrv.core.stores import open_stores  # the same store factory as `serve`
 
     if not source.exists():
         raise BackupError(f"{source} does not exist")
