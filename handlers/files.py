@@ -293,7 +293,7 @@ def _list_files(ctx: DocContext) -> Json:
         ref("Page", "parameters"), ref("Limit", "parameters"),
         _query("q", "case-insensitive search in name or file_id", typed("string")),
         _query("type", "exact content_type; must be an allowed type",
-               typed("string", **({"enum": list(ctx.content_types)} if ctx.content_types else {}))),
+               typed("string", enum=list(ctx.content_types)) if ctx.content_types else typed("string")),
         _query("sizeMin", "minimum size in bytes, inclusive", size),
         _query("sizeMax", "maximum size in bytes, inclusive", size),
         _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),

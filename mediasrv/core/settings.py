@@ -405,9 +405,9 @@ def _check_numbers(s: Settings) -> str | None:
     for name, value in positive.items():
         if value < 1:
             return f"{name} must be a positive integer, not {value}"
-    for name, value in optional.items():
-        if value is not None and value < 0:
-            return f"{name} must be 0 or more, not {value}"
+    for name, optional_value in optional.items():
+        if optional_value is not None and optional_value < 0:
+            return f"{name} must be 0 or more, not {optional_value}"
     # Beyond these, dates computed from the value overflow (a 500 at registration or login).
     if s.trial_days is not None and s.trial_days > MAX_TRIAL_DAYS:
         return f"MEDIASRV_TRIAL_DAYS must be at most {MAX_TRIAL_DAYS}, not {s.trial_days}"

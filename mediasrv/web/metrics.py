@@ -87,9 +87,9 @@ def _declared_paths(app: tornado.web.Application) -> set[str]:
     """The declared path of every route of ``app`` (its handlers' ``BaseDeps.path``)."""
     paths = set()
     for rule in app.wildcard_router.rules:
-        base = (rule.target_kwargs or {}).get("base")
-        if getattr(base, "path", ""):
-            paths.add(base.path)
+        path = getattr((rule.target_kwargs or {}).get("base"), "path", "")
+        if path:
+            paths.add(path)
     return paths
 
 
