@@ -7,11 +7,21 @@ module imports nothing of the handlers, so any handler module may import it.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mediasrv.core.limits.ratelimit import scaled_limit
+from mediasrv.core.settings import Settings
+from mediasrv.images.vips import OUTPUT_TYPES
+
+SERVICE_NAME = "mediasrv"
+_SETTING_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Settings)}
+RESIZE_SLOTS_DEFAULT: int = _SETTING_DEFAULTS["resize_slots"]
+BUSY_RETRY_AFTER_S: int = _SETTING_DEFAULTS["resize_retry_after"]
+"""The Retry-After of a busy resize as documented: MEDIASRV_RESIZE_RETRY_AFTER's default."""
+RESIZE_FORMATS = tuple(OUTPUT_TYPES)
 
 Json = dict[str, Any]
 
@@ -99,3 +109,10 @@ def header_refs(**names: str) -> Json:
 def simple_get(schema: str, description: str) -> Builder:
     """The builder of an operation whose only answer is 200 with one JSON schema."""
     return lambda ctx: {"responses": {"200": json_response(description, schema)}}
+
+
+def doc_context(public_url: str, allowed_content_types: Sequence[str], max_upload_size_bytes: int,
+             resize_slots: int, rate_limit_scale: float, formats: Sequence[str]) -> DocContext:
+    return DocContext(public_url=public_url.rstrip("/"), content_types=tuple(allowed_content_types),
+                      max_upload=int(max_upload_size_bytes), resize_slots=resize_slots,
+                      rate_scale=rate_limit_scale, formats=tuple(formats))
