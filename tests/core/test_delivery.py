@@ -26,9 +26,9 @@ from mediasrv.core.domains.providers import ManualProvider
 from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import unix
-from mediasrv.images.imaging import TransformSpec
 from mediasrv.images.jobs import ImageJobs, MemoryBudget
 from mediasrv.images.slots import ResizePool
+from mediasrv.images.spec import TransformSpec
 from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
-from mediasrv.images.imaging import TransformSpec
+from mediasrv.images.spec import TransformSpec
 
 
 @dataclass(slots=True)

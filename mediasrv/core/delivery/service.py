@@ -36,8 +36,9 @@ from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import ACTIVE_TYPES
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import parse_iso
-from mediasrv.images import imaging
+from mediasrv.images import vips
 from mediasrv.images.jobs import ImageJobs
+from mediasrv.images.spec import TransformSpec
 from store.base import BlobStore, MetaStore
 from store.errors import BlobNotFound
 from store.models import FileRecord
@@ -151,11 +152,11 @@ class MediaDelivery:
             answer.stream = await self._open_stream(record.blob_key, start, end)
         return answer
 
-    async def _transformed(self, record: FileRecord, spec: imaging.TransformSpec,
+    async def _transformed(self, record: FileRecord, spec: TransformSpec,
                            request: MediaRequest) -> MediaAnswer:
         if not record.content_type.startswith("image/"):
             raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
-        if record.content_type not in imaging.TRANSFORMABLE_TYPES:
+        if record.content_type not in vips.TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         variant = spec.cache_key()
         etag = f'"{record.file_id}-{variant}"'
@@ -181,7 +182,7 @@ class MediaDelivery:
             answer.body = data if (start, end) == (0, len(data)) else data[start:end]
         return answer
 
-    async def _render(self, record: FileRecord, spec: imaging.TransformSpec, client: str) -> tuple[bytes, str]:
+    async def _render(self, record: FileRecord, spec: TransformSpec, client: str) -> tuple[bytes, str]:
         result, ran = await self._images.render_shared(record, spec, client)
         if ran:  # identical requests sharing one transform count one image operation
             self.usage.image_op(record.user_id)
