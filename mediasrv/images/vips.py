@@ -13,20 +13,28 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ALLOWED_LOADERS",
     "LOADER_FORMATS",
+    "MIN_VERSION",
     "OUTPUT_TYPES",
     "TRANSFORMABLE_TYPES",
+    "LibvipsInfo",
+    "LibvipsUnsuitable",
     "base_type",
+    "check_libvips",
     "configure",
     "decodes",
     "init_vips",
-        "source_format",
+    "libvips_info",
+    "source_format",
+    "strip_options",
     "writable_formats",
 ]
 
@@ -118,7 +126,7 @@ def _can_save_avif() -> bool:
         return False
     try:
         tiny = pyvips.Image.black(8, 8, bands=3).cast("uchar").copy(interpretation="srgb")
-        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, keep="none")
+        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, **strip_options())
     except pyvips.Error:
         return False
     return b"ftypavif" in out[:32]
@@ -237,3 +245,107 @@ def init_vips(max_pixels: int) -> None:
         raise ValueError("max_pixels must be positive")
     configure()
     writable_formats()
+
+
+# ---------------------------------------------------------------------------- which libvips
+
+MIN_VERSION = (8, 14)
+"""The oldest libvips the server runs on: Debian 12's 8.14. Its savers have no ``keep`` (8.15
+added it); there metadata is dropped with ``strip=True`` instead (``strip_options``)."""
+
+
+class LibvipsUnsuitable(RuntimeError):
+    """The loaded libvips cannot do what the server needs; the message says what, in one line."""
+
+
+@dataclass(frozen=True)
+class LibvipsInfo:
+    """The libvips this process runs on, for the start-up log, /health and /metrics."""
+
+    version: str
+    """``major.minor.micro``, as the library reports it."""
+    origin: str
+    """``pyvips-binary`` (the wheel's bundled library), ``system`` or ``unknown``."""
+    library: str
+    """The shared object's path as mapped into this process ("" when it cannot be told)."""
+
+    def describe(self) -> str:
+        return f"libvips {self.version} ({self.origin}{', ' + self.library if self.library else ''})"
+
+
+_info: LibvipsInfo | None = None
+_strip: dict[str, object] | None = None
+
+
+def _loaded_library() -> str:
+    """The path of the libvips shared object mapped into this process (Linux), or ""."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rsplit(maxsplit=1)[-1] if "/" in line else ""
+                if Path(path).name.startswith("libvips") and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return ""
+
+
+def _origin(library: str) -> str:
+    if "pyvips_binary" in library or "pyvips-binary" in library:
+        return "pyvips-binary"
+    return "system" if library else "unknown"
+
+
+def libvips_info() -> LibvipsInfo:
+    """Version, origin and path of the libvips pyvips loaded (loads it on first use)."""
+    global _info
+    if _info is None:
+        pyvips = _pyvips()
+        library = _loaded_library()
+        _info = LibvipsInfo(".".join(str(pyvips.version(i)) for i in range(3)), _origin(library), library)
+    return _info
+
+
+def optional_inputs(operation: str) -> frozenset[str]:
+    """The optional arguments a libvips operation takes (empty when it does not exist)."""
+    pyvips = _pyvips()
+    if not _has_operation(operation):
+        return frozenset()
+    return frozenset(pyvips.Introspect.get(operation).optional_input)
+
+
+def strip_options(inputs: Callable[[str], frozenset[str]] = optional_inputs) -> dict[str, object]:
+    """The save option that writes no metadata: ``keep="none"`` (libvips 8.15+), else ``strip``."""
+    global _strip
+    if _strip is None:
+        _strip = {"keep": "none"} if "keep" in inputs("jpegsave_buffer") else {"strip": True}
+    return _strip
+
+
+def check_libvips(savers: Mapping[str, Iterable[str]], *, version: tuple[int, int, int] | None = None,
+                  inputs: Callable[[str], frozenset[str]] = optional_inputs) -> LibvipsInfo:
+    """Refuse (``LibvipsUnsuitable``) a libvips older than ``MIN_VERSION``, without a JPEG
+    saver, or whose savers lack an option the encoders pass (``savers``: operation -> option
+    names); metadata is stripped with ``keep`` or ``strip``, whichever it has. ``version`` and
+    ``inputs`` stand in for the library's own answers in tests."""
+    info = libvips_info()
+    if version is not None:
+        info = LibvipsInfo(".".join(map(str, version)), info.origin, info.library)
+    found = tuple(int(part) for part in info.version.split(".")[:2])
+    fix = "install pyvips-binary (pip install pyvips-binary) or a newer libvips"
+    if found < MIN_VERSION:
+        raise LibvipsUnsuitable(f"{info.describe()} is too old: mediasrv needs libvips "
+                                f"{'.'.join(map(str, MIN_VERSION))} or later; {fix}")
+    if not inputs("jpegsave_buffer"):
+        raise LibvipsUnsuitable(f"{info.describe()} cannot write JPEG; {fix}")
+    if not {"keep", "strip"} & inputs("jpegsave_buffer"):
+        raise LibvipsUnsuitable(f"{info.describe()} cannot save without metadata (no keep or strip); {fix}")
+    for saver, names in savers.items():
+        known = inputs(saver)
+        missing = sorted(set(names) - known) if known else []
+        if missing:
+            raise LibvipsUnsuitable(f"{info.describe()}: {saver} has no option {', '.join(missing)}; {fix}")
+    global _strip
+    _strip = None
+    strip_options(inputs)
+    return info
