@@ -42,6 +42,7 @@ from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder,
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
 from mediasrv.web.cors import CorsPolicy
@@ -127,7 +128,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
         usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
         public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
-        accel_prefix=settings.accel_redirect)
+        accel_prefix=settings.accel_redirect, policy=transform_policy(settings))
     route_args = _RouteArgs(
         base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
@@ -143,6 +144,13 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
                           file_cache=file_cache, results=results)
+
+
+def transform_policy(settings: Settings) -> TransformPolicy:
+    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy."""
+    return TransformPolicy.of(widths=settings.allowed_widths, heights=settings.allowed_heights,
+                              formats=settings.allowed_formats, qualities=settings.allowed_qualities,
+                              key=settings.transform_key)
 
 
 @dataclass(frozen=True)
