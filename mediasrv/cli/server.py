@@ -34,7 +34,7 @@ from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.core.stores import describe, make_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from mediasrv.images import allocator, vips
+from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime, make_app
@@ -278,6 +278,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
     while another has uploads in flight would drop their quota reservations.
     """
+    check_libvips()
     secret: str | None = None
     if settings.jwt_secret or settings.meta_backend == "sqlite":
         try:
@@ -334,9 +335,21 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
                    metrics_server=metrics_server, access_log=access_log)
 
 
+def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
+    """Log which libvips the image work runs on; StartupError (one line) when it cannot do what
+    the server needs (``pipeline.require_libvips``: too old, or a saver option missing)."""
+    try:
+        info = pipeline.require_libvips(**overrides)
+    except vips.LibvipsUnsuitable as exc:
+        raise StartupError(str(exc)) from None
+    log.info("image work on %s", info.describe())
+    return info
+
+
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
     """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
-    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
+                             "libvips": vips.libvips_info()})
     app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     metrics_server.listen(port, "127.0.0.1")

@@ -45,6 +45,7 @@ from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
+from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
@@ -133,7 +134,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
-        health=HealthCheck(meta, blobs), delivery=delivery, guard=guard)
+        health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard)
     app = tornado.web.Application(
         routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
