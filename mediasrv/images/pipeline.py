@@ -252,10 +252,16 @@ def save(job: Job) -> None:
     encoder = ENCODERS.get(job.fmt)
     if encoder is None:  # pragma: no cover - choose_format names only these
         raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
-    options = dict(encoder.options, **vips.strip_options())
+    strip = vips.strip_options()
+    options = dict(encoder.options, **strip)
     if encoder.quality is not None:
         options["Q"] = job.spec.quality or encoder.quality
-    job.output = getattr(job.pixels, encoder.saver)(**options)
+    if "keep" in strip:
+        job.output = getattr(job.pixels, encoder.saver)(**options)
+        return
+    job.output = getattr(vips.without_metadata(job.pixels), encoder.saver)(**options)  # libvips 8.14
+    if job.fmt == "webp":
+        job.output = vips.drop_webp_metadata(job.output)
 
 
 Step = Callable[[Job], None]
@@ -336,7 +342,7 @@ def _load(data: bytes | pyvips.Source, src_format: str, box: tuple[int, int], ha
     if has_profile:
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.
-        options["output_profile"] = "srgb"
+        options[vips.profile_option()] = "srgb"
     if shrink > 1 or src_format == "webp":
         # Our own shrink-on-load (see ``decode_shrink``; a WebP never goes through thumbnail's,
         # which scales it all the way), then thumbnail's resize, rotation, crop and colour

@@ -31,10 +31,13 @@ __all__ = [
     "check_libvips",
     "configure",
     "decodes",
+    "drop_webp_metadata",
     "init_vips",
     "libvips_info",
+    "profile_option",
     "source_format",
     "strip_options",
+    "without_metadata",
     "writable_formats",
 ]
 
@@ -322,6 +325,51 @@ def strip_options(inputs: Callable[[str], frozenset[str]] = optional_inputs) -> 
     return _strip
 
 
+_profile_option: str | None = None
+
+
+def profile_option(inputs: Callable[[str], frozenset[str]] = optional_inputs) -> str:
+    """thumbnail's argument naming the profile to convert to: ``output_profile`` (8.15+; 8.14
+    calls it ``export_profile``)."""
+    global _profile_option
+    if _profile_option is None:
+        _profile_option = "output_profile" if "output_profile" in inputs("thumbnail_source") else "export_profile"
+    return _profile_option
+
+
+_METADATA_FIELDS = ("xmp-data", "iptc-data", "icc-profile-data")
+
+
+def without_metadata(image: Any) -> Any:
+    """``image`` with its EXIF, XMP, IPTC and ICC fields removed: where a saver has no ``keep``
+    (libvips 8.14), ``strip=True`` alone is not enough (8.14.1's webpsave writes XMP and EXIF
+    regardless)."""
+    names = [n for n in image.get_fields() if n.startswith("exif") or n in _METADATA_FIELDS]
+    if not names:
+        return image
+    bare = image.copy()
+    for name in names:
+        bare.remove(name)
+    return bare
+
+
+def drop_webp_metadata(data: bytes) -> bytes:
+    """A WebP file without its EXIF and XMP chunks (and their VP8X flags): libvips 8.14.1's
+    webpsave writes an EXIF chunk (resolution) even with ``strip``, so the fallback removes it."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return data
+    out, pos = bytearray(), 12
+    while pos + 8 <= len(data):
+        tag, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "little")
+        chunk = bytearray(data[pos:pos + 8 + size + (size & 1)])
+        if tag == b"VP8X" and len(chunk) > 8:
+            chunk[8] &= ~0x0C & 0xFF  # the EXIF (0x08) and XMP (0x04) flags
+        if tag not in (b"EXIF", b"XMP "):
+            out += chunk
+        pos += 8 + size + (size & 1)
+    return b"RIFF" + (len(out) + 4).to_bytes(4, "little") + b"WEBP" + bytes(out)
+
+
 def check_libvips(savers: Mapping[str, Iterable[str]], *, version: tuple[int, int, int] | None = None,
                   inputs: Callable[[str], frozenset[str]] = optional_inputs) -> LibvipsInfo:
     """Refuse (``LibvipsUnsuitable``) a libvips older than ``MIN_VERSION``, without a JPEG
@@ -345,7 +393,12 @@ def check_libvips(savers: Mapping[str, Iterable[str]], *, version: tuple[int, in
         missing = sorted(set(names) - known) if known else []
         if missing:
             raise LibvipsUnsuitable(f"{info.describe()}: {saver} has no option {', '.join(missing)}; {fix}")
-    global _strip
-    _strip = None
+    thumbnail = inputs("thumbnail_source")
+    needed = {"height", "size", "crop", "option_string"}
+    if not needed <= thumbnail or not {"output_profile", "export_profile"} & thumbnail:
+        raise LibvipsUnsuitable(f"{info.describe()}: thumbnail_source lacks an option the resize passes; {fix}")
+    global _strip, _profile_option
+    _strip, _profile_option = None, None
     strip_options(inputs)
+    profile_option(inputs)
     return info

@@ -10,7 +10,7 @@ import pytest
 import pyvips
 
 from mediasrv.images.policy import sign_transform
-from mediasrv.images.spec import TransformSpec
+from mediasrv.images.spec import FORMATS, TransformSpec
 from mediasrv.web.app import Runtime
 from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb
@@ -39,6 +39,8 @@ def _decoded(data: bytes) -> pyvips.Image:
     (CHROME_ACCEPT, "avif"), (OLD_SAFARI_ACCEPT, "webp"), ("*/*", "jpeg"), (None, "jpeg"),
     ("image/avif;q=0, image/webp", "webp"), ("image/avif;q=0,image/webp;q=0", "jpeg")])
 async def test_format_auto_follows_accept(api: Api, stores: Any, accept: str | None, fmt: str) -> None:
+    if fmt not in FORMATS:
+        pytest.skip(f"this libvips cannot write {fmt}")
     fid, _ = await _photo(api, stores)
     r = await api.call("GET", f"/m/{fid}?width=100&format=auto", headers={"Accept": accept} if accept else {})
     assert r.code == 200, r.body
@@ -50,6 +52,8 @@ async def test_format_auto_follows_accept(api: Api, stores: Any, accept: str | N
 
 
 async def test_format_auto_caches_one_result_per_choice(api: Api, stores: Any, runtime: Runtime) -> None:
+    if "avif" not in FORMATS:
+        pytest.skip("this libvips cannot write AVIF")
     fid, _ = await _photo(api, stores)
     url = f"/m/{fid}?width=120&format=AUTO"
     runs = runtime.images.transforms_run
