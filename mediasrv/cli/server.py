@@ -278,7 +278,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
     while another has uploads in flight would drop their quota reservations.
     """
-    check_libvips()
+    libvips = check_libvips()
     secret: str | None = None
     if settings.jwt_secret or settings.meta_backend == "sqlite":
         try:
@@ -323,6 +323,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         await meta.close()
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     log_startup(settings, meta, blobs)
+    log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
@@ -336,14 +337,14 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
 
 
 def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
-    """Log which libvips the image work runs on; StartupError (one line) when it cannot do what
-    the server needs (``pipeline.require_libvips``: too old, or a saver option missing)."""
+    """Which libvips the image work runs on (``start`` logs it once listening); StartupError (one
+    line) when it cannot do what the server needs (``pipeline.require_libvips``: too old, or a
+    saver option missing). First of all, so that nothing is opened for a server that cannot run."""
+    vips.configure()  # libvips' own INFO chatter (introspection) stays out of the log
     try:
-        info = pipeline.require_libvips(**overrides)
+        return pipeline.require_libvips(**overrides)
     except vips.LibvipsUnsuitable as exc:
         raise StartupError(str(exc)) from None
-    log.info("image work on %s", info.describe())
-    return info
 
 
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
