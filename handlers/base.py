@@ -1,9 +1,10 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
 Who may call each method of a route and which rate-limit counter it spends are declared once,
-in the route specification (``mediasrv.web.routespec``); ``mediasrv.web.app`` hands each route its
-operations through ``BaseDeps.operations`` and ``prepare`` enforces both before any body is
-read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
+in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.web.app``
+hands each route its operations through ``BaseDeps.operations`` and ``prepare`` enforces both
+before any body is read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON
+``{"error", "code"}``.
 
 Caching is decided here, once: a handler is ``private`` unless it says otherwise, so every
 answer of the API (data, tokens and errors alike) says ``Cache-Control: private, no-store``
@@ -83,12 +84,14 @@ class BaseDeps:
     proxy_secret: str | None = None
     """With trust_proxy: what our proxy sends in X-Mediasrv-Proxy-Secret (docs/internal-headers.md)."""
     operations: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
-    """This route's operations by HTTP method, from the route specification; a method not
-    in it needs no credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
+    """This route's operations by HTTP method, from its route rows; a method not in it needs no
+    credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
+    path: str = ""
+    """This route's declared path (``/files/{id}``), "" for unknown routes: the metrics label."""
 
-    def for_route(self, operations: Mapping[str, Route]) -> BaseDeps:
-        """The same dependencies for a route with these declared operations."""
-        return replace(self, operations=MappingProxyType(dict(operations)))
+    def for_route(self, path: str, operations: Mapping[str, Route]) -> BaseDeps:
+        """The same dependencies for the route at ``path`` with these declared operations."""
+        return replace(self, path=path, operations=MappingProxyType(dict(operations)))
 
 
 class BaseHandler(tornado.web.RequestHandler):

@@ -1,4 +1,5 @@
-"""File routes: streamed upload, listing with filters, get, delete and bulk delete."""
+"""File routes: streamed upload, listing with filters, get, delete, bulk delete and signed URLs,
+with their route rows and OpenAPI operations."""
 from __future__ import annotations
 
 import logging
@@ -14,16 +15,19 @@ from handlers.paging import int_arg, page_args
 from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.links import DEFAULT_TTL_S, SignedLinks
+from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import Upload, failure_status
 from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.web import http_limits
-from mediasrv.web.routespec import BULK_DELETE_MAX
+from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
+from mediasrv.web.routespec import ANY, Route, per_user
 
 log = logging.getLogger("mediasrv.files")
 MAX_Q_CHARS = 255
 DRAIN_LIMIT = 1024 * 1024
+BULK_DELETE_MAX = 100
+"""The most file ids one POST /files/bulk-delete takes (its summary, handler and schema say so)."""
 
 
 class FilesBase(BaseHandler):
@@ -247,3 +251,105 @@ class SignedUrlHandler(FilesBase):
         assert self.principal is not None
         expires_in = self.json_body().get("expires_in", DEFAULT_TTL_S)
         self.write_json(await self.links.create(self.principal.user, file_id, expires_in))
+
+
+# ---------------------------------------------------------------------------- OpenAPI operations
+
+def _upload(ctx: DocContext) -> Json:
+    params = [
+        {"name": "isPublic", "in": "query", "schema": typed("boolean", default=True),
+         "description": "false makes a private upload, served only to the owner or by signed URL"},
+        {"name": "x-file-name", "in": "header", "schema": typed("string"),
+         "description": f"file name, percent-encoded UTF-8 (RFC 3986); stored up to {MAX_NAME_CHARS} characters"},
+    ]
+    allowed = ", ".join(f"`{t}`" for t in ctx.content_types)
+    return {"description": "The body is the raw file bytes (not multipart/form-data). Send them as "
+                           f"`{content_types.OCTET_STREAM}` and the server takes their type from their "
+                           "first bytes (images, PDF, archives, audio and video; 400 "
+                           "UNRECOGNIZED_CONTENT when it cannot tell), or set Content-Type to their "
+                           f"MIME type, one of: {allowed} (GET /reference/allowed-content-types). "
+                           f"At most {ctx.max_upload} bytes (an account may set a lower cap).",
+            "parameters": params,
+            "requestBody": {"required": True, "description": "the file's bytes", "content": {
+                content_types.OCTET_STREAM: {"schema": typed("string", format="binary")}}},
+            "x-allowed-content-types": list(ctx.content_types),
+            "x-max-upload-size-bytes": ctx.max_upload,
+            "responses": {
+                "201": json_response("Stored.", "FileUploadResponse"),
+                "400": error("Content type not allowed, bytes that do not match it, bytes whose "
+                             "type cannot be recognised (octet-stream), or an image too large to "
+                             "decode."),
+                "403": error("The trial has ended, or the storage or file count limit is reached."),
+                "413": error("File too large; code FILE_TOO_LARGE.")}}
+
+
+def _query(name: str, description: str, schema: Json) -> Json:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+def _list_files(ctx: DocContext) -> Json:
+    size = typed("integer", minimum=0)
+    params = [
+        ref("Page", "parameters"), ref("Limit", "parameters"),
+        _query("q", "case-insensitive search in name or file_id", typed("string")),
+        _query("type", "exact content_type; must be an allowed type",
+               typed("string", enum=list(ctx.content_types)) if ctx.content_types else typed("string")),
+        _query("sizeMin", "minimum size in bytes, inclusive", size),
+        _query("sizeMax", "maximum size in bytes, inclusive", size),
+        _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),
+        _query("createdAfter", "created_at >= this ISO 8601 value", typed("string", format="date-time")),
+        _query("createdBefore", "created_at <= this ISO 8601 value", typed("string", format="date-time")),
+    ]
+    return {"parameters": params,
+            "responses": {"200": json_response("Matching files, newest first.", "FilePage"),
+                          "400": error("Invalid filter, page or limit (e.g. a type not allowed).")}}
+
+
+def _get_file(ctx: DocContext) -> Json:
+    return {"parameters": [ref("FileId", "parameters")],
+            "responses": {"200": json_response("The file.", "File"),
+                          "404": ref("NotFound", "responses")}}
+
+
+def _delete_file(ctx: DocContext) -> Json:
+    return {"parameters": [ref("FileId", "parameters")],
+            "responses": {"204": {"description": "Deleted; no body."},
+                          "403": error("The trial has ended."),
+                          "404": ref("NotFound", "responses")}}
+
+
+def _bulk_delete(ctx: DocContext) -> Json:
+    return {"description": "Ids that cannot be deleted (e.g. not found) are reported in `errors`; "
+                           "the others are deleted.",
+            "requestBody": json_body("BulkDeleteRequest"),
+            "responses": {"200": json_response("Done; see deleted and errors.", "BulkDeleteResponse"),
+                          "400": error(f"ids missing, empty or over {BULK_DELETE_MAX}."),
+                          "403": error("The trial has ended.")}}
+
+
+def _signed_url(ctx: DocContext) -> Json:
+    return {"description": "Mints expiring /m and /d URLs (query `expires` and `signature`) that "
+                           "serve the file without a credential, for sharing a private file.",
+            "parameters": [ref("FileId", "parameters")],
+            "requestBody": json_body("SignedUrlRequest", required=False),
+            "responses": {"200": json_response("Signed URLs.", "SignedUrl"),
+                          "400": error(f"expires_in outside {MIN_TTL_S}..{MAX_TTL_S} seconds."),
+                          "404": ref("NotFound", "responses")}}
+
+
+# ---------------------------------------------------------------------------- routes
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/files", ANY, FilesHandler, "files", "uploadFile", "Upload raw bytes as a new file", _upload,
+          per_user("files.upload", 30)),
+    Route("GET", "/files", ANY, FilesHandler, "files", "listFiles", "List and filter your files", _list_files,
+          per_user("files.list", 60)),
+    Route("GET", "/files/{id}", ANY, FileHandler, "files", "getFile", "Get one file record by file_id", _get_file,
+          per_user("files.get", 120)),
+    Route("DELETE", "/files/{id}", ANY, FileHandler, "files", "deleteFile", "Delete one file by file_id",
+          _delete_file, per_user("files.delete", 60)),
+    Route("POST", "/files/bulk-delete", ANY, BulkDeleteHandler, "files", "bulkDeleteFiles",
+          f"Delete 1 to {BULK_DELETE_MAX} files by file_id", _bulk_delete, per_user("files.bulk_delete", 20)),
+    Route("POST", "/files/{id}/signed-url", ANY, SignedUrlHandler, "files", "createSignedUrl",
+          "Mint expiring /m and /d URLs for sharing a private file", _signed_url, per_user("files.sign", 60)),
+)

@@ -1,5 +1,14 @@
 """The storage boundary: typed protocols for the metadata store and the blob store.
 
+``MetaStore`` is the sum of one protocol per aggregate (``UserStore``, ``TokenStore``,
+``ApiKeyStore``, ``QuotaStore``, ``FileStore``, ``DomainStore``, ``LogStore``, ``UsageStore``)
+plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
+aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
+capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
+backend name, never with ``getattr``): ``SharedSecrets`` (MongoDB), ``LocalDatabase`` and
+``Snapshots`` (SQLite), ``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
+``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
+
 Every method takes explicit keys, never request state, so one contract suite
 (``tests/store``) runs against every backend (SQLite and MongoDB; files and S3). Backends
 raise only the exceptions of ``store.errors``: ``StoreUnavailable`` when their server is
@@ -30,7 +39,7 @@ import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from store.errors import Duplicate
 from store.models import (
@@ -40,6 +49,7 @@ from store.models import (
     CustomDomain,
     FileQuery,
     FileRecord,
+    Invite,
     LogEntry,
     StoreIdentity,
     UsageCounts,
@@ -82,17 +92,12 @@ class Delivery:
     expires_at: float | None = None
 
 
-class MetaStore(Protocol):
-    """Metadata: users, tokens, API keys, files, domains, logs and usage counters.
-
-    Lookups by key (``get_user``, ``get_api_key_by_hash`` on every authenticated request;
-    ``get_file``, ``get_domain*``, ``get_usage``) must not wait behind lists and searches,
-    which can take a second on a large account: a backend with a bounded pool of workers or
-    connections keeps some for lookups (SQLite: its own reader threads).
-    """
+class Lifecycle(Protocol):
+    """Opening, closing and the health probe: what every store, metadata or blob, has."""
 
     async def open(self) -> None:
-        """Connect, create or migrate the schema and indexes."""
+        """Connect, create or migrate the schema and indexes (a blob store: create the
+        directory, or check the bucket is reachable); StoreUnavailable if it cannot."""
 
     async def close(self) -> None:
         """Finish pending writes and release connections."""
@@ -103,6 +108,11 @@ class MetaStore(Protocol):
         For ``GET /health``: it must answer within a few seconds even when the server is
         unreachable (``ok`` False), and stay cheap enough for a load balancer to call often.
         """
+
+
+class IdentityStore(Protocol):
+    """Which database this is, so that a database replaced under a running server is noticed."""
+
     async def identity(self) -> StoreIdentity:
         """The database's identity, created with it (migrated databases get one on upgrade)."""
 
@@ -111,7 +121,10 @@ class MetaStore(Protocol):
         (its file deleted or replaced, its identity gone or changed); writes then fail with
         StoreUnavailable rather than go to a database nobody will read again."""
 
-    # users
+
+class UserStore(Protocol):
+    """Accounts: looked up by id on every authenticated request, by e-mail at log-in."""
+
     async def create_user(self, user: User) -> None:
         """Insert; Duplicate when the (normalised) e-mail exists."""
 
@@ -129,10 +142,22 @@ class MetaStore(Protocol):
     async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
         """Replace the account's plan name, limits and trial end (operator command); False if no such user."""
 
-    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
-        """Every account, oldest first (ties by id), and the total count (operator commands)."""
+    async def list_users(self, offset: int, limit: int, email_contains: str | None = None) -> tuple[list[User], int]:
+        """Accounts oldest first (ties by id), and the total count (operator commands);
+        ``email_contains``: only addresses containing it (a literal, case-insensitive)."""
 
-    # single-use tokens: e-mail confirmation, password reset, refresh
+    async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
+        """Disable an account (``disabled_at`` a time; token_version moves on, so its session
+        tokens stop) or enable it again (None); False when there is no such account."""
+
+    async def delete_user(self, user_id: str) -> bool:
+        """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
+        and any file record left: the caller deletes files and their blobs first)."""
+
+
+class TokenStore(Protocol):
+    """Single-use tokens: e-mail confirmation, password reset, refresh."""
+
     async def put_token(self, kind: str, token_hash: str, user_id: str, expires_at: str,
                         data: str | None = None) -> None: ...
 
@@ -142,7 +167,26 @@ class MetaStore(Protocol):
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """Retire every unused token of that kind for the user (e.g. refresh tokens at reset)."""
 
-    # API keys
+    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
+        """The user of a token that exists and was already used or retired (None otherwise):
+        a retired refresh token presented again means it was stolen (RFC 9700 reuse detection)."""
+
+
+class InviteStore(Protocol):
+    """Invite codes for an invite-only registration, by hash; each works once, until it expires."""
+
+    async def create_invite(self, invite: Invite) -> None: ...
+
+    async def use_invite(self, code_hash: str, now: str) -> bool:
+        """Atomically mark an unused, unexpired invite used; False when there is none."""
+
+    async def list_invites(self, offset: int, limit: int) -> tuple[list[Invite], int]:
+        """Every invite, newest first (ties by id), and the total (operator commands)."""
+
+
+class ApiKeyStore(Protocol):
+    """API keys, stored by hash only."""
+
     async def create_api_key(self, key: ApiKey) -> None: ...
 
     async def list_api_keys(self, user_id: str, offset: int, limit: int) -> tuple[list[ApiKey], int]:
@@ -157,13 +201,27 @@ class MetaStore(Protocol):
     async def touch_api_keys(self, last_used: dict[str, str]) -> None:
         """Batch-update last_used_at (key id -> timestamp); never moves it backwards."""
 
-    # files and per-account quotas
+
+class QuotaStore(Protocol):
+    """Per-account storage and file counters, reserved before an upload is stored."""
+
     async def reserve_quota(self, user_id: str, size: int, storage_limit: int | None,
                             count_limit: int | None) -> bool:
         """Atomically add one file of ``size`` to the account's counters if both limits allow it."""
 
     async def release_quota(self, user_id: str, size: int) -> None:
         """Undo a reservation whose upload failed."""
+
+    async def reconcile_usage(self) -> None:
+        """Recompute every account's storage_bytes and files_count from the file records.
+
+        Not safe while uploads run in any process sharing the store (it would drop their
+        in-flight reservations): only ``mediasrv reconcile`` and single-process start-up call it.
+        """
+
+
+class FileStore(Protocol):
+    """File records (each references one blob of the blob store)."""
 
     async def insert_file(self, record: FileRecord) -> None:
         """Insert a record whose quota is already reserved. Duplicate on file_id."""
@@ -191,14 +249,10 @@ class MetaStore(Protocol):
     async def existing_blob_keys(self, keys: list[str]) -> set[str]:
         """Which of these blob keys some file record references (for the orphan sweep)."""
 
-    async def reconcile_usage(self) -> None:
-        """Recompute every account's storage_bytes and files_count from the file records.
 
-        Not safe while uploads run in any process sharing the store (it would drop their
-        in-flight reservations): only ``mediasrv reconcile`` and single-process start-up call it.
-        """
+class DomainStore(Protocol):
+    """Custom domains: at most one per user, each hostname held by one user."""
 
-    # custom domains
     async def get_domain(self, user_id: str) -> CustomDomain | None: ...
 
     async def get_domain_by_hostname(self, hostname: str) -> CustomDomain | None: ...
@@ -208,7 +262,13 @@ class MetaStore(Protocol):
 
     async def delete_domain(self, user_id: str) -> None: ...
 
-    # activity logs
+    async def list_domains(self, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+        """Every claimed hostname in name order, and the total (operator commands)."""
+
+
+class LogStore(Protocol):
+    """Per-account activity logs."""
+
     async def insert_logs(self, entries: list[LogEntry]) -> None: ...
 
     async def list_logs(self, user_id: str, offset: int, limit: int) -> tuple[list[LogEntry], int]:
@@ -217,11 +277,81 @@ class MetaStore(Protocol):
     async def purge_logs(self, before: str) -> int:
         """Delete entries created before ``before``; the number deleted."""
 
-    # usage counters
+
+class UsageStore(Protocol):
+    """Monthly usage counters (origin reads, image operations)."""
+
     async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts]) -> None:
         """Add counts per (user_id, period 'YYYY-MM')."""
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts: ...
+
+
+class MetaStore(Lifecycle, IdentityStore, UserStore, TokenStore, InviteStore, ApiKeyStore, QuotaStore,
+                FileStore, DomainStore, LogStore, UsageStore, Protocol):
+    """Metadata: every aggregate above, in one database. What a metadata backend implements.
+
+    A service that needs only some aggregates may ask for those protocols alone (a
+    ``MetaStore`` satisfies each of them). Lookups by key (``get_user``,
+    ``get_api_key_by_hash`` on every authenticated request; ``get_file``, ``get_domain*``,
+    ``get_usage``) must not wait behind lists and searches, which can take a second on a
+    large account: a backend with a bounded pool of workers or connections keeps some for
+    lookups (SQLite: its own reader threads).
+    """
+
+
+# -- optional capabilities of a metadata store: ask with isinstance, never by backend name --
+
+@runtime_checkable
+class SharedSecrets(Protocol):
+    """A metadata store that keeps values every process sharing it must agree on (MongoDB):
+    the signing secret of a deployment without MEDIASRV_JWT_SECRET."""
+
+    async def shared_secret(self, name: str, candidate: str) -> str:
+        """The value kept under ``name``, storing ``candidate`` first if there is none; every
+        process calling it at once with its own candidate gets the same value back."""
+
+
+@runtime_checkable
+class LocalDatabase(Protocol):
+    """A metadata store in one file on this host (embedded SQLite): only processes on this
+    host can share it, so the signing secret may live beside it in DATA_DIR, and a server
+    that is the only process may reconcile the counters at start."""
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """A metadata store that can copy itself consistently while in use (for ``mediasrv backup``)."""
+
+    async def snapshot_to(self, dest: Path) -> None:
+        """A consistent copy of the whole database at ``dest`` (a new file, mode 0600)."""
+
+
+MIGRATION_TABLES: dict[str, str] = {
+    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash", "invites": "id",
+    "files": "id", "logs": "id", "usage": "user_id, period"}
+"""Every table (in an order that satisfies the foreign keys) and its primary key, for
+``mediasrv migrate``: rows cross between backends as dicts of these columns (SQLite's)."""
+
+
+@runtime_checkable
+class RowCopy(Protocol):
+    """A metadata store whose tables can be copied row by row to another backend
+    (``mediasrv migrate``). ``table`` is a key of ``MIGRATION_TABLES``; anything else is a
+    KeyError, so no name from outside reaches a query."""
+
+    async def count_rows(self, table: str) -> int: ...
+
+    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        """One page of the table in key order, as dicts of its columns."""
+
+    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Insert or replace rows by their key (as ``dump_rows`` returns them): running twice
+        changes nothing."""
 
 
 class BlobWriter(Protocol):
@@ -236,7 +366,7 @@ class BlobWriter(Protocol):
         """Drop everything written; safe to call more than once or after a failed commit."""
 
 
-class BlobStore(Protocol):
+class BlobStore(Lifecycle, Protocol):
     """Blob bytes by key. Keys are ``[A-Za-z0-9_-]{1,64}`` (``validate_key``); anything else is a
     ValueError.
 
@@ -250,14 +380,6 @@ class BlobStore(Protocol):
     delivers_urls: bool
     """True when ``delivery`` gives presigned URLs (S3), False when local paths (files): known
     without a call, so a caller that would not use a URL (a small file) need not ask for one."""
-
-    async def open(self) -> None:
-        """Create the directory, or check the bucket is reachable; StoreUnavailable if not."""
-
-    async def close(self) -> None: ...
-
-    async def health(self) -> dict[str, Any]:
-        """Like ``MetaStore.health``: ``{"ok": bool, ...}``, cheap, bounded in time, never raising."""
 
     async def open_writer(self, key: str) -> BlobWriter: ...
 
@@ -283,10 +405,6 @@ class BlobStore(Protocol):
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
         """How a sidecar could send this blob directly (a local path or a presigned URL), or None."""
 
-    def local_path(self, key: str) -> Path | None:
-        """Where the blob's file would be (it may not exist), without any I/O; None for a store
-        without local files (S3) or an invalid key. Open it with O_NOFOLLOW."""
-
     async def delete(self, key: str) -> None:
         """Remove the blob; no error if it is already gone."""
 
@@ -303,3 +421,30 @@ class BlobStore(Protocol):
 
     async def purge_quarantine(self, older_than_s: float) -> int:
         """Delete quarantined blobs quarantined more than ``older_than_s`` ago; the number."""
+
+
+# -- optional capability of a blob store ----------------------------------------------------
+
+@runtime_checkable
+class LocalBlobFiles(Protocol):
+    """A blob store whose blobs are regular files on this host (the filesystem store).
+
+    The store stays the only code that opens them: a caller that needs a descriptor (the resize
+    worker, so that libvips reads only what decoding needs) asks ``open_for_read``, which opens
+    the file exactly as the store's own reads do, never through a symlink.
+    """
+
+    @property
+    def root(self) -> Path:
+        """The directory holding ``blobs/`` and ``quarantine/``."""
+
+    def local_path(self, key: str) -> Path | None:
+        """Where the blob's file would be (it may not exist), without any I/O; None for an
+        invalid key. For naming the file to others (an nginx sidecar, logs), never for opening
+        it: use ``open_for_read``."""
+
+    def open_for_read(self, key: str) -> int:
+        """A read-only descriptor of the committed blob, opened without following a symlink at
+        any step below ``root/blobs`` (a planted symlink, directory or FIFO is BlobNotFound);
+        StoreUnavailable for any other failure, ValueError for an invalid key. Blocking: call
+        it on a worker thread. The caller owns the descriptor and must ``os.close`` it."""

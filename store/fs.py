@@ -36,12 +36,12 @@ import secrets
 import stat as stat_mod
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from store.base import BlobChunks, Delivery, validate_key
-from store.errors import BlobNotFound, StorageFull, StoreUnavailable
+from store.errors import BlobNotFound, StorageFull, StoreError, StoreUnavailable
 from store.models import BlobStat
 
 __all__ = ["FsBlobStore", "FsBlobWriter", "validate_key"]
@@ -120,6 +120,15 @@ def _missing(key: str) -> FileNotFoundError:
     return FileNotFoundError(errno.ENOENT, "no such blob", key)
 
 
+def _store_error(exc: OSError) -> StoreError:
+    """An OSError of the pool's work as the store error callers catch."""
+    if isinstance(exc, FileNotFoundError):  # the store's own "no such blob" (see _missing)
+        return BlobNotFound(str(exc.filename or ""))
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageFull(f"blob storage full: {exc.strerror or exc}")
+    return StoreUnavailable(f"blob storage error: {exc.strerror or exc}")  # I/O error, permissions...
+
+
 class FsBlobStore:
     """``BlobStore`` on local disk. ``open()`` before use, ``close()`` when done."""
 
@@ -170,12 +179,8 @@ class FsBlobStore:
         cf = executor.submit(fn, *args)
         try:
             return await asyncio.wrap_future(cf)
-        except FileNotFoundError as exc:  # the store's own "no such blob" (see _missing)
-            raise BlobNotFound(str(exc.filename or "")) from exc
-        except OSError as exc:  # disk full, I/O error, permissions: the store is unusable now
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageFull(f"blob storage full: {exc.strerror or exc}") from exc
-            raise StoreUnavailable(f"blob storage error: {exc.strerror or exc}") from exc
+        except OSError as exc:
+            raise _store_error(exc) from exc
         except asyncio.CancelledError:
             if on_orphan is not None:
                 def release(f: concurrent.futures.Future[T]) -> None:
@@ -325,6 +330,15 @@ class FsBlobStore:
                 handle.close()
                 raise
 
+    def open_for_read(self, key: str) -> int:
+        """``LocalBlobFiles.open_for_read``: the descriptor ``read`` itself would use (same
+        symlink-safe open), for a caller on a worker thread; closing it is the caller's."""
+        validate_key(key)
+        try:
+            return self._open_blob(key)
+        except OSError as exc:
+            raise _store_error(exc) from exc
+
     async def read_all(self, key: str, limit: int) -> bytes:
         validate_key(key)
         return await self._run(self._read_all_sync, key, limit)
@@ -365,8 +379,9 @@ class FsBlobStore:
     def local_path(self, key: str) -> Path | None:
         """Where the blob lives (it may not exist); None for an invalid key. No I/O.
 
-        Whoever opens this path should use O_NOFOLLOW (or prefer ``read``), since this
-        method cannot check the tree for planted symlinks without touching the disk.
+        For naming the file (the sidecar's X-Accel-Redirect), not for opening it: this method
+        cannot check the tree for planted symlinks without touching the disk, so readers use
+        ``read`` or ``open_for_read``.
         """
         try:
             validate_key(key)
@@ -394,12 +409,12 @@ class FsBlobStore:
         finally:
             os.close(shard_fd)
 
-    def list_keys(self, older_than_s: float) -> AsyncIterator[str]:
+    def list_keys(self, older_than_s: float) -> AsyncGenerator[str, None]:
         """Committed keys with mtime before now - ``older_than_s`` (temp files skipped)."""
         cutoff = time.time() - float(older_than_s)
         return self._list_keys(cutoff)
 
-    async def _list_keys(self, cutoff: float) -> AsyncIterator[str]:
+    async def _list_keys(self, cutoff: float) -> AsyncGenerator[str, None]:
         for shard in await self._run(self._list_shards_sync):
             for key in await self._run(self._scan_shard_sync, shard, cutoff, False):
                 yield key
@@ -456,7 +471,6 @@ class FsBlobStore:
         finally:
             os.close(shard_fd)
         return found
-
 
     # quarantine
 

@@ -21,7 +21,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -237,10 +236,6 @@ class S3BlobStore:
                 return bytes(await body.read())
         finally:
             body.close()
-
-    def local_path(self, key: str) -> Path | None:
-        """No local files: image jobs read the object's bytes instead."""
-        return None
 
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
         """A presigned GET URL (SigV4, only the Host header signed, so a Range header may be

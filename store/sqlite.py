@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from store.base import MIGRATION_TABLES
 from store.errors import Duplicate, StorageFull, StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -36,6 +37,7 @@ from store.models import (
     CustomDomain,
     FileQuery,
     FileRecord,
+    Invite,
     LogEntry,
     StoreIdentity,
     UsageCounts,
@@ -208,6 +210,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX files_user_type_created
             ON files (user_id, content_type, created_at DESC, id DESC, is_public, size)""",
     ),
+    (
+        # Operators disable accounts; invite-only registration keeps its codes (by hash).
+        "ALTER TABLE users ADD COLUMN disabled_at TEXT",
+        """CREATE TABLE invites (
+            id TEXT PRIMARY KEY,
+            code_hash TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            created_by TEXT,
+            used_at TEXT)""",
+        "CREATE INDEX invites_created ON invites (created_at DESC, id DESC)",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -235,16 +249,12 @@ def _params(record: Any) -> dict[str, Any]:
 
 
 USER_COLS = _columns(User)
+INVITE_COLS = _columns(Invite)
 KEY_COLS = _columns(ApiKey)
 FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
 
-MIGRATION_TABLES: dict[str, str] = {
-    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash",
-    "files": "id", "logs": "id", "usage": "user_id, period"}
-"""Every table (in an order that satisfies the foreign keys) and its primary key, for
-``mediasrv migrate``: rows cross between backends as dicts of these columns."""
 
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
     files_count = max(files_count - 1, 0) WHERE id = :user_id"""
@@ -280,6 +290,14 @@ def _user(row: Row) -> User:
 
 def _key(row: Row) -> ApiKey:
     return ApiKey(**dict(row))
+
+
+def _invite(row: Row) -> Invite:
+    return Invite(**dict(row))
+
+
+def _first_column(row: Row) -> Any:
+    return row[0]
 
 
 def _file(row: Row) -> FileRecord:
@@ -336,8 +354,8 @@ def _use_search_index(conn: sqlite3.Connection, query: FileQuery) -> bool:
     """Whether ``q`` is long enough for the trigram index and selective enough to pay."""
     if not query.q or len(query.q.lower()) < TRIGRAM:
         return False
-    found = conn.execute("SELECT count(*) FROM (SELECT 1 FROM file_search WHERE file_search MATCH ? "
-                         "LIMIT ?)", (_fts_phrase(query.q.lower()), INDEX_MAX_CANDIDATES + 1)).fetchone()[0]
+    found: int = conn.execute("SELECT count(*) FROM (SELECT 1 FROM file_search WHERE file_search MATCH ? "
+                              "LIMIT ?)", (_fts_phrase(query.q.lower()), INDEX_MAX_CANDIDATES + 1)).fetchone()[0]
     return found <= INDEX_MAX_CANDIDATES
 
 
@@ -348,7 +366,8 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
     walking the user's rows instead); instr() on the folded text stays the definition of a
     match, so the index can only make it faster, never change the result.
     """
-    clauses, params = ["+user_id = ?" if indexed else "user_id = ?"], [user_id]
+    clauses = ["+user_id = ?" if indexed else "user_id = ?"]
+    params: list[Any] = [user_id]
     if query.q:
         folded = query.q.lower()
         if indexed:
@@ -407,6 +426,40 @@ def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: l
     return [convert(row) for row in rows], total
 
 
+def _users_matching(conn: sqlite3.Connection, text: str, offset: int, limit: int) -> tuple[list[User], int]:
+    """Accounts whose address contains ``text`` (a literal: LIKE's wildcards escaped), oldest first."""
+    pattern = "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = "lower(email) LIKE ? ESCAPE '\\'"
+    total = conn.execute(f"SELECT count(*) FROM users WHERE {where}", (pattern,)).fetchone()[0]
+    rows = conn.execute(f"SELECT {USER_COLS} FROM users WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                        (pattern, limit, offset)).fetchall()
+    return [_user(row) for row in rows], total
+
+
+def _domains_by_name(conn: sqlite3.Connection, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+    total = conn.execute("SELECT count(*) FROM custom_domains").fetchone()[0]
+    rows = conn.execute(f"SELECT {DOMAIN_COLS} FROM custom_domains ORDER BY hostname LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
+    return [_domain(row) for row in rows], total
+
+
+def _page_newest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
+                 convert: Callable[[Row], T]) -> tuple[list[T], int]:
+    """One page of a whole table, newest first with ties by id descending, and the total."""
+    total = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    rows = conn.execute(f"SELECT {cols} FROM {table} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
+    return [convert(row) for row in rows], total
+
+
+def _delete_user(conn: sqlite3.Connection, user_id: str) -> int:
+    """The account and what is keyed by it: tokens, keys, files and domain go by their foreign
+    keys (ON DELETE CASCADE); logs and usage have none."""
+    conn.execute("DELETE FROM logs WHERE user_id = ?", (user_id,))
+    conn.execute("DELETE FROM usage WHERE user_id = ?", (user_id,))
+    return conn.execute("DELETE FROM users WHERE id = ?", (user_id,)).rowcount
+
+
 def _page_oldest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
                  convert: Callable[[Row], T]) -> tuple[list[T], int]:
     """One page of a whole table, oldest first with ties by id, and the total."""
@@ -449,19 +502,20 @@ def _count_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, where
     ranged = query.q or any(v is not None for v in (query.size_min, query.size_max,
                                                       query.created_after, query.created_before))
     if ranged:
-        return conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0]
+        return int(conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0])
     return _counted(conn, user_id, query.content_type, query.is_public)
 
 
 def _counted(conn: sqlite3.Connection, user_id: str, content_type: str | None = None,
              is_public: bool | None = None) -> int:
     """An account's files of that type and visibility (None: any), from ``file_counts``."""
-    sql, args = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?", [user_id]
+    sql = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?"
+    args: list[Any] = [user_id]
     if content_type is not None:
         sql, args = sql + " AND content_type = ?", [*args, content_type]
     if is_public is not None:
         sql, args = sql + " AND is_public = ?", [*args, int(is_public)]
-    return conn.execute(sql, args).fetchone()[0]
+    return int(conn.execute(sql, args).fetchone()[0])
 
 
 def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
@@ -861,9 +915,20 @@ class SqliteMetaStore:
                                      plan.trial_ends_at, at, user_id))
         return changed > 0
 
-    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+    async def list_users(self, offset: int, limit: int, email_contains: str | None = None) -> tuple[list[User], int]:
         _check_page(offset, limit)
-        return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
+        if not email_contains:
+            return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
+        return await self._read(_users_matching, email_contains, offset, limit)
+
+    async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
+        changed = await self._write(_execute, "UPDATE users SET disabled_at = ?, updated_at = ?, "
+                                    "token_version = token_version + 1 WHERE id = ?",
+                                    (disabled_at, at, user_id))
+        return changed > 0
+
+    async def delete_user(self, user_id: str) -> bool:
+        return bool(await self._write(_delete_user, user_id))
 
     # --- single-use tokens ------------------------------------------------------------
 
@@ -876,6 +941,26 @@ class SqliteMetaStore:
     async def consume_token(self, kind: str, token_hash: str,
                             now: str) -> tuple[str, str | None] | None:
         return await self._write(_consume_token, kind, token_hash, now)
+
+    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
+        owner: str | None = await self._lookup(
+            _fetch_one, "SELECT user_id FROM tokens WHERE token_hash = ? AND kind = ? AND used_at IS NOT NULL",
+            (token_hash, kind), _first_column)
+        return owner
+
+    # --- invites ----------------------------------------------------------------------
+
+    async def create_invite(self, invite: Invite) -> None:
+        await self._write(_execute, _insert_sql("invites", Invite), _params(invite))
+
+    async def use_invite(self, code_hash: str, now: str) -> bool:
+        changed = await self._write(_execute, "UPDATE invites SET used_at = ? WHERE code_hash = ? "
+                                    "AND used_at IS NULL AND expires_at > ?", (now, code_hash, now))
+        return changed > 0
+
+    async def list_invites(self, offset: int, limit: int) -> tuple[list[Invite], int]:
+        _check_page(offset, limit)
+        return await self._read(_page_newest, "invites", INVITE_COLS, offset, limit, _invite)
 
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """The protocol passes no time, so the retirement is stamped with the clock here."""
@@ -967,6 +1052,10 @@ class SqliteMetaStore:
 
     async def delete_domain(self, user_id: str) -> None:
         await self._write(_execute, "DELETE FROM custom_domains WHERE user_id = ?", (user_id,))
+
+    async def list_domains(self, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+        _check_page(offset, limit)
+        return await self._read(_domains_by_name, offset, limit)
 
     # --- activity logs ----------------------------------------------------------------
 

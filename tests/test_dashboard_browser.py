@@ -4,12 +4,16 @@ The server is the usual test app (real SQLite, real files, e-mail to the SMTP si
 test's event loop; Playwright's async API shares that loop, so the server answers while the
 test awaits the browser. Never ``playwright install``: the browser is /usr/bin/chromium.
 
-Screenshots of the files grid and the API-keys page are written to tests/artifacts/.
+Screenshots (files grid, API keys, the upload queue waiting out a 429, the file view, the mobile
+Activity page) go to the directory named by MEDIASRV_TEST_ARTIFACTS, else to the test's tmp_path:
+never into the checkout, so a test run leaves every tracked file as it was.
 """
 from __future__ import annotations
 
 import asyncio
 import io
+import os
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -19,6 +23,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from mediasrv.core.settings import Settings
+from mediasrv.web.app import Runtime
 from tests.conftest import Api, ShiftableClock, body
 from tests.dnsserver import LocalDns
 
@@ -27,13 +32,21 @@ if not CHROMIUM.exists():
     pytest.skip("Debian's chromium is not installed (/usr/bin/chromium); .ci/run installs it",
                 allow_module_level=True)
 
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright, expect  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).parent / "artifacts"
 TIMEOUT_MS = 15_000
 PASSWORD = "s3cret-pass"
+
+
+@pytest.fixture
+def artifacts(tmp_path: Path) -> Path:
+    """Where screenshots go: $MEDIASRV_TEST_ARTIFACTS, else this test's tmp_path (outside the checkout)."""
+    where = Path(os.environ["MEDIASRV_TEST_ARTIFACTS"]) if os.environ.get("MEDIASRV_TEST_ARTIFACTS") \
+        else tmp_path / "artifacts"
+    where.mkdir(parents=True, exist_ok=True)
+    return where
 
 
 @pytest.fixture
@@ -50,21 +63,30 @@ def app_env(request: pytest.FixtureRequest, local_dns: LocalDns) -> dict[str, st
 
 
 @asynccontextmanager
-async def browser_page(base: str) -> AsyncIterator[tuple[Page, list[str]]]:
-    """A fresh browser and page with clipboard access; yields (page, console problems)."""
+async def browser_page(base: str, viewport: tuple[int, int] = (1280, 860),
+                       fake_clock: bool = False) -> AsyncIterator[tuple[Page, list[str]]]:
+    """A fresh browser and page with clipboard access; yields (page, console problems).
+
+    ``fake_clock``: the page's timers and Date run on Playwright's clock (``page.clock``), which
+    flows on its own until a test jumps it forward (``fast_forward``) past a wait.
+    """
     problems: list[str] = []
     async with async_playwright() as pw:
         browser: Browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
-            context = await browser.new_context(viewport={"width": 1280, "height": 860}, base_url=base)
+            context = await browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                                base_url=base)
             await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
             page = await context.new_page()
+            if fake_clock:
+                await page.clock.install()
             page.set_default_timeout(TIMEOUT_MS)
             expect.set_options(timeout=TIMEOUT_MS)
 
             def on_console(msg: ConsoleMessage) -> None:
                 # Failed requests the app handles (the 401 before a refresh) log as errors too.
-                if msg.type == "error" and "status of 401" not in msg.text:
+                # An upload refused with 429 is an expected answer the queue waits out.
+                if msg.type == "error" and "status of 401" not in msg.text and "status of 429" not in msg.text:
                     problems.append(msg.text)
 
             page.on("console", on_console)
@@ -110,9 +132,11 @@ async def tab_to(page: Page, selector: str) -> None:
     raise AssertionError(f"Tab never reached {selector}")
 
 
-async def register_and_confirm(page: Page, api: Api, email: str) -> None:
+async def register_and_confirm(page: Page, api: Api, email: str) -> str:
+    """Register through the pages and open the e-mailed link; the link."""
     await page.goto("/")
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    await assert_logged_out_header(page)
     await page.get_by_role("link", name="Create an account").click()
     await page.get_by_label("Email").fill(email)
     await page.get_by_label("Password").fill(PASSWORD)
@@ -123,6 +147,14 @@ async def register_and_confirm(page: Page, api: Api, email: str) -> None:
     await page.goto(link)
     await expect(page.get_by_text("Your e-mail address is confirmed")).to_be_visible()
     assert page.url.endswith("/#/confirmed")
+    return link
+
+
+async def assert_logged_out_header(page: Page) -> None:
+    """No "Log out", no e-mail and no navigation while nobody is logged in."""
+    await expect(page.get_by_role("button", name="Log out")).to_be_hidden()
+    await expect(page.locator("#who")).to_be_hidden()
+    await expect(page.get_by_role("navigation", name="Dashboard")).to_be_hidden()
 
 
 async def log_in(page: Page, email: str, password: str = PASSWORD) -> None:
@@ -133,7 +165,7 @@ async def log_in(page: Page, email: str, password: str = PASSWORD) -> None:
 
 
 async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, settings: Settings,
-                                                                   local_dns: LocalDns) -> None:
+                                                                   local_dns: LocalDns, artifacts: Path) -> None:
     email = "browser-journey@example.com"
     async with browser_page(settings.public_url) as (page, problems):
         response = await page.goto("/")
@@ -141,9 +173,17 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         csp = response.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
 
-        await register_and_confirm(page, api, email)
+        link = await register_and_confirm(page, api, email)
+        # The link opened a second time lands on a page that says so, not on raw JSON.
+        await page.goto(link)
+        await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+        await expect(page.get_by_role("status").filter(has_text="already used")).to_contain_text(
+            "already confirmed: log in below")
+        assert page.url.endswith("/#/confirm-used")
+        await assert_logged_out_header(page)
         await log_in(page, email)
         await expect(page.locator("#who-email")).to_have_text(email)
+        await expect(page.get_by_role("button", name="Log out")).to_be_visible()
 
         # Upload three pictures and a text file through the file input; per-file progress.
         uploads = [{"name": f"{name}.png", "mimeType": "image/png", "buffer": picture(color, name)}
@@ -174,8 +214,7 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await expect(page.get_by_role("img", name="ocean.png")).to_be_visible()
         listed = body(await api.call("GET", "/files?q=ocean", token=await _token(api, email)))["files"]
         assert [f["name"] for f in listed] == ["ocean.png"]
-        ARTIFACTS.mkdir(exist_ok=True)
-        await page.screenshot(path=str(ARTIFACTS / "dashboard-files.png"), full_page=True)
+        await page.screenshot(path=str(artifacts / "dashboard-files.png"), full_page=True)
 
         # Copy the public URL of one file; the clipboard holds exactly the API's URL.
         card = page.locator("li.file", has_text="ocean.png")
@@ -206,7 +245,7 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         assert (await api.call("GET", "/files", headers={"X-Api-Key": key})).code == 200
         await expect(page.get_by_role("cell", name="CI uploads", exact=True)).to_be_visible()
         await assert_accessible(page)
-        await page.screenshot(path=str(ARTIFACTS / "dashboard-api-keys.png"), full_page=True)
+        await page.screenshot(path=str(artifacts / "dashboard-api-keys.png"), full_page=True)
         await page.get_by_role("button", name="Done, hide the key").click()
         await expect(page.get_by_label("New API key")).to_have_count(0)
         await page.get_by_role("button", name="Revoke API key CI uploads").click()
@@ -257,6 +296,8 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         assert refresh_token
         await page.get_by_role("button", name="Log out").click()
         await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+        await expect(page.locator("#status")).to_have_text("You are logged out.")
+        await assert_logged_out_header(page)
         assert await page.evaluate("() => sessionStorage.length") == 0
         r = await api.call("POST", "/auth/refresh", json={"refresh_token": refresh_token})
         assert r.code == 401
@@ -361,3 +402,310 @@ async def _wait_clipboard(page: Page, needle: str) -> str:
         await asyncio.sleep(0.05)
     raise AssertionError(f"clipboard never held {needle!r}: {text!r}")
 
+
+
+# --- the upload queue ------------------------------------------------------------------------
+
+def text_files(prefix: str, count: int) -> list[dict[str, object]]:
+    """``count`` small text files with distinct contents, for set_input_files."""
+    return [{"name": f"{prefix}-{i:02d}.txt", "mimeType": "text/plain", "buffer": f"{prefix} file {i}\n".encode()}
+            for i in range(count)]
+
+
+async def all_names(api: Api, token: str) -> list[str]:
+    names: list[str] = []
+    for page_no in range(1, 20):
+        listed = body(await api.call("GET", f"/files?page={page_no}&limit=100", token=token))
+        names += [f["name"] for f in listed["files"]]
+        if len(listed["files"]) < 100:
+            return names
+    raise AssertionError("more files than expected")
+
+
+QUEUE_SETTLED = """n => !document.querySelector('ul.uploads li[data-state=uploading]')
+    && (document.querySelector('ul.uploads li[data-state=waiting]')
+        || document.querySelectorAll('ul.uploads li[data-state=done]').length === n)"""
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "1"}], indirect=True)
+async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settings: Settings, runtime: Runtime,
+                                                                  artifacts: Path) -> None:
+    """60 files against the interface's 30 uploads per user per minute, on injected clocks.
+
+    The server's rate-limit clock starts one second into a window and moves a whole window at
+    a time; the page's clock (Playwright's) jumps over each wait instead of waiting a minute.
+    """
+    email = "browser-queue@example.com"
+    await api.user(email)
+    offset = 60 - time.time() % 60 + 1
+    runtime.limiter._clock = lambda: time.time() + offset
+    statuses: list[int] = []
+    async with browser_page(settings.public_url, fake_clock=True) as (page, problems):
+        page.on("response", lambda r: statuses.append(r.status)
+                if r.request.method == "POST" and r.url.split("?")[0].endswith("/files") else None)
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await page.get_by_label("Choose files to upload").set_input_files(text_files("drop", 60))
+        done = page.locator("ul.uploads li[data-state=done]")
+        rounds = 0
+        while await done.count() < 60:
+            await page.wait_for_function(QUEUE_SETTLED, arg=60, polling=100)
+            if await done.count() == 60:
+                break
+            rounds += 1
+            assert rounds <= 3, "the queue should need two windows, three at most"
+            waiting = page.locator("ul.uploads li[data-state=waiting]").first
+            note = waiting.locator(".upload-note")
+            match = re.fullmatch(r"waiting (\d+) s: rate limit", await note.inner_text())
+            assert match, await note.inner_text()
+            # Each finished file is already in the grid (its first page), not after the batch.
+            await expect(page.locator("ul.grid li.file")).to_have_count(min(24, await done.count()))
+            if rounds == 1:
+                await expect(page.locator(".upload-pause")).to_contain_text("resuming by itself in")
+                # The countdown follows the page's clock.
+                seconds = int(match.group(1))
+                assert 20 <= seconds <= 60, seconds
+                await page.clock.fast_forward(5_000)
+                await expect(note).to_have_text(re.compile(r"waiting (\d+) s: rate limit"))
+                assert int(re.findall(r"\d+", await note.inner_text())[0]) <= seconds - 5
+                await waiting.scroll_into_view_if_needed()
+                await page.screenshot(path=str(artifacts / "dashboard-queue-waiting.png"))
+            offset += 60  # the server's next window...
+            await page.clock.fast_forward(61_000)  # ...and the page's wait is over: it resumes by itself
+        await expect(page.locator(".upload-summary")).to_have_text("60 of 60 uploaded")
+        assert rounds >= 1 and 429 in statuses
+        assert statuses.count(201) == 60
+        names = await all_names(api, await _token(api, email))
+        assert sorted(names) == [f"drop-{i:02d}.txt" for i in range(60)]  # all arrived, none twice
+        await expect(page.locator("ul.grid li.file")).to_have_count(24)
+        assert problems == []
+
+
+async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remove(
+        api: Api, settings: Settings) -> None:
+    email = "browser-queue-rows@example.com"
+    await api.user(email)
+    tries: dict[str, int] = {}
+
+    async def flaky_network(route: Route) -> None:
+        name = route.request.headers.get("x-file-name", "")
+        tries[name] = tries.get(name, 0) + 1
+        if name == "flaky.txt" and tries[name] <= 2:
+            await route.abort("connectionreset")  # the connection drops before the server sees it
+        else:
+            await route.continue_()
+
+    async with browser_page(settings.public_url, fake_clock=True) as (page, problems):
+        await page.route(re.compile(r"/files\?isPublic="), flaky_network)
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await page.get_by_label("Choose files to upload").set_input_files([
+            {"name": "flaky.txt", "mimeType": "text/plain", "buffer": b"flaky\n"},
+            {"name": "tool.exe", "mimeType": "application/x-msdownload", "buffer": b"MZ\x90\x00"}])
+        rows = page.locator("ul.uploads li")
+        flaky, tool, big = (rows.filter(has_text=name) for name in ("flaky.txt", "tool.exe", "big.txt"))
+
+        # A refused type fails at once with the server's reason; Remove takes the row away.
+        await expect(tool).to_have_attribute("data-state", "failed")
+        await expect(tool.locator(".upload-note")).to_contain_text("not allowed")
+        await expect(tool.get_by_role("button", name="Retry upload of tool.exe")).to_be_visible()
+        await tool.get_by_role("button", name="Remove tool.exe from the uploads").click()
+        await expect(tool).to_have_count(0)
+
+        # Network errors: waits with backoff (1 s, then 2 s), then goes through by itself.
+        await expect(flaky.locator(".upload-note")).to_have_text(re.compile(r"waiting \d+ s: network error"))
+        await page.clock.fast_forward(2_000)
+        await expect(flaky.locator(".upload-note")).to_have_text(re.compile(r"waiting \d+ s: network error"))
+        await page.clock.fast_forward(3_000)
+        await expect(flaky).to_have_attribute("data-state", "done")
+        assert tries["flaky.txt"] == 3
+        await page.unroute(re.compile(r"/files\?isPublic="))
+
+        # A slow upload (the browser's upload throttled to 256 KiB/s) shows its size, speed and
+        # time left; the person cancels it while it runs, then retries it at full speed.
+        cdp = await page.context.new_cdp_session(page)
+        await cdp.send("Network.enable")
+        await cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0,
+                                                            "downloadThroughput": -1, "uploadThroughput": 256 * 1024})
+        await page.get_by_label("Choose files to upload").set_input_files(
+            [{"name": "big.txt", "mimeType": "text/plain", "buffer": b"big text\n" * 400_000}])
+        note = re.compile(r"Uploading · [\d.]+ KB/s · \d+ (s|min).* left")
+        await expect(big.locator(".upload-note")).to_have_text(note)
+        await expect(big.locator(".upload-size")).to_have_text(re.compile(r"[\d.]+ (B|KB|MB) of 3.4 MB"))
+        await big.get_by_role("button", name="Cancel upload of big.txt").click()
+        await expect(big).to_have_attribute("data-state", "cancelled")
+        await cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0,
+                                                            "downloadThroughput": -1, "uploadThroughput": -1})
+        await big.get_by_role("button", name="Retry upload of big.txt").click()
+        await expect(big).to_have_attribute("data-state", "done")
+        await expect(page.locator(".upload-summary")).to_have_text("2 of 2 uploaded")
+        await expect(page.locator("ul.grid li.file")).to_have_count(2)
+        assert sorted(await all_names(api, await _token(api, email))) == ["big.txt", "flaky.txt"]
+        # Logged by the browser: the dropped connections, the refused type and the cancelled upload.
+        assert [p for p in problems if "ERR_" not in p and "status of 400" not in p] == []
+
+
+# --- the file view ---------------------------------------------------------------------------
+
+def pdf_document() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (300, 200), (200, 40, 40)).save(out, "PDF")
+    return out.getvalue()
+
+
+async def upload(api: Api, token: str, name: str, content_type: str, data: bytes, public: bool = True) -> dict:
+    r = await api.call("POST", f"/files?isPublic={'true' if public else 'false'}", body=data, token=token,
+                       headers={"Content-Type": content_type, "x-file-name": name})
+    assert r.code == 201, r.body
+    return body(r)["file"]
+
+
+async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: Api, settings: Settings,
+                                                                            artifacts: Path) -> None:
+    email = "browser-preview@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    photo = await upload(api, token, "harbour.png", "image/png", picture((30, 120, 160), "harbour"))
+    pdf = await upload(api, token, "report.pdf", "application/pdf", pdf_document(), public=False)
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, email)
+
+        # A click on the thumbnail opens the file view: the image through /m/<id>?width=.
+        await page.get_by_role("img", name="harbour.png").click()
+        await expect(page.get_by_role("heading", name="harbour.png")).to_be_visible()
+        assert page.url.endswith(f"#/file/{photo['file_id']}")
+        preview = page.get_by_role("img", name="Preview of harbour.png")
+        await expect(preview).to_be_visible()
+        src = await preview.get_attribute("src")
+        assert src is not None and re.fullmatch(rf"/m/{photo['file_id']}\?width=\d+", src), src
+        assert 320 <= int(src.rsplit("=", 1)[1]) <= 2048
+        assert await preview.evaluate("i => i.complete && i.naturalWidth") == 640  # never enlarged
+        facts = page.locator("dl.facts")
+        for text in ("image/png", photo["file_id"], "Public"):
+            await expect(facts).to_contain_text(text)
+
+        await page.get_by_role("button", name="Copy public URL").click()
+        assert await _wait_clipboard(page, "/m/") == photo["public_url"]
+        await page.get_by_role("button", name="Copy download URL").click()
+        assert await _wait_clipboard(page, "/d/") == photo["public_download_url"]
+        await page.get_by_role("button", name="Copy signed URL", exact=True).click()
+        signed = await _wait_clipboard(page, "signature=")
+        assert signed.startswith(photo["public_url"] + "?expires=")
+
+        # The resized-link helper: its link answers an image of that size and format.
+        await page.get_by_label("Width (px)").fill("200")
+        await page.get_by_label("Format").select_option("webp")
+        resized = page.get_by_label("Resized link")
+        await expect(resized).to_have_value(photo["public_url"] + "?width=200&format=webp")
+        await page.get_by_label("Width (px)").fill("0")
+        await expect(page.get_by_role("alert")).to_contain_text("width must be a whole number")
+        await expect(page.get_by_role("button", name="Copy resized link")).to_be_disabled()
+        await page.get_by_label("Width (px)").fill("200")
+        await page.get_by_role("button", name="Copy resized link").click()
+        link = await _wait_clipboard(page, "format=webp")
+        r = await api.call("GET", link.replace(api.base, ""))
+        assert r.code == 200 and r.headers["Content-Type"] == "image/webp"
+        assert Image.open(io.BytesIO(r.body)).size == (200, 150)
+        await assert_accessible(page)
+        await page.screenshot(path=str(artifacts / "dashboard-file-view-image.png"), full_page=True)
+
+        # The status line belongs to the view that wrote it.
+        await expect(page.locator("#status")).to_contain_text("Copied the resized link")
+        await page.get_by_role("link", name="API keys").click()
+        await expect(page.get_by_role("heading", name="API keys")).to_be_visible()
+        await expect(page.locator("#status")).to_have_text("")
+
+        # A private PDF: shown in a frame from a signed /m URL (the session token stays out of URLs).
+        async with page.expect_response(lambda r: f"/m/{pdf['file_id']}?" in r.url) as pdf_answer:
+            await page.goto(f"/#/file/{pdf['file_id']}")
+        answer = await pdf_answer.value
+        assert answer.status == 200 and answer.headers["content-type"] == "application/pdf"
+        frame = page.locator("iframe.preview-frame")
+        await expect(frame).to_have_attribute("title", "Preview of report.pdf")
+        src = await frame.get_attribute("src")
+        assert src is not None and src.startswith(f"/m/{pdf['file_id']}?expires=") and "signature=" in src
+        await expect(page.locator("dl.facts")).to_contain_text("Private")
+        await expect(page.get_by_role("button", name="Copy public URL")).to_have_count(0)
+        download = page.get_by_role("link", name="Download report.pdf")
+        assert "/d/" in (await download.get_attribute("href") or "")
+
+        # Delete from the file view: back to Files, which says so.
+        await page.get_by_role("button", name="Delete this file").click()
+        await page.get_by_role("dialog").get_by_role("button", name="Delete").click()
+        await expect(page.get_by_role("heading", name="Files")).to_be_visible()
+        await expect(page.locator("#status")).to_have_text("Deleted report.pdf.")
+        await expect(page.locator("ul.grid li.file")).to_have_count(1)
+        assert (await api.call("GET", f"/files/{pdf['file_id']}", token=token)).code == 404
+        assert problems == []
+
+
+async def test_sort_and_filter_by_kind(api: Api, settings: Settings) -> None:
+    email = "browser-sort@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    uploaded = [("b-photo.png", "image/png", picture((10, 10, 10), "b")),
+                ("a-notes.txt", "text/plain", b"x" * 10),
+                ("c-archive.zip", "application/zip", b"PK\x03\x04" + b"z" * 3000),
+                ("d-paper.pdf", "application/pdf", pdf_document())]
+    for name, content_type, data in uploaded:
+        await upload(api, token, name, content_type, data)
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, email)
+        page_names = page.locator("ul.grid li.file a.file-name")
+        names = ["d-paper.pdf", "c-archive.zip", "a-notes.txt", "b-photo.png"]  # newest first
+        await expect(page_names).to_have_text(names)
+        await page.get_by_label("Sort by").select_option("oldest")
+        await expect(page_names).to_have_text(names[::-1])
+        await page.get_by_label("Sort by").select_option("name")
+        await expect(page_names).to_have_text(sorted(names))
+        await page.get_by_label("Sort by").select_option("largest")
+        sizes = sorted(((len(d), n) for n, _, d in uploaded), reverse=True)
+        await expect(page_names).to_have_text([n for _, n in sizes])
+        await page.get_by_label("Kind").select_option("image")
+        await expect(page_names).to_have_text(["b-photo.png"])
+        await page.get_by_label("Kind").select_option("document")
+        await expect(page_names).to_have_text([n for _, n in sizes if n in ("d-paper.pdf", "a-notes.txt")])
+        await page.get_by_label("Kind").select_option("other")
+        await expect(page_names).to_have_text(["c-archive.zip"])
+        await page.get_by_label("Kind").select_option("video")
+        await expect(page.get_by_text("No file matches these filters.")).to_be_visible()
+        await page.get_by_role("button", name="Clear filters").click()
+        await expect(page_names).to_have_text(names)
+
+        # A text file's view shows its start as text.
+        await page.get_by_role("link", name="a-notes.txt", exact=True).click()
+        await expect(page.get_by_label("Preview of a-notes.txt").locator("pre")).to_have_text("x" * 10)
+        assert problems == []
+
+
+async def test_activity_fits_a_phone_screen(api: Api, settings: Settings, artifacts: Path) -> None:
+    email = "browser-mobile@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    await upload(api, token, "a-rather-long-file-name-for-a-small-screen.png", "image/png", picture((9, 9, 9), "m"))
+    async with browser_page(settings.public_url, viewport=(375, 740)) as (page, problems):
+        await page.goto("/#/login")
+        await assert_logged_out_header(page)
+        await log_in(page, email)
+        overflow = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        await page.get_by_label("Choose files to upload").set_input_files(text_files("phone", 2))
+        await expect(page.locator("ul.uploads li[data-state=done]")).to_have_count(2)
+        assert await page.evaluate(overflow) == 0
+        await page.get_by_role("img", name="a-rather-long-file-name-for-a-small-screen.png").click()
+        preview = page.get_by_role("img", name="Preview of a-rather-long-file-name-for-a-small-screen.png")
+        await expect(preview).to_be_visible()
+        assert await page.evaluate(overflow) == 0
+        await page.get_by_role("link", name="Activity").click()
+        await expect(page.get_by_role("heading", name="Activity")).to_be_visible()
+        await expect(page.locator("td code", has_text="/files").first).to_be_visible()
+        assert await page.evaluate(overflow) == 0
+        assert await page.locator("table.table").evaluate("t => t.getBoundingClientRect().right") <= 375
+        await page.screenshot(path=str(artifacts / "dashboard-activity-mobile.png"), full_page=True)
+        await page.get_by_role("link", name="API keys").click()
+        await page.get_by_label("Key name").fill("phone")
+        await page.get_by_role("button", name="Create API key").click()
+        await expect(page.get_by_label("New API key")).to_be_visible()
+        assert await page.evaluate(overflow) == 0
+        assert problems == []

@@ -131,6 +131,34 @@ async def test_confirmation_lands_on_the_confirmed_page(api: Api, settings: Sett
     assert landing.code == 200 and b"app.js" in landing.body
 
 
+BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
+
+
+async def test_a_used_confirmation_link_sends_a_browser_to_the_dashboard(api: Api, settings: Settings) -> None:
+    """Opened again, the link is a 400 for an API client and a page saying so for a browser."""
+    email = "twice@example.com"
+    r = await api.call("POST", "/auth/register", json={"email": email, "password": "s3cret-pass"})
+    assert r.code == 201
+    path = (await api.mail_link(email, "/auth/confirm")).replace(api.base, "")
+    first = await api.call("GET", path, headers={"Accept": BROWSER_ACCEPT})
+    assert first.code == 303 and first.headers["Location"] == f"{settings.public_url}/#/confirmed"
+    for accept in (BROWSER_ACCEPT, "text/html", "TEXT/HTML; q=0.5"):
+        again = await api.call("GET", path, headers={"Accept": accept})
+        assert again.code == 303, accept
+        assert again.headers["Location"] == f"{settings.public_url}/#/confirm-used"
+        assert again.body == b""
+    for accept in (None, "*/*", "application/json", "text/html;q=0", "text/html-like"):
+        again = await api.call("GET", path, headers={"Accept": accept} if accept else {})
+        assert again.code == 400, accept
+        assert again.headers["Content-Type"] == "application/json"
+        assert body(again)["code"] == "INVALID_TOKEN"
+    # A token that never existed is treated the same way (the server cannot tell them apart).
+    never = await api.call("GET", "/auth/confirm?token=" + "A" * 43, headers={"Accept": BROWSER_ACCEPT})
+    assert never.code == 303 and never.headers["Location"].endswith("#/confirm-used")
+    # The account is confirmed once, and stays so.
+    assert (await api.call("POST", "/auth/login", json={"email": email, "password": "s3cret-pass"})).code == 200
+
+
 async def test_logout_retires_the_refresh_token(api: Api) -> None:
     session = (await api.user("logout@example.com"))["session"]
     r = await api.call("POST", "/auth/logout", json={"refresh_token": session["refresh_token"]})

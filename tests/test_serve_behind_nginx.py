@@ -645,8 +645,9 @@ def test_s3_private_object_client_credentials_never_reach_s3(s3_sidecar: S3Sidec
     r = request(side.port, "GET", f"/m/{fid}", headers={"Authorization": f"Bearer {side.other_token}"})
     assert r.status == 404 and r.json()["code"] == "FILE_NOT_FOUND"
     assert side.s3.nginx_gets(key) == []
+    # (the token in both credential headers: two different credentials would be a 400)
     secret_headers = {"Authorization": f"Bearer {side.token}", "Cookie": "session=c00kie",
-                      "X-Api-Key": "not-a-real-key", "X-Forwarded-For": "10.9.8.7"}
+                      "X-Api-Key": side.token, "X-Forwarded-For": "10.9.8.7"}
     r = request(side.port, "GET", f"/m/{fid}", headers=secret_headers)
     assert r.status == 200 and r.body == data
     assert "private" in r.headers["cache-control"] and r.headers["etag"] == f'"{fid}"'
@@ -729,7 +730,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
-    text = sidecar.render()
+    text = sidecar.render(media_limit=4)
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text
@@ -743,6 +744,26 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     secret = sidecar.env["MEDIASRV_PROXY_SECRET"]
     assert len(secret) >= 32 and text.count(f'proxy_set_header X-Mediasrv-Proxy-Secret "{secret}";') >= 1
     assert 'proxy_set_header X-Mediasrv-Counted "";' in text  # cleared at server level
+
+
+def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
+    """MEDIASRV_NGINX_REAL_IP_FROM: the client address from the balancer's X-Forwarded-For (the
+    simulated cluster, tests/cluster, shows the per-address limits exact behind one)."""
+    script = _script_module()
+    assert script.real_ip({}) == ""
+    lines = script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2, 10.1.2.3/16"})
+    assert lines.split() == ["set_real_ip_from", "10.0.0.2/32;", "set_real_ip_from", "10.1.0.0/16;",
+                             "real_ip_header", "X-Forwarded-For;"]
+    with pytest.raises(SystemExit, match="MEDIASRV_NGINX_REAL_IP_FROM"):
+        script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2; evil"})
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
+    sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(sidecar.render(media_limit=4))
+    assert "set_real_ip_from 10.0.0.2/32;" in conf.read_text()
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
 
 
 def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

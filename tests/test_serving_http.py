@@ -441,6 +441,29 @@ async def test_svg_is_never_active(api: Api) -> None:
         _error(r)
 
 
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_ALLOWED_CONTENT_TYPES": "application/atom+xml,application/rss+xml,"
+                                      "application/mathml+xml,application/zip,text/plain,image/png,application/pdf"}])
+async def test_operator_added_types_are_attachments_under_the_sandbox(api: Api) -> None:
+    """Issue 15 finding 11: types an operator adds (Atom, RSS, MathML...) were served inline with
+    no sandbox CSP. Only raster media, PDF and plain text-like types are shown in place; every
+    other type is an attachment under the sandbox, whatever the allow-list holds."""
+    token, _ = await _login(api)
+    feed = b'<?xml version="1.0"?><feed xmlns="http://www.w3.org/2005/Atom"><script>alert(1)</script></feed>'
+    for ctype, data in (("application/atom+xml", feed), ("application/rss+xml", feed),
+                        ("application/mathml+xml", b"<math><mi>x</mi></math>"),
+                        ("application/zip", b"PK\x03\x04" + b"\x00" * 26)):
+        fid = (await _upload(api, token, data, ctype))["file_id"]
+        r = await _get(api, f"/m/{fid}")
+        assert r.code == 200 and r.headers["Content-Type"] == ctype, (ctype, r.code, r.body)
+        assert r.headers["Content-Disposition"] == "attachment", ctype
+        assert "sandbox" in r.headers["Content-Security-Policy"], ctype
+    for ctype, data, sandboxed in (("text/plain", b"hello", True), ("application/pdf", b"%PDF-1.4\n%%EOF", False)):
+        fid = (await _upload(api, token, data, ctype))["file_id"]
+        r = await _get(api, f"/m/{fid}")
+        assert "Content-Disposition" not in r.headers, ctype  # shown in place
+        assert ("Content-Security-Policy" in r.headers) == sandboxed, ctype
+
+
 # ---------------------------------------------------------------------------- malformed keys
 
 

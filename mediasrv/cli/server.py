@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import tornado.httpserver
 import tornado.web
@@ -32,7 +32,7 @@ from mediasrv.cli.startup_log import log_startup
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
-from mediasrv.core.stores import describe, make_stores
+from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
 from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
@@ -47,7 +47,7 @@ from mediasrv.web.connections import (
 )
 from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
 from mediasrv.web.metrics import Metrics, chain, metrics_app
-from store.base import BlobStore, MetaStore
+from store.base import BlobStore, Lifecycle, LocalDatabase, MetaStore, RowCopy, SharedSecrets
 from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
@@ -84,10 +84,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
     sys.exit(code)
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -208,34 +204,6 @@ class Running:
     access_log: AccessLog | None = None
 
 
-async def open_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
-    """Both stores, open; StartupError (with both closed again) when the data dir is unusable."""
-    meta, blobs = make_stores(settings)
-    try:
-        await meta.open()
-    except OSError as exc:
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
-    except (StoreError, RuntimeError) as exc:
-        if settings.meta_backend == "sqlite":
-            where = getattr(meta, "path", settings.data_dir)
-            raise StartupError(f"metadata database {where} is unusable: {_cause(exc)} "
-                               "(restore it from a backup)") from exc
-        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
-    try:
-        await blobs.open()
-    except (OSError, StoreError) as exc:
-        await blobs.close()
-        await meta.close()
-        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
-    return meta, blobs
-
-
-def _cause(exc: BaseException) -> str:
-    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
-    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
-    return str(inner) or type(inner).__name__
-
-
 def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
     return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
 
@@ -279,18 +247,14 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     while another has uploads in flight would drop their quota reservations.
     """
     libvips = check_libvips()
-    secret: str | None = None
-    if settings.jwt_secret or settings.meta_backend == "sqlite":
-        try:
-            secret = await asyncio.to_thread(load_secret, settings)
-        except OSError as exc:
-            raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
-    meta, blobs = await open_stores(settings)
+    stores = make_stores(settings)
+    secret = await local_secret(settings, stores[0])
+    meta, blobs = await open_stores(settings, stores)
     if secret is None:
         secret = await shared_secret(meta, blobs)
     vips.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    if settings.meta_backend == "sqlite" and sockets is None and settings.housekeeping == "full":
+    if isinstance(meta, LocalDatabase) and sockets is None and settings.housekeeping == "full":
         # Embedded means one process: counters are exact after any crash. A shared database
         # may have other processes' uploads in flight, so there it is `mediasrv reconcile`
         # (run once before the processes start, and MEDIASRV_HOUSEKEEPING=sweep or none).
@@ -299,7 +263,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         except StoreError as exc:
             await blobs.close()
             await meta.close()
-            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+            raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
@@ -405,13 +369,26 @@ async def serve(settings: Settings, *, sockets: list[socket.socket] | None = Non
     return 0
 
 
+async def local_secret(settings: Settings, meta: MetaStore) -> str | None:
+    """MEDIASRV_JWT_SECRET, or for a database on this host (``LocalDatabase``) the key file in
+    DATA_DIR beside it (``load_secret``); None when the key is to come from the shared database
+    once it is open (``shared_secret``). Read before the stores open, as a DATA_DIR check."""
+    if not (settings.jwt_secret or isinstance(meta, LocalDatabase)):
+        return None
+    try:
+        return await asyncio.to_thread(load_secret, settings)
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {exc}") from exc
+
+
 async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
-    """The signing key every process sharing a MongoDB database uses: generated by the first."""
-    get = getattr(meta, "shared_secret", None)
-    if get is None:
+    """The signing key every process sharing a database (MongoDB) uses: generated by the first."""
+    if not isinstance(meta, SharedSecrets):
+        await blobs.close()
+        await meta.close()
         raise StartupError("this metadata store cannot keep a shared secret; set MEDIASRV_JWT_SECRET")
     try:
-        return str(await get("jwt", secrets.token_urlsafe(48)))
+        return await meta.shared_secret("jwt", secrets.token_urlsafe(48))
     except StoreError as exc:
         await blobs.close()
         await meta.close()
@@ -421,24 +398,22 @@ async def shared_secret(meta: MetaStore, blobs: BlobStore) -> str:
 async def migrate_once(settings: Settings, to: str) -> int:
     """``mediasrv migrate --to backends|embedded``: see ``mediasrv.core.migrate``."""
     from mediasrv.core.migrate import Progress, migrate
-    from mediasrv.core.stores import make_blobs, make_meta
-    from store.fs import FsBlobStore
-    from store.sqlite import SqliteMetaStore
+    from mediasrv.core.stores import make_blobs, make_embedded, make_meta
 
     if not (settings.mongodb_url or settings.s3_bucket):
         raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
-    embedded = (SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir))
-    remote = (make_meta(settings) if settings.mongodb_url else None,
-              make_blobs(settings) if settings.s3_bucket else None)
-    source, target = (embedded, remote) if to == "backends" else (remote, embedded)
-    meta_pair = (source[0], target[0]) if remote[0] is not None else (embedded[0], None)
-    blob_pair = (source[1], target[1]) if remote[1] is not None else (embedded[1], None)
-    opened: list[Any] = []
+    local_meta, local_blobs = make_embedded(settings)
+    meta_pair = _migration_pair(local_meta, make_meta(settings) if settings.mongodb_url else None, to)
+    blob_pair = _migration_pair(local_blobs, make_blobs(settings) if settings.s3_bucket else None, to)
+    source_rows = _row_copy(meta_pair[0])
+    target_rows = None if meta_pair[1] is None else _row_copy(meta_pair[1])
+    opened: list[Lifecycle] = []
     try:
-        for store in {id(s): s for s in (*meta_pair, *blob_pair) if s is not None}.values():
+        stores: list[Lifecycle] = [s for s in (*meta_pair, *blob_pair) if s is not None]
+        for store in {id(s): s for s in stores}.values():
             await store.open()
             opened.append(store)
-        report = await migrate(meta_pair[0], blob_pair[0], meta_pair[1], blob_pair[1], Progress())  # type: ignore[arg-type]
+        report = await migrate(source_rows, blob_pair[0], target_rows, blob_pair[1], Progress())
     except StoreError as exc:
         raise StartupError(f"migration stopped (run it again to resume): {exc}") from exc
     finally:
@@ -447,6 +422,23 @@ async def migrate_once(settings: Settings, to: str) -> int:
     print(f"copied {report.blobs_copied} blobs ({report.blobs_skipped} already there); rows: "
           + ", ".join(f"{t} {n}" for t, n in report.rows.items()))
     return 0
+
+
+S = TypeVar("S", MetaStore, BlobStore)
+
+
+def _migration_pair(local: S, remote: S | None, to: str) -> tuple[S, S | None]:
+    """(source, target) of one kind of store; with no remote one configured, only the local
+    one, which is then read (its blobs or rows are what the other kind's copy needs)."""
+    if remote is None:
+        return local, None
+    return (local, remote) if to == "backends" else (remote, local)
+
+
+def _row_copy(meta: MetaStore) -> RowCopy:
+    if not isinstance(meta, RowCopy):
+        raise StartupError(f"{type(meta).__name__} cannot copy its rows to or from another store")
+    return meta
 
 
 async def reconcile_once(settings: Settings) -> int:
@@ -464,13 +456,14 @@ async def reconcile_once(settings: Settings) -> int:
 async def _reconcile_before_fork(settings: Settings) -> None:
     """``--workers``: the embedded store's start-up reconcile, once, before the workers exist
     (MEDIASRV_HOUSEKEEPING=full only)."""
-    if settings.meta_backend != "sqlite" or settings.housekeeping != "full":
+    stores = make_stores(settings)
+    if not isinstance(stores[0], LocalDatabase) or settings.housekeeping != "full":
         return
-    meta, blobs = await open_stores(settings)
+    meta, blobs = await open_stores(settings, stores)
     try:
         await meta.reconcile_usage()
     except StoreError as exc:
-        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+        raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     finally:
         await blobs.close()
         await meta.close()

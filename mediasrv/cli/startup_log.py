@@ -12,6 +12,7 @@ import logging
 from urllib.parse import urlsplit, urlunsplit
 
 from mediasrv.core.settings import Settings
+from store.base import LocalBlobFiles, LocalDatabase
 
 log = logging.getLogger("mediasrv")
 ALL_INTERFACES = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
@@ -26,14 +27,14 @@ def _mask(url: str) -> str:
 
 def describe_stores(settings: Settings, meta: object, blobs: object) -> tuple[str, str]:
     """(metadata, blobs) in words, from the store objects the server actually opened."""
-    path = getattr(meta, "path", None)
-    meta_text = f"SQLite {path}" if path is not None else f"{type(meta).__name__}"
-    if settings.mongodb_url and path is None:
-        meta_text += f" ({_mask(settings.mongodb_url)})"
-    root = getattr(blobs, "root", None)
-    blob_text = f"files under {root}/blobs" if root is not None else type(blobs).__name__
-    if settings.s3_bucket and root is None:
-        blob_text += f" (bucket {settings.s3_bucket})"
+    if isinstance(meta, LocalDatabase):
+        meta_text = f"SQLite {meta.path}"
+    else:
+        meta_text = type(meta).__name__ + (f" ({_mask(settings.mongodb_url)})" if settings.mongodb_url else "")
+    if isinstance(blobs, LocalBlobFiles):
+        blob_text = f"files under {blobs.root}/blobs"
+    else:
+        blob_text = type(blobs).__name__ + (f" (bucket {settings.s3_bucket})" if settings.s3_bucket else "")
     return meta_text, blob_text
 
 

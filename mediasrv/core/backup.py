@@ -31,7 +31,7 @@ import orjson
 from mediasrv.core.settings import Settings
 from mediasrv.core.timeutil import now_iso
 from mediasrv.version import version
-from store.base import BlobStore, MetaStore
+from store.base import BlobStore, MetaStore, Snapshots
 from store.errors import BlobNotFound
 from store.sqlite import copy_database, snapshot_contents
 
@@ -71,15 +71,14 @@ async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Pa
                  as_tar: bool = False) -> Manifest:
     """Write a backup to ``dest`` (a new directory, or a new tar file with ``as_tar``)."""
     require_embedded(settings, "mediasrv backup")
-    snapshot_to = getattr(meta, "snapshot_to", None)
-    if snapshot_to is None:
+    if not isinstance(meta, Snapshots):
         raise BackupError("this metadata store cannot be snapshotted (embedded SQLite only)")
     if dest.exists() and (not dest.is_dir() or as_tar or any(dest.iterdir())):
         raise BackupError(f"{dest} already exists; give a new path")
     work = Path(tempfile.mkdtemp(prefix=".mediasrv-backup-", dir=dest.parent)) if as_tar else dest
     try:
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await snapshot_to(work / DB_NAME)
+        await meta.snapshot_to(work / DB_NAME)
         keys, files = await asyncio.to_thread(snapshot_contents, work / DB_NAME)
         manifest = Manifest(created_at=now_iso(), files=files)
         (work / "blobs").mkdir(mode=0o700)
@@ -111,7 +110,7 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
     """Put a backup into DATA_DIR. Refuses a data directory with anything in it unless ``force``,
     which replaces the database, blobs, quarantine and secret. Stop the server first."""
     require_embedded(settings, "mediasrv restore")
-    from mediasrv.cli.server import open_stores  # the same store factory as `serve`
+    from mediasrv.core.stores import open_stores  # the same store factory as `serve`
 
     if not source.exists():
         raise BackupError(f"{source} does not exist")

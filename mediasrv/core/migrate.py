@@ -12,22 +12,11 @@ import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import TextIO
 
-from store.base import BlobStore
-from store.sqlite import MIGRATION_TABLES
+from store.base import MIGRATION_TABLES, BlobStore, RowCopy
 
 PAGE = 500
-
-
-class Tables(Protocol):
-    """What a metadata store offers the migration (SQLite and MongoDB both do)."""
-
-    async def count_rows(self, table: str) -> int: ...
-
-    async def dump_rows(self, table: str, offset: int, limit: int) -> list[dict[str, Any]]: ...
-
-    async def load_rows(self, table: str, rows: list[dict[str, Any]]) -> None: ...
 
 
 class Progress:
@@ -55,7 +44,7 @@ class MigrationReport:
     rows: dict[str, int] = field(default_factory=dict)
 
 
-async def migrate(source_meta: Tables, source_blobs: BlobStore, target_meta: Tables | None,
+async def migrate(source_meta: RowCopy, source_blobs: BlobStore, target_meta: RowCopy | None,
                   target_blobs: BlobStore | None,
                   progress: Callable[[str, int, int], None] = lambda *_: None) -> MigrationReport:
     """Copy blobs (when ``target_blobs``) then metadata (when ``target_meta``); see the module."""
@@ -78,7 +67,7 @@ async def migrate(source_meta: Tables, source_blobs: BlobStore, target_meta: Tab
     return report
 
 
-async def _copy_blobs(meta: Tables, source: BlobStore, target: BlobStore, report: MigrationReport,
+async def _copy_blobs(meta: RowCopy, source: BlobStore, target: BlobStore, report: MigrationReport,
                       progress: Callable[[str, int, int], None]) -> None:
     """Every blob a file record references, streamed chunk by chunk; same-size ones skipped."""
     total = await meta.count_rows("files")

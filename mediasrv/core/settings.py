@@ -29,6 +29,8 @@ MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
 MAX_PUBLIC_MAX_AGE_S = 365 * 86400
 HOUSEKEEPING_ROLES = ("full", "sweep", "none")
+REGISTRATION_MODES = ("auto", "open", "invite", "closed")
+"""MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
 """MEDIASRV_HOUSEKEEPING: what one process does besides serving (see ``Settings.housekeeping``)."""
 
 
@@ -113,6 +115,9 @@ class Settings:
                                         "(unset: none)", default=None)
     max_upload_size_bytes: int = _env("MEDIASRV_MAX_UPLOAD_SIZE_BYTES", "server-wide upload cap; an "
                                       "account can only lower it", default=104_857_600)
+    registration: str = _env("MEDIASRV_REGISTRATION", "who may register: open, invite (a code from "
+                             "`mediasrv invites create`), closed, or auto: open while PUBLIC_URL is a "
+                             "loopback address (this machine only), invite otherwise", default="auto")
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
                              "X-Real-IP (only behind a proxy you run)", default=False)
     proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
@@ -275,6 +280,21 @@ class Settings:
         return "mongodb" if self.mongodb_url else "sqlite"
 
     @property
+    def registration_mode(self) -> str:
+        """open, invite or closed; ``auto`` resolved: open while the public URL is a loopback
+        address (only this machine can reach the server: development, tests), invite once it
+        is anything else, so a server put on a public address is not a free file host by
+        accident."""
+        if self.registration != "auto":
+            return self.registration
+        host = (urlsplit(self.public_url).hostname or "") if self.public_url else "127.0.0.1"
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        return "open" if loopback else "invite"
+
+    @property
     def blob_backend(self) -> str:
         """Where blobs live: "s3" or "fs"."""
         return "s3" if self.s3_bucket else "fs"
@@ -348,6 +368,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "domain_provider": lambda v: v.strip().lower(),
     "domain_verification": lambda v: v.strip().lower(),
     "housekeeping": lambda v: v.strip().lower(),
+    "registration": lambda v: v.strip().lower(),
     "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
 }
@@ -414,9 +435,9 @@ def _check_numbers(s: Settings) -> str | None:
     for name, value in positive.items():
         if value < 1:
             return f"{name} must be a positive integer, not {value}"
-    for name, value in optional.items():
-        if value is not None and value < 0:
-            return f"{name} must be 0 or more, not {value}"
+    for name, optional_value in optional.items():
+        if optional_value is not None and optional_value < 0:
+            return f"{name} must be 0 or more, not {optional_value}"
     # Beyond these, dates computed from the value overflow (a 500 at registration or login).
     if s.trial_days is not None and s.trial_days > MAX_TRIAL_DAYS:
         return f"MEDIASRV_TRIAL_DAYS must be at most {MAX_TRIAL_DAYS}, not {s.trial_days}"
@@ -471,6 +492,8 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
     if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
         return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.registration not in REGISTRATION_MODES:
+        return f"MEDIASRV_REGISTRATION must be one of {', '.join(REGISTRATION_MODES)}, not {s.registration!r}"
     if s.housekeeping not in HOUSEKEEPING_ROLES:
         return f"MEDIASRV_HOUSEKEEPING must be full, sweep or none, not {s.housekeeping!r}"
     if s.domain_verification not in ("dns", "none"):

@@ -18,11 +18,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import os
-import stat
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.images import allocator
@@ -32,7 +29,8 @@ from mediasrv.images.layout import WORST_LAYOUTS
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import TransformSpec
 from mediasrv.images.vips import source_format
-from store.base import BlobStore
+from store import errors as store_errors
+from store.base import BlobStore, LocalBlobFiles
 from store.errors import BlobNotFound
 from store.models import FileRecord
 
@@ -40,8 +38,6 @@ PREFIX_BYTES = 512 * 1024
 """Enough of a file for its header: JPEG APPn segments (EXIF, ICC) come before the frame size."""
 WEIGHT_UNIT_BYTES = 64 * 1024 * 1024
 """A job's weight in the fair share of slots: its estimated memory in these units (1..4)."""
-_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class MemoryBudget:
@@ -135,6 +131,8 @@ class ImageJobs:
     def __init__(self, blobs: BlobStore, pool: ResizePool, budget: MemoryBudget, max_pixels: int,
                  *, runner: Runner = run_transform) -> None:
         self._blobs, self.pool, self.budget = blobs, pool, budget
+        # Local files: the worker decodes through a descriptor the store opens; else read_all.
+        self._files = blobs if isinstance(blobs, LocalBlobFiles) else None
         self._max_pixels = max_pixels
         self._runner = runner
         self._in_flight: dict[tuple[str, str], asyncio.Future[tuple[bytes, str]]] = {}
@@ -165,18 +163,18 @@ class ImageJobs:
         """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
         ticket = self.pool.try_acquire(client, self.weight(record, spec))
         try:
-            path = self._blobs.local_path(record.blob_key)  # no I/O: the worker opens it
-            estimate = self._stored_estimate(record, spec, buffered=path is None)
+            buffered = self._files is None
+            estimate = self._stored_estimate(record, spec, buffered=buffered)
             if estimate is None or not self.budget.fits_ever(estimate.cost_bytes):
                 # Stored before sizes were recorded, or too large if it had the widest layout
                 # its format allows: the header says how wide its pixels really are.
                 prefix = await self._prefix(record)
-                estimate = estimate_cost(prefix, record.size, spec, self._max_pixels, buffered=path is None)
+                estimate = estimate_cost(prefix, record.size, spec, self._max_pixels, buffered=buffered)
             if not self.budget.fits_ever(estimate.cost_bytes):
                 raise UnprocessableImage(
                     "The image is too large to process within this server's memory budget")
             async with self.budget.reserve(estimate.cost_bytes):
-                return await self._run(record, spec, path, estimate)
+                return await self._run(record, spec, estimate)
         finally:
             self.pool.release(ticket)
 
@@ -210,13 +208,13 @@ class ImageJobs:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
         return b"".join(parts)
 
-    async def _run(self, record: FileRecord, spec: TransformSpec, path: Path | None,
+    async def _run(self, record: FileRecord, spec: TransformSpec,
                    reserved: JobEstimate) -> tuple[bytes, str]:
-        max_pixels, runner = self._max_pixels, self._runner
+        max_pixels, runner, files = self._max_pixels, self._runner, self._files
         self.transforms_run += 1
-        if path is not None:
+        if files is not None:  # the worker opens the blob (no I/O on the loop)
             return await self.pool.execute(
-                lambda: _with_file(path, lambda f: runner(f, record, spec, max_pixels, reserved)))
+                lambda: _with_file(files, record.blob_key, lambda f: runner(f, record, spec, max_pixels, reserved)))
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
         except BlobNotFound:
@@ -230,21 +228,17 @@ def _retrieve_exception(task: asyncio.Future[tuple[bytes, str]]) -> None:
         task.exception()
 
 
-def _with_file(path: Path, use: Callable[[imaging.FileInput], tuple[bytes, str]]) -> tuple[bytes, str]:
-    """Open a local blob without following a symlink at its last two steps (as the store does)."""
+def _with_file(files: LocalBlobFiles, key: str,
+               use: Callable[[imaging.FileInput], tuple[bytes, str]]) -> tuple[bytes, str]:
+    """On the worker thread: ``use`` the blob through a descriptor the store opened (its own
+    symlink-safe open, so nothing here can be tricked into reading outside the blob root)."""
     try:
-        dir_fd = os.open(path.parent, _DIR_FLAGS)
-        try:
-            fd = os.open(path.name, _OPEN_FLAGS, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-            raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+        fd = files.open_for_read(key)
+    except BlobNotFound:
+        raise NotFound("File not found", code="FILE_NOT_FOUND") from None
+    except store_errors.StoreUnavailable:
         raise StoreUnavailable() from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotFound("File not found", code="FILE_NOT_FOUND")
         return use(imaging.FileInput(fd))
     finally:
         os.close(fd)

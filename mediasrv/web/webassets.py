@@ -58,10 +58,13 @@ def content_security_policy(public_url: str) -> str:
 
     Thumbnails come from this origin (``/m/...``), private ones as ``blob:`` URLs fetched with
     the session token; ``public_url``'s origin is allowed too in case the operator serves the
-    dashboard under another name.
+    dashboard under another name. The file view plays video and audio (``media-src``) and shows
+    a PDF in a frame (``frame-src``) from the same places; uploaded markup is never framed as
+    such, since ``/m`` serves it with a ``sandbox`` CSP of its own.
     """
     parts = urlsplit(public_url)
     public_origin = f"{parts.scheme}://{parts.netloc}"
     return ("default-src 'none'; script-src 'self'; style-src 'self'; "
-            f"img-src 'self' blob: {public_origin}; connect-src 'self'; font-src 'self'; "
+            f"img-src 'self' blob: {public_origin}; media-src 'self' {public_origin}; "
+            f"frame-src 'self' {public_origin}; connect-src 'self'; font-src 'self'; "
             "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")

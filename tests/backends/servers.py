@@ -79,8 +79,8 @@ class Proc:
     a full pipe would block it mid-response after a few hundred of them.
     """
 
-    def __init__(self, argv: list[str], port: int, ready: str) -> None:
-        self.argv, self.port, self._ready = argv, port, ready
+    def __init__(self, argv: list[str], port: int, ready: str, host: str = "127.0.0.1") -> None:
+        self.argv, self.port, self._ready, self.host = argv, port, ready, host
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.gettempdir()) / f"mediasrv-test-server-{port}.log"
 
@@ -93,7 +93,7 @@ class Proc:
             if self.proc.poll() is not None:
                 out = self.log_path.read_bytes().decode(errors="replace")
                 raise RuntimeError(f"{self.argv[0]} exited: {out[-2000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), 0.2):
                 return
             time.sleep(0.05)
         self.stop()
@@ -111,15 +111,18 @@ class Proc:
             proc.wait(5)
 
 
-def mongoeco_server(python: str, port: int | None = None) -> Proc:
+def mongoeco_server(python: str, port: int | None = None, host: str = "127.0.0.1",
+                    sqlite_file: Path | None = None) -> Proc:
+    """mongoeco on host:port; data in memory, or in ``sqlite_file`` (kept across a restart)."""
     port = port or free_port()
-    return Proc([python, str(HERE / "mongoeco_server.py"), str(port)], port, "READY")
+    extra = [str(sqlite_file)] if sqlite_file else []
+    return Proc([python, str(HERE / "mongoeco_server.py"), str(port), host, *extra], port, "READY", host)
 
 
-def moto_server(port: int | None = None) -> Proc:
+def moto_server(port: int | None = None, host: str = "127.0.0.1") -> Proc:
     port = port or free_port()
     moto = Path(sys.executable).with_name("moto_server")
-    return Proc([str(moto), "-H", "127.0.0.1", "-p", str(port)], port, "Running")
+    return Proc([str(moto), "-H", host, "-p", str(port)], port, "Running", host)
 
 
 @contextlib.contextmanager

@@ -102,3 +102,36 @@ async def test_migrate_there_and_back_idempotent_and_resumable(tmp_path: Path, m
     finally:
         for store in reversed(stores):
             await store.close()
+
+
+async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mongoeco: MongoServer,
+                                                              moto: servers.Proc) -> None:
+    """``mediasrv migrate --to backends`` then ``--to embedded`` into another DATA_DIR: the
+    command builds the stores from the settings and asks each for its rows (``RowCopy``)."""
+    from mediasrv.cli.server import migrate_once
+    from mediasrv.core.settings import Settings
+
+    assert mongoeco.port is not None
+    remote = {"MEDIASRV_MONGODB_URL": servers.mongo_url(mongoeco.port, new_database()),
+              "MEDIASRV_S3_BUCKET": new_bucket(), "MEDIASRV_S3_ENDPOINT_URL": moto_endpoint(moto), **servers.S3_ENV}
+    sqlite, files = SqliteMetaStore(tmp_path / "a" / "meta.sqlite3"), FsBlobStore(tmp_path / "a")
+    await sqlite.open()
+    await files.open()
+    try:
+        await seed(sqlite, files)
+    finally:
+        await files.close()
+        await sqlite.close()
+    for data_dir, to in ((tmp_path / "a", "backends"), (tmp_path / "b", "embedded")):
+        settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data_dir), **remote}).validate()
+        assert await migrate_once(settings, to) == 0
+    metas = [SqliteMetaStore(tmp_path / d / "meta.sqlite3") for d in "ab"]
+    blobs = [FsBlobStore(tmp_path / d) for d in "ab"]
+    stores = [*metas, *blobs]
+    for store in stores:
+        await store.open()
+    try:
+        await same_content(*metas, *blobs)  # a -> MongoDB + S3 -> b
+    finally:
+        for store in reversed(stores):
+            await store.close()

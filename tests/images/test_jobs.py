@@ -242,14 +242,21 @@ def test_retry_after_and_memory_settings() -> None:
 
 
 class RecordingBlobs:
-    """The real file store, recording what is read; ``local`` False hides its files (as S3)."""
+    """The real file store, recording what is read, its files hidden (as S3): no
+    ``LocalBlobFiles`` (``RecordingLocalBlobs`` declares it; the capability is asked with
+    isinstance, so it is declared, not reached through ``__getattr__``)."""
 
-    def __init__(self, inner: FsBlobStore, local: bool = True) -> None:
-        self.inner, self.local = inner, local
+    local = False
+
+    def __init__(self, inner: FsBlobStore) -> None:
+        self.inner = inner
         self.read_all_calls: list[str] = []
         self.read_ranges: list[tuple[int, int | None]] = []
+        self.opened_for_read: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("root", "local_path", "open_for_read"):  # hidden (Python 3.11's isinstance asks hasattr)
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def read(self, key: str, start: int = 0, end: int | None = None,
@@ -264,8 +271,23 @@ class RecordingBlobs:
     async def delivery(self, key: str, ttl_s: int = 300) -> Delivery | None:
         return await self.inner.delivery(key, ttl_s) if self.local else None
 
+
+
+class RecordingLocalBlobs(RecordingBlobs):
+    """``RecordingBlobs`` with the file store's ``LocalBlobFiles`` capability."""
+
+    local = True
+
+    @property
+    def root(self) -> Path:
+        return self.inner.root
+
     def local_path(self, key: str) -> Path | None:
-        return self.inner.local_path(key) if self.local else None
+        return self.inner.local_path(key)
+
+    def open_for_read(self, key: str) -> int:
+        self.opened_for_read.append(key)
+        return self.inner.open_for_read(key)
 
 
 class GatedRunner:
@@ -298,7 +320,7 @@ def runner() -> Any:
 def runtime_and_app(settings: Settings, stores: tuple[SqliteMetaStore, FsBlobStore], io_loop: Any,
                     local_blobs: bool, runner: Any) -> Iterator[tuple[tornado.web.Application, Runtime]]:
     meta, blobs = stores
-    recording = RecordingBlobs(blobs, local=local_blobs)
+    recording = RecordingLocalBlobs(blobs) if local_blobs else RecordingBlobs(blobs)
     mail = MailQueue(SmtpMailer(settings.smtp_url or "", settings.mail_from), backoff_s=0.1)
     app, runtime = make_app(settings, meta=meta, blobs=recording, mail=mail,  # type: ignore[arg-type]
                             domain_provider=make_provider(settings), jwt_secret="test-secret-" + "x" * 20,
@@ -341,6 +363,26 @@ async def test_an_uploaded_image_is_resized_from_its_stored_size_without_a_heade
     assert pyvips.Image.new_from_buffer(r.body, "").width == 32
     recording: RecordingBlobs = app.settings["recording_blobs"]
     assert recording.read_ranges == [] and recording.read_all_calls == []
+
+
+async def test_the_worker_never_follows_a_symlink_planted_for_a_blob(
+        api: Api, app: tornado.web.Application, stores: Any, tmp_path: Path) -> None:
+    """A blob file replaced by a symlink to an image outside the blob root is a 404 through the
+    worker path (its cost from the stored size, the file opened on the worker by the store's
+    ``open_for_read``), not a resize of the other file."""
+    user_id = await _user_id(api)
+    fid = await insert_file(stores, user_id, black_jpeg(64, 64), "image/jpeg", width=64, height=64)
+    outside = tmp_path / "outside.jpg"
+    outside.write_bytes(black_jpeg(64, 64))  # a valid image: following the link would resize it (200)
+    blob_file = stores[1].local_path(fid)
+    blob_file.unlink()
+    blob_file.symlink_to(outside)
+    r = await api.call("GET", f"/m/{fid}?width=32")
+    assert r.code == 404, r.body
+    assert body(r)["code"] == "FILE_NOT_FOUND"
+    recording: RecordingBlobs = app.settings["recording_blobs"]
+    assert recording.opened_for_read == [fid]  # refused by the worker's open itself
+    assert recording.read_all_calls == [] and recording.read_ranges == []
 
 
 def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:

@@ -33,13 +33,13 @@ from mediasrv.core.delivery.http_fields import (
 )
 from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import ACTIVE_TYPES
+from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import parse_iso
-from mediasrv.images import vips
 from mediasrv.images.jobs import ImageJobs
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
 from mediasrv.images.spec import AUTO, TransformSpec
+from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store.base import BlobStore, MetaStore
 from store.errors import BlobNotFound
 from store.models import FileRecord
@@ -163,7 +163,7 @@ class MediaDelivery:
                            request: MediaRequest) -> MediaAnswer:
         if not record.content_type.startswith("image/"):
             raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
-        if record.content_type not in vips.TRANSFORMABLE_TYPES:
+        if record.content_type not in TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         negotiated = spec.format == AUTO
         spec = spec.negotiated(request.accept)  # format=auto: one variant (and ETag) per choice
@@ -203,11 +203,11 @@ class MediaDelivery:
         headers = {"Content-Type": content_type}
         self._validators(headers, record, etag, modified, vary_accept=vary_accept)
         headers["Accept-Ranges"] = "bytes"
-        if content_type in ACTIVE_TYPES or content_type.startswith("text/"):
+        if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
         if request.attachment:
             headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
-        elif content_type in ACTIVE_TYPES:
+        elif not shown_inline(content_type):
             headers["Content-Disposition"] = "attachment"
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)

@@ -22,6 +22,29 @@ _MIME_RE = re.compile(rf"^({_TOKEN})/({_TOKEN})$")
 # Content a browser would execute if served inline on our origin.
 ACTIVE_TYPES = frozenset({"text/html", "application/xhtml+xml", "image/svg+xml", "text/xml",
                           "application/xml", "text/javascript", "application/javascript"})
+INLINE_SAFE = frozenset({"application/pdf", "text/plain", "text/csv", "text/markdown", "application/json"})
+"""Besides raster images, video and audio: the types /m shows in the browser. Every other type
+(the active ones above, and whatever an operator adds to the allow-list: Atom, RSS, MathML,
+archives...) is sent as an attachment, under the sandbox CSP."""
+UNSANDBOXED_PREFIXES = ("image/", "video/", "audio/")
+"""Media the browser renders itself, and which run nothing: no CSP needed (SVG is active)."""
+
+
+def shown_inline(content_type: str) -> bool:
+    """Whether /m may let the browser show this type in place (else: attachment)."""
+    if content_type in ACTIVE_TYPES:
+        return False
+    return content_type.startswith(UNSANDBOXED_PREFIXES) or content_type in INLINE_SAFE
+
+
+def needs_sandbox(content_type: str) -> bool:
+    """Whether the answer gets ``Content-Security-Policy: sandbox``: everything but raster media
+    and PDF (Chromium will not show a PDF under a sandbox, and a PDF runs nothing of ours)."""
+    if content_type in ACTIVE_TYPES:
+        return True
+    return not (content_type.startswith(UNSANDBOXED_PREFIXES) or content_type == "application/pdf")
+
+
 NEVER_ALLOWED = frozenset({
     "application/x-msdownload", "application/x-dosexec", "application/x-executable", "application/x-elf",
     "application/x-mach-binary", "application/vnd.microsoft.portable-executable", "application/x-sh",

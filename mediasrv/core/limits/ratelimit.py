@@ -4,23 +4,34 @@ Windows start on the clock minute, so every counter of a window dies together: w
 window begins the whole table is dropped, which keeps memory bounded by the number of
 distinct keys seen in one minute. The limiter is per process (the operator contract runs one
 process per machine; behind several processes each keeps its own counts).
+
+The limits are data given to the limiter (``RateLimiter(limits)``): the application passes the
+counters its routes declare (``handlers.routes.LIMITS``); nothing here knows the routes.
 """
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-
-from mediasrv.web.routespec import LIMITS
+from types import MappingProxyType
+from typing import Literal
 
 WINDOW_S = 60
 
-# Counter name -> requests per window at scale 1, from the route specification
-# (``mediasrv.web.routespec``): a counter is keyed by client address when it is in IP_LIMITS
-# (spent before authentication), else by the authenticated user.
-IP_LIMITS: dict[str, int] = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "ip"}
-USER_LIMITS: dict[str, int] = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "user"}
+
+@dataclass(frozen=True)
+class Limit:
+    """One rate-limit counter. Routes naming the same counter share it (logout spends refresh's)."""
+
+    name: str
+    per_minute: int
+    """Requests per one-minute window at MEDIASRV_RATE_LIMIT_SCALE=1."""
+    key: Literal["ip", "user"]
+    """``ip``: counted per client address before authentication; ``user``: per authenticated user."""
+    proxy_counted: bool = False
+    """The nginx sidecar counts this limit itself (every request, its cache hits included) and
+    marks what it counted with ``X-Mediasrv-Counted: <name>``; no other limit may be skipped."""
 
 
 def scaled_limit(per_minute: int, scale: float) -> int:
@@ -42,17 +53,23 @@ class Decision:
 
 
 class RateLimiter:
-    """Counts hits per (route, key) in the current window."""
+    """Counts hits per (counter, key) in the current window."""
 
-    def __init__(self, scale: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, limits: Iterable[Limit], scale: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+        self.limits: Mapping[str, Limit] = MappingProxyType(_by_name(limits))
+        """Every counter by name, as given."""
+        # Counter name -> requests per window: a counter is keyed by client address when it is
+        # in the first table (spent before authentication), else by the authenticated user.
+        self._ip = {n: limit.per_minute for n, limit in self.limits.items() if limit.key == "ip"}
+        self._user = {n: limit.per_minute for n, limit in self.limits.items() if limit.key == "user"}
         self._scale = scale
         self._clock = clock
         self._window = -1
         self._counts: dict[tuple[str, str], int] = {}
 
     def hit(self, route: str, key: str, *, per_ip: bool) -> Decision:
-        """Count one request and say whether it is within the limit."""
-        limit = scaled_limit((IP_LIMITS if per_ip else USER_LIMITS)[route], self._scale)
+        """Count one request against counter ``route`` and say whether it is within the limit."""
+        limit = scaled_limit((self._ip if per_ip else self._user)[route], self._scale)
         now = self._clock()
         window = int(now // WINDOW_S)
         if window != self._window:
@@ -66,3 +83,12 @@ class RateLimiter:
 
     def __len__(self) -> int:
         return len(self._counts)
+
+
+def _by_name(limits: Iterable[Limit]) -> dict[str, Limit]:
+    """Counter name -> Limit; one name given two sizes or keys is refused."""
+    table: dict[str, Limit] = {}
+    for limit in limits:
+        if table.setdefault(limit.name, limit) != limit:
+            raise ValueError(f"rate limit {limit.name} given twice, with different sizes or keys")
+    return table

@@ -163,33 +163,80 @@ export async function fetchBlob(path) {
   }
 }
 
-/**
- * Upload one File as a raw body with XHR (fetch cannot report upload progress).
- * onProgress(loaded, total) is called as bytes leave; resolves with the created file.
- */
-export async function upload(file, { isPublic, onProgress }) {
+/** An authenticated GET of at most the first `maxBytes` of a file, as text (a preview). */
+export async function fetchTextHead(path, maxBytes) {
   for (let attempt = 0; ; attempt += 1) {
     const token = await currentToken();
-    const r = await new Promise((resolve) => {
-      const xhr = new XMLHttpRequest();
-      xhr.open('POST', withQuery('/files', { isPublic: isPublic ? 'true' : 'false' }));
-      xhr.setRequestHeader('Authorization', `Bearer ${token}`);
-      xhr.setRequestHeader('Content-Type', file.type || 'application/octet-stream');
-      xhr.setRequestHeader('x-file-name', encodeURIComponent(file.name));
-      xhr.upload.addEventListener('progress', (event) => {
-        if (event.lengthComputable) onProgress(event.loaded, event.total);
-      });
-      xhr.addEventListener('load', () => resolve({ status: xhr.status, body: parseBody(xhr.responseText) }));
-      xhr.addEventListener('error', () => resolve({ status: 0, body: null }));
-      xhr.send(file);
+    let response;
+    try {
+      response = await fetch(path, { headers: { Authorization: `Bearer ${token}`, Range: `bytes=0-${maxBytes - 1}` },
+        credentials: 'omit' });
+    } catch {
+      throw new ApiError(0, null);
+    }
+    if (response.status === 401 && attempt === 0) {
+      if (access === token) access = null;
+      continue;
+    }
+    if (!response.ok) throw new ApiError(response.status, null);
+    const bytes = new Uint8Array(await response.arrayBuffer()).subarray(0, maxBytes);
+    return new TextDecoder('utf-8').decode(bytes);
+  }
+}
+
+/** Seconds a Retry-After header asks for (delta-seconds or an HTTP date); null when absent or unreadable. */
+export function retryAfterSeconds(value, now = Date.now()) {
+  if (!value) return null;
+  const text = value.trim();
+  if (/^\d+$/.test(text)) return Number(text);
+  const at = Date.parse(text);
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - now) / 1000));
+}
+
+function xhrUpload(file, token, { isPublic, onProgress, signal }) {
+  return new Promise((resolve) => {
+    const xhr = new XMLHttpRequest();
+    let sent = false; // every byte of the body left: the server may have stored it
+    const abort = () => xhr.abort();
+    const finish = (result) => {
+      if (signal) signal.removeEventListener('abort', abort);
+      resolve({ sent, body: null, retryAfterS: null, serverDate: null, aborted: false, ...result });
+    };
+    xhr.open('POST', withQuery('/files', { isPublic: isPublic ? 'true' : 'false' }));
+    xhr.setRequestHeader('Authorization', `Bearer ${token}`);
+    xhr.setRequestHeader('Content-Type', file.type || 'application/octet-stream');
+    xhr.setRequestHeader('x-file-name', encodeURIComponent(file.name));
+    xhr.upload.addEventListener('progress', (event) => {
+      if (event.lengthComputable) onProgress(event.loaded, event.total);
     });
+    xhr.upload.addEventListener('load', () => { sent = true; });
+    xhr.addEventListener('load', () => finish({
+      status: xhr.status, body: parseBody(xhr.responseText),
+      retryAfterS: retryAfterSeconds(xhr.getResponseHeader('Retry-After')),
+      serverDate: xhr.getResponseHeader('Date'),
+    }));
+    xhr.addEventListener('error', () => finish({ status: 0 }));
+    xhr.addEventListener('abort', () => finish({ status: 0, aborted: true }));
+    if (signal) signal.addEventListener('abort', abort, { once: true });
+    xhr.send(file);
+  });
+}
+
+/**
+ * Send one File as the raw body of POST /files with XHR (fetch cannot report upload progress).
+ * Never throws for an HTTP answer: the upload queue decides what a 429 or a dropped connection
+ * means. Resolves {status, body, retryAfterS, serverDate, sent, aborted}; status 0 is a network
+ * error (or an abort through `signal`). A 401 refreshes the session once and sends again.
+ */
+export async function sendUpload(file, { isPublic, onProgress = () => {}, signal } = {}) {
+  for (let attempt = 0; ; attempt += 1) {
+    const token = await currentToken();
+    const r = await xhrUpload(file, token, { isPublic, onProgress, signal });
     if (r.status === 401 && attempt === 0) {
       if (access === token) access = null;
       continue;
     }
     if (r.status === 401) endSession();
-    if (r.status !== 201) throw new ApiError(r.status, r.body);
-    onProgress(file.size, file.size);
-    return r.body.file;
+    return r;
   }
 }

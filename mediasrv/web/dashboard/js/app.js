@@ -1,11 +1,12 @@
 // The dashboard's router: hash routes (#/files, ...) so no page path can collide with an API
 // route, plus the one real path the reset e-mail links to (/auth/reset-password?token=...).
 import { api, hasSession, logout, onSessionEnd, refresh } from './api.js';
-import { announce } from './dom.js';
+import { announce, confirmAction, enterView } from './dom.js';
 import {
-  checkEmailView, confirmedView, forgotView, loginView, registerView, resetView,
+  checkEmailView, confirmUsedView, confirmedView, forgotView, loginView, registerView, resetView,
 } from './views/auth.js';
-import { filesView, resetFilesState } from './views/files.js';
+import { fileView } from './views/file.js';
+import { filesView, resetFilesState, uploadQueue } from './views/files.js';
 import { keysView } from './views/keys.js';
 import { settingsView } from './views/settings.js';
 import { activityView, usageView } from './views/usage.js';
@@ -15,6 +16,7 @@ const PUBLIC_ROUTES = {
   '#/register': { title: 'Create an account', view: registerView },
   '#/check-email': { title: 'Check your e-mail', view: checkEmailView },
   '#/confirmed': { title: 'E-mail confirmed', view: confirmedView },
+  '#/confirm-used': { title: 'Link already used', view: confirmUsedView },
   '#/forgot': { title: 'Reset your password', view: forgotView },
 };
 const PRIVATE_ROUTES = {
@@ -24,6 +26,8 @@ const PRIVATE_ROUTES = {
   '#/usage': { title: 'Usage', view: usageView },
   '#/activity': { title: 'Activity', view: activityView },
 };
+
+const FILE_ROUTE = /^#\/file\/([^/]+)$/;
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -36,13 +40,17 @@ function go(hash) {
   else location.hash = hash;
 }
 
-function show(title, nodes, loggedIn) {
+/** Show a view: the status line becomes its own (dom.enterView), then `build` makes its nodes. */
+function show(title, build, loggedIn) {
+  enterView(location.pathname === '/auth/reset-password' ? location.pathname : (location.hash || '#/files'));
+  const nodes = build();
   document.title = `${title} · mediasrv`;
   nav.hidden = !loggedIn;
   who.hidden = !loggedIn;
   document.getElementById('who-email').textContent = email || '';
-  for (const link of nav.querySelectorAll('a')) {
-    if (link.getAttribute('href') === location.hash) link.setAttribute('aria-current', 'page');
+  const current = location.hash.replace(FILE_ROUTE, '#/files'); // a file's page is part of Files
+  for (const link of nav.querySelectorAll('a:not(.queue-badge)')) {
+    if (link.getAttribute('href') === current) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
   main.replaceChildren(...nodes.flat().filter(Boolean));
@@ -60,21 +68,23 @@ async function whoAmI() {
 
 async function render() {
   if (location.pathname === '/auth/reset-password') {
-    show('Choose a new password', resetView({ token: resetToken }), false);
+    show('Choose a new password', () => resetView({ token: resetToken }), false);
     return;
   }
   const hash = location.hash || '#/files';
   const onLoggedIn = (user) => {
     email = user.email;
-    announce(`Logged in as ${user.email}.`);
+    announce(`Logged in as ${user.email}.`, 'info', '#/files');
     go('#/files');
   };
   if (PUBLIC_ROUTES[hash]) {
     const route = PUBLIC_ROUTES[hash];
-    show(route.title, route.view({ go, onLoggedIn }), false);
+    show(route.title, () => route.view({ go, onLoggedIn }), false);
     return;
   }
-  const route = PRIVATE_ROUTES[hash] || PRIVATE_ROUTES['#/files'];
+  const fileId = FILE_ROUTE.exec(hash);
+  const route = fileId ? { title: 'File', view: (props) => fileView({ ...props, id: decodeURIComponent(fileId[1]) }) }
+    : PRIVATE_ROUTES[hash] || PRIVATE_ROUTES['#/files'];
   if (!hasSession()) {
     go('#/login');
     return;
@@ -88,22 +98,37 @@ async function render() {
     go('#/login');
     return;
   }
-  show(route.title, route.view({ go, rerender: render }), true);
+  show(route.title, () => route.view({ go, rerender: render }), true);
 }
 
 document.getElementById('logout').addEventListener('click', async () => {
+  const pending = uploadQueue.pending();
+  if (pending && !await confirmAction(`${pending} upload${pending === 1 ? ' is' : 's are'} not finished. `
+    + 'Log out and drop them?', 'Log out')) return;
   await logout();
   email = null;
   resetFilesState();
-  announce('You are logged out.');
+  announce('You are logged out.', 'info', '#/login');
   go('#/login');
 });
 
 onSessionEnd(() => {
   email = null;
   resetFilesState();
-  announce('Your session has ended. Log in again.', 'error');
+  announce('Your session has ended. Log in again.', 'error', '#/login');
   go('#/login');
+});
+
+// Uploads go on while another view is shown: the header says how many are left, and closing
+// the tab with some left asks first (the files would not arrive).
+const queueBadge = document.getElementById('queue-badge');
+uploadQueue.subscribe(() => {
+  const pending = uploadQueue.pending();
+  queueBadge.hidden = !pending;
+  queueBadge.textContent = pending ? `Uploading: ${pending} left` : '';
+});
+window.addEventListener('beforeunload', (event) => {
+  if (uploadQueue.pending()) event.preventDefault();
 });
 
 // The reset link carries its token in the query: keep it in memory, drop it from the address

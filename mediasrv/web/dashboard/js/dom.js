@@ -48,13 +48,51 @@ export function select(label, options, attrs = {}) {
   return { wrap: h('div', { class: 'field' }, h('label', { for: id }, label), input), input };
 }
 
-const statusEl = () => document.getElementById('status');
+// The status line under the header belongs to one view at a time: the router calls enterView
+// as it shows a view, which clears what another view said. A view's late answers (a copy, a
+// delete) use the announcer it got from statusFor, so they never land on the next view.
+let viewToken = 0;
+let currentView = null;
+let carried = null; // {view, message, kind}: said just before navigating, shown by that view
 
-/** Announce a message in the polite live region (and show it). */
-export function announce(message, kind = 'info') {
-  const el = statusEl();
+function writeStatus(message, kind) {
+  const el = document.getElementById('status');
   el.textContent = message;
   el.dataset.kind = kind;
+}
+
+/** The router shows the view `view` (its route): the status line is its own from now on. */
+export function enterView(view) {
+  viewToken += 1;
+  currentView = view;
+  const kept = carried && carried.view === view ? carried : null;
+  carried = null;
+  writeStatus(kept ? kept.message : '', kept ? kept.kind : 'info');
+}
+
+/**
+ * Announce a message in the polite live region, on the current view; with `view`, on that view
+ * when the router shows it next (a message said just before navigating there).
+ */
+export function announce(message, kind = 'info', view = null) {
+  if (view) {
+    carried = { view, message, kind };
+    return;
+  }
+  writeStatus(message, kind);
+}
+
+/** An announce bound to the view being built: dropped once another view (or a re-render) shows. */
+export function statusFor() {
+  const token = viewToken;
+  return (message, kind = 'info') => {
+    if (token === viewToken) writeStatus(message, kind);
+  };
+}
+
+/** The route of the view on screen. */
+export function viewShown() {
+  return currentView;
 }
 
 /** An inline error block for a form. */
@@ -119,6 +157,15 @@ export function formatBytes(n) {
     unit += 1;
   }
   return `${unit === 0 ? value : value.toFixed(value < 10 ? 1 : 0).replace(/\.0$/, '')} ${units[unit]}`;
+}
+
+/** "3 s", "2 min 5 s", "1 h 4 min": a duration a person reads at a glance. */
+export function formatDuration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ''}`;
+  const m = Math.round(s / 60);
+  return `${Math.floor(m / 60)} h${m % 60 ? ` ${m % 60} min` : ''}`;
 }
 
 export function formatDate(iso) {

@@ -40,6 +40,13 @@ export function confirmedView({ onLoggedIn }) {
   return loginView({ onLoggedIn, notice: 'Your e-mail address is confirmed. Log in to start uploading.' });
 }
 
+/** Where a confirmation link opened a second time lands (GET /auth/confirm, from a browser). */
+export function confirmUsedView({ onLoggedIn }) {
+  return loginView({ onLoggedIn, notice: 'This confirmation link was already used, so your address is already '
+    + 'confirmed: log in below. (A link also stops working after 48 hours: if yours expired unused, '
+    + '"Forgot your password?" sends a new link that confirms the address too.)' });
+}
+
 export function registerView({ go }) {
   const email = field('Email', { type: 'email', name: 'email', autocomplete: 'username', required: true });
   const password = field('Password', { type: 'password', name: 'password', autocomplete: 'new-password',

@@ -1,16 +1,32 @@
-// Files: drag-and-drop upload with per-file progress, search and filters, a thumbnail grid,
-// copy URLs, delete and bulk delete.
-import { api, fetchBlob, upload } from '../api.js';
+// Files: the upload queue, search and filters (kind, type, visibility), sort, a thumbnail grid
+// whose cards open the file view, copy URLs, delete and bulk delete.
+import { api, fetchBlob } from '../api.js';
 import {
-  announce, confirmAction, copyText, errorBox, field, formatBytes, formatDate, h, pager, select,
+  confirmAction, copyText, errorBox, field, formatBytes, formatDate, h, pager, select, statusFor,
 } from '../dom.js';
+import { KINDS, RESIZABLE, kindOf } from '../kinds.js';
+import { UploadQueue } from '../uploadqueue.js';
+import { uploadPanel } from './uploadpanel.js';
 
 const PAGE_SIZE = 24;
 const THUMB_WIDTH = 320;
-const RESIZABLE = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp', 'image/avif', 'image/tiff',
-  'image/heic', 'image/heif', 'image/bmp']);
-const PARALLEL_UPLOADS = 3;
+const CATALOGUE_PAGE = 100; // the API's largest page
+const CATALOGUE_CAP = 1000; // sorting or a kind filter reads at most this many files (10 requests)
+const SORTS = [['newest', 'Newest first'], ['oldest', 'Oldest first'], ['name', 'Name, A to Z'],
+  ['name-desc', 'Name, Z to A'], ['largest', 'Largest first'], ['smallest', 'Smallest first']];
+const byName = (f) => (f.name || f.file_id);
+const COMPARE = {
+  newest: (a, b) => b.created_at.localeCompare(a.created_at) || b.file_id.localeCompare(a.file_id),
+  oldest: (a, b) => a.created_at.localeCompare(b.created_at) || a.file_id.localeCompare(b.file_id),
+  name: (a, b) => byName(a).localeCompare(byName(b), undefined, { numeric: true, sensitivity: 'base' }),
+  'name-desc': (a, b) => byName(b).localeCompare(byName(a), undefined, { numeric: true, sensitivity: 'base' }),
+  largest: (a, b) => b.size - a.size || COMPARE.newest(a, b),
+  smallest: (a, b) => a.size - b.size || COMPARE.newest(a, b),
+};
 
+/** The uploads of this tab: they go on while another view is shown. */
+export const uploadQueue = new UploadQueue();
+const uploadPrefs = { isPublic: true };
 let allowedTypes = null; // fetched once per page load
 let objectUrls = []; // blob: URLs of private thumbnails, revoked on every re-render
 
@@ -27,7 +43,8 @@ function thumbnail(file) {
   const type = file.content_type || '';
   const extension = /\.([A-Za-z0-9]{1,8})$/.exec(name);
   const badge = extension ? extension[1] : (type.split('/')[1] || 'file').split('+')[0].slice(0, 8);
-  const placeholder = () => h('div', { class: 'thumb placeholder', 'aria-hidden': 'true' }, badge.toUpperCase());
+  const placeholder = () => h('div', { class: 'thumb placeholder', role: 'img', 'aria-label': name },
+    badge.toUpperCase());
   if (!type.startsWith('image/')) return placeholder();
   const src = RESIZABLE.has(type) ? `/m/${encodeURIComponent(file.file_id)}?width=${THUMB_WIDTH}`
     : `/m/${encodeURIComponent(file.file_id)}`;
@@ -46,21 +63,39 @@ function thumbnail(file) {
   return img;
 }
 
-/** Forget the filters and selection (at logout: the next user starts clean). */
+/** Forget the filters, the selection and the uploads (at logout: the next user starts clean). */
 export function resetFilesState() {
   filesView.state = null;
+  uploadQueue.clear();
+  uploadPrefs.isPublic = true;
+}
+
+function freshState() {
+  return { page: 1, q: '', type: '', kind: '', sort: 'newest', isPublic: '', selected: new Set(),
+    items: [], total: 0, catalogue: null };
+}
+
+/** Whether a file passes the filters the API applies (q, type, visibility), checked here. */
+function matchesServerFilters(state, file) {
+  const q = state.q.toLowerCase();
+  return (!q || byName(file).toLowerCase().includes(q) || file.file_id.toLowerCase().includes(q))
+    && (!state.type || file.content_type === state.type)
+    && (state.isPublic === '' || String(file.is_public) === state.isPublic);
 }
 
 export function filesView({ rerender }) {
   objectUrls.forEach((url) => URL.revokeObjectURL(url));
   objectUrls = [];
-  const state = filesView.state || (filesView.state = { page: 1, q: '', type: '', isPublic: '', selected: new Set() });
+  const say = statusFor();
+  const state = filesView.state || (filesView.state = freshState());
   const error = errorBox();
   const grid = h('ul', { class: 'grid', 'aria-label': 'Your files', 'aria-busy': 'true' });
   const pagerSlot = h('div');
+  const capNote = h('p', { class: 'muted', hidden: true });
   const bulkButton = h('button', { type: 'button', class: 'danger', disabled: true }, 'Delete selected');
   const selectAll = h('input', { type: 'checkbox', id: 'select-all' });
   const countText = h('span', { class: 'muted' });
+  const cards = new Map(); // file_id -> card, reused across re-renders so thumbnails stay loaded
 
   const updateBulk = () => {
     bulkButton.disabled = state.selected.size === 0;
@@ -68,31 +103,103 @@ export function filesView({ rerender }) {
     countText.textContent = state.selected.size ? `${state.selected.size} selected` : '';
   };
 
-  async function load() {
+  // The API lists newest first, a page at a time. Another order or a kind filter needs every
+  // matching file: read once (up to CATALOGUE_CAP) and kept until the filters change.
+  const catalogueMode = () => state.sort !== 'newest' || state.kind !== '';
+  const serverQuery = () => ({ q: state.q, type: state.type, isPublic: state.isPublic });
+
+  async function fetchCatalogue() {
+    const files = [];
+    let total = 0;
+    for (let page = 1; files.length < CATALOGUE_CAP; page += 1) {
+      const body = await api('GET', '/files', { query: { ...serverQuery(), page, limit: CATALOGUE_PAGE } });
+      files.push(...body.files);
+      total = body.total;
+      if (body.files.length < CATALOGUE_PAGE || files.length >= total) break;
+    }
+    return { key: JSON.stringify(serverQuery()), files, total };
+  }
+
+  function arrange() {
+    const list = state.catalogue.files.filter((f) => !state.kind || kindOf(f.content_type) === state.kind)
+      .sort(COMPARE[state.sort]);
+    const pages = Math.max(1, Math.ceil(list.length / PAGE_SIZE));
+    state.page = Math.min(state.page, pages);
+    state.items = list.slice((state.page - 1) * PAGE_SIZE, state.page * PAGE_SIZE);
+    state.total = list.length;
+    const truncated = state.catalogue.total > state.catalogue.files.length;
+    capNote.hidden = !truncated;
+    capNote.textContent = truncated ? `Sorted and filtered among your ${state.catalogue.files.length} newest `
+      + `matching files (of ${state.catalogue.total}).` : '';
+  }
+
+  async function load({ refetch = true } = {}) {
     error.clear();
     grid.setAttribute('aria-busy', 'true');
     try {
-      const body = await api('GET', '/files', {
-        query: { page: state.page, limit: PAGE_SIZE, q: state.q, type: state.type, isPublic: state.isPublic },
-      });
-      if (body.files.length === 0 && state.page > 1 && body.total > 0) {
-        state.page = Math.ceil(body.total / PAGE_SIZE);
-        return load();
+      if (catalogueMode()) {
+        if (refetch || !state.catalogue || state.catalogue.key !== JSON.stringify(serverQuery())) {
+          state.catalogue = await fetchCatalogue();
+        }
+        arrange();
+      } else {
+        state.catalogue = null;
+        capNote.hidden = true;
+        const body = await api('GET', '/files', { query: { ...serverQuery(), page: state.page, limit: PAGE_SIZE } });
+        if (body.files.length === 0 && state.page > 1 && body.total > 0) {
+          state.page = Math.ceil(body.total / PAGE_SIZE);
+          return load();
+        }
+        state.items = body.files;
+        state.total = body.total;
       }
-      grid.replaceChildren(...(body.files.length ? body.files.map(card)
-        : [h('li', { class: 'empty' }, state.q || state.type || state.isPublic
-          ? 'No file matches these filters.' : 'No files yet: drop some above.')]));
-      pagerSlot.replaceChildren(pager(body, (p) => { state.page = p; load(); }, 'Files pages'));
-      const ids = new Set(body.files.map((f) => f.file_id));
-      state.selected = new Set([...state.selected].filter((id) => ids.has(id)));
-      selectAll.checked = body.files.length > 0 && body.files.every((f) => state.selected.has(f.file_id));
-      updateBulk();
+      renderGrid();
     } catch (e) {
       error.show(e.message);
     } finally {
       grid.setAttribute('aria-busy', 'false');
     }
+    return undefined;
   }
+
+  function renderGrid() {
+    const filtered = state.q || state.type || state.isPublic || state.kind;
+    const shown = state.items.map((file) => cards.get(file.file_id) || card(file));
+    cards.clear();
+    state.items.forEach((file, i) => cards.set(file.file_id, shown[i]));
+    grid.replaceChildren(...(shown.length ? shown
+      : [h('li', { class: 'empty' }, filtered ? 'No file matches these filters.' : 'No files yet: drop some above.')]));
+    pagerSlot.replaceChildren(pager({ page: state.page, limit: PAGE_SIZE, total: state.total }, (p) => {
+      state.page = p;
+      load({ refetch: false });
+    }, 'Files pages'));
+    const ids = new Set(state.items.map((f) => f.file_id));
+    state.selected = new Set([...state.selected].filter((id) => ids.has(id)));
+    selectAll.checked = state.items.length > 0 && state.items.every((f) => state.selected.has(f.file_id));
+    updateBulk();
+  }
+
+  /** A file the queue just stored joins the grid at once, without asking the API again. */
+  function added(file) {
+    if (!matchesServerFilters(state, file)) return;
+    if (state.catalogue) {
+      state.catalogue.files.push(file);
+      state.catalogue.total += 1;
+      arrange();
+    } else {
+      state.total += 1;
+      if (state.page === 1) state.items = [file, ...state.items].slice(0, PAGE_SIZE);
+    }
+    renderGrid();
+  }
+
+  const stopListening = uploadQueue.subscribe((event, row) => {
+    if (!grid.isConnected) {
+      stopListening();
+      return;
+    }
+    if (event === 'done') added(row.result);
+  });
 
   async function copySigned(file, which) {
     try {
@@ -100,13 +207,13 @@ export function filesView({ rerender }) {
       await copy(which === 'download' ? body.download_url : body.url,
         `signed ${which === 'download' ? 'download ' : ''}URL`, file);
     } catch (e) {
-      announce(e.message, 'error');
+      say(e.message, 'error');
     }
   }
 
   async function copy(url, what, file) {
     const ok = await copyText(url);
-    announce(ok ? `Copied the ${what} of ${file.name || file.file_id}: ${url}`
+    say(ok ? `Copied the ${what} of ${file.name || file.file_id}: ${url}`
       : `Copying failed; the ${what} is ${url}`, ok ? 'info' : 'error');
   }
 
@@ -116,16 +223,17 @@ export function filesView({ rerender }) {
     try {
       await api('DELETE', `/files/${encodeURIComponent(file.file_id)}`);
       state.selected.delete(file.file_id);
-      announce(`Deleted ${name}.`);
+      say(`Deleted ${name}.`);
       await load();
     } catch (e) {
-      announce(e.message, 'error');
+      say(e.message, 'error');
     }
   }
 
   function card(file) {
     const name = file.name || file.file_id;
     const nameId = `name-${file.file_id}`;
+    const href = `#/file/${encodeURIComponent(file.file_id)}`;
     const box = h('input', { type: 'checkbox', checked: state.selected.has(file.file_id),
       'aria-label': `Select ${name}` });
     box.addEventListener('change', () => {
@@ -142,9 +250,12 @@ export function filesView({ rerender }) {
     const del = h('button', { type: 'button', class: 'danger', onclick: () => remove(file), 'aria-describedby': nameId },
       'Delete');
     return h('li', { class: 'file', dataset: { fileId: file.file_id } },
-      h('div', { class: 'thumb-wrap' }, thumbnail(file), h('label', { class: 'pick' }, box)),
+      // The thumbnail opens the file too; keyboard users reach it through the name (one tab stop).
+      h('div', { class: 'thumb-wrap' }, h('a', { href, class: 'thumb-link', tabindex: '-1', 'aria-label': `Open ${name}` },
+        thumbnail(file)),
+        h('label', { class: 'pick' }, box)),
       h('div', { class: 'file-meta' },
-        h('strong', { id: nameId, class: 'file-name', title: name }, name),
+        h('a', { id: nameId, href, class: 'file-name', title: name }, name),
         h('span', { class: 'muted' }, `${formatBytes(file.size)} · ${formatDate(file.created_at)}`),
         h('span', { class: file.is_public ? 'badge' : 'badge private' }, file.is_public ? 'Public' : 'Private')),
       h('div', { class: 'actions' }, ...actions, del));
@@ -167,16 +278,18 @@ export function filesView({ rerender }) {
     try {
       const body = await api('POST', '/files/bulk-delete', { json: { ids } });
       state.selected.clear();
-      announce(`Deleted ${body.deleted} file${body.deleted === 1 ? '' : 's'}.`
+      say(`Deleted ${body.deleted} file${body.deleted === 1 ? '' : 's'}.`
         + (body.errors.length ? ` ${body.errors.length} could not be deleted.` : ''));
       await load();
     } catch (e) {
-      announce(e.message, 'error');
+      say(e.message, 'error');
     }
   });
 
-  // Filters
+  // Filters and order. Kind and sort apply as soon as they change; search on submit.
   const search = field('Search', { type: 'search', value: state.q, placeholder: 'Name or file id' });
+  const kindSelect = select('Kind', KINDS);
+  kindSelect.input.value = state.kind;
   const typeSelect = select('Type', [['', 'Any type']]);
   contentTypes().then((types) => {
     typeSelect.input.append(...types.map((t) => h('option', { value: t }, t)));
@@ -184,93 +297,37 @@ export function filesView({ rerender }) {
   });
   const visibility = select('Visibility', [['', 'Public and private'], ['true', 'Public'], ['false', 'Private']]);
   visibility.input.value = state.isPublic;
-  const filters = h('form', { class: 'filters', role: 'search' }, search.wrap, typeSelect.wrap, visibility.wrap,
+  const sortSelect = select('Sort by', SORTS);
+  sortSelect.input.value = state.sort;
+  const apply = () => {
+    Object.assign(state, { q: search.input.value.trim(), kind: kindSelect.input.value, type: typeSelect.input.value,
+      isPublic: visibility.input.value, sort: sortSelect.input.value, page: 1 });
+    load({ refetch: false });
+  };
+  kindSelect.input.addEventListener('change', apply);
+  sortSelect.input.addEventListener('change', apply);
+  const filters = h('form', { class: 'filters', role: 'search' }, search.wrap, kindSelect.wrap, typeSelect.wrap,
+    visibility.wrap, sortSelect.wrap,
     h('button', { type: 'submit' }, 'Apply filters'),
     h('button', { type: 'button', onclick: () => {
-      Object.assign(state, { q: '', type: '', isPublic: '', page: 1 });
+      Object.assign(state, { q: '', type: '', kind: '', isPublic: '', sort: 'newest', page: 1, catalogue: null });
       rerender();
     } }, 'Clear filters'));
   filters.addEventListener('submit', (event) => {
     event.preventDefault();
-    Object.assign(state, { q: search.input.value.trim(), type: typeSelect.input.value,
-      isPublic: visibility.input.value, page: 1 });
-    load();
+    apply();
   });
 
   load();
   return [
     h('h1', {}, 'Files'),
-    uploader(() => { state.page = 1; load(); }),
+    uploadPanel(uploadQueue, uploadPrefs),
     filters,
     h('div', { class: 'bulk' }, h('label', { for: 'select-all', class: 'inline' }, selectAll, ' Select all on this page'),
       countText, bulkButton),
     error.el,
+    capNote,
     grid,
     pagerSlot,
   ];
-}
-
-function uploader(onUploaded) {
-  const input = h('input', { type: 'file', multiple: true, id: 'upload-input', class: 'visually-hidden-file' });
-  const isPublic = h('input', { type: 'checkbox', id: 'upload-public', checked: true });
-  const list = h('ul', { class: 'uploads', 'aria-label': 'Uploads' });
-  const zone = h('div', { class: 'dropzone' },
-    h('p', {}, 'Drag and drop files here, or '),
-    h('label', { for: 'upload-input', class: 'button-like' }, 'Choose files to upload'), input,
-    h('label', { for: 'upload-public', class: 'inline' }, isPublic, ' Upload as public'));
-
-  async function start(files) {
-    const jobs = [...files].map((file) => {
-      const progress = h('progress', { max: '100', value: '0', 'aria-label': `Upload progress of ${file.name}` });
-      const note = h('span', { class: 'muted' }, 'Waiting');
-      const row = h('li', {}, h('span', { class: 'file-name' }, file.name), progress, note);
-      list.prepend(row);
-      return { file, progress, note, row };
-    });
-    let failed = 0;
-    const queue = [...jobs];
-    const worker = async () => {
-      for (let job = queue.shift(); job; job = queue.shift()) {
-        job.note.textContent = 'Uploading';
-        try {
-          await upload(job.file, {
-            isPublic: isPublic.checked,
-            onProgress: (loaded, total) => {
-              job.progress.value = total ? Math.round((loaded / total) * 100) : 100;
-            },
-          });
-          job.progress.value = 100;
-          job.note.textContent = 'Done';
-          job.row.dataset.state = 'done';
-        } catch (e) {
-          failed += 1;
-          job.note.textContent = `Failed: ${e.message}`;
-          job.row.dataset.state = 'failed';
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(PARALLEL_UPLOADS, jobs.length) }, worker));
-    announce(`Uploaded ${jobs.length - failed} of ${jobs.length} file${jobs.length === 1 ? '' : 's'}.`,
-      failed ? 'error' : 'info');
-    onUploaded();
-  }
-
-  input.addEventListener('change', () => {
-    if (input.files.length) start(input.files).finally(() => { input.value = ''; });
-  });
-  for (const name of ['dragenter', 'dragover']) {
-    zone.addEventListener(name, (event) => {
-      event.preventDefault();
-      zone.classList.add('over');
-    });
-  }
-  for (const name of ['dragleave', 'drop']) {
-    zone.addEventListener(name, () => zone.classList.remove('over'));
-  }
-  zone.addEventListener('drop', (event) => {
-    event.preventDefault();
-    if (event.dataTransfer && event.dataTransfer.files.length) start(event.dataTransfer.files);
-  });
-  return h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
-    h('h2', { id: 'upload-title' }, 'Upload'), zone, list);
 }

@@ -1,15 +1,16 @@
 // API keys: create (the key is shown once, with a copy button), list, revoke.
 import { api } from '../api.js';
-import { announce, busy, confirmAction, copyText, errorBox, field, formatDate, h, pager } from '../dom.js';
+import { busy, confirmAction, copyText, errorBox, field, formatDate, h, pager, statusFor } from '../dom.js';
 
 export function keysView() {
+  const announce = statusFor();
   const state = { page: 1 };
   const error = errorBox();
   const name = field('Key name', { type: 'text', maxlength: '100', placeholder: 'e.g. CI uploads' });
   const created = h('div', { class: 'created-key', hidden: true });
   const tbody = h('tbody');
   const pagerSlot = h('div');
-  const table = h('table', { class: 'table' },
+  const table = h('table', { class: 'table responsive' },
     h('caption', { class: 'visually-hidden' }, 'Your API keys'),
     h('thead', {}, h('tr', {}, ...['Name', 'Key', 'Created', 'Last used', 'Actions'].map((t) => h('th', { scope: 'col' }, t)))),
     tbody);
@@ -27,12 +28,13 @@ export function keysView() {
 
   function row(key) {
     const label = key.name || key.key_prefix;
+    const cell = (label, content) => h('td', { dataset: { label } }, content); // a card line on a phone
     return h('tr', {},
-      h('td', {}, key.name || h('span', { class: 'muted' }, '(no name)')),
-      h('td', {}, h('code', {}, `${key.key_prefix}…`)),
-      h('td', {}, formatDate(key.created_at)),
-      h('td', {}, key.last_used_at ? formatDate(key.last_used_at) : 'Never'),
-      h('td', {}, h('button', { type: 'button', class: 'danger', 'aria-label': `Revoke API key ${label}`,
+      cell('Name', key.name || h('span', { class: 'muted' }, '(no name)')),
+      cell('Key', h('code', {}, `${key.key_prefix}…`)),
+      cell('Created', formatDate(key.created_at)),
+      cell('Last used', key.last_used_at ? formatDate(key.last_used_at) : 'Never'),
+      cell('Actions', h('button', { type: 'button', class: 'danger', 'aria-label': `Revoke API key ${label}`,
         onclick: async () => {
           if (!await confirmAction(`Revoke the API key ${label}? Scripts using it stop working at once.`,
             'Revoke')) return;

@@ -81,11 +81,14 @@ export function activityView() {
   async function load() {
     try {
       const body = await api('GET', '/logs', { query: { page: state.page, limit: 50 } });
+      // data-label: on a narrow screen each row becomes a small card of "label value" lines.
+      const cell = (label, content, attrs = {}) => h('td', { ...attrs, dataset: { label } }, content);
       tbody.replaceChildren(...(body.logs.length ? body.logs.map((e) => h('tr', {},
-        h('td', {}, formatDate(e.created_at)), h('td', {}, h('code', {}, e.method)), h('td', {}, h('code', {}, e.path)),
-        h('td', { class: e.status_code >= 400 ? 'bad' : '' }, e.status_code),
-        h('td', {}, e.request_size_bytes === null ? '—' : formatBytes(e.request_size_bytes)),
-        h('td', {}, (e.metadata && e.metadata.credential) === 'api_key' ? 'API key' : 'Session')))
+        cell('Time', formatDate(e.created_at)), cell('Method', h('code', {}, e.method)),
+        cell('Path', h('code', {}, e.path)),
+        cell('Status', e.status_code, { class: e.status_code >= 400 ? 'bad' : '' }),
+        cell('Size', e.request_size_bytes === null ? '—' : formatBytes(e.request_size_bytes)),
+        cell('Credential', (e.metadata && e.metadata.credential) === 'api_key' ? 'API key' : 'Session')))
         : [h('tr', {}, h('td', { colspan: '6', class: 'empty' }, 'No activity yet.'))]));
       pagerSlot.replaceChildren(pager(body, (p) => { state.page = p; load(); }, 'Activity pages'));
     } catch (e) {
@@ -95,7 +98,7 @@ export function activityView() {
   load();
   return [
     h('h1', {}, 'Activity'), error.el,
-    h('table', { class: 'table' }, h('caption', { class: 'visually-hidden' }, 'Your recent API requests'),
+    h('table', { class: 'table responsive' }, h('caption', { class: 'visually-hidden' }, 'Your recent API requests'),
       h('thead', {}, h('tr', {}, ...['Time', 'Method', 'Path', 'Status', 'Size', 'Credential']
         .map((t) => h('th', { scope: 'col' }, t)))), tbody),
     pagerSlot,

@@ -1,0 +1,44 @@
+// What kind of file a content type is (the Files filter), and how the browser can show it
+// (the file view's preview). The API filters by exact type only, so kinds are decided here.
+
+export const KINDS = [['', 'All kinds'], ['image', 'Images'], ['document', 'Documents'], ['video', 'Video'],
+  ['audio', 'Audio'], ['other', 'Other']];
+
+/** Stored types /m/<id>?width= can resize (the server never enlarges, and answers a web format). */
+export const RESIZABLE = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp', 'image/avif', 'image/tiff',
+  'image/heic', 'image/heif', 'image/bmp']);
+
+const DOCUMENTS = new Set(['application/pdf', 'application/json', 'application/rtf', 'application/msword',
+  'application/vnd.ms-excel', 'application/vnd.ms-powerpoint', 'application/epub+zip', 'application/xml']);
+const DOCUMENT_PREFIXES = ['text/', 'application/vnd.openxmlformats-officedocument.', 'application/vnd.oasis.opendocument.'];
+const TEXT_TYPES = new Set(['application/json', 'application/xml']);
+
+function essence(type) {
+  return (type || '').split(';', 1)[0].trim().toLowerCase();
+}
+
+/** 'image', 'document', 'video', 'audio' or 'other'. */
+export function kindOf(contentType) {
+  const type = essence(contentType);
+  for (const kind of ['image', 'video', 'audio']) {
+    if (type.startsWith(`${kind}/`)) return kind;
+  }
+  if (DOCUMENTS.has(type) || DOCUMENT_PREFIXES.some((p) => type.startsWith(p))) return 'document';
+  return 'other';
+}
+
+/**
+ * How the file view previews a type in this browser: 'image', 'pdf', 'video', 'audio', 'text',
+ * or null (a download link only).
+ */
+export function previewOf(contentType, doc = document, nav = navigator) {
+  const type = essence(contentType);
+  if (type.startsWith('image/')) return 'image';
+  if (type === 'application/pdf') return nav.pdfViewerEnabled ? 'pdf' : null;
+  if (type.startsWith('video/') || type.startsWith('audio/')) {
+    const tag = type.startsWith('video/') ? 'video' : 'audio';
+    return doc.createElement(tag).canPlayType(type) ? tag : null;
+  }
+  if (type.startsWith('text/') || TEXT_TYPES.has(type)) return 'text';
+  return null;
+}
