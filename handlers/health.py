@@ -47,7 +47,7 @@ class HealthHandler(BaseHandler):
     async def get(self) -> None:
         health = await self.health.run()
         body: dict[str, Any] = {"status": "ok" if health.ok else "unavailable", "meta": health.meta,
-                                "blobs": health.blobs}
+                                "blobs": health.blobs, "libvips": health.libvips}
         self.set_header("Cache-Control", "no-store")
         if not health.ok:  # an error body like every other, with the details beside it
             body = {"error": "A storage backend is unavailable", "code": "STORE_UNAVAILABLE", **body}

@@ -20,6 +20,7 @@ from mediasrv.core.delivery.answer import BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
 from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.limits.ratelimit import Limit
+from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform
 from mediasrv.images.vips import OUTPUT_TYPES
 from mediasrv.web.cors import CorsMode
@@ -57,7 +58,9 @@ class ServeBase(BaseHandler):
             if_none_match=headers.get("If-None-Match"), if_modified_since=headers.get("If-Modified-Since"),
             range=headers.get("Range"), if_range=headers.get("If-Range"),
             proxy_cache=headers.get("X-Mediasrv-Cache") == "1" and self.from_our_proxy(),
-            client=self.client_ip() if spec is not None else ""))
+            client=self.client_ip() if spec is not None else "",
+            accept=headers.get("Accept") if spec is not None else None,
+            transform_signature=self.get_query_argument(SIGNATURE_PARAM, None) if spec is not None else None))
         await self.write_answer(answer)
 
     async def write_answer(self, answer: MediaAnswer) -> None:

@@ -408,6 +408,38 @@ def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -
 
 
 
+def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 18 item 5: one cached answer per format choice, never another client's format."""
+    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
+        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+    import pyvips
+
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    token = _token(sidecar.port, tmp_path / "data" / "outbox", "auto@example.com", f"{base}.120")
+    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
+    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.120", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
+    assert r.status == 201, r.body
+    url = f"/m/{r.json()['file']['file_id']}?width=40&format=auto"
+    seen = []
+    for n, accept in enumerate(("image/avif,image/webp,*/*", "image/webp,image/avif", "image/webp,*/*",
+                                "image/webp;q=0, image/png", "image/webp;q=0, image/png")):
+        # A source address each: this sidecar allows 4 /m a minute per address.
+        got = request(sidecar.port, "GET", url, source=f"{base}.{130 + n}", headers={"Accept": accept})
+        assert got.status == 200, got.body
+        assert got.headers["vary"] == "Accept"
+        seen.append((got.headers["content-type"], got.headers.get("x-cache-status")))
+    assert seen == [("image/avif", "MISS"), ("image/avif", "HIT"), ("image/webp", "MISS"),
+                    ("image/jpeg", "MISS"), ("image/jpeg", "HIT")]
+    # A second Accept line: nginx keys on the first ("no choice") and sends mediasrv that one
+    # only, so what is stored under that key is the source's format, not an AVIF.
+    status, data = raw_request(sidecar.port, (f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{sidecar.port}\r\nAccept: */*\r\n"
+                                              "Accept: image/avif\r\nConnection: close\r\n\r\n").encode())
+    assert status == 200 and data.startswith(b"\xff\xd8")
+    again = request(sidecar.port, "GET", url, source=f"{base}.140", headers={"Accept": "text/html"})
+    assert again.headers["content-type"] == "image/jpeg" and again.headers.get("x-cache-status") == "HIT"
+
+
 # --- S3 blobs sent by nginx ---------------------------------------------------------------------
 
 

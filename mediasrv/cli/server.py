@@ -20,7 +20,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tornado.httpserver
 import tornado.web
@@ -34,7 +34,7 @@ from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from mediasrv.images import allocator, vips
+from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime, make_app
@@ -246,6 +246,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
     while another has uploads in flight would drop their quota reservations.
     """
+    libvips = check_libvips()
     stores = make_stores(settings)
     secret = await local_secret(settings, stores[0])
     meta, blobs = await open_stores(settings, stores)
@@ -286,6 +287,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         await meta.close()
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     log_startup(settings, meta, blobs)
+    log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
@@ -298,9 +300,21 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
                    metrics_server=metrics_server, access_log=access_log)
 
 
+def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
+    """Which libvips the image work runs on (``start`` logs it once listening); StartupError (one
+    line) when it cannot do what the server needs (``pipeline.require_libvips``: too old, or a
+    saver option missing). First of all, so that nothing is opened for a server that cannot run."""
+    vips.configure()  # libvips' own INFO chatter (introspection) stays out of the log
+    try:
+        return pipeline.require_libvips(**overrides)
+    except vips.LibvipsUnsuitable as exc:
+        raise StartupError(str(exc)) from None
+
+
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
     """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
-    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
+                             "libvips": vips.libvips_info()})
     app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     metrics_server.listen(port, "127.0.0.1")

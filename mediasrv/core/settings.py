@@ -59,6 +59,18 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip().lower() for part in value.split(",") if part.strip())
 
 
+def _int_csv(value: str) -> tuple[int, ...]:
+    return tuple(sorted({_int(part) for part in _csv(value)}))
+
+
+TRANSFORM_FORMATS = ("jpeg", "png", "webp", "avif", "gif", "auto")
+"""``format`` values a transform may name (jpg is jpeg); MEDIASRV_ALLOWED_FORMATS lists some of them."""
+
+
+def _formats(value: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys("jpeg" if f == "jpg" else f for f in _csv(value)))
+
+
 @dataclass(frozen=True)
 class Settings:
     """The server's whole configuration. Build with ``from_env``; check with ``validate``."""
@@ -137,6 +149,22 @@ class Settings:
     resize_retry_after: int | None = _env("MEDIASRV_RESIZE_RETRY_AFTER", "Retry-After of a busy "
                                           "resize 503: seconds (1..30), or auto (measured)",
                                           default=5)
+    allowed_widths: tuple[int, ...] = _env("MEDIASRV_ALLOWED_WIDTHS", "comma-separated widths /m makes (e.g. "
+                                           "320,640,1280); any of the ALLOWED_* lists makes transforms strict: only "
+                                           "listed values, and a parameter without a list is refused (unset: any)",
+                                           default=())
+    allowed_heights: tuple[int, ...] = _env("MEDIASRV_ALLOWED_HEIGHTS", "comma-separated heights /m makes "
+                                            "(unset: any, unless another ALLOWED_* list is set)", default=())
+    allowed_formats: tuple[str, ...] = _env("MEDIASRV_ALLOWED_FORMATS", "comma-separated formats /m makes, of "
+                                            "jpeg, png, webp, avif, gif, auto (unset: any, unless another "
+                                            "ALLOWED_* list is set)", default=())
+    allowed_qualities: tuple[int, ...] = _env("MEDIASRV_ALLOWED_QUALITIES", "comma-separated quality values /m "
+                                              "accepts (unset: any, unless another ALLOWED_* list is set)",
+                                              default=())
+    transform_key: str | None = _env("MEDIASRV_TRANSFORM_KEY", "a key (32+ characters) that signs /m transforms: "
+                                     "with it, a transform outside the ALLOWED_* lists (any, without lists) "
+                                     "needs tsig=HMAC-SHA256(key, '<id>:<spec>') (unset: no signatures)",
+                                     default=None, repr=False)
     rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit",
                                    default=1.0)
     allowed_content_types: tuple[str, ...] = _env(
@@ -332,6 +360,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
     "public_max_age_s": _int, "public_immutable": _bool, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
     "trust_proxy": _bool, "rate_limit_scale": float,
+    "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
+    "allowed_formats": _formats,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
@@ -482,6 +512,21 @@ def _check_choices(s: Settings) -> str | None:
     return None
 
 
+def _check_transforms(s: Settings) -> str | None:
+    """The strict-transform lists and key (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY)."""
+    for name, values, top in (("MEDIASRV_ALLOWED_WIDTHS", s.allowed_widths, 8192),
+                              ("MEDIASRV_ALLOWED_HEIGHTS", s.allowed_heights, 8192),
+                              ("MEDIASRV_ALLOWED_QUALITIES", s.allowed_qualities, 100)):
+        if any(not 1 <= v <= top for v in values):
+            return f"{name} must list integers from 1 to {top}"
+    unknown = [f for f in s.allowed_formats if f not in TRANSFORM_FORMATS]
+    if unknown:
+        return f"MEDIASRV_ALLOWED_FORMATS: {', '.join(unknown)} is not one of {', '.join(TRANSFORM_FORMATS)}"
+    if s.transform_key is not None and len(s.transform_key) < 32:
+        return "MEDIASRV_TRANSFORM_KEY must be at least 32 characters"
+    return None
+
+
 def _check_backends(s: Settings) -> str | None:
     if s.mongodb_url is not None:
         if urlsplit(s.mongodb_url).scheme not in ("mongodb", "mongodb+srv"):
@@ -508,4 +553,4 @@ def _check_backends(s: Settings) -> str | None:
 
 
 _CHECKS: tuple[Callable[[Settings], str | None], ...] = (
-    _check_urls, _check_numbers, _check_choices, _check_backends)
+    _check_urls, _check_numbers, _check_choices, _check_transforms, _check_backends)

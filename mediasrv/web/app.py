@@ -46,8 +46,10 @@ from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder,
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
+from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
@@ -133,12 +135,12 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
         usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
         public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
-        accel_prefix=settings.accel_redirect)
+        accel_prefix=settings.accel_redirect, policy=transform_policy(settings))
     route_args = _RouteArgs(
         base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
-        health=HealthCheck(meta, blobs), delivery=delivery, guard=guard)
+        health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard)
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -149,6 +151,13 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
                           file_cache=file_cache, results=results)
+
+
+def transform_policy(settings: Settings) -> TransformPolicy:
+    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy."""
+    return TransformPolicy.of(widths=settings.allowed_widths, heights=settings.allowed_heights,
+                              formats=settings.allowed_formats, qualities=settings.allowed_qualities,
+                              key=settings.transform_key)
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,12 @@ class _StateCollector:
         yield cache
         yield GaugeMetricFamily("mediasrv_result_cache_bytes", "Bytes held by the resize result cache",
                                 value=results.size_bytes)
+        libvips = self._s.get("libvips")
+        if libvips is not None:  # build-info style: the value is 1, the facts are the labels
+            info = GaugeMetricFamily("mediasrv_libvips_info", "The libvips the image work runs on",
+                                     labels=("version", "library"))
+            info.add_metric((libvips.version, libvips.origin), 1)
+            yield info
 
     def describe(self) -> Iterator[Any]:
         return iter(())
