@@ -137,6 +137,8 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def _proxy_request_id(self) -> str | None:
         """The id our nginx gave this request ($request_id), when it came through it."""
+        if not self.base.proxy_secret:  # no proxy of ours: not even a header lookup per request
+            return None
         sent = self.request.headers.get(PROXY_REQUEST_ID_HEADER)
         if sent and _REQUEST_ID.fullmatch(sent) and self.from_our_proxy():
             return sent

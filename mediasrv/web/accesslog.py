@@ -128,7 +128,7 @@ class AccessLog:
                 "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent}
             return orjson.dumps(out).decode() + "\n"
         agent = orjson.dumps(e.user_agent).decode() if e.user_agent is not None else "-"
-        return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {e.method} {printable(target)} "
+        return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
                 f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
                 f"request_id={e.request_id or '-'} ua={agent}\n")
 
