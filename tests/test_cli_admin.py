@@ -175,9 +175,9 @@ def _upload(url: str, token: str, data: bytes, ctype: str, public: bool = True) 
     return str(r.json()["file"]["file_id"])
 
 
-@pytest.mark.parametrize("as_tar", [False, True])
+@pytest.mark.parametrize("form", ["directory", "tar", "compressed"])
 def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: Path, server: list[Server],
-                                                      as_tar: bool) -> None:
+                                                      form: str) -> None:
     assert cli(data_dir, "users", "create", "b@example.com", "--password-stdin", "--confirmed",
                stdin=PASSWORD).returncode == 0
     s = start(server, data_dir, tmp_path / "server.log")
@@ -188,10 +188,14 @@ def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: 
         (b"private bytes", "text/plain", False))}
 
     # Backed up while the server runs: the snapshot is consistent anyway.
-    dest = tmp_path / ("backup.tar" if as_tar else "backup")
-    out = cli(data_dir, "backup", str(dest), *(["--tar"] if as_tar else []))
+    dest = tmp_path / {"directory": "backup", "tar": "backup.tar", "compressed": "backup.tar.gz"}[form]
+    out = cli(data_dir, "backup", str(dest), *{"directory": [], "tar": ["--tar"], "compressed": ["--compress"]}[form])
     assert out.returncode == 0, out.stderr
     assert "backed up 3 files (3 blobs" in out.stdout and "secret: file" in out.stdout
+    if form == "compressed":
+        assert dest.read_bytes()[:2] == b"\x1f\x8b" and "bytes compressed" in out.stdout  # gzip
+        # Restore tells the kind of archive by its content, whatever its name says.
+        dest = dest.rename(tmp_path / "nightly-backup")
     assert (dest.stat().st_mode & 0o077) == 0
     manifest = _manifest(dest)
     assert manifest["format"] == "mediasrv-backup" and manifest["files"] == 3 and manifest["missing"] == []
@@ -233,6 +237,11 @@ def test_restore_refuses_damage_and_non_backups(tmp_path: Path, data_dir: Path) 
     assert out.returncode == 1 and "does not exist" in out.stderr
     (tmp_path / "junk.tar").write_bytes(b"not a tar")
     out = cli(empty, "restore", str(tmp_path / "junk.tar"))
+    assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
+    assert cli(data_dir, "backup", str(tmp_path / "b.tgz"), "--compress").returncode == 0
+    whole = (tmp_path / "b.tgz").read_bytes()
+    (tmp_path / "cut.tgz").write_bytes(whole[: len(whole) // 2])  # a copy cut off half-way
+    out = cli(empty, "restore", str(tmp_path / "cut.tgz"))
     assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
     out = cli(empty, "restore", str(tmp_path))
     assert out.returncode == 1 and "not a mediasrv backup" in out.stderr

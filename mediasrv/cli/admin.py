@@ -60,10 +60,14 @@ def add_parsers(sub: Any, epilog: str) -> None:
     text = ("back up the database (a consistent SQLite snapshot: embedded store only; with MongoDB use "
             "mongodump), the blobs it references and the secret; safe while serving")
     make = sub.add_parser("backup", help=text, description=text, formatter_class=raw, epilog=epilog)
-    make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar")
+    make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar (.tar.gz "
+                                              "with --compress)")
     make.add_argument("--tar", action="store_true", help="write one tar file instead of a directory")
-    text = ("restore a backup (directory or tar) into MEDIASRV_DATA_DIR (embedded store only); stop the "
-            "server first; refuses a data directory that is not empty unless --force")
+    make.add_argument("--compress", action="store_true",
+                      help="write one gzip-compressed tar file (implies --tar); restore reads it as it is")
+    text = ("restore a backup (directory, or tar file plain or compressed, told apart by content) into "
+            "MEDIASRV_DATA_DIR (embedded store only); stop the server first; refuses a data directory "
+            "that is not empty unless --force")
     put = sub.add_parser("restore", help=text, description=text, formatter_class=raw, epilog=epilog)
     put.add_argument("source", type=Path)
     put.add_argument("--force", action="store_true",
@@ -112,9 +116,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             return await _usage(admin, args)
         if args.command == "domains":
             return await _domains(domains, args)
-        manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar)
+        manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar, compress=args.compress)
+        written = f", {args.dest.stat().st_size} bytes compressed" if args.compress else ""
         print(f"backed up {manifest.files} files ({len(manifest.blobs)} blobs, "
-              f"{sum(b['size'] for b in manifest.blobs)} bytes) to {args.dest}; secret: {manifest.secret}")
+              f"{sum(b['size'] for b in manifest.blobs)} bytes{written}) to {args.dest}; secret: {manifest.secret}")
         if manifest.missing:
             print(f"warning: {len(manifest.missing)} blobs were deleted while the backup ran and are "
                   f"not in it: {', '.join(manifest.missing[:10])}", file=sys.stderr)
@@ -171,7 +176,7 @@ async def _list_domains(domains: DomainService, as_json: bool) -> int:
 
 def describe_settings(settings: Settings) -> str:
     """``NAME=value`` for every setting, secrets masked, ``# default`` where it is the default."""
-    lines = [f"# mediasrv {_version()}", f"host={settings.host}", f"port={settings.port}"]
+    lines = [f"# mediasrv {_version()}"]
     defaults = Settings()
     for f in dataclasses.fields(Settings):
         name = f.metadata.get("env")
@@ -191,6 +196,8 @@ def _shown(name: str, value: Any) -> str:
         return MASK
     if name in URL_FIELDS:
         return _mask_url(str(value))
+    if name == "rate_limits":
+        return ", ".join(f"{key}={per_minute}" for key, per_minute in value)
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     if isinstance(value, bool):

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import functools
 import logging
 import logging.handlers
 import os
@@ -28,7 +29,7 @@ import tornado.web
 from mediasrv.cli import admin as cli_admin
 from mediasrv.cli import upload as cli_upload
 from mediasrv.cli import workers
-from mediasrv.cli.startup_log import log_startup
+from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.settings import Settings, SettingsError
@@ -37,7 +38,7 @@ from mediasrv.core.sweep import Sweeper, SweepPolicy
 from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.app import Runtime, make_app
+from mediasrv.web.app import Runtime, limited_routes, make_app
 from mediasrv.web.connections import (
     FD_HEADROOM_MIN,
     ConnectionLimits,
@@ -46,6 +47,7 @@ from mediasrv.web.connections import (
     raise_fd_limit,
 )
 from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
+from mediasrv.web.loglines import LineFormatter, QueueHandler
 from mediasrv.web.metrics import Metrics, chain, metrics_app
 from store.base import BlobStore, Lifecycle, LocalDatabase, MetaStore, RowCopy, SharedSecrets
 from store.errors import StoreError
@@ -64,12 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "upload":  # a client: none of the server's settings apply
         sys.exit(cli_upload.run(args))
     try:
-        settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
-                                     port=getattr(args, "port", 8080)).validate()
-    except SettingsError as exc:
+        settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
+        if args.command == "serve":
+            limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
+    except (SettingsError, ValueError) as exc:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
-    listener = configure_logging(settings.log_level)
+    listener = configure_logging(settings.log_level, settings.log_format)
+    for warning in Settings.unknown_names():
+        log.warning("%s", warning)
     if args.command in cli_admin.COMMANDS:
         sys.exit(cli_admin.run(args, settings))
     runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
@@ -77,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "serve" and args.workers > 1:
             code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
-                               configure_logging=configure_logging, listener=listener)
+                               configure_logging=functools.partial(configure_logging, fmt=settings.log_format),
+                               listener=listener)
         else:
             code = asyncio.run(runner(settings))
     except StartupError as exc:
@@ -93,8 +99,8 @@ def _parser() -> argparse.ArgumentParser:
     serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog="environment variables:\n" + Settings.help_text())
-    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve_cmd.add_argument("--host", help="address to listen on (default MEDIASRV_HOST, else 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=_port_arg, help="port to listen on (default MEDIASRV_PORT, else 8080)")
     serve_cmd.add_argument("--workers", type=_workers_arg, default=1,
                            help="processes serving the same port (SO_REUSEPORT), each one event loop; "
                                 "caches and per-IP rate limits are then per worker (default 1)")
@@ -125,6 +131,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _port_arg(value: str) -> int:
+    n = int(value) if value.isascii() and value.isdigit() else 0
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, not {value!r}")
+    return n
+
+
 def _workers_arg(value: str) -> int:
     n = int(value) if value.isascii() and value.isdigit() else 0
     if not 1 <= n <= 64:
@@ -132,22 +145,23 @@ def _workers_arg(value: str) -> int:
     return n
 
 
-def configure_logging(level: str) -> logging.handlers.QueueListener:
+def configure_logging(level: str, fmt: str = "text") -> logging.handlers.QueueListener:
     """Log lines are written to stderr by a thread of their own, never by the event loop.
 
-    The loop only builds a record and puts it on a queue (the access log runs once per
-    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
-    request). The listener is stopped, and the queue flushed, when the process exits.
+    The loop only builds a record and puts it on a queue (a blocking write to a slow pipe, e.g.
+    a supervisor that stalls, would stall every request). ``fmt`` is MEDIASRV_LOG_FORMAT (text
+    or json lines, ``mediasrv.web.loglines``). The listener is stopped, and the queue flushed,
+    when the process exits.
     """
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, logging.handlers.QueueHandler)]:
         root.removeHandler(handler)  # again in a forked worker: the parent's thread is not there
     stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    stream.setFormatter(LineFormatter(fmt))
     log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
     root.setLevel(level)
-    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    root.addHandler(QueueHandler(log_queue))
     listener.start()
     atexit.register(_stop_listener, listener)
     return listener
@@ -212,12 +226,13 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     """Raise the descriptor limit, then size the connection caps from the settings and it."""
     old, fd_limit = raise_fd_limit()
     cap = settings.max_connections or default_max_connections(fd_limit)
+    extra = startup_fields(settings)
     if cap > fd_limit - FD_HEADROOM_MIN:
         log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
-                    "accepting will pause when descriptors run out", cap, fd_limit)
+                    "accepting will pause when descriptors run out", cap, fd_limit, extra=extra)
     per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
     log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
-             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit", extra=extra)
     return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
 
 
@@ -247,6 +262,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     while another has uploads in flight would drop their quota reservations.
     """
     libvips = check_libvips()
+    log_starting(settings)
     stores = make_stores(settings)
     secret = await local_secret(settings, stores[0])
     meta, blobs = await open_stores(settings, stores)
@@ -267,7 +283,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
-    access_log = AccessLog()
+    access_log = AccessLog(fmt=settings.log_format)
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
     metrics_server = None
@@ -293,8 +309,8 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     if primary and settings.housekeeping != "none":
         sweeper.start_periodic(SWEEP_INTERVAL_S)
-    log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
-             settings.public_url)
+    log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
+             settings.public_url, extra=startup_fields(settings))
     access_log.start()
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, sweeper=sweeper,
                    metrics_server=metrics_server, access_log=access_log)

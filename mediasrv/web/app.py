@@ -13,7 +13,7 @@ import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import tornado.web
@@ -40,7 +40,7 @@ from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
-from mediasrv.core.limits.ratelimit import RateLimiter
+from mediasrv.core.limits.ratelimit import RateLimiter, override
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import Settings
@@ -89,6 +89,16 @@ class Runtime:
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
 
+def limited_routes(settings: Settings, api_routes: Sequence[Route] = declared.ROUTES) -> tuple[Route, ...]:
+    """The route rows with MEDIASRV_RATE_LIMITS applied to their counters (ValueError when it
+    names an unknown route or counter): what the limiter counts and the documents publish."""
+    if not settings.rate_limits:
+        return tuple(api_routes)
+    routes = {f"{r.method} {r.path}": r.limit.name if r.limit else None for r in api_routes}
+    counters = override(limits(api_routes).values(), settings.rate_limits, routes)
+    return tuple(replace(r, limit=counters[r.limit.name]) if r.limit else r for r in api_routes)
+
+
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
              flush_interval_s: float = 1.0,
@@ -100,6 +110,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
     ``clock`` is the session tokens' time (tests move it forward instead of sleeping);
     ``api_routes`` are the API's route rows (every handler module's, unless a test adds one)."""
+    api_routes = limited_routes(settings, api_routes)
     # Credentials are looked up through a short-lived cache that this process's own writes
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)

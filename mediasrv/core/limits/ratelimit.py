@@ -7,13 +7,19 @@ process per machine; behind several processes each keeps its own counts).
 
 The limits are data given to the limiter (``RateLimiter(limits)``): the application passes the
 counters its routes declare (``handlers.routes.LIMITS``); nothing here knows the routes.
+
+An operator may change a counter's size (MEDIASRV_RATE_LIMITS, ``override``): the number
+replaces the declared one, then MEDIASRV_RATE_LIMIT_SCALE multiplies it like every other
+(``scaled_limit``). The application applies the result to its route rows, so the limiter, the
+documents (and through GET /reference/for-agents the nginx sidecar's /m counter) agree.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
@@ -92,3 +98,38 @@ def _by_name(limits: Iterable[Limit]) -> dict[str, Limit]:
         if table.setdefault(limit.name, limit) != limit:
             raise ValueError(f"rate limit {limit.name} given twice, with different sizes or keys")
     return table
+
+
+def override(limits: Iterable[Limit], overrides: Iterable[tuple[str, int]],
+             routes: Mapping[str, str | None]) -> dict[str, Limit]:
+    """Counter name -> Limit, with the operator's per-minute numbers in place of the declared ones.
+
+    ``overrides`` are (route or counter, requests per minute) pairs, a route written
+    ``METHOD /path`` as in the route rows; ``routes`` maps every such route to the counter it
+    spends (None: not limited). Routes sharing a counter (logout spends refresh's) share its
+    override. ValueError, in words an operator can act on, for an unknown route or counter, an
+    unlimited route, or one counter given two numbers.
+    """
+    table = _by_name(limits)
+    chosen: dict[str, tuple[str, int]] = {}
+    for key, per_minute in overrides:
+        name = routes.get(key, key)
+        if key in routes and name is None:
+            raise ValueError(f"MEDIASRV_RATE_LIMITS: {key} is not rate limited; only a limited route's "
+                             "counter can be given another size")
+        if name not in table:
+            raise ValueError(f"MEDIASRV_RATE_LIMITS: no rate-limited route or counter {key!r}"
+                             f"{_nearest(key, [k for k, v in routes.items() if v] + sorted(table))}; "
+                             f"routes as in GET /reference/for-agents (e.g. POST /files), counters: "
+                             f"{', '.join(sorted(table))}")
+        earlier = chosen.setdefault(name, (key, per_minute))
+        if earlier[1] != per_minute:
+            raise ValueError(f"MEDIASRV_RATE_LIMITS: {earlier[0]} and {key} are one counter ({name}) "
+                             f"given two sizes, {earlier[1]} and {per_minute}")
+    return {name: replace(limit, per_minute=chosen[name][1]) if name in chosen else limit
+            for name, limit in table.items()}
+
+
+def _nearest(key: str, candidates: list[str]) -> str:
+    near = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    return f" (did you mean {near[0]}?)" if near else ""
