@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import sqlite3
@@ -238,16 +239,28 @@ def _columns(cls: type) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
+@functools.cache
 def _insert_sql(table: str, cls: type, verb: str = "INSERT") -> str:
     """A named-parameter INSERT of every field, so records bind with ``_params``."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = _field_names(cls)
     return (f"{verb} INTO {table} ({', '.join(names)}) "
             f"VALUES ({', '.join(':' + n for n in names)})")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """Once per record type: ``dataclasses.fields`` costs more than a small insert's binding."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _params(record: Any) -> dict[str, Any]:
     """A record's fields by name (shallow, unlike ``dataclasses.asdict``)."""
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return {name: getattr(record, name) for name in _field_names(type(record))}
 
 
 USER_COLS = _columns(User)
