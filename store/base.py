@@ -331,6 +331,18 @@ class Snapshots(Protocol):
         """A consistent copy of the whole database at ``dest`` (a new file, mode 0600)."""
 
 
+@runtime_checkable
+class QuotaWithRecord(Protocol):
+    """A metadata store that takes an upload's quota and inserts its record in one write
+    (embedded SQLite: one item of its group commit). A small upload, whose body is read whole
+    before anything is stored, then costs one write instead of two."""
+
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None) -> bool:
+        """``reserve_quota`` for ``record.size`` and ``insert_file``, atomically: False, and
+        nothing changed, when a limit refuses the file. Duplicate on file_id."""
+
+
 MIGRATION_TABLES: dict[str, str] = {
     "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash", "invites": "id",
     "files": "id", "logs": "id", "usage": "user_id, period"}

@@ -13,15 +13,17 @@ reader for a second on a large account.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import sqlite3
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -31,6 +33,7 @@ import orjson
 
 from store.base import MIGRATION_TABLES
 from store.errors import Duplicate, StorageFull, StoreUnavailable
+from store.groupcommit import Call, GroupCommit
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -236,16 +239,28 @@ def _columns(cls: type) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
+@functools.cache
 def _insert_sql(table: str, cls: type, verb: str = "INSERT") -> str:
     """A named-parameter INSERT of every field, so records bind with ``_params``."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = _field_names(cls)
     return (f"{verb} INTO {table} ({', '.join(names)}) "
             f"VALUES ({', '.join(':' + n for n in names)})")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """Once per record type: ``dataclasses.fields`` costs more than a small insert's binding."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _params(record: Any) -> dict[str, Any]:
     """A record's fields by name (shallow, unlike ``dataclasses.asdict``)."""
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return {name: getattr(record, name) for name in _field_names(type(record))}
 
 
 USER_COLS = _columns(User)
@@ -535,6 +550,18 @@ def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
     _index_file(conn, record.id, record.name, record.file_id)
 
 
+def _insert_file_within_quota(conn: sqlite3.Connection, record: FileRecord, storage_limit: int | None,
+                              count_limit: int | None) -> bool:
+    """The reservation, then the record, in one write: a failed insert undoes the reservation
+    with it (the write's savepoint)."""
+    params = {"user_id": record.user_id, "size": record.size, "storage_limit": storage_limit,
+              "count_limit": count_limit}
+    if not _execute(conn, RESERVE_SQL, params):
+        return False
+    _insert_file(conn, record)
+    return True
+
+
 def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: str) -> None:
     """Add a file row's search entry unless it has one (file rows never change once written)."""
     cursor = conn.execute("INSERT OR IGNORE INTO file_search_rows (file_pk) VALUES (?)", (pk,))
@@ -569,6 +596,29 @@ def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
                             chunk)
         found.update(row[0] for row in rows)
     return found
+
+
+QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...]]
+"""A write waiting for the writer thread: ``fn(conn, *args)``."""
+
+WRITE_BATCH_MAX = 200
+"""The most writes one transaction takes: a long batch holds the write lock that long."""
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, call: Call[QueuedWrite]) -> bool:
+    """Run one queued write inside the open transaction, recording its outcome; False when the
+    failure took the whole transaction with it (the caller's batch is lost)."""
+    fn, args = call.item
+    conn.execute("SAVEPOINT queued_write")
+    try:
+        call.result = fn(conn, *args)
+    except BaseException as exc:
+        call.fail(exc)
+        if not conn.in_transaction:
+            return False
+        conn.execute("ROLLBACK TO queued_write")
+    conn.execute("RELEASE queued_write")
+    return True
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -693,6 +743,7 @@ class SqliteMetaStore:
         self._conns_lock = threading.Lock()
         self._file: tuple[int, int] | None = None
         self._replaced_logged = False
+        self._batches: GroupCommit[QueuedWrite] = GroupCommit(self._commit_batch, max_batch=WRITE_BATCH_MAX)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -836,8 +887,12 @@ class SqliteMetaStore:
         pool = self._writer if write else (self._lookups if lookup else self._readers)
         if pool is None:
             raise StoreUnavailable("Metadata store is not open")
+        return await self._translated(asyncio.get_running_loop().run_in_executor(pool, call))
+
+    async def _translated(self, work: Awaitable[T]) -> T:
+        """``await work``, with SQLite's and the OS's errors as the store's own (store.errors)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, call)
+            return await work
         except sqlite3.IntegrityError as exc:
             if _is_unique_violation(exc):
                 raise Duplicate(str(exc)) from exc
@@ -854,7 +909,49 @@ class SqliteMetaStore:
             raise StoreUnavailable(f"{self.path.parent}: {exc.strerror or exc}") from exc
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(True, partial(self._in_transaction, True, fn, *args))
+        """``fn(conn, *args)`` in a write transaction shared with the writes queued beside it
+        (group commit, ``_commit_batch``); it returns once that transaction is committed."""
+        writer = self._writer
+        if writer is None:
+            raise StoreUnavailable("Metadata store is not open")
+        result: T = await self._translated(self._batches.submit(writer, (fn, args)))
+        return result
+
+    # --- group commit (the writer thread) ----------------------------------------------
+
+    def _commit_batch(self, batch: list[Call[QueuedWrite]]) -> None:
+        """Run the queued writes in one transaction, each in a savepoint of its own.
+
+        A write that fails is rolled back to its savepoint and gets its own error; the others
+        are committed together. Every outcome stays unresolved until COMMIT has returned, so a
+        write is reported done only once it is in the database (as before, when each write was
+        its own transaction). If SQLite abandons the whole transaction (disk full, I/O error),
+        the writes run so far get that error and the rest start a new transaction.
+        """
+        while batch:
+            batch = self._commit_some(self._thread_conn(write=True), batch)
+
+    def _commit_some(self, conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+        """One transaction over ``batch``; the calls left over when it was lost midway."""
+        try:
+            self._require_same_file()
+            self._begin_write(conn)
+            for i, call in enumerate(batch):
+                if not _run_in_savepoint(conn, call):
+                    lost = call.error or StoreUnavailable("the write transaction was rolled back")
+                    for earlier in batch[:i]:
+                        if earlier.error is None:
+                            earlier.fail(lost)
+                    return batch[i + 1:]
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            for call in batch:
+                if call.error is None:
+                    call.fail(exc)
+        return []
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
@@ -1013,6 +1110,10 @@ class SqliteMetaStore:
 
     async def insert_file(self, record: FileRecord) -> None:
         await self._write(_insert_file, record)
+
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None) -> bool:
+        return await self._write(_insert_file_within_quota, record, storage_limit, count_limit)
 
     async def get_file(self, file_id: str) -> FileRecord | None:
         return await self._lookup(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",

@@ -65,9 +65,10 @@ def _agent_limits(ctx: DocContext, routes: Sequence[Route]) -> Json:
 def _agent_usage() -> Json:
     return {
         "upload": "POST /files with the raw bytes as the body (not multipart), Content-Type set "
-                  "to their MIME type (or application/octet-stream: the type is then taken from "
-                  "the bytes), optional x-file-name header (percent-encoded UTF-8) and "
-                  "?isPublic=false for a private file. The response's file.public_url serves it.",
+                  "to their MIME type (or application/octet-stream with ?type=<MIME type>, or alone: "
+                  "the type is then taken from the bytes), the file name as ?name= (any Unicode) or "
+                  "the x-file-name header (percent-encoded UTF-8), and ?isPublic=false for a private "
+                  "file. The response's file.public_url serves it.",
         "serve": "GET /m/{file_id}[?width=&height=&format=] inline or resized; GET /d/{file_id} "
                  "as a download. Private files need the owner's credential or a signed URL "
                  "from POST /files/{file_id}/signed-url.",

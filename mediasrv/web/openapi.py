@@ -143,7 +143,7 @@ def _file_schemas(ctx: DocContext) -> Json:
             "id": typed("string", "internal record id", format="uuid"),
             "user_id": typed("string", "owner", format="uuid"),
             "file_id": typed("string", "public identifier; the `{id}` of file routes and /m, /d"),
-            "name": typed("string", "from the x-file-name header", nullable=True),
+            "name": typed("string", "from the x-file-name header or the name query parameter", nullable=True),
             "content_type": typed("string", "MIME type", nullable=True),
             "size": typed("integer", "bytes", nullable=True),
             "public_url": url("`<public_url>/m/<file_id>`"),

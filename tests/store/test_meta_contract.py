@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mediasrv.core import timeutil
-from store.base import DuplicateError, MetaStore
+from store.base import DuplicateError, MetaStore, QuotaWithRecord
 from store.errors import StoreUnavailable
 from store.models import (
     AccountPlan,
@@ -407,6 +407,26 @@ async def test_reserve_quota_is_atomic_under_concurrency(meta: MetaStore) -> Non
     u1, u2 = await meta.get_user("u1"), await meta.get_user("u2")
     assert u1 is not None and (u1.storage_bytes, u1.files_count) == (300, 3)
     assert u2 is not None and (u2.storage_bytes, u2.files_count) == (3, 3)
+
+
+async def test_quota_with_record_reserves_and_inserts_as_one(meta: MetaStore) -> None:
+    """The optional one-write upload commit (``QuotaWithRecord``): exact under concurrency,
+    nothing changed when refused, and a duplicate leaves the counters as they were."""
+    if not isinstance(meta, QuotaWithRecord):
+        pytest.skip("this backend reserves and inserts in two calls")
+    await add_user(meta, "u1")
+    records = [make_file("u1", f"q{i}", size=100) for i in range(10)]
+    taken = await asyncio.gather(*(meta.insert_file_within_quota(r, 300, None) for r in records))
+    assert sum(taken) == 3
+    stored = {r.file_id for r, ok in zip(records, taken, strict=True) if ok}
+    assert {f.file_id for f in (await meta.list_files("u1", FileQuery(), 0, 100))[0]} == stored
+    assert not await meta.insert_file_within_quota(make_file("u1", "over-count", size=1), None, 3)
+    with pytest.raises(DuplicateError):
+        await meta.insert_file_within_quota(make_file("u1", sorted(stored)[0], id="another", size=1), None, None)
+    user = await meta.get_user("u1")
+    assert user is not None and (user.storage_bytes, user.files_count) == (300, 3)
+    found, total = await meta.list_files("u1", FileQuery(q=sorted(stored)[0]), 0, 10)  # searchable at once
+    assert total == 1 and found[0].file_id == sorted(stored)[0]
 
 
 async def test_release_quota_never_goes_below_zero(meta: MetaStore) -> None:

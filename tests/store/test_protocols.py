@@ -31,6 +31,7 @@ from store.base import (
     LogStore,
     MetaStore,
     QuotaStore,
+    QuotaWithRecord,
     RowCopy,
     SharedSecrets,
     Snapshots,
@@ -47,9 +48,10 @@ REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store is only built
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
                                      FileStore, DomainStore, LogStore, UsageStore)
-CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, LocalDatabase, Snapshots, RowCopy, LocalBlobFiles)
+CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, LocalDatabase, Snapshots, RowCopy, QuotaWithRecord,
+                                       LocalBlobFiles)
 EXPECTED: dict[type[Any], set[type[Any]]] = {
-    SqliteMetaStore: {LocalDatabase, Snapshots, RowCopy},
+    SqliteMetaStore: {LocalDatabase, Snapshots, RowCopy, QuotaWithRecord},
     MongoMetaStore: {SharedSecrets, RowCopy},
     FsBlobStore: {LocalBlobFiles},
     S3BlobStore: set(),
@@ -72,9 +74,10 @@ def _conformance(tmp: Path) -> list[object]:
     sqlite_rows: RowCopy = SqliteMetaStore(tmp / "meta.sqlite3")
     mongo_rows: RowCopy = MongoMetaStore(MONGO_URL)
     secrets: SharedSecrets = MongoMetaStore(MONGO_URL)
+    one_write: QuotaWithRecord = SqliteMetaStore(tmp / "meta.sqlite3")
     local_files: LocalBlobFiles = FsBlobStore(tmp)
     return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, sqlite_rows, mongo_rows,
-            secrets, local_files]
+            secrets, one_write, local_files]
 
 
 def _build(cls: type[Any], tmp: Path) -> Any:
@@ -90,7 +93,7 @@ def _members(protocol: type[Any]) -> set[str]:
 
 
 def test_the_conformance_assignments_run(tmp_path: Path) -> None:
-    assert len(_conformance(tmp_path)) == 13
+    assert len(_conformance(tmp_path)) == 14
     assert not list(tmp_path.iterdir())  # building a store touches nothing
 
 

@@ -3,9 +3,12 @@
 The body goes to the blob store chunk by chunk; nothing holds it whole. Quota is reserved
 atomically in the metadata store before the body is read when the size is declared, or
 once it is known for a chunked body, and released on every failure path, so concurrent
-uploads can never push an account past its limits. The blob is committed before the record
-is inserted: a crash in between leaves an unreferenced blob for the sweep, never a record
-without bytes.
+uploads can never push an account past its limits. A small body (at most WRITE_BYTES, held
+whole and stored with one ``put``) is the exception where the store can do it
+(``QuotaWithRecord``): its quota is taken in the same write as its record, one write instead
+of two; refused, its blob is deleted before the answer. The blob is committed before the
+record is inserted: a crash in between leaves an unreferenced blob for the sweep, never a
+record without bytes.
 """
 from __future__ import annotations
 
@@ -13,13 +16,14 @@ import logging
 import secrets
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.core.files import content_types
 from mediasrv.core.timeutil import now_iso
 from mediasrv.images.headers import header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
-from store.base import BlobStore, BlobWriter, MetaStore
+from store.base import BlobStore, BlobWriter, MetaStore, QuotaWithRecord
 from store.models import FileRecord, User
 
 log = logging.getLogger("mediasrv.uploads")
@@ -49,9 +53,11 @@ class Upload:
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
-                 allow: content_types.AllowList | None = None) -> None:
+                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
-        checked against ``allow``."""
+        checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
+        the caller knows (an isinstance check of a protocol costs more than a small upload's
+        other checks together)."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -69,6 +75,10 @@ class Upload:
         self._committed = False
         self._finishing = False
         self._done = False
+        if one_write is None:
+            one_write = isinstance(meta, QuotaWithRecord)
+        self._one_write = cast(QuotaWithRecord, meta) if one_write else None
+        """The store, when it can take a small upload's quota with its record."""
 
     async def start(self) -> None:
         """Reserve the declared size (403 over quota) and open the blob writer.
@@ -77,12 +87,14 @@ class Upload:
         reservation is released here and the client gets 503 (StoreUnavailable, Retry-After):
         no phantom bytes or file stay on the account.
         """
-        if self._declared is not None:
+        small = self._declared is not None and self._declared <= WRITE_BYTES
+        if self._declared is not None and not (small and self._one_write is not None):
             await self._reserve(self._declared)
-        if self._declared is None or self._declared > WRITE_BYTES:
+        if not small:
             await self._open_writer()  # a store that is down refuses before the body is read
         # else: a small body is buffered whole and written with one put() in finish: one
-        # blob-store round trip per small upload instead of three (open, write, commit).
+        # blob-store round trip per small upload instead of three (open, write, commit), and,
+        # where the store can, its quota is taken with its record (``_insert``).
 
     async def _open_writer(self) -> None:
         try:
@@ -139,7 +151,7 @@ class Upload:
             self._type = content_types.resolve_sniffed(self._head, self._allow)
         content_types.check_signature(self._type, self._head)
         width, height = self._check_dimensions()
-        if self._reserved is None:
+        if self._reserved is None and not (self._writer is None and self._one_write is not None):
             await self._reserve(self.received)
         if self._writer is None:
             await self._blobs.put(self.file_id, bytes(self._pending))
@@ -152,9 +164,19 @@ class Upload:
                             name=self._name, content_type=self._type, size=self.received,
                             is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
                             width=width, height=height)
-        await self._meta.insert_file(record)
+        await self._insert(record)
         self._done = True
         return record
+
+    async def _insert(self, record: FileRecord) -> None:
+        """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``);
+        refused over quota, the caller's ``abort`` deletes the committed blob."""
+        if self._reserved is not None or self._one_write is None:
+            await self._meta.insert_file(record)
+            return
+        if not await self._one_write.insert_file_within_quota(record, self._limits.storage_limit,
+                                                              self._limits.count_limit):
+            raise Forbidden(QUOTA_MESSAGE, code="QUOTA_EXCEEDED")
 
     async def abort(self) -> None:
         """Leave no trace: drop the blob and give the reservation back. Idempotent."""
