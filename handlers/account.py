@@ -1,9 +1,12 @@
-"""The caller's own account: usage, activity logs and profile."""
+"""The caller's own account: usage, activity logs and profile, with their route rows and OpenAPI
+operations."""
 from __future__ import annotations
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.paging import page_args
 from mediasrv.core.account_info import AccountInfo
+from mediasrv.web.openapi_parts import DocContext, Json, error, json_response, ref, simple_get
+from mediasrv.web.routespec import ANY, Route, per_user
 
 
 class AccountBase(BaseHandler):
@@ -32,3 +35,24 @@ class ProfileHandler(AccountBase):
     async def get(self) -> None:
         assert self.principal is not None
         self.write_json(self.info.profile(self.principal.user))
+
+
+# ---------------------------------------------------------------------------- OpenAPI operations
+
+def _logs(ctx: DocContext) -> Json:
+    return {"parameters": [ref("Page", "parameters"), ref("Limit", "parameters")],
+            "responses": {"200": json_response("Activity of authenticated API requests, newest first.",
+                                               "LogPage"),
+                          "400": error("Invalid page or limit.")}}
+
+
+# ---------------------------------------------------------------------------- routes
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/usage", ANY, UsageHandler, "account", "getUsage", "Usage of the current calendar month",
+          simple_get("Usage", "Usage counters."), per_user("usage", 60)),
+    Route("GET", "/logs", ANY, LogsHandler, "account", "listLogs", "Activity log of your API requests", _logs,
+          per_user("logs", 60)),
+    Route("GET", "/profile", ANY, ProfileHandler, "account", "getProfile", "Your user, plan and billing dates",
+          simple_get("Profile", "User and plan."), per_user("profile", 60)),
+)

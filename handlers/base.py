@@ -1,9 +1,10 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
 Who may call each method of a route and which rate-limit counter it spends are declared once,
-in the route specification (``mediasrv.web.routespec``); ``mediasrv.web.app`` hands each route its
-operations through ``BaseDeps.operations`` and ``prepare`` enforces both before any body is
-read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON ``{"error", "code"}``.
+in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.web.app``
+hands each route its operations through ``BaseDeps.operations`` and ``prepare`` enforces both
+before any body is read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON
+``{"error", "code"}``.
 
 Caching is decided here, once: a handler is ``private`` unless it says otherwise, so every
 answer of the API (data, tokens and errors alike) says ``Cache-Control: private, no-store``
@@ -16,6 +17,8 @@ from __future__ import annotations
 import gzip
 import hmac
 import logging
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -31,6 +34,7 @@ from mediasrv.core.errors import (
     BadRequest,
     Forbidden,
     PayloadTooLarge,
+    ServerBusy,
     StoreUnavailable,
     TooManyRequests,
     for_store_error,
@@ -46,6 +50,10 @@ log = logging.getLogger("mediasrv.http")
 GZIP_MIN_BYTES = 1024
 """Smaller bodies gain less than gzip's header and the CPU cost."""
 GZIP_LEVEL = 6
+REQUEST_ID_HEADER = "X-Request-Id"
+PROXY_REQUEST_ID_HEADER = "X-Mediasrv-Request-Id"
+"""nginx's $request_id, believed only from our proxy (docs/internal-headers.md)."""
+_REQUEST_ID = re.compile(r"[0-9A-Za-z-]{1,64}")
 _GENERIC = {400: "Bad request", 404: "Not found", 405: "Method not allowed", 411: "Length required",
             413: "Request too large", 500: "Internal server error", 503: "Service unavailable"}
 
@@ -83,12 +91,14 @@ class BaseDeps:
     proxy_secret: str | None = None
     """With trust_proxy: what our proxy sends in X-Mediasrv-Proxy-Secret (docs/internal-headers.md)."""
     operations: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
-    """This route's operations by HTTP method, from the route specification; a method not
-    in it needs no credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
+    """This route's operations by HTTP method, from its route rows; a method not in it needs no
+    credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
+    path: str = ""
+    """This route's declared path (``/files/{id}``), "" for unknown routes: the metrics label."""
 
-    def for_route(self, operations: Mapping[str, Route]) -> BaseDeps:
-        """The same dependencies for a route with these declared operations."""
-        return replace(self, operations=MappingProxyType(dict(operations)))
+    def for_route(self, path: str, operations: Mapping[str, Route]) -> BaseDeps:
+        """The same dependencies for the route at ``path`` with these declared operations."""
+        return replace(self, path=path, operations=MappingProxyType(dict(operations)))
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -106,6 +116,14 @@ class BaseHandler(tornado.web.RequestHandler):
     request_size: int | None = None
     store_error = False
     """Set when the answer is a store failure (503/507), for /metrics."""
+    busy = False
+    """Set when the answer is back-pressure (a busy 503 with Retry-After), not a failure: the
+    access log writes it at WARNING, not ERROR."""
+    bytes_sent = 0
+    """Body bytes handed to the connection (none for HEAD), for the access log."""
+    request_id: str | None = None
+    """This request's id: nginx's (from our proxy) or a new one; echoed in X-Request-Id and in
+    the access log line, so a client's report finds the request's lines."""
     _counted = False
 
     def initialize(self, base: BaseDeps) -> None:  # type: ignore[override]
@@ -113,6 +131,23 @@ class BaseHandler(tornado.web.RequestHandler):
         if not self._counted:
             self._counted = True
             base.inflight.count += 1
+        if self.request_id is None:
+            self.request_id = self._proxy_request_id() or os.urandom(16).hex()
+            self.set_header(REQUEST_ID_HEADER, self.request_id)
+
+    def _proxy_request_id(self) -> str | None:
+        """The id our nginx gave this request ($request_id), when it came through it."""
+        if not self.base.proxy_secret:  # no proxy of ours: not even a header lookup per request
+            return None
+        sent = self.request.headers.get(PROXY_REQUEST_ID_HEADER)
+        if sent and _REQUEST_ID.fullmatch(sent) and self.from_our_proxy():
+            return sent
+        return None
+
+    def flush(self, include_footers: bool = False) -> Any:
+        if self.request.method != "HEAD":
+            self.bytes_sent += sum(map(len, self._write_buffer))
+        return super().flush(include_footers)
 
     def _uncount(self) -> None:
         if self._counted:
@@ -127,6 +162,8 @@ class BaseHandler(tornado.web.RequestHandler):
         """Also run again by ``send_error`` (via ``clear``), so error answers get them too."""
         self.set_header("X-Content-Type-Options", "nosniff")
         self.clear_header("Server")
+        if self.request_id is not None:  # not yet on the first call, from __init__
+            self.set_header(REQUEST_ID_HEADER, self.request_id)
         if self.private:
             self.set_header("Cache-Control", PRIVATE_NO_STORE)
             self.set_header("Vary", CREDENTIAL_VARY)
@@ -273,6 +310,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.clear_header("Content-Disposition")
         self.clear_header("Content-Range")
         self.store_error = isinstance(exc, StoreUnavailable)  # counted by /metrics (StorageFull too)
+        self.busy = isinstance(exc, ServerBusy)
         if isinstance(exc, ApiError):
             self.set_status(exc.status)
             for name, value in exc.headers.items():
@@ -288,15 +326,21 @@ class BaseHandler(tornado.web.RequestHandler):
         self.send_body(orjson.dumps(body), "application/json")
 
     def log_exception(self, typ, value, tb) -> None:  # type: ignore[no-untyped-def]
+        """An ApiError is an answer, not an event (its access line says it); a store failure
+        is one line at ERROR (the store is down or full: someone must act), anything else
+        unexpected an ERROR with its traceback. Each names the request id."""
         if isinstance(value, ApiError):
             return  # an expected outcome, already rendered
+        extra = {"request_id": self.request_id}
         if for_store_error(value) is not None:
-            log.warning("%s on %s %s: %s", type(value).__name__, self.request.method, self.request.path, value)
+            log.error("%s on %s %s (request %s): %s", type(value).__name__, self.request.method,
+                      self.request.path, self.request_id, value, extra=extra)
             return
         if isinstance(value, tornado.web.HTTPError):
             super().log_exception(typ, value, tb)
             return
-        log.error("unhandled error on %s %s", self.request.method, self.request.path, exc_info=(typ, value, tb))
+        log.error("unhandled error on %s %s (request %s)", self.request.method, self.request.path,
+                  self.request_id, exc_info=(typ, value, tb), extra=extra)
 
     def on_finish(self) -> None:
         self._uncount()

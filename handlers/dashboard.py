@@ -1,4 +1,5 @@
-"""The dashboard: its page at ``/``, its files at ``/assets/...``, and the reset-password page.
+"""The dashboard: its page at ``/`` and its files at ``/assets/...`` (not API routes: they are
+bound in ``mediasrv.web.app``); ``send_asset`` also answers the reset-password page (handlers.auth).
 
 Thin: the files come from ``mediasrv.web.webassets`` (loaded once), the API does the work. Every
 page answer carries the strict Content-Security-Policy and never lets itself be framed.
@@ -7,9 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from handlers.auth import ResetPasswordHandler
 from handlers.base import BaseDeps, BaseHandler
-from mediasrv.core.accounts import AccountService
 from mediasrv.core.delivery.http_fields import etag_matches
 from mediasrv.core.errors import NotFound
 from mediasrv.web.cors import CorsMode
@@ -63,17 +62,3 @@ class DashboardHandler(BaseHandler):
 
     head = get
 
-
-class ResetPasswordPageHandler(ResetPasswordHandler):
-    """/auth/reset-password: GET is the page the e-mail links to (a form), POST the API."""
-
-    assets: dict[str, Asset]
-    csp: str
-
-    def initialize(self, base: BaseDeps, accounts: AccountService,  # type: ignore[override]
-                   assets: dict[str, Asset], csp: str) -> None:
-        super().initialize(base, accounts)
-        self.assets, self.csp = assets, csp
-
-    def get(self) -> None:
-        send_asset(self, self.assets[INDEX], self.csp)

@@ -1,9 +1,11 @@
-"""File routes: streamed upload, listing with filters, get, delete and bulk delete."""
+"""File routes: streamed upload, listing with filters, get, delete, bulk delete and signed URLs,
+with their route rows and OpenAPI operations."""
 from __future__ import annotations
 
 import logging
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -14,17 +16,20 @@ from handlers.paging import int_arg, page_args
 from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.links import DEFAULT_TTL_S, SignedLinks
+from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import Upload, failure_status
 from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.web import http_limits
+from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
 from mediasrv.web.peer import unless_client_leaves
-from mediasrv.web.routespec import BULK_DELETE_MAX
+from mediasrv.web.routespec import ANY, Route, per_user
 
 log = logging.getLogger("mediasrv.files")
 MAX_Q_CHARS = 255
 DRAIN_LIMIT = 1024 * 1024
+BULK_DELETE_MAX = 100
+"""The most file ids one POST /files/bulk-delete takes (its summary, handler and schema say so)."""
 
 
 class FilesBase(BaseHandler):
@@ -69,10 +74,9 @@ class FilesHandler(FilesBase):
             raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
                              "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
                              "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
-        # application/octet-stream (what generated clients send): the type comes from the bytes.
-        content_type = None if declared_type == content_types.OCTET_STREAM else self.allow.require(declared_type)
+        content_type = _upload_type(declared_type, self.request.query_arguments.get("type", []), self.allow)
         is_public = _bool_arg(self, "isPublic", default=True) is not False  # absent: public
-        name = _file_name(self.request.headers.get_list("x-file-name"))
+        name = _file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", []))
         limits = self.files.limits_for(user)
         declared = _content_length(self.request.headers)
         too_large = f"File too large: the limit is {limits.cap_bytes} bytes"
@@ -188,28 +192,68 @@ def _time_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
         raise BadRequest(f"{name} must be an ISO 8601 timestamp", code="INVALID_QUERY") from None
 
 
+def _upload_type(declared: str, named: list[bytes], allow: AllowList) -> str | None:
+    """The type an upload is stored as; None: taken from its first bytes.
+
+    Content-Type names it, unless it is application/octet-stream (what generated clients always
+    send): then the ``type`` query parameter may name it, and without one the bytes tell.
+    """
+    if len(named) > 1:
+        raise BadRequest("type is given more than once", code="INVALID_QUERY")
+    if not named:
+        return None if declared == content_types.OCTET_STREAM else allow.require(declared)
+    wanted = named[0].decode("latin-1").split(";", 1)[0].strip().lower()
+    if declared not in (content_types.OCTET_STREAM, wanted):
+        raise BadRequest(f"The type query parameter ({wanted}) and Content-Type ({declared}) differ: send the "
+                         "file's type in one of them, or the same in both", code="INVALID_CONTENT_TYPE")
+    if wanted == content_types.OCTET_STREAM:
+        return None
+    if wanted not in allow:
+        raise BadRequest(f"Content type {wanted!r} is not allowed; see /reference/allowed-content-types",
+                         code="CONTENT_TYPE_NOT_ALLOWED")
+    return wanted
+
+
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
-def _file_name(values: list[str]) -> str | None:
-    """x-file-name, percent-decoded as UTF-8; control characters and over-long names refused."""
-    if len(values) > 1:
-        raise BadRequest("Send at most one x-file-name header", code="INVALID_FILE_NAME")
-    if not values or not values[0]:
-        return None
-    raw = values[0]
+def _file_name(header: list[str], query: Sequence[bytes] = ()) -> str | None:
+    """The file name from x-file-name (percent-encoded UTF-8) or the ``name`` query parameter
+    (any client percent-encodes a query value, so any Unicode name gets through); not both."""
+    if header and query:
+        raise BadRequest("Send the file name in x-file-name or in the name query parameter, not both",
+                         code="INVALID_FILE_NAME")
+    if len(header) > 1 or len(query) > 1:
+        raise BadRequest("Send at most one file name", code="INVALID_FILE_NAME")
+    if header:
+        return _checked_name(_header_name(header[0]), "x-file-name")
+    if query:
+        try:
+            return _checked_name(query[0].decode("utf-8"), "name")
+        except UnicodeDecodeError:
+            raise BadRequest("name must be UTF-8 (percent-encoded in the query string)",
+                             code="INVALID_FILE_NAME") from None
+    return None
+
+
+def _header_name(raw: str) -> str:
+    """x-file-name, percent-decoded as UTF-8."""
     # RFC 3986: ASCII only, and every "%" starts a two-hex-digit escape. Tornado decodes raw
     # header bytes as Latin-1, so unencoded UTF-8 would otherwise be stored as mojibake.
     if not raw.isascii() or _BAD_PERCENT.search(raw):
         raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME")
     try:
-        name = unquote(raw, encoding="utf-8", errors="strict")
+        return unquote(raw, encoding="utf-8", errors="strict")
     except UnicodeDecodeError:
         raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME") from None
+
+
+def _checked_name(name: str, field: str) -> str | None:
+    """Control characters and over-long names refused; empty means no name."""
     if len(name) > MAX_NAME_CHARS:
-        raise BadRequest(f"x-file-name must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
+        raise BadRequest(f"{field} must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
     if any(unicodedata.category(c) == "Cc" for c in name):  # C0, DEL and C1 controls
-        raise BadRequest("x-file-name must not contain control characters", code="INVALID_FILE_NAME")
+        raise BadRequest(f"{field} must not contain control characters", code="INVALID_FILE_NAME")
     return name or None
 
 
@@ -249,3 +293,121 @@ class SignedUrlHandler(FilesBase):
         assert self.principal is not None
         expires_in = self.json_body().get("expires_in", DEFAULT_TTL_S)
         self.write_json(await self.links.create(self.principal.user, file_id, expires_in))
+
+
+# ---------------------------------------------------------------------------- OpenAPI operations
+
+def _upload(ctx: DocContext) -> Json:
+    types = list(ctx.content_types)
+    params = [
+        {"name": "isPublic", "in": "query", "schema": typed("boolean", default=True),
+         "description": "false makes a private upload, served only to the owner or by signed URL"},
+        {"name": "type", "in": "query", "schema": typed("string", enum=types) if types else typed("string"),
+         "description": f"the file's MIME type, for a client that sends `Content-Type: {content_types.OCTET_STREAM}` "
+                        "(a generated client always does): the bytes are stored as this type and checked like a "
+                        "declared Content-Type. Needed for types that cannot be told from the bytes, such as "
+                        "text/plain. With any other Content-Type it must name the same type (400 "
+                        "INVALID_CONTENT_TYPE otherwise)"},
+        {"name": "name", "in": "query", "schema": typed("string", maxLength=MAX_NAME_CHARS),
+         "description": "file name, any Unicode text (percent-encoded UTF-8 in the query string, as every HTTP "
+                        "client encodes query values); at most "
+                        f"{MAX_NAME_CHARS} characters, no control characters. The alternative to x-file-name for "
+                        "clients that cannot send non-ASCII in a header: send one of the two, both get 400 "
+                        "INVALID_FILE_NAME"},
+        {"name": "x-file-name", "in": "header", "schema": typed("string"),
+         "description": f"file name, percent-encoded UTF-8 (RFC 3986); stored up to {MAX_NAME_CHARS} characters "
+                        "(or send it as the name query parameter)"},
+    ]
+    allowed = ", ".join(f"`{t}`" for t in ctx.content_types)
+    return {"description": "The body is the raw file bytes (not multipart/form-data). Set Content-Type to "
+                           f"their MIME type, one of: {allowed} (GET /reference/allowed-content-types); or send "
+                           f"them as `{content_types.OCTET_STREAM}` with the type in the `type` query parameter, "
+                           "or with neither and the server takes their type from their first bytes (images, "
+                           "PDF, archives, audio and video; 400 UNRECOGNIZED_CONTENT when it cannot tell). "
+                           f"At most {ctx.max_upload} bytes (an account may set a lower cap). A body of unknown "
+                           "length may be streamed with `Transfer-Encoding: chunked` (with a generated async "
+                           "client: an async iterator of bytes as the payload).",
+            "parameters": params,
+            "requestBody": {"required": True, "description": "the file's bytes", "content": {
+                content_types.OCTET_STREAM: {"schema": typed("string", format="binary")}}},
+            "x-allowed-content-types": types,
+            "x-max-upload-size-bytes": ctx.max_upload,
+            "responses": {
+                "201": json_response("Stored.", "FileUploadResponse"),
+                "400": error("Content type not allowed, bytes that do not match it, bytes whose "
+                             "type cannot be recognised (octet-stream), an image too large to "
+                             "decode, or an invalid file name (INVALID_FILE_NAME)."),
+                "403": error("The trial has ended, or the storage or file count limit is reached."),
+                "413": error("File too large; code FILE_TOO_LARGE.")}}
+
+
+def _query(name: str, description: str, schema: Json) -> Json:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+def _list_files(ctx: DocContext) -> Json:
+    size = typed("integer", minimum=0)
+    params = [
+        ref("Page", "parameters"), ref("Limit", "parameters"),
+        _query("q", "case-insensitive search in name or file_id", typed("string")),
+        _query("type", "exact content_type; must be an allowed type",
+               typed("string", enum=list(ctx.content_types)) if ctx.content_types else typed("string")),
+        _query("sizeMin", "minimum size in bytes, inclusive", size),
+        _query("sizeMax", "maximum size in bytes, inclusive", size),
+        _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),
+        _query("createdAfter", "created_at >= this ISO 8601 value", typed("string", format="date-time")),
+        _query("createdBefore", "created_at <= this ISO 8601 value", typed("string", format="date-time")),
+    ]
+    return {"parameters": params,
+            "responses": {"200": json_response("Matching files, newest first.", "FilePage"),
+                          "400": error("Invalid filter, page or limit (e.g. a type not allowed).")}}
+
+
+def _get_file(ctx: DocContext) -> Json:
+    return {"parameters": [ref("FileId", "parameters")],
+            "responses": {"200": json_response("The file.", "File"),
+                          "404": ref("NotFound", "responses")}}
+
+
+def _delete_file(ctx: DocContext) -> Json:
+    return {"parameters": [ref("FileId", "parameters")],
+            "responses": {"204": {"description": "Deleted; no body."},
+                          "403": error("The trial has ended."),
+                          "404": ref("NotFound", "responses")}}
+
+
+def _bulk_delete(ctx: DocContext) -> Json:
+    return {"description": "Ids that cannot be deleted (e.g. not found) are reported in `errors`; "
+                           "the others are deleted.",
+            "requestBody": json_body("BulkDeleteRequest"),
+            "responses": {"200": json_response("Done; see deleted and errors.", "BulkDeleteResponse"),
+                          "400": error(f"ids missing, empty or over {BULK_DELETE_MAX}."),
+                          "403": error("The trial has ended.")}}
+
+
+def _signed_url(ctx: DocContext) -> Json:
+    return {"description": "Mints expiring /m and /d URLs (query `expires` and `signature`) that "
+                           "serve the file without a credential, for sharing a private file.",
+            "parameters": [ref("FileId", "parameters")],
+            "requestBody": json_body("SignedUrlRequest", required=False),
+            "responses": {"200": json_response("Signed URLs.", "SignedUrl"),
+                          "400": error(f"expires_in outside {MIN_TTL_S}..{MAX_TTL_S} seconds."),
+                          "404": ref("NotFound", "responses")}}
+
+
+# ---------------------------------------------------------------------------- routes
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/files", ANY, FilesHandler, "files", "uploadFile", "Upload raw bytes as a new file", _upload,
+          per_user("files.upload", 30)),
+    Route("GET", "/files", ANY, FilesHandler, "files", "listFiles", "List and filter your files", _list_files,
+          per_user("files.list", 60)),
+    Route("GET", "/files/{id}", ANY, FileHandler, "files", "getFile", "Get one file record by file_id", _get_file,
+          per_user("files.get", 120)),
+    Route("DELETE", "/files/{id}", ANY, FileHandler, "files", "deleteFile", "Delete one file by file_id",
+          _delete_file, per_user("files.delete", 60)),
+    Route("POST", "/files/bulk-delete", ANY, BulkDeleteHandler, "files", "bulkDeleteFiles",
+          f"Delete 1 to {BULK_DELETE_MAX} files by file_id", _bulk_delete, per_user("files.bulk_delete", 20)),
+    Route("POST", "/files/{id}/signed-url", ANY, SignedUrlHandler, "files", "createSignedUrl",
+          "Mint expiring /m and /d URLs for sharing a private file", _signed_url, per_user("files.sign", 60)),
+)

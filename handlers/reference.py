@@ -1,4 +1,9 @@
-"""Unauthenticated reference routes and /ping. Documents are built once at start-up."""
+"""Unauthenticated reference routes: the OpenAPI and for-agents documents, the allowed upload
+types and the HTML reference page, with their route rows and OpenAPI operations.
+
+The documents are built once at start-up by ``mediasrv.web.app`` (from every module's routes)
+and handed to these handlers under the names their rows give (``Route.args``).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -6,8 +11,9 @@ from typing import Any
 import orjson
 
 from handlers.base import BaseDeps, BaseHandler, Prerendered
-from mediasrv.core.storeguard import StoreGuard
+from mediasrv.web.openapi_parts import DocContext, Json, html_response, simple_get
 from mediasrv.web.reference_page import CONTENT_SECURITY_POLICY
+from mediasrv.web.routespec import NONE, Route
 
 
 def static_json(document: Any) -> Prerendered:
@@ -31,25 +37,6 @@ class StaticJsonHandler(BaseHandler):
         self.send_body(self.document, "application/json")
 
 
-class PingHandler(BaseHandler):
-    """The health check: 200, or 503 while the metadata database is not the one opened."""
-
-    logged = False
-    private = False
-    guard: StoreGuard
-
-    def initialize(self, base: BaseDeps, guard: StoreGuard) -> None:  # type: ignore[override]
-        super().initialize(base)
-        self.guard = guard
-
-    def get(self) -> None:
-        self.guard.require()
-        self.set_header("Cache-Control", "no-store")
-        self.send_body(b'{"status":"ok"}', "application/json")
-
-    head = get
-
-
 class ReferencePageHandler(BaseHandler):
     """GET /reference: the API reference as one self-contained HTML page, rendered at start-up."""
 
@@ -66,3 +53,29 @@ class ReferencePageHandler(BaseHandler):
         self.set_header("Cache-Control", "max-age=300")
         self.set_header("Referrer-Policy", "no-referrer")
         self.send_body(self.page, "text/html; charset=utf-8")
+
+
+# ---------------------------------------------------------------------------- OpenAPI operations
+
+def _html_page(ctx: DocContext) -> Json:
+    return {"responses": {"200": html_response("HTML rendered from this document.")}}
+
+
+# ---------------------------------------------------------------------------- routes
+# The app provides the documents as "allowed_types_document", "for_agents_document",
+# "openapi_document" and "reference_page" (mediasrv.web.app).
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/reference/allowed-content-types", NONE, StaticJsonHandler, "reference", "allowedContentTypes",
+          "MIME types accepted for upload", simple_get("AllowedContentTypes", "Allowed upload types."),
+          declared_unlimited=True, args={"document": "allowed_types_document"}),
+    Route("GET", "/reference/for-agents", NONE, StaticJsonHandler, "reference", "forAgents",
+          "Discovery document for automated clients", simple_get("Document", "JSON discovery document."),
+          declared_unlimited=True, args={"document": "for_agents_document"}),
+    Route("GET", "/reference/openapi.json", NONE, StaticJsonHandler, "reference", "openapi",
+          "This OpenAPI 3.0 description", simple_get("Document", "OpenAPI 3.0 document."),
+          declared_unlimited=True, args={"document": "openapi_document"}),
+    Route("GET", "/reference", NONE, ReferencePageHandler, "reference", "referencePage",
+          "This API reference as a human-readable HTML page", _html_page, declared_unlimited=True,
+          args={"page": "reference_page"}),
+)

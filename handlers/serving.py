@@ -1,4 +1,5 @@
-"""The hot path's transport: GET/HEAD /m/:key (passthrough or resize) and /d/:key (download).
+"""The hot path's transport: GET/HEAD /m/:key (passthrough or resize) and /d/:key (download),
+with their route rows and OpenAPI operations.
 
 Parse, ask ``MediaDelivery`` once, write its answer. Every decision (record, host and privacy,
 representation, validators, 304, Range, X-Accel-Redirect or bytes, usage counting) is made in
@@ -8,6 +9,8 @@ socket's flow control and a client that goes away mid-body.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
+from functools import partial
 from typing import ClassVar
 
 from tornado.iostream import StreamClosedError
@@ -15,8 +18,14 @@ from tornado.iostream import StreamClosedError
 from handlers.base import BaseDeps, BaseHandler
 from mediasrv.core.delivery.answer import BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
+from mediasrv.core.files.content_types import OCTET_STREAM
+from mediasrv.core.limits.ratelimit import Limit
+from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform
+from mediasrv.images.vips import OUTPUT_TYPES
 from mediasrv.web.cors import CorsMode
+from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, ref, typed
+from mediasrv.web.routespec import OPTIONAL, Route
 
 
 class ServeBase(BaseHandler):
@@ -49,7 +58,9 @@ class ServeBase(BaseHandler):
             if_none_match=headers.get("If-None-Match"), if_modified_since=headers.get("If-Modified-Since"),
             range=headers.get("Range"), if_range=headers.get("If-Range"),
             proxy_cache=headers.get("X-Mediasrv-Cache") == "1" and self.from_our_proxy(),
-            client=self.client_ip() if spec is not None else ""))
+            client=self.client_ip() if spec is not None else "",
+            accept=headers.get("Accept") if spec is not None else None,
+            transform_signature=self.get_query_argument(SIGNATURE_PARAM, None) if spec is not None else None))
         await self.write_answer(answer)
 
     async def write_answer(self, answer: MediaAnswer) -> None:
@@ -90,3 +101,84 @@ class DownloadHandler(ServeBase):
     """/d/:key: the stored bytes as an attachment; never rate limited."""
 
     attachment = True
+
+
+# ---------------------------------------------------------------------------- OpenAPI operations
+
+def _binary_content(media_types: Sequence[str]) -> Json:
+    """Concrete binary media types, so that generated clients return bytes, never parse JSON."""
+    return {t: {"schema": typed("string", format="binary")} for t in media_types}
+
+
+def _served(description: str, *, head: bool, media_types: Sequence[str] = (OCTET_STREAM,),
+            **headers: str) -> Json:
+    names = {"ETag": "ETag", "Last-Modified": "LastModified", "Cache-Control": "CacheControl",
+             "Accept-Ranges": "AcceptRanges", "Content-Length": "ContentLength",
+             "X-Content-Type-Options": "NoSniff", **headers}
+    response: Json = {"description": description, "headers": header_refs(**names)}
+    if not head:
+        response["content"] = _binary_content(media_types)
+    return response
+
+
+def _serving(ctx: DocContext, *, head: bool, download: bool) -> Json:
+    extra = {"Content-Disposition": "ContentDisposition"} if download else {}
+    # /m answers a resize with one of the output image types; anything else (and /d) with the
+    # stored type, which the document cannot know: application/octet-stream stands for it.
+    types = [OCTET_STREAM] if download else [OCTET_STREAM, *(
+        OUTPUT_TYPES[f] for f in ctx.formats if f in OUTPUT_TYPES)]
+    return {
+        "200": _served("The bytes, with their stored Content-Type (or the output format's for a "
+                       "resize)." + (" Without a body for HEAD." if head else ""), head=head,
+                       media_types=types, **extra),
+        "206": _served("The requested byte range.", head=head, media_types=types,
+                       **{"Content-Range": "ContentRange"}, **extra),
+        "304": ref("NotModified", "responses"),
+        "404": error("No such file, or a private file without the owner's credential or a valid "
+                     "signature."),
+        "416": ref("RangeNotSatisfiable", "responses"),
+    }
+
+
+def _media(ctx: DocContext, *, head: bool = False) -> Json:
+    names = ("FileId", "Width", "Height", "Format", "Expires", "Signature", "Range", "IfNoneMatch")
+    responses = _serving(ctx, head=head, download=False)
+    responses.update({
+        "400": error("Invalid width, height or format, or resize parameters on a non-image."),
+        "422": error("The image cannot be processed (e.g. over the pixel limit)."),
+        "503": ref("ServerBusy", "responses")})
+    return {"description": "With none of width, height and format: the stored bytes unchanged. "
+                           "With any of them: a resized or converted image (one dimension keeps the "
+                           "aspect ratio, both fit inside the box, never enlarged), using one of "
+                           f"{ctx.resize_slots} concurrent resize slots. Browser-executable content "
+                           "(HTML, SVG, XML) is never served to run on this origin.",
+            "parameters": [ref(name, "parameters") for name in names],
+            "responses": responses}
+
+
+def _download(ctx: DocContext, *, head: bool = False) -> Json:
+    names = ("FileId", "Expires", "Signature", "Range", "IfNoneMatch")
+    return {"description": "The stored bytes with `Content-Disposition: attachment`.",
+            "parameters": [ref(name, "parameters") for name in names],
+            "responses": _serving(ctx, head=head, download=True)}
+
+
+# ---------------------------------------------------------------------------- routes
+
+MEDIA_LIMIT = Limit("media", 400, "ip", proxy_counted=True)
+"""/m per client address; the nginx sidecar counts it itself and reads its size from the
+for-agents document (scripts/serve-behind-nginx)."""
+_DELIVERY = {"deps": "delivery"}
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/m/{id}", OPTIONAL, MediaHandler, "serving", "getMedia",
+          "Serve a file inline, optionally resized or converted (width, height, format)", _media, MEDIA_LIMIT,
+          args=_DELIVERY),
+    Route("HEAD", "/m/{id}", OPTIONAL, MediaHandler, "serving", "headMedia", "Headers of GET /m/{id} without the body",
+          partial(_media, head=True), MEDIA_LIMIT, args=_DELIVERY),
+    Route("GET", "/d/{id}", OPTIONAL, DownloadHandler, "serving", "downloadFile", "Download a file as an attachment",
+          _download, declared_unlimited=True, args=_DELIVERY),
+    Route("HEAD", "/d/{id}", OPTIONAL, DownloadHandler, "serving", "headDownload",
+          "Headers of GET /d/{id} without the body", partial(_download, head=True), declared_unlimited=True,
+          args=_DELIVERY),
+)

@@ -54,6 +54,7 @@ from store.models import (
     CustomDomain,
     FileQuery,
     FileRecord,
+    Invite,
     LogEntry,
     StoreIdentity,
     UsageCounts,
@@ -146,8 +147,17 @@ class UserStore(Protocol):
     async def set_plan(self, user_id: str, plan: AccountPlan, at: str) -> bool:
         """Replace the account's plan name, limits and trial end (operator command); False if no such user."""
 
-    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
-        """Every account, oldest first (ties by id), and the total count (operator commands)."""
+    async def list_users(self, offset: int, limit: int, email_contains: str | None = None) -> tuple[list[User], int]:
+        """Accounts oldest first (ties by id), and the total count (operator commands);
+        ``email_contains``: only addresses containing it (a literal, case-insensitive)."""
+
+    async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
+        """Disable an account (``disabled_at`` a time; token_version moves on, so its session
+        tokens stop) or enable it again (None); False when there is no such account."""
+
+    async def delete_user(self, user_id: str) -> bool:
+        """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
+        and any file record left: the caller deletes files and their blobs first)."""
 
 
 class TokenStore(Protocol):
@@ -161,6 +171,22 @@ class TokenStore(Protocol):
 
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """Retire every unused token of that kind for the user (e.g. refresh tokens at reset)."""
+
+    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
+        """The user of a token that exists and was already used or retired (None otherwise):
+        a retired refresh token presented again means it was stolen (RFC 9700 reuse detection)."""
+
+
+class InviteStore(Protocol):
+    """Invite codes for an invite-only registration, by hash; each works once, until it expires."""
+
+    async def create_invite(self, invite: Invite) -> None: ...
+
+    async def use_invite(self, code_hash: str, now: str) -> bool:
+        """Atomically mark an unused, unexpired invite used; False when there is none."""
+
+    async def list_invites(self, offset: int, limit: int) -> tuple[list[Invite], int]:
+        """Every invite, newest first (ties by id), and the total (operator commands)."""
 
 
 class ApiKeyStore(Protocol):
@@ -245,6 +271,9 @@ class DomainStore(Protocol):
 
     async def delete_domain(self, user_id: str) -> None: ...
 
+    async def list_domains(self, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+        """Every claimed hostname in name order, and the total (operator commands)."""
+
 
 class LogStore(Protocol):
     """Per-account activity logs."""
@@ -269,8 +298,8 @@ class UsageStore(Protocol):
     async def get_usage(self, user_id: str, period: str) -> UsageCounts: ...
 
 
-class MetaStore(Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore, FileStore,
-                DomainStore, LogStore, UsageStore, Protocol):
+class MetaStore(Lifecycle, IdentityStore, UserStore, TokenStore, InviteStore, ApiKeyStore, QuotaStore,
+                FileStore, DomainStore, LogStore, UsageStore, Protocol):
     """Metadata: every aggregate above, in one database. What a metadata backend implements.
 
     A service that needs only some aggregates may ask for those protocols alone (a
@@ -368,8 +397,20 @@ class Snapshots(Protocol):
         """A consistent copy of the whole database at ``dest`` (a new file, mode 0600)."""
 
 
+@runtime_checkable
+class QuotaWithRecord(Protocol):
+    """A metadata store that takes an upload's quota and inserts its record in one write
+    (embedded SQLite: one item of its group commit). A small upload, whose body is read whole
+    before anything is stored, then costs one write instead of two."""
+
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None) -> bool:
+        """``reserve_quota`` for ``record.size`` and ``insert_file``, atomically: False, and
+        nothing changed, when a limit refuses the file. Duplicate on file_id."""
+
+
 MIGRATION_TABLES: dict[str, str] = {
-    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash",
+    "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash", "invites": "id",
     "files": "id", "logs": "id", "usage": "user_id, period"}
 """Every table (in an order that satisfies the foreign keys) and its primary key, for
 ``mediasrv migrate``: rows cross between backends as dicts of these columns (SQLite's)."""

@@ -32,6 +32,21 @@ class User:
     """Per-account storage limit set by an operator; None: the server-wide MEDIASRV_STORAGE_LIMIT_BYTES."""
     file_count_limit: int | None = None
     """Per-account file count limit set by an operator; None: the server-wide MEDIASRV_FILE_COUNT_LIMIT."""
+    disabled_at: str | None = None
+    """Set by an operator (``mediasrv users disable``): the account's sessions and keys stop."""
+
+
+@dataclass(frozen=True)
+class Invite:
+    """A single-use registration code (MEDIASRV_REGISTRATION=invite), stored by hash only."""
+
+    id: str
+    code_hash: str
+    created_at: str
+    expires_at: str
+    created_by: str | None = None
+    """The admin account that made it, or None for the operator's ``mediasrv invites create``."""
+    used_at: str | None = None
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from store.models import (
     CustomDomain,
     FileQuery,
     FileRecord,
+    Invite,
     LogEntry,
     StoreIdentity,
     UsageCounts,
@@ -81,7 +82,8 @@ other batches to the same document counts once."""
 _TRANSIENT_CODES = frozenset({6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
 
 _USER_DATES = ("created_at", "updated_at", "email_verified_at", "trial_ends_at",
-               "subscription_canceled_at", "access_until")
+               "subscription_canceled_at", "access_until", "disabled_at")
+_INVITE_DATES = ("created_at", "expires_at", "used_at")
 _KEY_DATES = ("created_at", "last_used_at", "revoked_at")
 _FILE_DATES = ("created_at",)
 _DOMAIN_DATES = ("updated_at",)
@@ -154,6 +156,10 @@ def _user(doc: Doc) -> User:
 
 def _key(doc: Doc) -> ApiKey:
     return _record(ApiKey, doc, _KEY_DATES)
+
+
+def _invite(doc: Doc) -> Invite:
+    return _record(Invite, doc, _INVITE_DATES)
 
 
 def _file(doc: Doc) -> FileRecord:
@@ -237,6 +243,8 @@ INDEXES: dict[str, list[IndexModel]] = {
               IndexModel([("blob_key", ASCENDING)], name="blob_key")],
     "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
     mongo_counters.COLLECTION: [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
+    "invites": [IndexModel([("code_hash", ASCENDING)], unique=True, name="code_hash_unique"),
+                IndexModel(NEWEST_FIRST, name="newest")],
     "logs": [IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
              IndexModel([("created_at", ASCENDING)], expireAfterSeconds=LOG_TTL_S, name="created_ttl")],
 }
@@ -440,16 +448,34 @@ class MongoMetaStore:
                 "file_count_limit": plan.file_count_limit, "trial_ends_at": trial, "updated_at": to_date(at)}})
         return result.matched_count > 0
 
-    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
-        """Oldest first, ties by id (operator commands)."""
+    async def list_users(self, offset: int, limit: int, email_contains: str | None = None) -> tuple[list[User], int]:
+        """Oldest first, ties by id (operator commands); a literal, case-insensitive filter."""
         _check_page(offset, limit)
+        flt: Doc = {"email_folded": {"$regex": re.escape(fold_email(email_contains))}} if email_contains else {}
         async with self._op() as db:
-            total = await db["users"].count_documents({})
+            total = await db["users"].count_documents(flt)
             docs: list[Doc] = []
             if limit > 0 and offset < total:
-                docs = await db["users"].find({}).sort([("created_at", ASCENDING), ("_id", ASCENDING)]) \
+                docs = await db["users"].find(flt).sort([("created_at", ASCENDING), ("_id", ASCENDING)]) \
                     .skip(offset).limit(limit).to_list()
         return [_user(doc) for doc in docs], total
+
+    async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
+        async with self._op() as db:
+            result: UpdateResult = await db["users"].update_one({"_id": user_id}, {
+                "$set": {"disabled_at": to_date(disabled_at), "updated_at": to_date(at)},
+                "$inc": {"token_version": 1}})
+        return result.matched_count > 0
+
+    async def delete_user(self, user_id: str) -> bool:
+        """Everything keyed by the account first, the account last: a crash in between leaves an
+        account to delete again, never records of an account that is gone."""
+        async with self._op() as db:
+            for name in ("tokens", "api_keys", "files", "logs", "usage"):
+                await db[name].delete_many({"user_id": user_id})
+            await db["domains"].delete_one({"_id": user_id})
+            result = await db["users"].delete_one({"_id": user_id})
+        return bool(result.deleted_count)
 
     # --- single-use tokens ------------------------------------------------------------
 
@@ -469,6 +495,29 @@ class MongoMetaStore:
                 {"_id": token_hash, "kind": kind, "used_at": None, "expires_at": {"$gt": when}},
                 {"$set": {"used_at": when}}, return_document=ReturnDocument.BEFORE)
         return None if doc is None else (doc["user_id"], doc.get("data"))
+
+    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
+        async with self._op() as db:
+            doc = await db["tokens"].find_one({"_id": token_hash, "kind": kind, "used_at": {"$ne": None}})
+        return None if doc is None else str(doc["user_id"])
+
+    # --- invites ----------------------------------------------------------------------
+
+    async def create_invite(self, invite: Invite) -> None:
+        async with self._op() as db:
+            await db["invites"].insert_one(_doc(invite, _INVITE_DATES))
+
+    async def use_invite(self, code_hash: str, now: str) -> bool:
+        """One conditional update: of concurrent registrations (in any process) one wins."""
+        when = to_date(now)
+        async with self._op() as db:
+            result: UpdateResult = await db["invites"].update_one(
+                {"code_hash": code_hash, "used_at": None, "expires_at": {"$gt": when}},
+                {"$set": {"used_at": when}})
+        return result.modified_count > 0
+
+    async def list_invites(self, offset: int, limit: int) -> tuple[list[Invite], int]:
+        return await self._page("invites", {}, offset, limit, _invite)
 
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         async with self._op() as db:
@@ -625,6 +674,15 @@ class MongoMetaStore:
         async with self._op() as db:
             await db["domains"].delete_one({"_id": user_id})
 
+    async def list_domains(self, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+        _check_page(offset, limit)
+        async with self._op() as db:
+            total = await db["domains"].count_documents({})
+            docs: list[Doc] = []
+            if limit > 0 and offset < total:
+                docs = await db["domains"].find({}).sort("hostname", ASCENDING).skip(offset).limit(limit).to_list()
+        return [_domain(doc) for doc in docs], total
+
     # --- activity logs ----------------------------------------------------------------
 
     async def insert_logs(self, entries: list[LogEntry]) -> None:
@@ -770,7 +828,7 @@ def _translated() -> Iterator[None]:
         raise StoreUnavailable(f"MongoDB: {type(exc).__name__}") from exc
 
 _COLLECTIONS = {"users": "users", "custom_domains": "domains", "api_keys": "api_keys", "tokens": "tokens",
-                "files": "files", "logs": "logs", "usage": "usage"}
+                "invites": "invites", "files": "files", "logs": "logs", "usage": "usage"}
 """The tables of ``store.base.MIGRATION_TABLES`` and the collection holding each."""
 
 
@@ -783,7 +841,8 @@ def _row(table: str, doc: Doc) -> dict[str, Any]:
     if table == "usage":
         return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
                 "image_ops": int(doc.get("image_ops", 0))}
-    convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log}[table]
+    convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log,
+               "invites": _invite}[table]
     record: Any = convert(doc)  # one of the record dataclasses
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
@@ -804,6 +863,8 @@ def _row_doc(table: str, row: dict[str, Any]) -> Doc:
         return _file_doc(FileRecord(**row))
     if table == "api_keys":
         return _doc(ApiKey(**row), _KEY_DATES)
+    if table == "invites":
+        return _doc(Invite(**row), _INVITE_DATES)
     if table == "custom_domains":
         return _doc(CustomDomain(**row), _DOMAIN_DATES, id_field="user_id")
     if table == "logs":

@@ -13,15 +13,17 @@ reader for a second on a large account.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import os
 import sqlite3
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -31,12 +33,14 @@ import orjson
 
 from store.base import MIGRATION_TABLES
 from store.errors import Duplicate, StorageFull, StoreUnavailable
+from store.groupcommit import Call, GroupCommit
 from store.models import (
     AccountPlan,
     ApiKey,
     CustomDomain,
     FileQuery,
     FileRecord,
+    Invite,
     LogEntry,
     StoreIdentity,
     UsageCounts,
@@ -211,6 +215,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE INDEX files_user_type_created
             ON files (user_id, content_type, created_at DESC, id DESC, is_public, size)""",
     ),
+    (
+        # Operators disable accounts; invite-only registration keeps its codes (by hash).
+        "ALTER TABLE users ADD COLUMN disabled_at TEXT",
+        """CREATE TABLE invites (
+            id TEXT PRIMARY KEY,
+            code_hash TEXT NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            created_by TEXT,
+            used_at TEXT)""",
+        "CREATE INDEX invites_created ON invites (created_at DESC, id DESC)",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -225,19 +241,32 @@ def _columns(cls: type) -> str:
     return ", ".join(f.name for f in dataclasses.fields(cls))
 
 
+@functools.cache
 def _insert_sql(table: str, cls: type, verb: str = "INSERT") -> str:
     """A named-parameter INSERT of every field, so records bind with ``_params``."""
-    names = [f.name for f in dataclasses.fields(cls)]
+    names = _field_names(cls)
     return (f"{verb} INTO {table} ({', '.join(names)}) "
             f"VALUES ({', '.join(':' + n for n in names)})")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """Once per record type: ``dataclasses.fields`` costs more than a small insert's binding."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _params(record: Any) -> dict[str, Any]:
     """A record's fields by name (shallow, unlike ``dataclasses.asdict``)."""
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return {name: getattr(record, name) for name in _field_names(type(record))}
 
 
 USER_COLS = _columns(User)
+INVITE_COLS = _columns(Invite)
 KEY_COLS = _columns(ApiKey)
 FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
@@ -278,6 +307,14 @@ def _user(row: Row) -> User:
 
 def _key(row: Row) -> ApiKey:
     return ApiKey(**dict(row))
+
+
+def _invite(row: Row) -> Invite:
+    return Invite(**dict(row))
+
+
+def _first_column(row: Row) -> Any:
+    return row[0]
 
 
 def _file(row: Row) -> FileRecord:
@@ -406,6 +443,40 @@ def _page(conn: sqlite3.Connection, table: str, cols: str, where: str, params: l
     return [convert(row) for row in rows], total
 
 
+def _users_matching(conn: sqlite3.Connection, text: str, offset: int, limit: int) -> tuple[list[User], int]:
+    """Accounts whose address contains ``text`` (a literal: LIKE's wildcards escaped), oldest first."""
+    pattern = "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = "lower(email) LIKE ? ESCAPE '\\'"
+    total = conn.execute(f"SELECT count(*) FROM users WHERE {where}", (pattern,)).fetchone()[0]
+    rows = conn.execute(f"SELECT {USER_COLS} FROM users WHERE {where} ORDER BY created_at, id LIMIT ? OFFSET ?",
+                        (pattern, limit, offset)).fetchall()
+    return [_user(row) for row in rows], total
+
+
+def _domains_by_name(conn: sqlite3.Connection, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+    total = conn.execute("SELECT count(*) FROM custom_domains").fetchone()[0]
+    rows = conn.execute(f"SELECT {DOMAIN_COLS} FROM custom_domains ORDER BY hostname LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
+    return [_domain(row) for row in rows], total
+
+
+def _page_newest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
+                 convert: Callable[[Row], T]) -> tuple[list[T], int]:
+    """One page of a whole table, newest first with ties by id descending, and the total."""
+    total = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    rows = conn.execute(f"SELECT {cols} FROM {table} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+                        (limit, offset)).fetchall()
+    return [convert(row) for row in rows], total
+
+
+def _delete_user(conn: sqlite3.Connection, user_id: str) -> int:
+    """The account and what is keyed by it: tokens, keys, files and domain go by their foreign
+    keys (ON DELETE CASCADE); logs and usage have none."""
+    conn.execute("DELETE FROM logs WHERE user_id = ?", (user_id,))
+    conn.execute("DELETE FROM usage WHERE user_id = ?", (user_id,))
+    return conn.execute("DELETE FROM users WHERE id = ?", (user_id,)).rowcount
+
+
 def _page_oldest(conn: sqlite3.Connection, table: str, cols: str, offset: int, limit: int,
                  convert: Callable[[Row], T]) -> tuple[list[T], int]:
     """One page of a whole table, oldest first with ties by id, and the total."""
@@ -481,6 +552,18 @@ def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
     _index_file(conn, record.id, record.name, record.file_id)
 
 
+def _insert_file_within_quota(conn: sqlite3.Connection, record: FileRecord, storage_limit: int | None,
+                              count_limit: int | None) -> bool:
+    """The reservation, then the record, in one write: a failed insert undoes the reservation
+    with it (the write's savepoint)."""
+    params = {"user_id": record.user_id, "size": record.size, "storage_limit": storage_limit,
+              "count_limit": count_limit}
+    if not _execute(conn, RESERVE_SQL, params):
+        return False
+    _insert_file(conn, record)
+    return True
+
+
 def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: str) -> None:
     """Add a file row's search entry unless it has one (file rows never change once written)."""
     cursor = conn.execute("INSERT OR IGNORE INTO file_search_rows (file_pk) VALUES (?)", (pk,))
@@ -515,6 +598,29 @@ def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
                             chunk)
         found.update(row[0] for row in rows)
     return found
+
+
+QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...]]
+"""A write waiting for the writer thread: ``fn(conn, *args)``."""
+
+WRITE_BATCH_MAX = 200
+"""The most writes one transaction takes: a long batch holds the write lock that long."""
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, call: Call[QueuedWrite]) -> bool:
+    """Run one queued write inside the open transaction, recording its outcome; False when the
+    failure took the whole transaction with it (the caller's batch is lost)."""
+    fn, args = call.item
+    conn.execute("SAVEPOINT queued_write")
+    try:
+        call.result = fn(conn, *args)
+    except BaseException as exc:
+        call.fail(exc)
+        if not conn.in_transaction:
+            return False
+        conn.execute("ROLLBACK TO queued_write")
+    conn.execute("RELEASE queued_write")
+    return True
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -640,6 +746,7 @@ class SqliteMetaStore:
         self._conns_lock = threading.Lock()
         self._file: tuple[int, int] | None = None
         self._replaced_logged = False
+        self._batches: GroupCommit[QueuedWrite] = GroupCommit(self._commit_batch, max_batch=WRITE_BATCH_MAX)
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -796,8 +903,12 @@ class SqliteMetaStore:
         pool = self._writer if write else (self._lookups if lookup else self._readers)
         if pool is None:
             raise StoreUnavailable("Metadata store is not open")
+        return await self._translated(asyncio.get_running_loop().run_in_executor(pool, call))
+
+    async def _translated(self, work: Awaitable[T]) -> T:
+        """``await work``, with SQLite's and the OS's errors as the store's own (store.errors)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, call)
+            return await work
         except sqlite3.IntegrityError as exc:
             if _is_unique_violation(exc):
                 raise Duplicate(str(exc)) from exc
@@ -814,7 +925,49 @@ class SqliteMetaStore:
             raise StoreUnavailable(f"{self.path.parent}: {exc.strerror or exc}") from exc
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(True, partial(self._in_transaction, True, fn, *args))
+        """``fn(conn, *args)`` in a write transaction shared with the writes queued beside it
+        (group commit, ``_commit_batch``); it returns once that transaction is committed."""
+        writer = self._writer
+        if writer is None:
+            raise StoreUnavailable("Metadata store is not open")
+        result: T = await self._translated(self._batches.submit(writer, (fn, args)))
+        return result
+
+    # --- group commit (the writer thread) ----------------------------------------------
+
+    def _commit_batch(self, batch: list[Call[QueuedWrite]]) -> None:
+        """Run the queued writes in one transaction, each in a savepoint of its own.
+
+        A write that fails is rolled back to its savepoint and gets its own error; the others
+        are committed together. Every outcome stays unresolved until COMMIT has returned, so a
+        write is reported done only once it is in the database (as before, when each write was
+        its own transaction). If SQLite abandons the whole transaction (disk full, I/O error),
+        the writes run so far get that error and the rest start a new transaction.
+        """
+        while batch:
+            batch = self._commit_some(self._thread_conn(write=True), batch)
+
+    def _commit_some(self, conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+        """One transaction over ``batch``; the calls left over when it was lost midway."""
+        try:
+            self._require_same_file()
+            self._begin_write(conn)
+            for i, call in enumerate(batch):
+                if not _run_in_savepoint(conn, call):
+                    lost = call.error or StoreUnavailable("the write transaction was rolled back")
+                    for earlier in batch[:i]:
+                        if earlier.error is None:
+                            earlier.fail(lost)
+                    return batch[i + 1:]
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            for call in batch:
+                if call.error is None:
+                    call.fail(exc)
+        return []
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
@@ -875,9 +1028,20 @@ class SqliteMetaStore:
                                      plan.trial_ends_at, at, user_id))
         return changed > 0
 
-    async def list_users(self, offset: int, limit: int) -> tuple[list[User], int]:
+    async def list_users(self, offset: int, limit: int, email_contains: str | None = None) -> tuple[list[User], int]:
         _check_page(offset, limit)
-        return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
+        if not email_contains:
+            return await self._read(_page_oldest, "users", USER_COLS, offset, limit, _user)
+        return await self._read(_users_matching, email_contains, offset, limit)
+
+    async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
+        changed = await self._write(_execute, "UPDATE users SET disabled_at = ?, updated_at = ?, "
+                                    "token_version = token_version + 1 WHERE id = ?",
+                                    (disabled_at, at, user_id))
+        return changed > 0
+
+    async def delete_user(self, user_id: str) -> bool:
+        return bool(await self._write(_delete_user, user_id))
 
     # --- single-use tokens ------------------------------------------------------------
 
@@ -890,6 +1054,26 @@ class SqliteMetaStore:
     async def consume_token(self, kind: str, token_hash: str,
                             now: str) -> tuple[str, str | None] | None:
         return await self._write(_consume_token, kind, token_hash, now)
+
+    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
+        owner: str | None = await self._lookup(
+            _fetch_one, "SELECT user_id FROM tokens WHERE token_hash = ? AND kind = ? AND used_at IS NOT NULL",
+            (token_hash, kind), _first_column)
+        return owner
+
+    # --- invites ----------------------------------------------------------------------
+
+    async def create_invite(self, invite: Invite) -> None:
+        await self._write(_execute, _insert_sql("invites", Invite), _params(invite))
+
+    async def use_invite(self, code_hash: str, now: str) -> bool:
+        changed = await self._write(_execute, "UPDATE invites SET used_at = ? WHERE code_hash = ? "
+                                    "AND used_at IS NULL AND expires_at > ?", (now, code_hash, now))
+        return changed > 0
+
+    async def list_invites(self, offset: int, limit: int) -> tuple[list[Invite], int]:
+        _check_page(offset, limit)
+        return await self._read(_page_newest, "invites", INVITE_COLS, offset, limit, _invite)
 
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """The protocol passes no time, so the retirement is stamped with the clock here."""
@@ -944,6 +1128,10 @@ class SqliteMetaStore:
     async def insert_file(self, record: FileRecord) -> None:
         await self._write(_insert_file, record)
 
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None) -> bool:
+        return await self._write(_insert_file_within_quota, record, storage_limit, count_limit)
+
     async def get_file(self, file_id: str) -> FileRecord | None:
         return await self._lookup(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",
                                 (file_id,), _file)
@@ -982,6 +1170,10 @@ class SqliteMetaStore:
 
     async def delete_domain(self, user_id: str) -> None:
         await self._write(_execute, "DELETE FROM custom_domains WHERE user_id = ?", (user_id,))
+
+    async def list_domains(self, offset: int, limit: int) -> tuple[list[CustomDomain], int]:
+        _check_page(offset, limit)
+        return await self._read(_domains_by_name, offset, limit)
 
     # --- activity logs ----------------------------------------------------------------
 

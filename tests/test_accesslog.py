@@ -1,70 +1,185 @@
-"""The access log: one line per request from its own thread, no query string, 5xx at ERROR."""
+"""The access log over real HTTP: one line per request from its own thread, with time (UTC),
+client, user, method, path (secrets redacted), status, bytes, duration, request id and user
+agent, as text or JSON; back-pressure at WARNING, failures at ERROR (issue 19 item 3)."""
 from __future__ import annotations
 
 import io
+import json
 import logging
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+import pyvips
 import tornado.web
 
-from mediasrv.web.accesslog import AccessLog
-from tests.conftest import Api
+from mediasrv.web.accesslog import AccessLog, level_of, safe_target
+from store.errors import StoreUnavailable
+from tests.conftest import Api, body
+
+TEXT_LINE = re.compile(
+    r"(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \[(?P<pid>\d+)\] (?P<level>[A-Z]+) mediasrv\.access: "
+    r"(?P<status>\d{3}) (?P<method>[A-Z]+) (?P<path>\S+) (?P<ms>\d+\.\d)ms (?P<bytes>\d+)B "
+    r"client=(?P<client>\S+) user=(?P<user>\S+) request_id=(?P<request_id>\S+) ua=(?P<ua>.*)")
+PROXY_SECRET = "proxy-secret-0123456789"
+PNG = pyvips.Image.black(40, 30).pngsave_buffer()
 
 
 @pytest.fixture
-def lines(app: tornado.web.Application) -> Iterator[io.StringIO]:
-    """The server's default level (INFO); pytest leaves the root logger at WARNING."""
+def log_format() -> str:
+    return "text"
+
+
+@pytest.fixture
+def access(app: tornado.web.Application, log_format: str) -> Iterator[tuple[AccessLog, io.StringIO]]:
+    """The server's access log writing to a buffer, at the server's default level (INFO)."""
     out = io.StringIO()
-    access = AccessLog(stream=out)
-    access.start()
-    app.settings["log_function"] = access
+    log = AccessLog(stream=out, fmt=log_format)
+    log.start()
+    app.settings["log_function"] = log
     logging.getLogger("mediasrv.access").setLevel(logging.INFO)
-    yield out
+    yield log, out
     logging.getLogger("mediasrv.access").setLevel(logging.NOTSET)
-    access.stop()
+    log.stop()
 
 
-async def test_one_line_per_request_without_the_query(api: Api, app: tornado.web.Application,
-                                                      lines: io.StringIO) -> None:
-    assert (await api.call("GET", "/ping?token=very-secret")).code == 200
-    assert (await api.call("GET", "/m/no-such-file-abc?signature=s3cr3t")).code == 404
-    app.settings["log_function"].stop()  # flushes what is queued
-    written = lines.getvalue().splitlines()
-    assert len(written) == 2, written
-    assert " INFO mediasrv.access: 200 GET /ping " in written[0] and written[0].endswith("ms")
-    assert " INFO mediasrv.access: 404 GET /m/no-such-file-abc " in written[1]
-    assert "secret" not in lines.getvalue() and "s3cr3t" not in lines.getvalue()
+def written(access: tuple[AccessLog, io.StringIO]) -> list[str]:
+    """Every line so far (stopping the log flushes what is queued)."""
+    log, out = access
+    log.stop()
+    return out.getvalue().splitlines()
 
 
-def test_server_errors_go_through_logging_and_below_info_nothing_is_written(
-        caplog: pytest.LogCaptureFixture) -> None:
-    class Request:
-        method, path = "GET", "/boom"
+async def test_a_text_line_says_who_did_what(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
+    login = await api.user("who@example.com")
+    token, user_id = login["session"]["access_token"], login["user"]["id"]
+    listed = await api.call("GET", "/files?limit=5", token=token, headers={"User-Agent": 'bulk "tool"/1.0'})
+    ping = await api.call("GET", "/ping?token=very-secret&api_key=k3y&sig%6Eature=s3cr3t&expires=99&width=100")
+    head = await api.call("HEAD", "/ping")
+    lines = written(access)
+    assert all("very-secret" not in line and "k3y" not in line and "s3cr3t" not in line for line in lines)
+    parsed = [m.groupdict() for m in map(TEXT_LINE.fullmatch, lines) if m]
+    assert len(parsed) == len(lines), lines  # every line has the shape
+    files = next(p for p in parsed if p["path"] == "/files?limit=5")
+    assert (files["status"], files["method"], files["user"], files["client"]) == ("200", "GET", user_id, "127.0.0.1")
+    assert files["request_id"] == listed.headers["X-Request-Id"] and int(files["bytes"]) == len(listed.body)
+    assert files["ua"] == '"bulk \\"tool\\"/1.0"' and files["level"] == "INFO"
+    pinged = next(p for p in parsed if p["path"].startswith("/ping?"))
+    assert pinged["path"] == "/ping?token=REDACTED&api_key=REDACTED&sig%6Eature=REDACTED&expires=REDACTED&width=100"
+    assert pinged["user"] == "-" and pinged["request_id"] == ping.headers["X-Request-Id"]
+    headed = next(p for p in parsed if p["method"] == "HEAD")
+    assert headed["bytes"] == "0" and headed["request_id"] == head.headers["X-Request-Id"]
+    assert len({p["request_id"] for p in parsed}) == len(parsed)  # one id per request
 
-        @staticmethod
-        def request_time() -> float:
-            return 0.0125
 
-    class Handler:
-        request = Request()
+@pytest.mark.parametrize("log_format", ["json"])
+async def test_json_lines(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
+    r = await api.call("GET", "/m/no-such-file?width=10", headers={"User-Agent": "probe \"1\"\tx"})
+    assert r.code == 404
+    [line] = written(access)
+    entry = json.loads(line)
+    assert entry.pop("duration_s") >= 0 and entry.pop("pid") > 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry.pop("time"))
+    assert entry == {"level": "INFO", "logger": "mediasrv.access", "status": 404, "method": "GET",
+                     "path": "/m/no-such-file?width=10", "bytes": len(r.body), "client": "127.0.0.1",
+                     "user": None, "request_id": r.headers["X-Request-Id"], "user_agent": "probe \"1\"\tx"}
 
-        def __init__(self, status: int) -> None:
-            self.status = status
 
-        def get_status(self) -> int:
-            return self.status
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "login=1"}])
+async def test_refusals_are_warnings_and_failures_errors(api: Api, runtime: Any, stores: Any, monkeypatch: Any,
+                                                          access: tuple[AccessLog, io.StringIO],
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    login = await api.user("levels@example.com")  # its login spends the one login a minute
+    refused = await api.call("POST", "/auth/login", json={"email": "levels@example.com", "password": "x" * 10})
+    assert refused.code == 429
+    token = login["session"]["access_token"]
+    r = await api.call("POST", "/files", body=PNG, token=token, headers={"Content-Type": "image/png"})
+    fid = body(r)["file"]["file_id"]
+    runtime.pool.in_use = runtime.pool.slots  # every resize slot busy: a burst of busy 503s
+    try:
+        busy = [await api.call("GET", f"/m/{fid}?width={10 + n}") for n in range(5)]
+    finally:
+        runtime.pool.in_use = 0
+    assert {(b.code, b.headers.get("Retry-After")) for b in busy} == {(503, "5")}
 
-    out = io.StringIO()
-    access = AccessLog(stream=out)
-    access.start()
-    with caplog.at_level(logging.ERROR, logger="mediasrv.access"):
-        access(Handler(502))  # type: ignore[arg-type]
-        logging.getLogger("mediasrv.access").setLevel(logging.WARNING)
-        try:
-            access(Handler(200))  # type: ignore[arg-type]
-        finally:
-            logging.getLogger("mediasrv.access").setLevel(logging.NOTSET)
-    access.stop()
-    assert [r.getMessage() for r in caplog.records] == ["502 GET /boom 12.5ms"]
-    assert out.getvalue() == ""
+    async def failing_list_files(*args: Any) -> Any:
+        raise StoreUnavailable("database is locked")
+
+    monkeypatch.setattr(stores[0], "list_files", failing_list_files)
+    failed = await api.call("GET", "/files", token=token)
+    assert failed.code == 503 and body(failed)["code"] == "STORE_UNAVAILABLE"
+    levels = {(m["status"], m["path"].partition("?")[0]): m["level"]
+              for m in map(TEXT_LINE.fullmatch, written(access)) if m}
+    assert levels[("429", "/auth/login")] == "WARNING"
+    assert levels[("503", f"/m/{fid}")] == "WARNING"  # busy: back-pressure
+    assert levels[("503", "/files")] == "ERROR"  # the store failed
+    assert ("201", "/files") in levels
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [e.request_id for e in errors] == [failed.headers["X-Request-Id"]]  # type: ignore[attr-defined]
+
+
+async def test_busy_answers_never_reach_error(api: Api, runtime: Any, access: tuple[AccessLog, io.StringIO]) -> None:
+    token = (await api.user("busy@example.com"))["session"]["access_token"]
+    fid = body(await api.call("POST", "/files", body=PNG, token=token,
+                              headers={"Content-Type": "image/png"}))["file"]["file_id"]
+    runtime.pool.in_use = runtime.pool.slots
+    try:
+        codes = {(await api.call("GET", f"/m/{fid}?width={10 + n}")).code for n in range(27)}
+    finally:
+        runtime.pool.in_use = 0
+    assert codes == {503}
+    busy = [m for m in map(TEXT_LINE.fullmatch, written(access)) if m and m["status"] == "503"]
+    assert len(busy) == 27 and {m["level"] for m in busy} == {"WARNING"}
+
+
+async def test_below_the_level_nothing_is_written(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
+    logging.getLogger("mediasrv.access").setLevel(logging.WARNING)
+    assert (await api.call("GET", "/ping")).code == 200
+    assert (await api.call("GET", "/files")).code == 401  # a client error: INFO
+    assert written(access) == []
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_TRUST_PROXY": "true", "MEDIASRV_PROXY_SECRET": PROXY_SECRET}])
+async def test_behind_our_proxy_its_request_id_and_client_address(api: Api,
+                                                                  access: tuple[AccessLog, io.StringIO]) -> None:
+    nginx_id = "0123456789abcdef0123456789abcdef"
+    ours = await api.call("GET", "/ping", headers={"X-Mediasrv-Proxy-Secret": PROXY_SECRET,
+                                                   "X-Mediasrv-Request-Id": nginx_id, "X-Forwarded-For": "203.0.113.7"})
+    forged = await api.call("GET", "/ping", headers={"X-Mediasrv-Request-Id": nginx_id})  # no secret
+    bad = await api.call("GET", "/ping", headers={"X-Mediasrv-Proxy-Secret": PROXY_SECRET,
+                                                  "X-Mediasrv-Request-Id": "x y\"<script>"})
+    assert ours.headers["X-Request-Id"] == nginx_id
+    assert forged.headers["X-Request-Id"] != nginx_id and re.fullmatch(r"[0-9a-f]{32}", forged.headers["X-Request-Id"])
+    assert re.fullmatch(r"[0-9a-f]{32}", bad.headers["X-Request-Id"])
+    first = TEXT_LINE.fullmatch(written(access)[0])
+    assert first is not None and (first["request_id"], first["client"]) == (nginx_id, "203.0.113.7")
+
+
+async def test_error_answers_keep_the_request_id(api: Api) -> None:
+    r = await api.call("GET", "/no-such-route")
+    assert r.code == 404 and re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-Id"])
+    r = await api.call("DELETE", "/ping")
+    assert r.code == 405 and re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-Id"])
+
+
+@pytest.mark.parametrize(("uri", "logged"), [
+    ("/m/x", "/m/x"),
+    ("/m/x?width=10&format=webp", "/m/x?width=10&format=webp"),
+    ("/m/x?expires=1&signature=abc", "/m/x?expires=REDACTED&signature=REDACTED"),
+    ("/auth/confirm?token=t0k&redirect_to=/x", "/auth/confirm?token=REDACTED&redirect_to=/x"),
+    ("/x?SIGNATURE=a&Api-Key=b&password=c", "/x?SIGNATURE=REDACTED&Api-Key=REDACTED&password=REDACTED"),
+    ("/x?sig%6eature=a", "/x?sig%6eature=REDACTED"),
+    ("/x?token", "/x?token"),  # no value to hide
+])
+def test_secret_query_values_are_redacted(uri: str, logged: str) -> None:
+    assert safe_target(uri) == logged
+
+
+@pytest.mark.parametrize(("status", "busy", "level"), [
+    (200, False, logging.INFO), (304, False, logging.INFO), (404, False, logging.INFO), (413, False, logging.INFO),
+    (429, False, logging.WARNING), (503, True, logging.WARNING), (503, False, logging.ERROR),
+    (500, False, logging.ERROR), (507, False, logging.ERROR), (502, False, logging.ERROR),
+])
+def test_levels(status: int, busy: bool, level: int) -> None:
+    assert level_of(status, busy) == level

@@ -22,13 +22,15 @@ from tornado.httpclient import HTTPResponse
 
 from handlers.base import BaseHandler
 from handlers.dashboard import DashboardHandler
-from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS
+from handlers.routes import LIMITS
 from mediasrv.web import openapi
 from mediasrv.web.app import Runtime
 from mediasrv.web.routespec import Route
 from tests.conftest import Api, body
 
 UA = "account-tests/1.0"
+IP_LIMITS = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "ip"}
+USER_LIMITS = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "user"}
 REQUIRED_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",
                   "text/plain"}
 EXECUTABLE_TYPES = {

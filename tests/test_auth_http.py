@@ -457,11 +457,16 @@ async def test_refresh_rotates_the_refresh_token(api: Api) -> None:
     assert r1 != r0
     assert (await api.call("GET", "/profile", token=data["session"]["access_token"])).code == 200
 
-    again = await api.call("POST", "/auth/refresh", json={"refresh_token": r0})
-    _assert_json_error(again, 401)
     r = await api.call("POST", "/auth/refresh", json={"refresh_token": r1})
     assert r.code == 200
-    assert body(r)["session"]["refresh_token"] not in (r0, r1)
+    r2 = body(r)["session"]["refresh_token"]
+    assert r2 not in (r0, r1)
+    # Issue 15 finding 11: a retired token used again means it leaked; before, its successor stayed
+    # valid. Now the reuse retires every refresh token of the account (RFC 9700): log in again.
+    again = await api.call("POST", "/auth/refresh", json={"refresh_token": r0})
+    _assert_json_error(again, 401)
+    assert (await api.call("POST", "/auth/refresh", json={"refresh_token": r2})).code == 401
+    assert (await _login(api, login["user"]["email"])).code == 200
     # The access token is no refresh token, and junk is refused the same way.
     for junk in (login["session"]["access_token"], "", "x" * 300, None, 5):
         r = await api.call("POST", "/auth/refresh", json={"refresh_token": junk})

@@ -175,9 +175,9 @@ def _upload(url: str, token: str, data: bytes, ctype: str, public: bool = True) 
     return str(r.json()["file"]["file_id"])
 
 
-@pytest.mark.parametrize("as_tar", [False, True])
+@pytest.mark.parametrize("form", ["directory", "tar", "compressed"])
 def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: Path, server: list[Server],
-                                                      as_tar: bool) -> None:
+                                                      form: str) -> None:
     assert cli(data_dir, "users", "create", "b@example.com", "--password-stdin", "--confirmed",
                stdin=PASSWORD).returncode == 0
     s = start(server, data_dir, tmp_path / "server.log")
@@ -188,10 +188,14 @@ def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: 
         (b"private bytes", "text/plain", False))}
 
     # Backed up while the server runs: the snapshot is consistent anyway.
-    dest = tmp_path / ("backup.tar" if as_tar else "backup")
-    out = cli(data_dir, "backup", str(dest), *(["--tar"] if as_tar else []))
+    dest = tmp_path / {"directory": "backup", "tar": "backup.tar", "compressed": "backup.tar.gz"}[form]
+    out = cli(data_dir, "backup", str(dest), *{"directory": [], "tar": ["--tar"], "compressed": ["--compress"]}[form])
     assert out.returncode == 0, out.stderr
     assert "backed up 3 files (3 blobs" in out.stdout and "secret: file" in out.stdout
+    if form == "compressed":
+        assert dest.read_bytes()[:2] == b"\x1f\x8b" and "bytes compressed" in out.stdout  # gzip
+        # Restore tells the kind of archive by its content, whatever its name says.
+        dest = dest.rename(tmp_path / "nightly-backup")
     assert (dest.stat().st_mode & 0o077) == 0
     manifest = _manifest(dest)
     assert manifest["format"] == "mediasrv-backup" and manifest["files"] == 3 and manifest["missing"] == []
@@ -234,6 +238,11 @@ def test_restore_refuses_damage_and_non_backups(tmp_path: Path, data_dir: Path) 
     (tmp_path / "junk.tar").write_bytes(b"not a tar")
     out = cli(empty, "restore", str(tmp_path / "junk.tar"))
     assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
+    assert cli(data_dir, "backup", str(tmp_path / "b.tgz"), "--compress").returncode == 0
+    whole = (tmp_path / "b.tgz").read_bytes()
+    (tmp_path / "cut.tgz").write_bytes(whole[: len(whole) // 2])  # a copy cut off half-way
+    out = cli(empty, "restore", str(tmp_path / "cut.tgz"))
+    assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
     out = cli(empty, "restore", str(tmp_path))
     assert out.returncode == 1 and "not a mediasrv backup" in out.stderr
     assert not empty.exists() or not any(empty.iterdir())
@@ -256,3 +265,120 @@ def _manifest(dest: Path) -> dict[str, object]:
         member = tar.extractfile("manifest.json")
         assert member is not None
         return json.load(io.TextIOWrapper(member))  # type: ignore[no-any-return]
+
+
+def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_dir: Path,
+                                                           server: list[Server]) -> None:
+    """Issue 19 item 2: an operator can find an account, stop it at once (sessions and API keys),
+    let it in again, give it a new password, and delete it with its files and their bytes."""
+    for email in ("abuser@example.com", "friend@example.com"):
+        assert cli(data_dir, "users", "create", email, "--password-stdin", "--confirmed",
+                   stdin=PASSWORD).returncode == 0
+    out = cli(data_dir, "users", "list", "--email", "ABUSER", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["email"] == "abuser@example.com" and row["disabled_at"] is None and "password_hash" not in row
+    out = cli(data_dir, "users", "list")
+    assert "abuser@example.com" in out.stdout and "friend@example.com" in out.stdout and "of 2 accounts" in out.stderr
+
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
+    token = login(s.url, "abuser@example.com").json()["session"]["access_token"]
+    auth = {"Authorization": f"Bearer {token}"}
+    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    for n in range(3):
+        r = httpx.post(f"{s.url}/files", content=b"spam %d" % n, timeout=10,
+                       headers={"X-Api-Key": key, "Content-Type": "text/plain"})
+        assert r.status_code == 201, r.text
+    blobs = [p for p in (data_dir / "blobs").rglob("*") if p.is_file()]
+    assert len(blobs) == 3
+
+    assert cli(data_dir, "users", "disable", "abuser@example.com").returncode == 0
+    r = httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10)
+    assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
+    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401  # its session ended
+    r = login(s.url, "abuser@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
+    assert cli(data_dir, "users", "enable", "abuser@example.com").returncode == 0
+    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 200
+
+    out = cli(data_dir, "users", "set-password", "abuser@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
+    assert out.returncode == 0, out.stderr
+    assert login(s.url, "abuser@example.com").status_code == 401
+    assert login(s.url, "abuser@example.com", "n3w-passw0rd").status_code == 200
+
+    out = cli(data_dir, "users", "delete", "abuser@example.com")
+    assert out.returncode == 1 and "--yes" in out.stderr and "3 files" in out.stderr  # nothing without --yes
+    out = cli(data_dir, "users", "delete", "abuser@example.com", "--yes")
+    assert out.returncode == 0 and "and 3 files" in out.stdout, out.stderr
+    assert [p for p in (data_dir / "blobs").rglob("*") if p.is_file()] == []
+    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 401
+    assert login(s.url, "friend@example.com").status_code == 200
+    out = cli(data_dir, "users", "list", "--json")
+    assert [json.loads(line)["email"] for line in out.stdout.splitlines()] == ["friend@example.com"]
+    assert s.terminate()[0] == 0
+
+
+def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    """Issue 19 item 1: MEDIASRV_REGISTRATION=closed refuses every registration (403); invite
+    takes a single-use code from `mediasrv invites create`; the route keeps its shape."""
+    def register(url: str, email: str, invite: str | None = None) -> httpx.Response:
+        body: dict[str, str] = {"email": email, "password": PASSWORD}
+        if invite is not None:
+            body["invite"] = invite
+        return httpx.post(f"{url}/auth/register", json=body, timeout=10)
+
+    s = start(server, data_dir, tmp_path / "closed.log", MEDIASRV_REGISTRATION="closed")
+    r = register(s.url, "a@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "REGISTRATION_CLOSED"
+    assert s.terminate()[0] == 0
+
+    out = cli(data_dir, "invites", "create", "--count", "2", "--days", "1")
+    assert out.returncode == 0, out.stderr
+    codes = out.stdout.split()
+    assert len(codes) == 2 and all(c.startswith("inv_") for c in codes) and "valid until" in out.stderr
+    s = start(server, data_dir, tmp_path / "invite.log", MEDIASRV_REGISTRATION="invite")
+    r = register(s.url, "b@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "INVITE_REQUIRED"
+    r = register(s.url, "b@example.com", "inv_not-a-real-code")
+    assert r.status_code == 403 and r.json()["code"] == "INVALID_INVITE"
+    r = register(s.url, "b@example.com", codes[0])
+    assert r.status_code == 201 and set(r.json()["user"]) == {"id", "email"}
+    r = register(s.url, "c@example.com", codes[0])
+    assert r.status_code == 403 and r.json()["code"] == "INVALID_INVITE"  # single use
+    bad = httpx.post(f"{s.url}/auth/register", json={"email": "c@example.com", "password": "123",
+                                                     "invite": codes[1]}, timeout=10)
+    assert bad.status_code == 400  # refused before the code is spent ...
+    assert register(s.url, "c@example.com", codes[1]).status_code == 201  # ... so it still works
+    out = cli(data_dir, "invites", "list")
+    assert out.stdout.count("used ") == 2 and "2 invite code(s)" in out.stderr
+    assert codes[0] not in out.stdout  # the codes themselves are never stored
+    assert s.terminate()[0] == 0
+
+
+def test_auto_registration_is_open_on_loopback_and_invite_on_a_public_address(data_dir: Path) -> None:
+    out = cli(data_dir, "config")
+    assert "MEDIASRV_REGISTRATION=auto" in out.stdout
+    from mediasrv.core.settings import Settings
+
+    assert Settings(public_url="http://127.0.0.1:8080").registration_mode == "open"
+    assert Settings(public_url="http://localhost:8080").registration_mode == "open"
+    assert Settings(public_url="https://media.example.com").registration_mode == "invite"
+    assert Settings(public_url="https://media.example.com", registration="open").registration_mode == "open"
+
+
+def test_domains_list_shows_every_claim_with_its_status(tmp_path: Path, data_dir: Path,
+                                                         server: list[Server]) -> None:
+    assert cli(data_dir, "users", "create", "d@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_DNS_NAMESERVERS="127.0.0.1:9")
+    token = login(s.url, "d@example.com").json()["session"]["access_token"]
+    r = httpx.patch(f"{s.url}/settings", json={"custom_domain": "media.example.test"},
+                    headers={"Authorization": f"Bearer {token}"}, timeout=20)
+    assert r.status_code == 200, r.text
+    out = cli(data_dir, "domains", "list")
+    assert out.returncode == 0 and "media.example.test" in out.stdout and "pending" in out.stdout, out.stderr
+    assert cli(data_dir, "domains", "approve", "media.example.test").returncode == 0
+    [row] = [json.loads(line) for line in cli(data_dir, "domains", "list", "--json").stdout.splitlines()]
+    assert (row["hostname"], row["verification_status"], row["ssl_status"]) == \
+        ("media.example.test", "active", "external")  # mediasrv issues no certificate: it says so
+    assert s.terminate()[0] == 0

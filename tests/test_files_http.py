@@ -293,6 +293,71 @@ async def test_raw_non_ascii_file_name_is_400(api: Api, settings: Settings, stor
     await assert_no_trace(api, token, settings, stores)
 
 
+# -- the name query parameter (any Unicode through any client) --------------------------------
+
+
+async def test_name_query_parameter_takes_any_unicode_name(api: Api) -> None:
+    token = await token_for(api)
+    for name in ("été 📷.png", "東京 notes.txt", 'a/b\\c"d;e%f+g&h=i#j?.txt', "x" * 255, "  spaced  "):
+        f = await uploaded(api, token, query="?" + urllib.parse.urlencode({"name": name}))
+        assert f["name"] == name
+    f = await uploaded(api, token, query="?name=")
+    assert f["name"] is None
+
+
+@pytest.mark.parametrize("query", [
+    "name=" + "x" * 256, "name=" + urllib.parse.quote("é" * 256),  # over 255 characters
+    "name=a%0Ab", "name=a%00b", "name=%C2%85", "name=tab%09",      # control characters
+    "name=%FF%FE", "name=%C3",                                     # not UTF-8
+    "name=a&name=b",                                               # twice
+])
+async def test_bad_name_query_parameter_is_400(api: Api, settings: Settings, stores: Stores, query: str) -> None:
+    token = await token_for(api)
+    r = await upload(api, token, b"data", query="?" + query)
+    assert r.code == 400 and error_code(r) == "INVALID_FILE_NAME", (query, r.body)
+    await assert_no_trace(api, token, settings, stores)
+
+
+async def test_a_name_in_both_the_header_and_the_query_is_400(api: Api, settings: Settings, stores: Stores) -> None:
+    """Neither silently wins: the client is told to send one."""
+    token = await token_for(api)
+    for header, query in (("a.txt", "b.txt"), ("same.txt", "same.txt")):
+        r = await upload(api, token, b"data", name=header, query="?" + urllib.parse.urlencode({"name": query}))
+        assert r.code == 400 and error_code(r) == "INVALID_FILE_NAME", r.body
+        assert "not both" in body(r)["error"]
+    await assert_no_trace(api, token, settings, stores)
+
+
+# -- the type query parameter (for clients that always send application/octet-stream) ---------
+
+
+async def test_type_query_parameter_types_an_octet_stream_upload(api: Api, settings: Settings,
+                                                                 stores: Stores) -> None:
+    token = await token_for(api)
+    octet = "application/octet-stream"
+    text = await uploaded(api, token, b"plain words", content_type=octet, query="?type=text/plain")
+    assert text["content_type"] == "text/plain"
+    r = await api.call("GET", f"/m/{text['file_id']}")
+    assert r.code == 200 and r.headers["Content-Type"].startswith("text/plain") and r.body == b"plain words"
+    image = await uploaded(api, token, png(), content_type=octet, query="?type=image/png")
+    assert image["content_type"] == "image/png"
+    same = await uploaded(api, token, b"same", content_type="text/plain", query="?type=text/plain")
+    assert same["content_type"] == "text/plain"
+    sniffed = await uploaded(api, token, png(), content_type=octet, query="?type=" + urllib.parse.quote(octet))
+    assert sniffed["content_type"] == "image/png"  # octet-stream named twice: still taken from the bytes
+    files, storage = 4, len(b"plain words") + 2 * len(png()) + len(b"same")
+
+    for content_type, query, code in (
+            (octet, "type=image/png", "CONTENT_MISMATCH"),           # checked like a declared type
+            (octet, "type=application/x-msdownload", "CONTENT_TYPE_NOT_ALLOWED"),
+            (octet, "type=", "CONTENT_TYPE_NOT_ALLOWED"),
+            ("text/plain", "type=text/csv", "INVALID_CONTENT_TYPE"),  # two different types
+            (octet, "type=text/plain&type=text/plain", "INVALID_QUERY")):
+        r = await upload(api, token, b"not a png", content_type=content_type, query="?" + query)
+        assert r.code == 400 and error_code(r) == code, (query, r.body)
+    await assert_no_trace(api, token, settings, stores, files=files, storage=storage)
+
+
 # -- content types -----------------------------------------------------------------------------
 
 

@@ -3,7 +3,11 @@
 The document is fetched from the running app (real HTTP), the generator runs as a real
 subprocess and must print no warning, and the generated package is imported and used, through
 its async API, against the same server: register, confirm from the e-mailed link, log in,
-upload raw bytes, list, download a resized image, download the original and delete.
+upload raw bytes, list, download a resized image, download the original and delete. Then, sync
+and async: a text file (its type in the ``type`` query parameter: the generator sends every
+body as application/octet-stream), a non-ASCII name (the ``name`` query parameter: httpx refuses
+non-ASCII header values) and a streamed file (a file object for the sync API, an async iterator
+of chunks for the async one).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import shutil
 import sys
 import urllib.parse
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,18 +69,55 @@ async def generate(api: Api, out: Path) -> tuple[str, Any]:
     return output, importlib.import_module(PACKAGE)
 
 
-async def test_generated_client_runs_the_whole_flow(api: Api, tmp_path: Path, forget_generated: None) -> None:
-    output, _ = await generate(api, tmp_path / "gen")
+def assert_quiet(output: str) -> None:
+    """The generator printed no warning and dropped nothing."""
     assert "warning" not in output.lower(), output
     assert "error" not in output.lower(), output
     assert "Unsupported" not in output and "will be omitted" not in output, output
 
+
+async def signed_in(api: Api, clients: list[Any]) -> Any:
+    """A new account, registered, confirmed and logged in through the generated client; the
+    clients made are added to ``clients`` (closed by the caller)."""
     from mediasrv_generated_client import AuthenticatedClient, Client  # type: ignore[import-not-found]
     from mediasrv_generated_client.api.auth import (  # type: ignore[import-not-found]
         confirm_email,
         login,
         register,
     )
+    from mediasrv_generated_client.models import (  # type: ignore[import-not-found]
+        AuthResponse,
+        LoginRequest,
+        RegisterRequest,
+    )
+
+    email = f"gen-{uuid.uuid4().hex[:10]}@example.com"
+    anonymous = Client(base_url=api.base)
+    clients.append(anonymous)
+    created = await register.asyncio_detailed(client=anonymous, body=RegisterRequest(email=email, password=PASSWORD))
+    assert created.status_code == 201, created.content
+    link = await api.mail_link(email, "/auth/confirm")
+    token = urllib.parse.parse_qs(urllib.parse.urlsplit(link).query)["token"][0]
+    confirmed = await confirm_email.asyncio_detailed(client=anonymous, token=token)
+    assert confirmed.status_code == 303, confirmed.content
+
+    session = await login.asyncio(client=anonymous, body=LoginRequest(email=email, password=PASSWORD))
+    assert isinstance(session, AuthResponse), session
+    client = AuthenticatedClient(base_url=api.base, token=session.session.access_token)
+    clients.append(client)
+    return client
+
+
+async def close_all(clients: list[Any]) -> None:
+    for c in clients:  # the generated clients keep an httpx client of each kind open
+        c.get_httpx_client().close()
+        await c.get_async_httpx_client().aclose()
+
+
+async def test_generated_client_runs_the_whole_flow(api: Api, tmp_path: Path, forget_generated: None) -> None:
+    output, _ = await generate(api, tmp_path / "gen")
+    assert_quiet(output)
+
     from mediasrv_generated_client.api.files import (  # type: ignore[import-not-found]
         delete_file,
         list_files,
@@ -84,32 +125,15 @@ async def test_generated_client_runs_the_whole_flow(api: Api, tmp_path: Path, fo
     )
     from mediasrv_generated_client.api.serving import download_file, get_media  # type: ignore[import-not-found]
     from mediasrv_generated_client.models import (  # type: ignore[import-not-found]
-        AuthResponse,
         FilePage,
         FileUploadResponse,
         GetMediaFormat,
-        LoginRequest,
-        RegisterRequest,
     )
     from mediasrv_generated_client.types import File as Payload  # type: ignore[import-not-found]
 
-    base = api.base
-    email = f"gen-{uuid.uuid4().hex[:10]}@example.com"
-    anonymous = Client(base_url=base)
-    clients: list[Any] = [anonymous]
+    clients: list[Any] = []
     try:
-        created = await register.asyncio_detailed(client=anonymous,
-                                                  body=RegisterRequest(email=email, password=PASSWORD))
-        assert created.status_code == 201, created.content
-        link = await api.mail_link(email, "/auth/confirm")
-        token = urllib.parse.parse_qs(urllib.parse.urlsplit(link).query)["token"][0]
-        confirmed = await confirm_email.asyncio_detailed(client=anonymous, token=token)
-        assert confirmed.status_code == 303, confirmed.content
-
-        session = await login.asyncio(client=anonymous, body=LoginRequest(email=email, password=PASSWORD))
-        assert isinstance(session, AuthResponse), session
-        client = AuthenticatedClient(base_url=base, token=session.session.access_token)
-        clients.append(client)
+        client = await signed_in(api, clients)
 
         original = png(64, 48)
         # The generated code hands the payload (a file object) to httpx as the body, which only a sync
@@ -137,6 +161,80 @@ async def test_generated_client_runs_the_whole_flow(api: Api, tmp_path: Path, fo
         page = await list_files.asyncio(client=client)
         assert isinstance(page, FilePage) and page.total == 0
     finally:
-        for c in clients:  # the generated clients keep an httpx client of each kind open
-            c.get_httpx_client().close()
-            await c.get_async_httpx_client().aclose()
+        await close_all(clients)
+
+
+TEXT_NAME = "Zürich 東京 naïve notes 📷.txt"
+"""A name httpx cannot put in a header (it encodes header values as ASCII)."""
+STREAMED_BYTES = 3 * 1024 * 1024 + 17
+"""Over the 1 MiB an upload buffers before its first write: the streamed path, not one put."""
+
+
+def text_file(path: Path, size: int) -> bytes:
+    """Write ``size`` bytes of plain text (no signature: only the declared type says text/plain)."""
+    line = b"mediasrv generated-client line, plain text\n"
+    data = (line * (size // len(line) + 1))[:size]
+    path.write_bytes(data)
+    return data
+
+
+async def async_chunks(path: Path, size: int = 64 * 1024) -> AsyncIterator[bytes]:
+    """A file read in chunks off the loop: what httpx's AsyncClient streams (chunked)."""
+    fh = await asyncio.to_thread(open, path, "rb")
+    try:
+        while chunk := await asyncio.to_thread(fh.read, size):
+            yield chunk
+    finally:
+        fh.close()
+
+
+async def test_generated_client_uploads_text_unicode_names_and_streams(
+        api: Api, tmp_path: Path, forget_generated: None) -> None:
+    output, _ = await generate(api, tmp_path / "gen")
+    assert_quiet(output)
+
+    from mediasrv_generated_client.api.files import get_file, upload_file  # type: ignore[import-not-found]
+    from mediasrv_generated_client.api.serving import download_file  # type: ignore[import-not-found]
+    from mediasrv_generated_client.models import Error, FileUploadResponse  # type: ignore[import-not-found]
+    from mediasrv_generated_client.models import UploadFileType as Type
+    from mediasrv_generated_client.types import File as Payload  # type: ignore[import-not-found]
+
+    small, big = tmp_path / "notes.txt", tmp_path / "big.txt"
+    contents = {small: text_file(small, 1500), big: text_file(big, STREAMED_BYTES)}
+    clients: list[Any] = []
+    try:
+        client = await signed_in(api, clients)
+
+        async def check(uploaded: Any, path: Path) -> None:
+            assert isinstance(uploaded, FileUploadResponse), uploaded
+            stored = uploaded.file
+            assert (stored.content_type, stored.name, stored.size) == ("text/plain", TEXT_NAME, len(contents[path]))
+            again = await get_file.asyncio(client=client, id=stored.file_id)
+            assert again.name == TEXT_NAME
+            downloaded = await download_file.asyncio(client=client, id=stored.file_id)
+            assert downloaded is not None and downloaded.payload.read() == contents[path]
+
+        # Sync: a file object, read by httpx in 64 KiB pieces (the sync API in a thread keeps
+        # this loop free to serve it).
+        for path in (small, big):
+            with open(path, "rb") as fh:
+                uploaded = await asyncio.to_thread(upload_file.sync, client=client, body=Payload(payload=fh),
+                                                   type_=Type.TEXTPLAIN, name=TEXT_NAME)
+            await check(uploaded, path)
+
+        # Async: an async iterator of the file's chunks, sent chunked.
+        for path in (small, big):
+            uploaded = await upload_file.asyncio(client=client, body=Payload(payload=async_chunks(path)),
+                                                 type_=Type.TEXTPLAIN, name=TEXT_NAME)
+            await check(uploaded, path)
+
+        # Without the type the bytes are untyped text: refused, as the document says.
+        refused = await upload_file.asyncio_detailed(client=client, body=Payload(payload=contents[small]))
+        assert refused.status_code == 400 and isinstance(refused.parsed, Error)
+        assert refused.parsed.code == "UNRECOGNIZED_CONTENT"
+        # A name in both places is refused rather than one of them silently winning.
+        both = await upload_file.asyncio_detailed(client=client, body=Payload(payload=contents[small]),
+                                                  type_=Type.TEXTPLAIN, name="a.txt", x_file_name="b.txt")
+        assert both.status_code == 400 and both.parsed.code == "INVALID_FILE_NAME"
+    finally:
+        await close_all(clients)

@@ -233,6 +233,11 @@ def test_upload_documents_types_size_and_headers(doc):
     assert params["isPublic"]["in"] == "query"
     assert params["isPublic"]["schema"] == {"type": "boolean", "default": True}
     assert params["x-file-name"]["in"] == "header"
+    # Issue 20 item 5: a generated client sends every body as octet-stream and cannot put
+    # non-ASCII in a header, so the type and the name have query parameters of their own.
+    assert params["type"]["in"] == "query" and params["type"]["schema"]["enum"] == list(TYPES)
+    assert params["name"]["in"] == "query" and params["name"]["schema"] == {"type": "string", "maxLength": 255}
+    assert "INVALID_FILE_NAME" in params["name"]["description"]
     assert str(MAX_UPLOAD) in op["description"]
     assert "FILE_TOO_LARGE" in op["responses"]["413"]["description"]
 

@@ -12,6 +12,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -331,6 +332,66 @@ def test_client_sent_internal_headers_switch_off_no_limit(sidecar: Sidecar) -> N
     assert codes[1:] == [429, 429] and codes[0] in (401, 429)  # (429 if the minute had begun elsewhere)
 
 
+def _log_entries(log: Path, want: Callable[[list[dict]], bool], timeout: float = 10.0) -> list[dict]:
+    """The JSON lines of the sidecar's output once ``want`` holds of them (nginx writes its
+    access lines within a second)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+        if want(entries) or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.1)
+
+
+def test_access_lines_of_nginx_and_mediasrv_share_the_request_id(tmp_path: Path) -> None:
+    """Issue 19 items 3 and 6: nginx logs each request in mediasrv's shape (JSON here) with its
+    cache status and $request_id, which mediasrv takes as its own (X-Request-Id); a client's
+    X-Mediasrv-Request-Id never passes; an operator's /m limit reaches nginx's counter."""
+    with running_sidecar(tmp_path, MEDIASRV_WORKERS="1", MEDIASRV_LOG_FORMAT="json",
+                         MEDIASRV_RATE_LIMITS="media=3") as side:
+        agents = request(side.port, "GET", "/reference/for-agents").json()
+        assert {x["requests_per_minute"] for x in agents["limits"]["rate_limits"] if x["path"] == "/m/{id}"} == {3}
+        for attempt in range(2):  # a minute boundary crossed mid-run resets the window: once more
+            window, source = int(time.time() // 60), f"127.0.{os.getpid() % 250 + 1}.{attempt + 20}"
+            codes = [request(side.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=source).status for _ in range(4)]
+            if int(time.time() // 60) == window:
+                assert codes == [404, 404, 404, 429]
+                break
+        ping = request(side.port, "GET", "/ping?token=s3cret-value", headers={
+            "User-Agent": "probe/1", "X-Mediasrv-Request-Id": "forged-by-the-client"})
+        request_id = ping.headers["x-request-id"]
+        assert ping.status == 200 and re.fullmatch(r"[0-9a-f]{32}", request_id)
+        token = _token(side.port, tmp_path / "data" / "outbox", "log@example.com", "127.0.0.1")
+        fid = request(side.port, "POST", "/files", body=b"logged", headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "text/plain"}).json()["file"]["file_id"]
+        downloads = [request(side.port, "GET", f"/d/{fid}") for _ in range(2)]  # X-Accel-Redirect
+        views = [request(side.port, "GET", f"/m/{fid}") for _ in range(2)]  # cached when lua is there
+        ids = [r.headers["x-request-id"] for r in (*downloads, *views)]
+        assert len(set(ids)) == 4 and all(r.status == 200 for r in (*downloads, *views))
+
+        def seen(entries: list[dict]) -> bool:
+            return {("nginx.access", views[1].headers["x-request-id"]),
+                    ("mediasrv.access", request_id)} <= {(e.get("logger"), e.get("request_id")) for e in entries}
+        entries = _log_entries(side.log, seen)
+    by_id: dict[str, dict[str, dict]] = {}
+    for e in entries:
+        if e.get("logger") in ("nginx.access", "mediasrv.access"):
+            by_id.setdefault(e["request_id"], {})[e["logger"]] = e
+    nginx, ours = by_id[request_id]["nginx.access"], by_id[request_id]["mediasrv.access"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", nginx["time"]) and nginx["pid"] > 0
+    assert (nginx["status"], nginx["method"], nginx["path"], nginx["user_agent"]) == (200, "GET", "/ping?REDACTED",
+                                                                                       "probe/1")
+    assert nginx["level"] == "INFO" and nginx["bytes"] == len(ping.body) and nginx["client"] == "127.0.0.1"
+    assert (ours["path"], ours["client"], ours["status"]) == ("/ping?token=REDACTED", "127.0.0.1", 200)
+    assert "s3cret-value" not in side.log.read_text()
+    assert [by_id[i]["nginx.access"]["bytes"] for i in ids[:2]] == [6, 6]  # nginx sent the file
+    assert all("mediasrv.access" in by_id[i] for i in ids[:2])  # after mediasrv decided
+    over = [e for e in entries if e.get("logger") == "nginx.access" and e["status"] == 429]
+    assert over and over[0]["level"] == "WARNING"
+    if views[1].headers.get("x-cache-status") == "HIT":
+        assert by_id[ids[3]]["nginx.access"]["cache"] == "HIT" and "mediasrv.access" not in by_id[ids[3]]
+
+
 def test_absolute_form_naming_another_host_is_refused_with_json(sidecar: Sidecar) -> None:
     """Issue 15 finding 4: the hot cache was keyed on nginx's $host (the absolute URI's host)
     while mediasrv was sent the Host header, so one request put tenant A's file under tenant B's
@@ -406,6 +467,38 @@ def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -
         assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
     assert request(sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
 
+
+
+def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 18 item 5: one cached answer per format choice, never another client's format."""
+    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
+        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+    import pyvips
+
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    token = _token(sidecar.port, tmp_path / "data" / "outbox", "auto@example.com", f"{base}.120")
+    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
+    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.120", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
+    assert r.status == 201, r.body
+    url = f"/m/{r.json()['file']['file_id']}?width=40&format=auto"
+    seen = []
+    for n, accept in enumerate(("image/avif,image/webp,*/*", "image/webp,image/avif", "image/webp,*/*",
+                                "image/webp;q=0, image/png", "image/webp;q=0, image/png")):
+        # A source address each: this sidecar allows 4 /m a minute per address.
+        got = request(sidecar.port, "GET", url, source=f"{base}.{130 + n}", headers={"Accept": accept})
+        assert got.status == 200, got.body
+        assert got.headers["vary"] == "Accept"
+        seen.append((got.headers["content-type"], got.headers.get("x-cache-status")))
+    assert seen == [("image/avif", "MISS"), ("image/avif", "HIT"), ("image/webp", "MISS"),
+                    ("image/jpeg", "MISS"), ("image/jpeg", "HIT")]
+    # A second Accept line: nginx keys on the first ("no choice") and sends mediasrv that one
+    # only, so what is stored under that key is the source's format, not an AVIF.
+    status, data = raw_request(sidecar.port, (f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{sidecar.port}\r\nAccept: */*\r\n"
+                                              "Accept: image/avif\r\nConnection: close\r\n\r\n").encode())
+    assert status == 200 and data.startswith(b"\xff\xd8")
+    again = request(sidecar.port, "GET", url, source=f"{base}.140", headers={"Accept": "text/html"})
+    assert again.headers["content-type"] == "image/jpeg" and again.headers.get("x-cache-status") == "HIT"
 
 
 # --- S3 blobs sent by nginx ---------------------------------------------------------------------
@@ -698,7 +791,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
-    text = sidecar.render()
+    text = sidecar.render(media_limit=4)
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text
@@ -727,7 +820,7 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
     sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     conf = tmp_path / "nginx.conf"
-    conf.write_text(sidecar.render())
+    conf.write_text(sidecar.render(media_limit=4))
     assert "set_real_ip_from 10.0.0.2/32;" in conf.read_text()
     done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
                           capture_output=True, text=True, timeout=30)

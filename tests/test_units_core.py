@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from handlers.routes import LIMITS
 from mediasrv.cli.server import StartupError, load_secret
 from mediasrv.core import recorders
-from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS, WINDOW_S, RateLimiter
+from mediasrv.core.limits.ratelimit import WINDOW_S, Limit, RateLimiter
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
 from mediasrv.core.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
@@ -33,6 +34,11 @@ INTERFACE_TABLE = {
 }
 
 
+IP_LIMITS = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "ip"}
+USER_LIMITS = {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "user"}
+"""The counters the routes declare (handlers/*.py), as the app gives them to the limiter."""
+
+
 class Clock:
     def __init__(self, t: float) -> None:
         self.t = t
@@ -46,7 +52,7 @@ def test_limits_are_exactly_the_interface_table(route: str) -> None:
     kind, per_minute = INTERFACE_TABLE[route]
     table = IP_LIMITS if kind == "ip" else USER_LIMITS
     assert table[route] == per_minute
-    limiter = RateLimiter(clock=Clock(1_000_020.0))
+    limiter = RateLimiter(LIMITS.values(), clock=Clock(1_000_020.0))
     decisions = [limiter.hit(route, "k", per_ip=kind == "ip") for _ in range(per_minute + 2)]
     assert all(d.allowed for d in decisions[:per_minute])
     assert not decisions[per_minute].allowed and not decisions[per_minute + 1].allowed
@@ -56,7 +62,7 @@ def test_limits_are_exactly_the_interface_table(route: str) -> None:
 
 
 def test_counters_are_per_key_and_per_route() -> None:
-    limiter = RateLimiter(clock=Clock(6000.0))
+    limiter = RateLimiter(LIMITS.values(), clock=Clock(6000.0))
     for _ in range(10):
         assert limiter.hit("register", "10.0.0.1", per_ip=True).allowed
     assert not limiter.hit("register", "10.0.0.1", per_ip=True).allowed
@@ -71,7 +77,7 @@ def test_counters_are_per_key_and_per_route() -> None:
 
 def test_window_rolls_over_on_the_clock_minute() -> None:
     clock = Clock(60 * 1000 + 30.0)
-    limiter = RateLimiter(clock=clock)
+    limiter = RateLimiter(LIMITS.values(), clock=clock)
     for _ in range(15):
         assert limiter.hit("login", "ip", per_ip=True).allowed
     clock.t = 60 * 1000 + 59.999
@@ -87,7 +93,7 @@ def test_window_rolls_over_on_the_clock_minute() -> None:
 @pytest.mark.parametrize("offset", [0.0, 0.001, 0.5, 1.0, 17.3, 30.0, 58.9, 59.0, 59.5, 59.999999])
 def test_reset_is_whole_seconds_from_1_to_60(offset: float) -> None:
     t = 60 * 123_456 + offset
-    d = RateLimiter(clock=Clock(t)).hit("usage", "u", per_ip=False)
+    d = RateLimiter(LIMITS.values(), clock=Clock(t)).hit("usage", "u", per_ip=False)
     assert isinstance(d.reset_s, int) and 1 <= d.reset_s <= WINDOW_S
     assert d.reset_s == max(1, math.ceil(60 - offset))
     headers = d.headers()
@@ -95,7 +101,7 @@ def test_reset_is_whole_seconds_from_1_to_60(offset: float) -> None:
 
 
 def test_real_clock_reset_is_in_range() -> None:
-    d = RateLimiter().hit("media", "127.0.0.1", per_ip=True)
+    d = RateLimiter(LIMITS.values()).hit("media", "127.0.0.1", per_ip=True)
     assert 1 <= d.reset_s <= 60 and d.allowed and d.limit == 400
 
 
@@ -104,7 +110,7 @@ def test_real_clock_reset_is_in_range() -> None:
     (0.5, "files.get", 60), (0.01, "register", 1), (1e-9, "media", 1), (1000.0, "usage", 60000),
 ])
 def test_scale_multiplies_every_limit_but_never_below_one(scale: float, route: str, expected: int) -> None:
-    limiter = RateLimiter(scale=scale, clock=Clock(120.0))
+    limiter = RateLimiter(LIMITS.values(), scale=scale, clock=Clock(120.0))
     per_ip = route in ("register", "login", "media")
     decisions = [limiter.hit(route, "k", per_ip=per_ip) for _ in range(expected + 1)]
     assert decisions[0].limit == expected
@@ -114,7 +120,7 @@ def test_scale_multiplies_every_limit_but_never_below_one(scale: float, route: s
 
 def test_memory_holds_only_the_current_window() -> None:
     clock = Clock(60 * 5000 + 1.0)
-    limiter = RateLimiter(clock=clock)
+    limiter = RateLimiter(LIMITS.values(), clock=clock)
     for i in range(5000):
         limiter.hit("media", f"10.0.{i // 256}.{i % 256}", per_ip=True)
     limiter.hit("usage", "user", per_ip=False)
@@ -127,8 +133,16 @@ def test_memory_holds_only_the_current_window() -> None:
     assert len(limiter) == 1
 
 
+def test_limits_are_given_as_data() -> None:
+    limiter = RateLimiter([Limit("a", 2, "ip"), Limit("b", 1, "user"), Limit("a", 2, "ip")], clock=Clock(60.0))
+    assert [limiter.hit("a", "k", per_ip=True).allowed for _ in range(3)] == [True, True, False]
+    assert limiter.hit("b", "u", per_ip=False).limit == 1
+    with pytest.raises(ValueError, match="rate limit a given twice"):
+        RateLimiter([Limit("a", 2, "ip"), Limit("a", 3, "ip")])
+
+
 def test_unknown_route_names_fail_loudly() -> None:
-    limiter = RateLimiter()
+    limiter = RateLimiter(LIMITS.values())
     with pytest.raises(KeyError):
         limiter.hit("nope", "k", per_ip=False)
     with pytest.raises(KeyError):

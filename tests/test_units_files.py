@@ -21,7 +21,7 @@ from mediasrv.core.files.content_types import (
     normalize,
     signature_bytes_needed,
 )
-from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.files.uploads import WRITE_BYTES, Upload, UploadLimits
 from mediasrv.core.timeutil import now_iso
 from store.fs import FsBlobStore
 from store.models import FileQuery, FileRecord, User
@@ -158,7 +158,9 @@ async def test_upload_happy_path(tmp_path: Path, io_loop: Any) -> None:
     try:
         up = e.upload(declared=11)
         await up.start()
-        assert await e.counters() == (11, 1)  # reserved before the body
+        # A small body is read whole before anything is stored: SQLite takes its quota with its
+        # record, in one write (QuotaWithRecord), not before the body.
+        assert await e.counters() == (0, 0)
         await up.feed(b"hello ")
         await up.feed(b"world")
         record = await up.finish()
@@ -169,6 +171,45 @@ async def test_upload_happy_path(tmp_path: Path, io_loop: Any) -> None:
         await up.abort()  # after success: a no-op
         assert await e.meta.get_file(record.file_id) is not None and len(e.blob_files()) == 1
         assert await e.counters() == (11, 1)
+    finally:
+        await close_env(e)
+
+
+async def test_a_large_declared_body_is_reserved_before_it_is_read(tmp_path: Path, io_loop: Any) -> None:
+    """Over quota, a body above WRITE_BYTES is refused before a byte of it is stored."""
+    e = await open_env(tmp_path)
+    try:
+        size = WRITE_BYTES + 1
+        up = e.upload(declared=size, cap=2 * size)
+        await up.start()
+        assert await e.counters() == (size, 1)
+        await up.abort()
+        with pytest.raises(Forbidden) as info:
+            await e.upload(declared=size, cap=2 * size, storage=size - 1).start()
+        assert info.value.code == "QUOTA_EXCEEDED"
+        assert e.blob_files() == [] and await e.counters() == (0, 0)
+    finally:
+        await close_env(e)
+
+
+async def test_a_small_body_over_quota_is_refused_with_its_record_and_leaves_nothing(
+        tmp_path: Path, io_loop: Any) -> None:
+    e = await open_env(tmp_path)
+    try:
+        await e.upload(declared=6, storage=10).start()  # nothing reserved: nothing to give back
+        first = e.upload(declared=6, storage=10)
+        await first.start()
+        await first.feed(b"012345")
+        await first.finish()
+        second = e.upload(declared=6, storage=10)
+        await second.start()
+        await second.feed(b"678901")
+        with pytest.raises(Forbidden) as info:
+            await second.finish()
+        assert info.value.code == "QUOTA_EXCEEDED"
+        await second.abort()  # what the handler does: the blob stored before the refusal goes
+        assert len(e.blob_files()) == 1 and await e.counters() == (6, 1)
+        assert (await e.meta.list_files(e.user.id, FileQuery(), 0, 10))[1] == 1
     finally:
         await close_env(e)
 
@@ -253,7 +294,7 @@ async def test_pixel_limit_from_the_header(tmp_path: Path, io_loop: Any) -> None
 
 
 class SlowInsertMeta:
-    """The real store, with ``insert_file`` held until ``release`` is set."""
+    """The real store, with the record's insert (either kind) held until ``release`` is set."""
 
     def __init__(self, meta: SqliteMetaStore) -> None:
         self._meta = meta
@@ -266,6 +307,12 @@ class SlowInsertMeta:
         self.started.set()
         await self.release.wait()
         await self._meta.insert_file(record)
+
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None) -> bool:
+        self.started.set()
+        await self.release.wait()
+        return await self._meta.insert_file_within_quota(record, storage_limit, count_limit)
 
 
 async def test_abort_while_finishing_does_not_undo_the_upload(tmp_path: Path, io_loop: Any) -> None:

@@ -1,4 +1,4 @@
-"""Operator commands: ``mediasrv users|usage|domains|backup|restore|config``.
+"""Operator commands: ``mediasrv users|invites|usage|domains|backup|restore|config``.
 
 Each command opens the same stores ``serve`` would (from the same MEDIASRV_* settings), does
 one thing through the core services, prints a short result and exits: 0 done, 1 refused or
@@ -18,15 +18,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from mediasrv.cli import accounts
 from mediasrv.core import backup as backups
-from mediasrv.core.admin import KEEP, AdminService
+from mediasrv.core.admin import AdminService
 from mediasrv.core.credentials.passwords import PasswordHasher
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import make_provider, normalize_hostname
 from mediasrv.core.errors import ApiError
+from mediasrv.core.files.service import FileService
+from mediasrv.core.invites import InviteService
 from mediasrv.core.settings import Settings
 
-COMMANDS = frozenset({"users", "usage", "domains", "backup", "restore", "config"})
+COMMANDS = frozenset({"users", "invites", "usage", "domains", "backup", "restore", "config"})
 SECRET_FIELDS = frozenset({"jwt_secret", "cloudflare_api_token"})
 URL_FIELDS = frozenset({"smtp_url", "mongodb_url"})
 """URLs that may carry a password in their user-info part."""
@@ -36,37 +39,18 @@ MASK = "********"
 def add_parsers(sub: Any, epilog: str) -> None:
     """Register the commands on ``mediasrv``'s subparsers."""
     raw = argparse.RawDescriptionHelpFormatter
-
-    users = sub.add_parser("users", help="create or confirm an account, set its plan, limits and trial end",
-                           formatter_class=raw, epilog=epilog)
-    users_sub = users.add_subparsers(dest="action", required=True)
-    create = users_sub.add_parser("create", help="create an account (no e-mail is sent)")
-    create.add_argument("email")
-    create.add_argument("--password-stdin", action="store_true",
-                        help="read the password from standard input (default: generate one and print it)")
-    create.add_argument("--confirmed", action="store_true", help="mark the e-mail address confirmed at once")
-    confirm = users_sub.add_parser("confirm", help="mark an account's e-mail address confirmed")
-    confirm.add_argument("email")
-    plan = users_sub.add_parser(
-        "set-plan", help="set an account's plan name, limits and trial end; 'default' clears a value "
-                         "back to the server-wide setting (absent options stay unchanged)")
-    plan.add_argument("email")
-    plan.add_argument("--plan", help="plan name shown in GET /profile ('default': trial/standard)")
-    plan.add_argument("--storage-limit", help="storage limit in bytes, or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
-    plan.add_argument("--file-limit", help="file count limit, or 'default' (MEDIASRV_FILE_COUNT_LIMIT)")
-    plan.add_argument("--trial-end", help="ISO 8601 time the trial ends (uploads and deletes then get 403), "
-                                          "or 'none' for no trial")
-    show = users_sub.add_parser("show", help="print an account's plan and counters as JSON")
-    show.add_argument("email")
+    accounts.add_parsers(sub, epilog)
 
     usage = sub.add_parser("usage", help="list every account's storage, files, origin reads and image "
                                          "operations", formatter_class=raw, epilog=epilog)
     usage.add_argument("--period", help="month as YYYY-MM (default: this month)")
     usage.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
 
-    domains = sub.add_parser("domains", help="approve or reject a custom domain claim",
+    domains = sub.add_parser("domains", help="list custom domains; approve or reject a claim",
                              formatter_class=raw, epilog=epilog)
     domains_sub = domains.add_subparsers(dest="action", required=True)
+    listed = domains_sub.add_parser("list", help="every claimed hostname with its account and status")
+    listed.add_argument("--json", action="store_true", help="one JSON object per line")
     approve = domains_sub.add_parser("approve", help="make the hostname active for the account that "
                                                      "claims it, without DNS proof")
     approve.add_argument("hostname")
@@ -76,10 +60,14 @@ def add_parsers(sub: Any, epilog: str) -> None:
     text = ("back up the database (a consistent SQLite snapshot: embedded store only; with MongoDB use "
             "mongodump), the blobs it references and the secret; safe while serving")
     make = sub.add_parser("backup", help=text, description=text, formatter_class=raw, epilog=epilog)
-    make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar")
+    make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar (.tar.gz "
+                                              "with --compress)")
     make.add_argument("--tar", action="store_true", help="write one tar file instead of a directory")
-    text = ("restore a backup (directory or tar) into MEDIASRV_DATA_DIR (embedded store only); stop the "
-            "server first; refuses a data directory that is not empty unless --force")
+    make.add_argument("--compress", action="store_true",
+                      help="write one gzip-compressed tar file (implies --tar); restore reads it as it is")
+    text = ("restore a backup (directory, or tar file plain or compressed, told apart by content) into "
+            "MEDIASRV_DATA_DIR (embedded store only); stop the server first; refuses a data directory "
+            "that is not empty unless --force")
     put = sub.add_parser("restore", help=text, description=text, formatter_class=raw, epilog=epilog)
     put.add_argument("source", type=Path)
     put.add_argument("--force", action="store_true",
@@ -104,7 +92,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from mediasrv.cli.server import open_stores  # the same stores `serve` opens
+    from mediasrv.core.stores import open_stores  # the same stores `serve` opens
 
     if args.command == "restore":
         manifest = await backups.restore(settings, args.source, force=args.force)
@@ -113,23 +101,25 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.command == "backup":
         backups.require_embedded(settings, "mediasrv backup")
-    if args.command == "users" and args.action == "create" and args.password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-    else:
-        password = None
+    password = accounts.read_password(args)
     meta, blobs = await open_stores(settings)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
     try:
         admin = AdminService(settings, meta, PasswordHasher(settings.bcrypt_rounds, executor))
+        domains = DomainService(meta, make_provider(settings))
         if args.command == "users":
-            return await _users(admin, args, password)
+            files = FileService(settings, meta, blobs, domains, on_deleted=lambda _record: None)
+            return await accounts.run_users(admin, files, args, password)
+        if args.command == "invites":
+            return await accounts.run_invites(InviteService(meta), args)
         if args.command == "usage":
             return await _usage(admin, args)
         if args.command == "domains":
-            return await _domains(DomainService(meta, make_provider(settings)), args)
-        manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar)
+            return await _domains(domains, args)
+        manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar, compress=args.compress)
+        written = f", {args.dest.stat().st_size} bytes compressed" if args.compress else ""
         print(f"backed up {manifest.files} files ({len(manifest.blobs)} blobs, "
-              f"{sum(b['size'] for b in manifest.blobs)} bytes) to {args.dest}; secret: {manifest.secret}")
+              f"{sum(b['size'] for b in manifest.blobs)} bytes{written}) to {args.dest}; secret: {manifest.secret}")
         if manifest.missing:
             print(f"warning: {len(manifest.missing)} blobs were deleted while the backup ran and are "
                   f"not in it: {', '.join(manifest.missing[:10])}", file=sys.stderr)
@@ -138,28 +128,6 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         executor.shutdown(wait=False)
         await blobs.close()
         await meta.close()
-
-
-async def _users(admin: AdminService, args: argparse.Namespace, password: str | None) -> int:
-    if args.action == "create":
-        user, generated = await admin.create_user(args.email, password, confirmed=args.confirmed)
-        print(f"created {user.email} (id {user.id}){'' if args.confirmed else ', not confirmed yet'}")
-        if generated:
-            print(f"password: {generated}")
-        return 0
-    if args.action == "confirm":
-        user = await admin.confirm_user(args.email)
-        print(f"confirmed {user.email} at {user.email_verified_at}")
-        return 0
-    if args.action == "set-plan":
-        user = await admin.set_plan(
-            args.email, plan=_text(args.plan), storage_limit_bytes=_number(args.storage_limit, "--storage-limit"),
-            file_count_limit=_number(args.file_limit, "--file-limit"), trial_ends_at=_text(args.trial_end))
-    else:
-        user = await admin.user(args.email)
-    shown = {k: v for k, v in dataclasses.asdict(user).items() if k != "password_hash"}
-    print(orjson.dumps(shown, option=orjson.OPT_INDENT_2).decode())
-    return 0
 
 
 async def _usage(admin: AdminService, args: argparse.Namespace) -> int:
@@ -179,6 +147,8 @@ async def _usage(admin: AdminService, args: argparse.Namespace) -> int:
 
 
 async def _domains(domains: DomainService, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return await _list_domains(domains, args.json)
     hostname = normalize_hostname(args.hostname)
     if args.action == "approve":
         domain = await domains.approve(hostname)
@@ -189,9 +159,24 @@ async def _domains(domains: DomainService, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _list_domains(domains: DomainService, as_json: bool) -> int:
+    """Pending claims first in mind: an operator approves one by its name, seen here."""
+    rows = [d async for d in domains.every_domain()]
+    if as_json:
+        for d in rows:
+            print(orjson.dumps(dataclasses.asdict(d)).decode())
+        return 0
+    print(f"{'hostname':<45} {'verification':<12} {'certificate':<11} {'updated_at':<25} account")
+    for d in rows:
+        print(f"{d.hostname:<45} {d.verification_status:<12} {d.ssl_status:<11} {d.updated_at:<25} {d.user_id}")
+    print(f"{len(rows)} domains; certificate 'external': mediasrv issues none, your TLS front end holds it",
+          file=sys.stderr)
+    return 0
+
+
 def describe_settings(settings: Settings) -> str:
     """``NAME=value`` for every setting, secrets masked, ``# default`` where it is the default."""
-    lines = [f"# mediasrv {_version()}", f"host={settings.host}", f"port={settings.port}"]
+    lines = [f"# mediasrv {_version()}"]
     defaults = Settings()
     for f in dataclasses.fields(Settings):
         name = f.metadata.get("env")
@@ -211,6 +196,8 @@ def _shown(name: str, value: Any) -> str:
         return MASK
     if name in URL_FIELDS:
         return _mask_url(str(value))
+    if name == "rate_limits":
+        return ", ".join(f"{key}={per_minute}" for key, per_minute in value)
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     if isinstance(value, bool):
@@ -224,23 +211,6 @@ def _mask_url(url: str) -> str:
         return url
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))
-
-
-def _text(value: str | None) -> Any:
-    if value is None:
-        return KEEP
-    return None if value.strip().lower() in ("default", "none", "") else value.strip()
-
-
-def _number(value: str | None, option: str) -> Any:
-    if value is None:
-        return KEEP
-    if value.strip().lower() in ("default", "none"):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{option} must be a number of bytes/files or 'default'") from None
 
 
 def _is_period(text: str) -> bool:

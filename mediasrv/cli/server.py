@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import functools
 import logging
 import logging.handlers
 import os
@@ -20,7 +21,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tornado.httpserver
 import tornado.web
@@ -28,19 +29,19 @@ import tornado.web
 from mediasrv.cli import admin as cli_admin
 from mediasrv.cli import upload as cli_upload
 from mediasrv.cli import workers
-from mediasrv.cli.startup_log import log_startup
+from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping
 from mediasrv.core.lease import Lease
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.reconcile import Reconciler
 from mediasrv.core.settings import Settings, SettingsError
-from mediasrv.core.stores import describe, make_stores
+from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from mediasrv.images import allocator, vips
+from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.app import Runtime, make_app
+from mediasrv.web.app import Runtime, limited_routes, make_app
 from mediasrv.web.connections import (
     FD_HEADROOM_MIN,
     ConnectionLimits,
@@ -49,6 +50,7 @@ from mediasrv.web.connections import (
     raise_fd_limit,
 )
 from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
+from mediasrv.web.loglines import LineFormatter, QueueHandler
 from mediasrv.web.metrics import Metrics, chain, metrics_app
 from store.base import (
     AccountReconcile,
@@ -79,12 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "upload":  # a client: none of the server's settings apply
         sys.exit(cli_upload.run(args))
     try:
-        settings = Settings.from_env(host=getattr(args, "host", "127.0.0.1"),
-                                     port=getattr(args, "port", 8080)).validate()
-    except SettingsError as exc:
+        settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
+        if args.command == "serve":
+            limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
+    except (SettingsError, ValueError) as exc:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
         sys.exit(2)
-    listener = configure_logging(settings.log_level)
+    listener = configure_logging(settings.log_level, settings.log_format)
+    for warning in Settings.unknown_names():
+        log.warning("%s", warning)
     if args.command in cli_admin.COMMANDS:
         sys.exit(cli_admin.run(args, settings))
     runner = {"serve": serve, "reconcile": reconcile_once, "migrate": lambda s: migrate_once(s, args.to),
@@ -92,17 +97,14 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "serve" and args.workers > 1:
             code = workers.run(settings, args.workers, serve=serve, reconcile=_reconcile_before_fork,
-                               configure_logging=configure_logging, listener=listener)
+                               configure_logging=functools.partial(configure_logging, fmt=settings.log_format),
+                               listener=listener)
         else:
             code = asyncio.run(runner(settings))
     except StartupError as exc:
         print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
         sys.exit(1)
     sys.exit(code)
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,8 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     serve_cmd = sub.add_parser("serve", help="run the HTTP server in the foreground",
                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog="environment variables:\n" + Settings.help_text())
-    serve_cmd.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve_cmd.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve_cmd.add_argument("--host", help="address to listen on (default MEDIASRV_HOST, else 127.0.0.1)")
+    serve_cmd.add_argument("--port", type=_port_arg, help="port to listen on (default MEDIASRV_PORT, else 8080)")
     serve_cmd.add_argument("--workers", type=_workers_arg, default=1,
                            help="processes serving the same port (SO_REUSEPORT), each one event loop; "
                                 "caches and per-IP rate limits are then per worker (default 1)")
@@ -145,6 +147,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _port_arg(value: str) -> int:
+    n = int(value) if value.isascii() and value.isdigit() else 0
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number from 1 to 65535, not {value!r}")
+    return n
+
+
 def _workers_arg(value: str) -> int:
     n = int(value) if value.isascii() and value.isdigit() else 0
     if not 1 <= n <= 64:
@@ -152,22 +161,23 @@ def _workers_arg(value: str) -> int:
     return n
 
 
-def configure_logging(level: str) -> logging.handlers.QueueListener:
+def configure_logging(level: str, fmt: str = "text") -> logging.handlers.QueueListener:
     """Log lines are written to stderr by a thread of their own, never by the event loop.
 
-    The loop only builds a record and puts it on a queue (the access log runs once per
-    request: a blocking write to a slow pipe, e.g. a supervisor that stalls, would stall every
-    request). The listener is stopped, and the queue flushed, when the process exits.
+    The loop only builds a record and puts it on a queue (a blocking write to a slow pipe, e.g.
+    a supervisor that stalls, would stall every request). ``fmt`` is MEDIASRV_LOG_FORMAT (text
+    or json lines, ``mediasrv.web.loglines``). The listener is stopped, and the queue flushed,
+    when the process exits.
     """
     root = logging.getLogger()
     for handler in [h for h in root.handlers if isinstance(h, logging.handlers.QueueHandler)]:
         root.removeHandler(handler)  # again in a forked worker: the parent's thread is not there
     stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    stream.setFormatter(LineFormatter(fmt))
     log_queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = logging.handlers.QueueListener(log_queue, stream, respect_handler_level=True)
     root.setLevel(level)
-    root.addHandler(logging.handlers.QueueHandler(log_queue))
+    root.addHandler(QueueHandler(log_queue))
     listener.start()
     atexit.register(_stop_listener, listener)
     return listener
@@ -225,35 +235,6 @@ class Running:
     access_log: AccessLog | None = None
 
 
-async def open_stores(settings: Settings,
-                      stores: tuple[MetaStore, BlobStore] | None = None) -> tuple[MetaStore, BlobStore]:
-    """Both stores (``stores``, or the settings' ones), open; StartupError (with both closed
-    again) when the data dir is unusable."""
-    meta, blobs = stores or make_stores(settings)
-    try:
-        await meta.open()
-    except OSError as exc:
-        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {_cause(exc)}") from exc
-    except (StoreError, RuntimeError) as exc:
-        if isinstance(meta, LocalDatabase):
-            raise StartupError(f"metadata database {meta.path} is unusable: {_cause(exc)} "
-                               "(restore it from a backup)") from exc
-        raise StartupError(f"{describe(settings, 'meta')}: {_cause(exc)}") from exc
-    try:
-        await blobs.open()
-    except (OSError, StoreError) as exc:
-        await blobs.close()
-        await meta.close()
-        raise StartupError(f"{describe(settings, 'blobs')}: {_cause(exc)}") from exc
-    return meta, blobs
-
-
-def _cause(exc: BaseException) -> str:
-    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
-    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
-    return str(inner) or type(inner).__name__
-
-
 def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
     return SweepPolicy(grace_s=settings.sweep_grace_s, max_share=settings.sweep_max_share, force=force)
 
@@ -262,12 +243,13 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
     """Raise the descriptor limit, then size the connection caps from the settings and it."""
     old, fd_limit = raise_fd_limit()
     cap = settings.max_connections or default_max_connections(fd_limit)
+    extra = startup_fields(settings)
     if cap > fd_limit - FD_HEADROOM_MIN:
         log.warning("MEDIASRV_MAX_CONNECTIONS=%d leaves little room under the descriptor limit of %d; "
-                    "accepting will pause when descriptors run out", cap, fd_limit)
+                    "accepting will pause when descriptors run out", cap, fd_limit, extra=extra)
     per_ip = None if settings.trust_proxy else settings.max_connections_per_ip
     log.info("descriptor limit %d%s; at most %d connections, %s per client address", fd_limit,
-             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit")
+             f" (raised from {old})" if fd_limit != old else "", cap, per_ip or "no limit", extra=extra)
     return ConnectionLimits(max_connections=cap, per_ip=per_ip, body_idle_s=settings.body_idle_timeout_s)
 
 
@@ -298,6 +280,8 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     ``full`` and ``sweep`` only make the process compete for the fleet's housekeeping lease
     (``start_housekeeping``): its holder sweeps and reconciles, safely, while everyone serves.
     """
+    libvips = check_libvips()
+    log_starting(settings)
     stores = make_stores(settings)
     secret = await local_secret(settings, stores[0])
     meta, blobs = await open_stores(settings, stores)
@@ -314,11 +298,11 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         except StoreError as exc:
             await blobs.close()
             await meta.close()
-            raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+            raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     mail = MailQueue(make_mailer(settings))
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
-    access_log = AccessLog()
+    access_log = AccessLog(fmt=settings.log_format)
     app.settings["log_function"] = access_log
     server = make_server(app, settings)
     metrics_server = None
@@ -338,11 +322,12 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         await meta.close()
         raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
     log_startup(settings, meta, blobs)
+    log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
     housekeeping, lease = start_housekeeping(settings, meta, blobs, primary=primary)
-    log.info("mediasrv listening on http://%s:%d (public URL %s)", settings.host, settings.port,
-             settings.public_url)
+    log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
+             settings.public_url, extra=startup_fields(settings))
     access_log.start()
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, housekeeping=housekeeping,
                    lease=lease, metrics_server=metrics_server, access_log=access_log)
@@ -368,9 +353,21 @@ def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
     return housekeeping, None
 
 
+def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
+    """Which libvips the image work runs on (``start`` logs it once listening); StartupError (one
+    line) when it cannot do what the server needs (``pipeline.require_libvips``: too old, or a
+    saver option missing). First of all, so that nothing is opened for a server that cannot run."""
+    vips.configure()  # libvips' own INFO chatter (introspection) stays out of the log
+    try:
+        return pipeline.require_libvips(**overrides)
+    except vips.LibvipsUnsuitable as exc:
+        raise StartupError(str(exc)) from None
+
+
 def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
     """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
-    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
+                             "libvips": vips.libvips_info()})
     app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     metrics_server.listen(port, "127.0.0.1")
@@ -534,7 +531,7 @@ async def _reconcile_before_fork(settings: Settings) -> None:
     try:
         await meta.reconcile_usage()
     except StoreError as exc:
-        raise StartupError(f"metadata database unusable: {_cause(exc)}") from exc
+        raise StartupError(f"metadata database unusable: {cause_of(exc)}") from exc
     finally:
         await blobs.close()
         await meta.close()

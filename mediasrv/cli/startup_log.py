@@ -1,5 +1,8 @@
-"""What ``mediasrv serve`` says when it starts: where the data is, which stores and mail mode,
-which public URL goes into links, and a warning when that URL cannot work for anyone else.
+"""What ``mediasrv serve`` says when it starts: its version, pid and port, where the data is,
+which stores and mail mode, which public URL goes into links, and a warning when that URL
+cannot work for anyone else. Every start-up line carries the version and the port
+(``startup_fields``: JSON fields, ``[pid:port]`` in text), so the lines of several processes
+(the nginx sidecar runs one per core) can be told apart.
 
 Binding all interfaces (0.0.0.0, ::) without MEDIASRV_PUBLIC_URL puts ``http://0.0.0.0:PORT``
 into every e-mail link and ``public_url``; a loopback public URL on a public listener is the
@@ -9,9 +12,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from mediasrv.core.settings import Settings
+from mediasrv.version import version
 from store.base import LocalBlobFiles, LocalDatabase
 
 log = logging.getLogger("mediasrv")
@@ -64,12 +70,25 @@ def public_url_warning(settings: Settings) -> str | None:
             "address clients use (e.g. https://media.example.com)")
 
 
+def startup_fields(settings: Settings) -> dict[str, Any]:
+    """``extra=`` of a start-up line: the version and the port."""
+    return {"version": version(), "port": settings.port}
+
+
+def log_starting(settings: Settings) -> None:
+    """The first line of a process: which version, which pid, which port."""
+    log.info("mediasrv %s starting: pid %d, port %d", version(), os.getpid(), settings.port,
+             extra=startup_fields(settings))
+
+
 def log_startup(settings: Settings, meta: object, blobs: object) -> None:
+    """Once listening: where the data is, the stores, the mail mode and the public URL."""
     meta_text, blob_text = describe_stores(settings, meta, blobs)
-    log.info("data directory %s", settings.data_dir.resolve())
-    log.info("metadata: %s; blobs: %s", meta_text, blob_text)
-    log.info("mail: %s", mail_mode(settings))
-    log.info("public URL %s", settings.public_url)
+    extra = startup_fields(settings)
+    log.info("data directory %s", settings.data_dir.resolve(), extra=extra)
+    log.info("metadata: %s; blobs: %s", meta_text, blob_text, extra=extra)
+    log.info("mail: %s", mail_mode(settings), extra=extra)
+    log.info("public URL %s", settings.public_url, extra=extra)
     warning = public_url_warning(settings)
     if warning:
-        log.warning("%s", warning)
+        log.warning("%s", warning, extra=extra)

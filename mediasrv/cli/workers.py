@@ -25,8 +25,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from types import FrameType
+from typing import Any
 
 import tornado.netutil
 
@@ -34,10 +35,10 @@ from mediasrv.core.settings import Settings
 
 log = logging.getLogger("mediasrv")
 
-Serve = Callable[..., Awaitable[int]]
+Serve = Callable[..., Coroutine[Any, Any, int]]
 
 
-def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[Settings], Awaitable[None]],
+def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[Settings], Coroutine[Any, Any, None]],
         configure_logging: Callable[[str], logging.handlers.QueueListener],
         listener: logging.handlers.QueueListener) -> int:
     """Bind, reconcile once, fork ``workers`` children, supervise them; the exit status."""

@@ -32,7 +32,9 @@ from urllib.parse import quote
 
 import httpx
 
-from mediasrv.core.files import content_types
+from mediasrv.images import sniff as magic  # stdlib only: the SDK needs nothing of the server
+
+OCTET_STREAM = "application/octet-stream"
 
 JsonObject = dict[str, Any]
 ProgressCallback = Callable[[int], None]
@@ -290,11 +292,11 @@ def guess_content_type(path: str | os.PathLike[str]) -> str:
     """A file's MIME type: from its first bytes when they show one, else from its name, else
     ``application/octet-stream`` (the server then sniffs, or refuses with 400)."""
     with open(path, "rb") as fh:
-        sniffed = content_types.sniff(fh.read(content_types.SNIFF_WINDOW))
+        sniffed = magic.content_type_of(fh.read(magic.SNIFF_WINDOW))
     if sniffed:
         return sniffed
     guessed, _ = mimetypes.guess_type(str(path), strict=False)
-    return guessed or content_types.OCTET_STREAM
+    return guessed or OCTET_STREAM
 
 
 def encode_file_name(name: str) -> str:
@@ -434,7 +436,7 @@ class MediasrvClient:
                                 headers=headers, content=_file_chunks(file_path, on_progress))
         return StoredFile.from_json(data["file"])
 
-    async def upload_bytes(self, data: bytes, content_type: str = content_types.OCTET_STREAM, *,
+    async def upload_bytes(self, data: bytes, content_type: str = OCTET_STREAM, *,
                            name: str | None = None, is_public: bool = True) -> StoredFile:
         """Upload bytes already in memory (small files)."""
         headers = {"Content-Type": content_type, **({"x-file-name": encode_file_name(name)} if name else {})}
@@ -604,7 +606,7 @@ class SyncMediasrvClient:
         return self._run(self._async.upload_file(path, content_type=content_type, name=name, is_public=is_public,
                                                  on_progress=on_progress))
 
-    def upload_bytes(self, data: bytes, content_type: str = content_types.OCTET_STREAM, *,
+    def upload_bytes(self, data: bytes, content_type: str = OCTET_STREAM, *,
                      name: str | None = None, is_public: bool = True) -> StoredFile:
         return self._run(self._async.upload_bytes(data, content_type, name=name, is_public=is_public))
 

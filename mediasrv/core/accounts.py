@@ -14,6 +14,7 @@ mailbox, sets the password, and ends every session and API key made before it.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import uuid
 from dataclasses import dataclass
@@ -25,12 +26,14 @@ import orjson
 from mediasrv.core.credentials import tokens
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
 from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
+from mediasrv.core.invites import InviteService
 from mediasrv.core.mail import MailQueue, Message
 from mediasrv.core.settings import Settings
 from mediasrv.core.timeutil import iso, now, now_iso
 from store.base import DuplicateError, MetaStore
 from store.models import User
 
+log = logging.getLogger("mediasrv.accounts")
 _EMAIL_RE = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
 CONFIRM_TTL = dt.timedelta(hours=48)
@@ -71,12 +74,18 @@ class AccountService:
         self._mail = mail
 
     async def register(self, email_value: object, password_value: object,
-                       redirect_value: object = None) -> dict[str, Any]:
+                       redirect_value: object = None, invite_value: object = None) -> dict[str, Any]:
+        mode = self._settings.registration_mode
+        if mode == "closed":
+            raise Forbidden("Registration is closed on this server; ask its operator for an account",
+                            code="REGISTRATION_CLOSED")
         email = normalize_email(email_value)
         password = validate_password(password_value)
         redirect_to = self._check_redirect(redirect_value)
+        if mode == "invite":
+            await self._use_invite(invite_value)  # after the checks: a typo does not burn the code
         password_hash = await self._hasher.hash(password)  # also for duplicates: same timing
-        user = self._new_user(email, password_hash)
+        user = new_user(self._settings, email, password_hash)
         try:
             await self._meta.create_user(user)
         except DuplicateError:
@@ -110,15 +119,29 @@ class AccountService:
             raise Forbidden("Confirm your e-mail address before logging in", code="EMAIL_NOT_VERIFIED")
         if user is None or not ok:
             raise Unauthorized("Invalid email or password", code="INVALID_CREDENTIALS")
+        if user.disabled_at:
+            raise Forbidden("This account is disabled; contact the server's operator", code="ACCOUNT_DISABLED")
         return await self._session(user)
 
     async def refresh(self, token_value: object) -> Session:
-        """Trade a refresh token for a new session; the old token is retired."""
+        """Trade a refresh token for a new session; the old token is retired.
+
+        A retired token presented again means two parties hold it (one stole it): every refresh
+        token of the account is retired, so neither the thief's successor nor the owner's stays
+        valid, and the owner logs in again (RFC 9700 4.14.2, refresh token reuse detection)."""
         if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
-        found = await self._meta.consume_token("refresh", tokens.digest(token_value), now_iso())
-        user = await self._meta.get_user(found[0]) if found else None
-        if user is None or not user.email_verified_at:
+        token_hash = tokens.digest(token_value)
+        found = await self._meta.consume_token("refresh", token_hash, now_iso())
+        if found is None:
+            reused_by = await self._meta.retired_token_owner("refresh", token_hash)
+            if reused_by is not None:
+                await self._meta.revoke_tokens("refresh", reused_by)
+                log.warning("a retired refresh token was used again: every session of account %s ended",
+                            reused_by)
+            raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
+        user = await self._meta.get_user(found[0])
+        if user is None or not user.email_verified_at or user.disabled_at:
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         return await self._session(user)
 
@@ -193,13 +216,12 @@ class AccountService:
         }
         return Session(body=body, user_id=user.id)
 
-    def _new_user(self, email: str, password_hash: str) -> User:
-        created = now()
-        trial_days = self._settings.trial_days
-        trial_end = iso(created + dt.timedelta(days=trial_days)) if trial_days is not None else None
-        stamp = iso(created)
-        return User(id=str(uuid.uuid4()), email=email, password_hash=password_hash, created_at=stamp,
-                    updated_at=stamp, trial_ends_at=trial_end)
+    async def _use_invite(self, invite_value: object) -> None:
+        """Spend a single-use invite code (made by ``mediasrv invites create``); 403 otherwise."""
+        if invite_value is None or invite_value == "":
+            raise Forbidden("Registration on this server needs an invite code", code="INVITE_REQUIRED")
+        if not await InviteService(self._meta).use(invite_value):
+            raise Forbidden("This invite code is invalid, used or expired", code="INVALID_INVITE")
 
     def _check_redirect(self, value: object) -> str | None:
         """Only our own origin or an allow-listed one: the link must not be an open redirect."""
@@ -249,6 +271,17 @@ class AccountService:
 
     def _link(self, path: str, token: str) -> str:
         return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"
+
+
+def new_user(settings: Settings, email: str, password_hash: str, *, confirmed: bool = False) -> User:
+    """A new account record (registration and the operator's ``users create`` alike): the
+    server-wide trial, if any, starts now."""
+    created = now()
+    trial_days = settings.trial_days
+    trial_end = iso(created + dt.timedelta(days=trial_days)) if trial_days is not None else None
+    stamp = iso(created)
+    return User(id=str(uuid.uuid4()), email=email, password_hash=password_hash, created_at=stamp,
+                updated_at=stamp, email_verified_at=stamp if confirmed else None, trial_ends_at=trial_end)
 
 
 def _confirm_data(data: str | None) -> str | None:

@@ -6,19 +6,17 @@ user, on its machine, with its settings.
 """
 from __future__ import annotations
 
-import datetime as dt
 import secrets
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mediasrv.core.accounts import normalize_email
+from mediasrv.core.accounts import new_user, normalize_email
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
 from mediasrv.core.errors import BadRequest, Conflict, NotFound
-from mediasrv.core.files.service import effective_limits
+from mediasrv.core.files.service import FileQuery, FileService, effective_limits
 from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, now, now_iso, parse_iso, period_key
+from mediasrv.core.timeutil import iso, now_iso, parse_iso, period_key
 from store.base import DuplicateError, MetaStore
 from store.models import AccountPlan, User
 
@@ -53,12 +51,7 @@ class AdminService:
         if password is None:
             password = generated = secrets.token_urlsafe(12)
         validate_password(password)
-        created = now()
-        stamp = iso(created)
-        trial_days = self._settings.trial_days
-        user = User(id=str(uuid.uuid4()), email=email, password_hash=await self._hasher.hash(password),
-                    created_at=stamp, updated_at=stamp, email_verified_at=stamp if confirmed else None,
-                    trial_ends_at=iso(created + dt.timedelta(days=trial_days)) if trial_days is not None else None)
+        user = new_user(self._settings, email, await self._hasher.hash(password), confirmed=confirmed)
         try:
             await self._meta.create_user(user)
         except DuplicateError:
@@ -89,6 +82,49 @@ class AdminService:
         if not await self._meta.set_plan(user.id, change, now_iso()):
             raise NotFound(f"No account for {user.email}", code="USER_NOT_FOUND")
         return await self.user(email_value)
+
+    async def list_users(self, email_contains: str | None, page: int, limit: int) -> tuple[list[User], int]:
+        """One page (from 1) of the accounts, oldest first; only addresses containing a text."""
+        if page < 1 or not 1 <= limit <= USERS_PAGE:
+            raise BadRequest(f"page must be 1 or more and limit 1..{USERS_PAGE}")
+        return await self._meta.list_users((page - 1) * limit, limit, email_contains or None)
+
+    async def set_enabled(self, email_value: str, enabled: bool) -> User:
+        """Disable an account (its session tokens, refresh tokens and API keys stop: at once in
+        this process, within MEDIASRV_CREDENTIAL_CACHE_TTL in the others) or enable it again."""
+        user = await self.user(email_value)
+        await self._meta.set_disabled(user.id, None if enabled else now_iso(), now_iso())
+        if not enabled:
+            await self._meta.revoke_tokens("refresh", user.id)
+        return await self.user(email_value)
+
+    async def set_password(self, email_value: str, password: str | None) -> tuple[User, str | None]:
+        """A new password (generated when None); every session of the account ends."""
+        user = await self.user(email_value)
+        generated = None
+        if password is None:
+            password = generated = secrets.token_urlsafe(12)
+        validate_password(password)
+        await self._meta.set_password(user.id, await self._hasher.hash(password), now_iso())
+        await self._meta.revoke_tokens("refresh", user.id)
+        return user, generated
+
+    async def delete_user(self, email_value: str, files: FileService) -> tuple[User, int]:
+        """Delete an account with its files and their blobs: disabled first (no upload, no
+        session can start meanwhile), then every file as its owner would, then the account and
+        everything keyed by it. Returns the account and how many files went."""
+        user = await self.set_enabled(email_value, False)
+        deleted = 0
+        while True:
+            page, _total = await files.list(user, FileQuery(), 0, 100)
+            if not page:
+                break
+            done, refused = await files.delete_many(user, [r.file_id for r in page])
+            deleted += done
+            if refused and not done:
+                raise Conflict(f"{len(refused)} files of {user.email} could not be deleted; try again")
+        await self._meta.delete_user(user.id)
+        return user, deleted
 
     async def user(self, email_value: str) -> User:
         email = normalize_email(email_value)

@@ -6,6 +6,7 @@ Every field names its environment variable and a one-line description; ``mediasr
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -15,6 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from mediasrv.core.setting_values import (
+    boolean,
+    byte_size,
+    number,
+    rate_limits,
+    shown_bytes,
+    shown_number,
+    shown_seconds,
+    whole_number,
+)
 
 DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
     "image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "image/heic", "image/heif",
@@ -30,6 +42,13 @@ MAX_TTL_S = 10 * 366 * 86400
 MAX_PUBLIC_MAX_AGE_S = 365 * 86400
 HOUSEKEEPING_ROLES = ("full", "sweep", "none")
 """MEDIASRV_HOUSEKEEPING: what one process does besides serving (see ``Settings.housekeeping``)."""
+REGISTRATION_MODES = ("auto", "open", "invite", "closed")
+"""MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
+LOG_FORMATS = ("text", "json")
+OTHER_NAMES = frozenset({"MEDIASRV_WORKERS", "MEDIASRV_NGINX_WORKERS", "MEDIASRV_NGINX_RESOLVER",
+                         "MEDIASRV_NGINX_REAL_IP_FROM", "MEDIASRV_NGINX_CACHE", "MEDIASRV_SERVE_CMD"})
+"""MEDIASRV_* variables read by the nginx sidecar (scripts/serve-behind-nginx) and CI, not by
+``Settings``: known, so not warned about. ``MEDIASRV_TEST_*`` belong to the test suite."""
 
 
 class SettingsError(ValueError):
@@ -40,29 +59,28 @@ def _env(name: str, help_text: str, **kw: Any) -> Any:
     return field(metadata={"env": name, "help": help_text}, **kw)
 
 
-def _int(value: str) -> int:
-    return int(value.strip())
-
-
-def _bool(value: str) -> bool:
-    text = value.strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("expected true or false")
-
-
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip().lower() for part in value.split(",") if part.strip())
+
+
+def _int_csv(value: str) -> tuple[int, ...]:
+    return tuple(sorted({whole_number(part) for part in _csv(value)}))
+
+
+TRANSFORM_FORMATS = ("jpeg", "png", "webp", "avif", "gif", "auto")
+"""``format`` values a transform may name (jpg is jpeg); MEDIASRV_ALLOWED_FORMATS lists some of them."""
+
+
+def _formats(value: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys("jpeg" if f == "jpg" else f for f in _csv(value)))
 
 
 @dataclass(frozen=True)
 class Settings:
     """The server's whole configuration. Build with ``from_env``; check with ``validate``."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
+    host: str = _env("MEDIASRV_HOST", "address to listen on (--host wins)", default="127.0.0.1")
+    port: int = _env("MEDIASRV_PORT", "port to listen on (--port wins)", default=8080)
     data_dir: Path = _env("MEDIASRV_DATA_DIR", "embedded metadata database and blob files",
                           default=Path("./data"))
     # MongoDB metadata (instead of SQLite in DATA_DIR)
@@ -101,6 +119,9 @@ class Settings:
                                         "(unset: none)", default=None)
     max_upload_size_bytes: int = _env("MEDIASRV_MAX_UPLOAD_SIZE_BYTES", "server-wide upload cap; an "
                                       "account can only lower it", default=104_857_600)
+    registration: str = _env("MEDIASRV_REGISTRATION", "who may register: open, invite (a code from "
+                             "`mediasrv invites create`), closed, or auto: open while PUBLIC_URL is a "
+                             "loopback address (this machine only), invite otherwise", default="auto")
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
                              "X-Real-IP (only behind a proxy you run)", default=False)
     proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
@@ -132,8 +153,28 @@ class Settings:
     resize_retry_after: int | None = _env("MEDIASRV_RESIZE_RETRY_AFTER", "Retry-After of a busy "
                                           "resize 503: seconds (1..30), or auto (measured)",
                                           default=5)
-    rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit",
-                                   default=1.0)
+    allowed_widths: tuple[int, ...] = _env("MEDIASRV_ALLOWED_WIDTHS", "comma-separated widths /m makes (e.g. "
+                                           "320,640,1280); any of the ALLOWED_* lists makes transforms strict: only "
+                                           "listed values, and a parameter without a list is refused (unset: any)",
+                                           default=())
+    allowed_heights: tuple[int, ...] = _env("MEDIASRV_ALLOWED_HEIGHTS", "comma-separated heights /m makes "
+                                            "(unset: any, unless another ALLOWED_* list is set)", default=())
+    allowed_formats: tuple[str, ...] = _env("MEDIASRV_ALLOWED_FORMATS", "comma-separated formats /m makes, of "
+                                            "jpeg, png, webp, avif, gif, auto (unset: any, unless another "
+                                            "ALLOWED_* list is set)", default=())
+    allowed_qualities: tuple[int, ...] = _env("MEDIASRV_ALLOWED_QUALITIES", "comma-separated quality values /m "
+                                              "accepts (unset: any, unless another ALLOWED_* list is set)",
+                                              default=())
+    transform_key: str | None = _env("MEDIASRV_TRANSFORM_KEY", "a key (32+ characters) that signs /m transforms: "
+                                     "with it, a transform outside the ALLOWED_* lists (any, without lists) "
+                                     "needs tsig=HMAC-SHA256(key, '<id>:<spec>') (unset: no signatures)",
+                                     default=None, repr=False)
+    rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit, "
+                                   "MEDIASRV_RATE_LIMITS' numbers included", default=1.0)
+    rate_limits: tuple[tuple[str, int], ...] = _env(
+        "MEDIASRV_RATE_LIMITS", "per-minute limits instead of the interface's, comma-separated "
+        "ROUTE=N or COUNTER=N, e.g. \"POST /files=600, GET /files=120\" (unset: the interface's)",
+        default=())
     allowed_content_types: tuple[str, ...] = _env(
         "MEDIASRV_ALLOWED_CONTENT_TYPES", "comma-separated list of upload MIME types "
         "(default: built-in list)", default=DEFAULT_ALLOWED_CONTENT_TYPES)
@@ -204,13 +245,16 @@ class Settings:
                                     "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
                                     default=None)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
+    log_format: str = _env("MEDIASRV_LOG_FORMAT", "text (one readable line per event) or json (one "
+                           "JSON object per line), for every log line", default="text")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, host: str = "127.0.0.1",
-                 port: int = 8080) -> Settings:
-        """Read every documented variable; raise SettingsError naming a bad one."""
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, host: str | None = None,
+                 port: int | None = None) -> Settings:
+        """Read every documented variable; raise SettingsError naming a bad one. ``host`` and
+        ``port`` (the command-line flags) win over MEDIASRV_HOST and MEDIASRV_PORT."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {"host": host, "port": port}
+        values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             name = f.metadata.get("env")
             if not name or name not in env or env[name].strip() == "":
@@ -219,7 +263,9 @@ class Settings:
                 values[f.name] = _PARSERS.get(f.name, str)(env[name])
             except ValueError as exc:
                 raise SettingsError(f"{name}={env[name]!r}: {exc}") from None
+        values.update({k: v for k, v in (("host", host), ("port", port)) if v is not None})
         settings = cls(**values)
+        host, port = settings.host, settings.port
         derived: dict[str, Any] = {}
         if not settings.public_url:
             shown = f"[{host}]" if ":" in host else host  # an IPv6 literal needs brackets in a URL
@@ -252,10 +298,42 @@ class Settings:
                 lines.append(f"  {f.metadata['env']:<32} {text}")
         return "\n".join(lines)
 
+    @classmethod
+    def unknown_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
+        """A warning for each MEDIASRV_* variable nothing reads (a misspelt name is otherwise
+        silently ignored), with the nearest known name when one is close."""
+        env = os.environ if environ is None else environ
+        known = {f.metadata["env"] for c in (cls, ClientSettings) for f in dataclasses.fields(c)
+                 if "env" in f.metadata} | OTHER_NAMES
+        warnings = []
+        for name in sorted(env):
+            if not name.startswith("MEDIASRV_") or name in known or name.startswith("MEDIASRV_TEST_"):
+                continue
+            near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            warnings.append(f"{name} is not a mediasrv setting and is ignored{hint}; "
+                            "`mediasrv serve --help` lists them")
+        return warnings
+
     @property
     def meta_backend(self) -> str:
         """Where metadata lives: "mongodb" or "sqlite"."""
         return "mongodb" if self.mongodb_url else "sqlite"
+
+    @property
+    def registration_mode(self) -> str:
+        """open, invite or closed; ``auto`` resolved: open while the public URL is a loopback
+        address (only this machine can reach the server: development, tests), invite once it
+        is anything else, so a server put on a public address is not a free file host by
+        accident."""
+        if self.registration != "auto":
+            return self.registration
+        host = (urlsplit(self.public_url).hostname or "") if self.public_url else "127.0.0.1"
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = host == "localhost"
+        return "open" if loopback else "invite"
 
     @property
     def blob_backend(self) -> str:
@@ -263,25 +341,35 @@ class Settings:
         return "s3" if self.s3_bucket else "fs"
 
 
-_GROUPS = {"mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
+_GROUPS = {"host": " listener and data:",
+           "mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
            "s3_bucket": " S3 blobs (default: files in DATA_DIR):",
            "public_url": " server:"}
 """Headings of ``help_text``, printed before the named field."""
 
 
 def default_text(f: dataclasses.Field[Any]) -> str:
-    """A field's default as an operator would write it in the environment."""
+    """A field's default as an operator would write it in the environment, readably: sizes
+    in KiB/MiB/GiB (which the size settings accept), long durations with their meaning."""
     value = f.default
     if value is None:
         return "unset"
+    if value == "":
+        return "empty"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if f.name.endswith("_bytes") and isinstance(value, int):
+        return shown_bytes(value)
+    if f.name.endswith("_s") and isinstance(value, (int, float)):
+        return shown_seconds(value)
+    if isinstance(value, float):
+        return shown_number(value)
     if isinstance(value, Path) and not value.is_absolute():
         return f"./{value}"
     if isinstance(value, tuple):
         if not value:
             return "none"
-        text = ",".join(value)
+        text = ",".join(map(str, value))
         return text if len(text) <= 60 else "built-in list, see `mediasrv config`"
     return str(value)
 
@@ -312,26 +400,32 @@ class ClientSettings:
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
+    "host": str.strip, "port": whole_number,
     "data_dir": lambda v: Path(v).expanduser(),
-    "trial_days": _int, "storage_limit_bytes": _int, "file_count_limit": _int,
-    "max_upload_size_bytes": _int, "resize_slots": _int, "max_image_pixels": _int,
-    "bcrypt_rounds": _int, "access_token_ttl_s": _int, "refresh_token_ttl_s": _int,
-    "result_cache_bytes": _int, "blob_cache_bytes": _int, "blob_cache_item_bytes": _int,
-    "resize_threads": _int, "credential_cache_s": float, "sweep_grace_s": _int, "sweep_max_share": float,
-    "quarantine_grace_s": _int, "proxy_hops": _int, "header_timeout_s": float, "body_idle_timeout_s": float,
-    "max_connections": _int, "metrics_port": _int, "max_connections_per_ip": _int, "image_memory_bytes": _int,
-    "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else _int(v),
-    "public_max_age_s": _int, "public_immutable": _bool, "mongodb_timeout_ms": _int, "s3_timeout_s": float,
-    "trust_proxy": _bool, "rate_limit_scale": float, "housekeeping_lease_s": _int, "reconcile_interval_s": _int,
-    "reservation_ttl_s": _int,
+    "trial_days": whole_number, "storage_limit_bytes": byte_size, "file_count_limit": whole_number,
+    "max_upload_size_bytes": byte_size, "resize_slots": whole_number, "max_image_pixels": whole_number,
+    "bcrypt_rounds": whole_number, "access_token_ttl_s": whole_number, "refresh_token_ttl_s": whole_number,
+    "result_cache_bytes": byte_size, "blob_cache_bytes": byte_size, "blob_cache_item_bytes": byte_size,
+    "resize_threads": whole_number, "credential_cache_s": number, "sweep_grace_s": whole_number,
+    "sweep_max_share": number, "quarantine_grace_s": whole_number, "proxy_hops": whole_number,
+    "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
+    "metrics_port": whole_number, "max_connections_per_ip": whole_number, "image_memory_bytes": byte_size,
+    "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
+    "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
+    "s3_timeout_s": number, "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
+    "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
+    "allowed_formats": _formats, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
+    "reservation_ttl_s": whole_number,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),
     "cors_origins": lambda v: tuple(p.strip().rstrip("/").lower() for p in v.split(",") if p.strip()),
     "domain_provider": lambda v: v.strip().lower(),
     "domain_verification": lambda v: v.strip().lower(),
     "housekeeping": lambda v: v.strip().lower(),
+    "registration": lambda v: v.strip().lower(),
     "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
+    "log_format": lambda v: v.strip().lower(),
 }
 
 
@@ -392,13 +486,13 @@ def _check_numbers(s: Settings) -> str | None:
     optional = {"MEDIASRV_TRIAL_DAYS": s.trial_days, "MEDIASRV_STORAGE_LIMIT_BYTES": s.storage_limit_bytes,
                 "MEDIASRV_FILE_COUNT_LIMIT": s.file_count_limit}
     if not 1 <= s.port <= 65535:
-        return f"--port must be from 1 to 65535, not {s.port}"
+        return f"the port (--port or MEDIASRV_PORT) must be from 1 to 65535, not {s.port}"
     for name, value in positive.items():
         if value < 1:
             return f"{name} must be a positive integer, not {value}"
-    for name, value in optional.items():
-        if value is not None and value < 0:
-            return f"{name} must be 0 or more, not {value}"
+    for name, optional_value in optional.items():
+        if optional_value is not None and optional_value < 0:
+            return f"{name} must be 0 or more, not {optional_value}"
     # Beyond these, dates computed from the value overflow (a 500 at registration or login).
     if s.trial_days is not None and s.trial_days > MAX_TRIAL_DAYS:
         return f"MEDIASRV_TRIAL_DAYS must be at most {MAX_TRIAL_DAYS}, not {s.trial_days}"
@@ -458,6 +552,8 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_DOMAIN_PROVIDER must be manual or cloudflare, not {s.domain_provider!r}"
     if s.domain_provider == "cloudflare" and not (s.cloudflare_api_token and s.cloudflare_zone_id):
         return "MEDIASRV_DOMAIN_PROVIDER=cloudflare needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ZONE_ID"
+    if s.registration not in REGISTRATION_MODES:
+        return f"MEDIASRV_REGISTRATION must be one of {', '.join(REGISTRATION_MODES)}, not {s.registration!r}"
     if s.housekeeping not in HOUSEKEEPING_ROLES:
         return f"MEDIASRV_HOUSEKEEPING must be full, sweep or none, not {s.housekeeping!r}"
     if s.domain_verification not in ("dns", "none"):
@@ -471,8 +567,25 @@ def _check_choices(s: Settings) -> str | None:
         return f"MEDIASRV_METRICS_PORT must be from 1 to 65535, not {s.metrics_port}"
     if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         return f"MEDIASRV_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {s.log_level!r}"
+    if s.log_format not in LOG_FORMATS:
+        return f"MEDIASRV_LOG_FORMAT must be text or json, not {s.log_format!r}"
     if not s.allowed_content_types or any("/" not in t for t in s.allowed_content_types):
         return "MEDIASRV_ALLOWED_CONTENT_TYPES must list MIME types such as image/png"
+    return None
+
+
+def _check_transforms(s: Settings) -> str | None:
+    """The strict-transform lists and key (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY)."""
+    for name, values, top in (("MEDIASRV_ALLOWED_WIDTHS", s.allowed_widths, 8192),
+                              ("MEDIASRV_ALLOWED_HEIGHTS", s.allowed_heights, 8192),
+                              ("MEDIASRV_ALLOWED_QUALITIES", s.allowed_qualities, 100)):
+        if any(not 1 <= v <= top for v in values):
+            return f"{name} must list integers from 1 to {top}"
+    unknown = [f for f in s.allowed_formats if f not in TRANSFORM_FORMATS]
+    if unknown:
+        return f"MEDIASRV_ALLOWED_FORMATS: {', '.join(unknown)} is not one of {', '.join(TRANSFORM_FORMATS)}"
+    if s.transform_key is not None and len(s.transform_key) < 32:
+        return "MEDIASRV_TRANSFORM_KEY must be at least 32 characters"
     return None
 
 
@@ -502,4 +615,4 @@ def _check_backends(s: Settings) -> str | None:
 
 
 _CHECKS: tuple[Callable[[Settings], str | None], ...] = (
-    _check_urls, _check_numbers, _check_choices, _check_backends)
+    _check_urls, _check_numbers, _check_choices, _check_transforms, _check_backends)

@@ -7,7 +7,8 @@ same way with other values.
 from __future__ import annotations
 
 from mediasrv.core.settings import Settings
-from store.base import BlobStore, MetaStore
+from store.base import BlobStore, LocalDatabase, MetaStore
+from store.errors import StoreError
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 
@@ -52,3 +53,36 @@ def describe(settings: Settings, which: str) -> str:
     if which == "blobs" and settings.s3_bucket:
         return f"MEDIASRV_S3_BUCKET={settings.s3_bucket}"
     return f"MEDIASRV_DATA_DIR={settings.data_dir}"
+
+
+class StartupError(RuntimeError):
+    """The server cannot start (data directory unusable, address in use); the message says why."""
+
+
+async def open_stores(settings: Settings,
+                      stores: tuple[MetaStore, BlobStore] | None = None) -> tuple[MetaStore, BlobStore]:
+    """Both stores (``stores``, or the settings' ones), open; StartupError (with both closed
+    again) when the data dir is unusable."""
+    meta, blobs = stores or make_stores(settings)
+    try:
+        await meta.open()
+    except OSError as exc:
+        raise StartupError(f"MEDIASRV_DATA_DIR={settings.data_dir}: {cause_of(exc)}") from exc
+    except (StoreError, RuntimeError) as exc:
+        if isinstance(meta, LocalDatabase):
+            raise StartupError(f"metadata database {meta.path} is unusable: {cause_of(exc)} "
+                               "(restore it from a backup)") from exc
+        raise StartupError(f"{describe(settings, 'meta')}: {cause_of(exc)}") from exc
+    try:
+        await blobs.open()
+    except (OSError, StoreError) as exc:
+        await blobs.close()
+        await meta.close()
+        raise StartupError(f"{describe(settings, 'blobs')}: {cause_of(exc)}") from exc
+    return meta, blobs
+
+
+def cause_of(exc: BaseException) -> str:
+    """The driver's own words (e.g. "file is not a database") rather than our generic 503 text."""
+    inner = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ else exc
+    return str(inner) or type(inner).__name__

@@ -6,9 +6,10 @@ header steps decide everything that can be decided before a pixel is decoded (si
 output format); the decode steps (``DECODE_STEPS``) are the only ones that let libvips touch
 pixels, and a libvips error there means a corrupt file (422) or a missing decoder (415).
 
-As in imgproxy, shrink-on-load (``pyvips.Image.thumbnail_*``, or the JPEG decoder's own
-1/2, 1/4, 1/8 scale) means a large JPEG/WebP/HEIF is never decoded at full size when a small
-result is wanted. Everything here is bytes in, bytes out, safe on a worker thread; nothing
+Shrink-on-load (the JPEG decoder's own 1/2, 1/4, 1/8 scale, libwebp's scaled decode, an
+embedded HEIF thumbnail through ``pyvips.Image.thumbnail_*``) means a large image is never
+decoded at full size when a small result is wanted; ``decode_shrink`` says how far, and why
+not further. Everything here is bytes in, bytes out, safe on a worker thread; nothing
 touches Tornado.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyvips
 
@@ -25,16 +27,26 @@ from mediasrv.images import probe, sniff, vips
 from mediasrv.images.cost import OUTPUT_MAX_PIXELS
 from mediasrv.images.layout import PixelLayout
 from mediasrv.images.probe import ImageInfo
-from mediasrv.images.spec import FORMATS, TransformSpec, bounding_box, output_size
+from mediasrv.images.spec import AUTO, FORMATS, TransformSpec, bounding_box, output_size
 
-__all__ = ["DECODE_STEPS", "HEADER_STEPS", "STEPS", "FileInput", "Header", "Job", "Limits", "jpeg_shrink", "transform"]
+__all__ = ["DECODE_STEPS", "ENCODERS", "HEADER_STEPS", "MIN_FINAL_REDUCE", "STEPS", "FileInput", "Header", "Job",
+           "Limits", "decode_shrink", "require_libvips", "transform"]
 
-# Encoder settings; fixed so the same input and spec always give the same bytes.
-_JPEG_OPTIONS = {"Q": 82, "optimize_coding": True, "interlace": False}
-_WEBP_OPTIONS = {"Q": 80, "effort": 4}
-_AVIF_OPTIONS = {"compression": "av1", "Q": 50, "effort": 2, "bitdepth": 8}
-_PNG_OPTIONS = {"compression": 6, "interlace": False}
-_GIF_OPTIONS = {"effort": 4}
+MIN_FINAL_REDUCE = 2.0
+"""How much of the reduction a shrink-on-load leaves to the final Lanczos3 resize, at least.
+
+A decoder's own downscaling is a box filter in effect: libjpeg's 1/8 scale is each 8x8 block's
+mean (1/4 and 1/2 keep 2x2 and 4x4 of its DCT coefficients), libwebp's rescaler averages areas.
+Decoding all the way down to the target (Pillow's ``draft``, what thumbor does) is cheaper, but
+measured against a float Lanczos3 reduction of the full image (tests/images/test_quality.py,
+SSIM) it blurs and aliases: a dead-leaves photograph decoded at 1/8 with a final reduce of 1.02
+loses 0.038 SSIM, a real photograph 0.016 to 0.10, text 0.036 (visibly jagged strokes), a
+3-pixel checkerboard 0.39 (moire), where leaving a factor of 2 stays within 0.003 of the full
+decode. Every content kind needs the same factor, so the rule is one for all: libvips'
+thumbnail keeps it for JPEG itself; a WebP it scales all the way on load with libwebp's area
+average (0.034 SSIM lost on text at 250 px, 0.34 on a 1-pixel checkerboard at 400 px), so a
+WebP is loaded here instead, at a power-of-two scale (a fractional one aliases too) that is
+at least twice the target, then reduced."""
 
 # Loader options for the real decode: fail on truncated data instead of serving a grey tail.
 _LOAD_OPTIONS = "fail_on=truncated"
@@ -84,7 +96,9 @@ class Job:
     opened: Header | None = None
     fmt: str = ""
     box: tuple[int, int] = (0, 0)
-    shrink: int = 1
+    shrink: float = 1.0
+    """The decoder's own reduction (``decode_shrink``): a JPEG factor 1, 2, 4 or 8, or the
+    inverse of libwebp's scale; 1 leaves shrink-on-load to libvips' thumbnail."""
     image: pyvips.Image | None = None
     output: bytes = b""
 
@@ -133,9 +147,10 @@ def check_pixels(job: Job) -> None:
 
 
 def choose_format(job: Job) -> None:
-    """The requested format, else the source's when we can write it, else JPEG."""
+    """The requested format, else the source's when we can write it, else JPEG (``auto`` was
+    resolved from the request's Accept header before the job: here it is the source's)."""
     spec, info = job.spec, job.header.info
-    if spec.format is not None:
+    if spec.format is not None and spec.format != AUTO:
         if spec.format not in FORMATS:
             raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)} (any case; jpg means jpeg)",
                              code="INVALID_FORMAT")
@@ -164,15 +179,17 @@ def fit_box(job: Job) -> None:
 
 
 def shrink_on_load(job: Job) -> None:
-    """The JPEG decoder's own scale for this box (see ``jpeg_shrink``)."""
-    job.shrink = jpeg_shrink(job.header.info, job.box)
+    """How far the decoder itself reduces the image (see ``decode_shrink``)."""
+    job.shrink = decode_shrink(job.header.info, job.box, job.spec.fit)
 
 
 def load(job: Job) -> None:
-    """Decode the first frame with shrink-on-load, auto-rotated, fitted inside the box."""
+    """Decode the first frame with shrink-on-load, auto-rotated, fitted inside the box (or
+    filling it, cropped around the centre, for ``fit=cover``)."""
     data = job.source if job.source is not None else job.data
-    target = _fitted(job.header.info, job.box) if job.shrink > 1 else None
-    job.image = _load(data, job.box, job.header.has_profile, job.shrink, target)
+    info = job.header.info
+    target = _fitted(info, job.box) if job.spec.fit == "contain" else None
+    job.image = _load(data, info.format, job.box, job.header.has_profile, job.shrink, job.spec.fit, target)
 
 
 def prepare(job: Job) -> None:
@@ -185,21 +202,66 @@ def prepare(job: Job) -> None:
     job.image = image
 
 
+@dataclass(frozen=True)
+class Encoder:
+    """One output format's saver and its fixed settings (``quality`` is its Q, when it has one)."""
+
+    saver: str
+    options: Mapping[str, object]
+    quality: int | None = None
+
+
+ENCODERS: dict[str, Encoder] = {
+    # Baseline with optimised Huffman tables: plain baseline is 8% larger, progressive (with
+    # the same tables) 3% larger and slower at thumbnail sizes, 4:4:4 chroma 59% larger; 4:2:0
+    # below Q90 and 4:4:4 from it ("auto", as Pillow and thumbor do).
+    "jpeg": Encoder("jpegsave_buffer", {"optimize_coding": True, "interlace": False,
+                                        "subsample_mode": "auto"}, quality=82),
+    # libwebp's method 4 (Pillow's and so thumbor's default too: the same bytes). Method 2
+    # encodes in ~70% of the time but 1.5-5% larger, and an encode is paid once per variant while
+    # its bytes are paid on every hit; method 6 gains nothing here. No smart_subsample (sharper
+    # chroma edges: 1.6x the time and 6% larger).
+    "webp": Encoder("webpsave_buffer", {"effort": 4, "smart_subsample": False}, quality=80),
+    # AV1 through libheif at effort 2 of 0..9: the default 4 takes ~7x the time for ~10% fewer
+    # bytes. 8 bits, 4:2:0 below Q90 ("auto"). Q50 gives ~45% of the bytes of the JPEG at Q82.
+    "avif": Encoder("heifsave_buffer", {"compression": "av1", "effort": 2, "bitdepth": 8,
+                                        "subsample_mode": "auto"}, quality=50),
+    # zlib level 6 with adaptive row filters ("all"): libvips' "none" is 21% larger for 27%
+    # less time, level 9 saves 8% more for 3.8x the time. Lossless: ``quality`` does not apply.
+    "png": Encoder("pngsave_buffer", {"compression": 6, "interlace": False, "filter": "all"}),
+    # The first frame only, quantised to 256 colours at effort 4 of 1..10 (libvips' default 7
+    # takes 1.6x the time for 4% fewer bytes), dithered; no quality.
+    "gif": Encoder("gifsave_buffer", {"effort": 4}),
+}
+"""Every output format's encoder settings, chosen on purpose and measured in process with
+scripts/bench_cost.py (``--only encoders``: a photo-like 1024x768 source at 400 px); fixed, so
+the same input and spec always give the same bytes. Metadata is never written
+(``vips.strip_options``): EXIF, XMP and the ICC profile go (pixels are converted to sRGB
+first)."""
+
+
+def require_libvips(**overrides: Any) -> vips.LibvipsInfo:
+    """``vips.check_libvips`` for these encoders: what the server needs of the loaded libvips
+    (``mediasrv serve`` refuses to start without it; ``overrides`` are for tests)."""
+    savers = {e.saver: set(e.options) | ({"Q"} if e.quality is not None else set()) for e in ENCODERS.values()}
+    return vips.check_libvips(savers, **overrides)
+
+
 def save(job: Job) -> None:
     """Encode with fixed settings and no metadata: the same input and spec give the same bytes."""
-    image, fmt = job.pixels, job.fmt
-    if fmt == "jpeg":
-        job.output = image.jpegsave_buffer(keep="none", **_JPEG_OPTIONS)
-    elif fmt == "webp":
-        job.output = image.webpsave_buffer(keep="none", **_WEBP_OPTIONS)
-    elif fmt == "avif":
-        job.output = image.heifsave_buffer(keep="none", **_AVIF_OPTIONS)
-    elif fmt == "png":
-        job.output = image.pngsave_buffer(keep="none", **_PNG_OPTIONS)
-    elif fmt == "gif":
-        job.output = image.gifsave_buffer(keep="none", **_GIF_OPTIONS)
-    else:  # pragma: no cover - choose_format names only these
+    encoder = ENCODERS.get(job.fmt)
+    if encoder is None:  # pragma: no cover - choose_format names only these
         raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+    strip = vips.strip_options()
+    options = dict(encoder.options, **strip)
+    if encoder.quality is not None:
+        options["Q"] = job.spec.quality or encoder.quality
+    if "keep" in strip:
+        job.output = getattr(job.pixels, encoder.saver)(**options)
+        return
+    job.output = getattr(vips.without_metadata(job.pixels), encoder.saver)(**options)  # libvips 8.14
+    if job.fmt == "webp":
+        job.output = vips.drop_webp_metadata(job.output)
 
 
 Step = Callable[[Job], None]
@@ -245,21 +307,23 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
 # ---------------------------------------------------------------------------- helpers
 
 
-def jpeg_shrink(info: ImageInfo, box: tuple[int, int]) -> int:
-    """The JPEG decoder's shrink-on-load factor (1, 2, 4 or 8) for fitting ``info`` in ``box``:
-    the largest that still leaves a final resize step (the decoded image is at least the
-    target size), as Pillow's ``draft`` does for thumbor.
-
-    libvips' thumbnail keeps a factor of 2 for its own final reduce (a 4000x3000 photo to 400
-    wide decodes at 1/4, 1000x750); decoding at 1/8 (500x375) and reducing the rest with
-    Lanczos costs about a fifth less time and memory, with no visible difference at these
-    ratios. 1 for anything but a JPEG.
-    """
-    if info.format != "jpeg":
-        return 1
+def decode_shrink(info: ImageInfo, box: tuple[int, int], fit: str = "contain") -> float:
+    """How far the decoder itself reduces the image before the final resize: the largest power
+    of two (at most 8 for a JPEG) that leaves ``MIN_FINAL_REDUCE`` to Lanczos3 (a 4000x3000
+    JPEG or WebP to 400 wide decodes at 1/4, 1000x750, as libvips' thumbnail does a JPEG). 1 for
+    other formats: PNG, GIF and TIFF decode whole, and a
+    HEIF's only cheaper source is its embedded thumbnail, which libvips' thumbnail picks itself
+    when it is at least the target size."""
+    if info.format not in ("jpeg", "webp"):
+        return 1.0
     width, height = (info.height, info.width) if info.orientation in (5, 6, 7, 8) else (info.width, info.height)
-    shrink = max(width / box[0], height / box[1])  # fit inside the box: the larger ratio wins
-    return next((f for f in (8, 4, 2) if f <= shrink), 1)
+    ratios = (width / box[0], height / box[1])
+    # contain: the larger ratio fits the image inside the box; cover: the smaller fills it
+    shrink = (max(ratios) if fit == "contain" else min(ratios)) / MIN_FINAL_REDUCE
+    factor = 1
+    while factor * 2 <= shrink and (factor < 8 or info.format == "webp"):
+        factor *= 2  # powers of two: libwebp's area average of a fractional width aliases
+    return float(factor)
 
 
 def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
@@ -269,27 +333,33 @@ def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def _load(data: bytes | pyvips.Source, box: tuple[int, int], has_profile: bool,
-          shrink: int = 1, target: tuple[int, int] | None = None) -> pyvips.Image:
+def _load(data: bytes | pyvips.Source, src_format: str, box: tuple[int, int], has_profile: bool,
+          shrink: float = 1.0, fit: str = "contain", target: tuple[int, int] | None = None) -> pyvips.Image:
     width, height = box
     options: dict[str, object] = {"height": height, "size": "down"}
+    if fit == "cover":
+        options["crop"] = "centre"
     if has_profile:
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.
-        options["output_profile"] = "srgb"
-    if shrink > 1:
-        # Our own shrink-on-load (see ``jpeg_shrink``), then thumbnail's resize, rotation and
-        # colour handling on the smaller image.
-        load_options = f"{_LOAD_OPTIONS},shrink={shrink}"
+        options[vips.profile_option()] = "srgb"
+    if shrink > 1 or src_format == "webp":
+        # Our own shrink-on-load (see ``decode_shrink``; a WebP never goes through thumbnail's,
+        # which scales it all the way), then thumbnail's resize, rotation, crop and colour
+        # handling on the smaller image.
+        load_options = _LOAD_OPTIONS
+        if shrink > 1:
+            load_options += f",shrink={int(shrink)}" if src_format == "jpeg" else f",scale={1 / shrink!r}"
         if isinstance(data, pyvips.Source):
             image = pyvips.Image.new_from_source(data, load_options, access="sequential")
         else:
             image = pyvips.Image.new_from_buffer(data, load_options, access="sequential")
-        # The decoder rounds the shrunk size up (300 / 8 -> 38): fit to the size the full
-        # image gives (``target``), exactly, not to what the rounded one would.
-        target_w, target_h = target or box
-        options.update(height=target_h, size="force" if target else "down")
-        return image.thumbnail_image(target_w, **options)
+        if target is not None:
+            # The decoder rounds the shrunk size (300 / 8 -> 38): fit to the size the full
+            # image gives (``target``), exactly, not to what the rounded one would.
+            width = target[0]
+            options.update(height=target[1], size="force")
+        return image.thumbnail_image(width, **options)
     options["option_string"] = _LOAD_OPTIONS
     if isinstance(data, pyvips.Source):
         return pyvips.Image.thumbnail_source(data, width, **options)

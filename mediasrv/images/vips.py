@@ -13,20 +13,31 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ALLOWED_LOADERS",
     "LOADER_FORMATS",
+    "MIN_VERSION",
     "OUTPUT_TYPES",
     "TRANSFORMABLE_TYPES",
+    "LibvipsInfo",
+    "LibvipsUnsuitable",
     "base_type",
+    "check_libvips",
     "configure",
     "decodes",
+    "drop_webp_metadata",
     "init_vips",
-        "source_format",
+    "libvips_info",
+    "profile_option",
+    "source_format",
+    "strip_options",
+    "without_metadata",
     "writable_formats",
 ]
 
@@ -118,7 +129,7 @@ def _can_save_avif() -> bool:
         return False
     try:
         tiny = pyvips.Image.black(8, 8, bands=3).cast("uchar").copy(interpretation="srgb")
-        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, keep="none")
+        out = tiny.heifsave_buffer(compression="av1", Q=50, effort=0, **strip_options())
     except pyvips.Error:
         return False
     return b"ftypavif" in out[:32]
@@ -237,3 +248,157 @@ def init_vips(max_pixels: int) -> None:
         raise ValueError("max_pixels must be positive")
     configure()
     writable_formats()
+
+
+# ---------------------------------------------------------------------------- which libvips
+
+MIN_VERSION = (8, 14)
+"""The oldest libvips the server runs on: Debian 12's 8.14. Its savers have no ``keep`` (8.15
+added it); there metadata is dropped with ``strip=True`` instead (``strip_options``)."""
+
+
+class LibvipsUnsuitable(RuntimeError):
+    """The loaded libvips cannot do what the server needs; the message says what, in one line."""
+
+
+@dataclass(frozen=True)
+class LibvipsInfo:
+    """The libvips this process runs on, for the start-up log, /health and /metrics."""
+
+    version: str
+    """``major.minor.micro``, as the library reports it."""
+    origin: str
+    """``pyvips-binary`` (the wheel's bundled library), ``system`` or ``unknown``."""
+    library: str
+    """The shared object's path as mapped into this process ("" when it cannot be told)."""
+
+    def describe(self) -> str:
+        return f"libvips {self.version} ({self.origin}{', ' + self.library if self.library else ''})"
+
+
+_info: LibvipsInfo | None = None
+_strip: dict[str, object] | None = None
+
+
+def _loaded_library() -> str:
+    """The path of the libvips shared object mapped into this process (Linux), or ""."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rsplit(maxsplit=1)[-1] if "/" in line else ""
+                if Path(path).name.startswith("libvips") and ".so" in path:
+                    return path
+    except OSError:
+        pass
+    return ""
+
+
+def _origin(library: str) -> str:
+    if "pyvips_binary" in library or "pyvips-binary" in library:
+        return "pyvips-binary"
+    return "system" if library else "unknown"
+
+
+def libvips_info() -> LibvipsInfo:
+    """Version, origin and path of the libvips pyvips loaded (loads it on first use)."""
+    global _info
+    if _info is None:
+        pyvips = _pyvips()
+        library = _loaded_library()
+        _info = LibvipsInfo(".".join(str(pyvips.version(i)) for i in range(3)), _origin(library), library)
+    return _info
+
+
+def optional_inputs(operation: str) -> frozenset[str]:
+    """The optional arguments a libvips operation takes (empty when it does not exist)."""
+    pyvips = _pyvips()
+    if not _has_operation(operation):
+        return frozenset()
+    return frozenset(pyvips.Introspect.get(operation).optional_input)
+
+
+def strip_options(inputs: Callable[[str], frozenset[str]] = optional_inputs) -> dict[str, object]:
+    """The save option that writes no metadata: ``keep="none"`` (libvips 8.15+), else ``strip``."""
+    global _strip
+    if _strip is None:
+        _strip = {"keep": "none"} if "keep" in inputs("jpegsave_buffer") else {"strip": True}
+    return _strip
+
+
+_profile_option: str | None = None
+
+
+def profile_option(inputs: Callable[[str], frozenset[str]] = optional_inputs) -> str:
+    """thumbnail's argument naming the profile to convert to: ``output_profile`` (8.15+; 8.14
+    calls it ``export_profile``)."""
+    global _profile_option
+    if _profile_option is None:
+        _profile_option = "output_profile" if "output_profile" in inputs("thumbnail_source") else "export_profile"
+    return _profile_option
+
+
+_METADATA_FIELDS = ("xmp-data", "iptc-data", "icc-profile-data")
+
+
+def without_metadata(image: Any) -> Any:
+    """``image`` with its EXIF, XMP, IPTC and ICC fields removed: where a saver has no ``keep``
+    (libvips 8.14), ``strip=True`` alone is not enough (8.14.1's webpsave writes XMP and EXIF
+    regardless)."""
+    names = [n for n in image.get_fields() if n.startswith("exif") or n in _METADATA_FIELDS]
+    if not names:
+        return image
+    bare = image.copy()
+    for name in names:
+        bare.remove(name)
+    return bare
+
+
+def drop_webp_metadata(data: bytes) -> bytes:
+    """A WebP file without its EXIF and XMP chunks (and their VP8X flags): libvips 8.14.1's
+    webpsave writes an EXIF chunk (resolution) even with ``strip``, so the fallback removes it."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return data
+    out, pos = bytearray(), 12
+    while pos + 8 <= len(data):
+        tag, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "little")
+        chunk = bytearray(data[pos:pos + 8 + size + (size & 1)])
+        if tag == b"VP8X" and len(chunk) > 8:
+            chunk[8] &= ~0x0C & 0xFF  # the EXIF (0x08) and XMP (0x04) flags
+        if tag not in (b"EXIF", b"XMP "):
+            out += chunk
+        pos += 8 + size + (size & 1)
+    return b"RIFF" + (len(out) + 4).to_bytes(4, "little") + b"WEBP" + bytes(out)
+
+
+def check_libvips(savers: Mapping[str, Iterable[str]], *, version: tuple[int, int, int] | None = None,
+                  inputs: Callable[[str], frozenset[str]] = optional_inputs) -> LibvipsInfo:
+    """Refuse (``LibvipsUnsuitable``) a libvips older than ``MIN_VERSION``, without a JPEG
+    saver, or whose savers lack an option the encoders pass (``savers``: operation -> option
+    names); metadata is stripped with ``keep`` or ``strip``, whichever it has. ``version`` and
+    ``inputs`` stand in for the library's own answers in tests."""
+    info = libvips_info()
+    if version is not None:
+        info = LibvipsInfo(".".join(map(str, version)), info.origin, info.library)
+    found = tuple(int(part) for part in info.version.split(".")[:2])
+    fix = "install pyvips-binary (pip install pyvips-binary) or a newer libvips"
+    if found < MIN_VERSION:
+        raise LibvipsUnsuitable(f"{info.describe()} is too old: mediasrv needs libvips "
+                                f"{'.'.join(map(str, MIN_VERSION))} or later; {fix}")
+    if not inputs("jpegsave_buffer"):
+        raise LibvipsUnsuitable(f"{info.describe()} cannot write JPEG; {fix}")
+    if not {"keep", "strip"} & inputs("jpegsave_buffer"):
+        raise LibvipsUnsuitable(f"{info.describe()} cannot save without metadata (no keep or strip); {fix}")
+    for saver, names in savers.items():
+        known = inputs(saver)
+        missing = sorted(set(names) - known) if known else []
+        if missing:
+            raise LibvipsUnsuitable(f"{info.describe()}: {saver} has no option {', '.join(missing)}; {fix}")
+    thumbnail = inputs("thumbnail_source")
+    needed = {"height", "size", "crop", "option_string"}
+    if not needed <= thumbnail or not {"output_profile", "export_profile"} & thumbnail:
+        raise LibvipsUnsuitable(f"{info.describe()}: thumbnail_source lacks an option the resize passes; {fix}")
+    global _strip, _profile_option
+    _strip, _profile_option = None, None
+    strip_options(inputs)
+    profile_option(inputs)
+    return info

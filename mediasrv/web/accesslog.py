@@ -1,61 +1,113 @@
-"""The access log: one line per request, written by a thread of its own in batches.
+"""The access log: one line per request, formatted and written by a thread of its own in batches.
 
 It runs once per request, so it is kept off the ``logging`` machinery: a LogRecord, its
 queue copy and its formatting by the listener thread cost about a sixth of a small ``/m``
-answer (profiled with ``scripts/bench.py --only passthrough --profile``). Here the loop
-formats one string (the time prefix is rebuilt once per second) and appends it to a queue;
-the writer thread joins whatever has queued and writes it with one call, so a slow stderr
-(a stalled supervisor pipe) never stalls a request. Lines look like the other log lines
-(``asctime LEVEL logger: message``); server errors (5xx) still go through ``logging`` at ERROR.
+answer (profiled with ``scripts/bench.py --only passthrough --profile``). Here the loop only
+reads the request's facts into a tuple and appends it to a queue; the writer thread formats
+whatever has queued (text or JSON, ``mediasrv.web.loglines``) and writes it with one call, so
+a slow stderr (a stalled supervisor pipe) never stalls a request.
+
+A line says: time (UTC), level, pid, status, method, the path with the values of secret query
+parameters (signatures, tokens, expiry, keys) replaced by ``REDACTED``, duration, bytes of body
+sent, client address (through the trusted proxies), user id, request id and user agent.
+
+Levels: answers below 400 and client errors at INFO; back-pressure (429, a busy 503 with
+Retry-After) at WARNING; every other 5xx at ERROR, so an error alert means a failure.
 """
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import re
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Any, NamedTuple, TextIO
+from urllib.parse import unquote_plus
 
+import orjson
 import tornado.web
+
+from mediasrv.web.loglines import StampClock, printable
 
 LOGGER = "mediasrv.access"
 BATCH_S = 0.02
 """Lines reach stderr at most this late; meanwhile they are collected into one write."""
 _STOP = None
+_SECRET_NAME = re.compile(r"sig|token|expires|key|secret|password", re.IGNORECASE)
+"""Query parameters whose values never reach a log (``signature``, ``token``, ``api_key``...)."""
+_LEVEL_NAMES = {logging.INFO: "INFO", logging.WARNING: "WARNING", logging.ERROR: "ERROR"}
+
+
+class Entry(NamedTuple):
+    """What the loop hands the writer thread: the request's facts, nothing formatted yet."""
+
+    when: float
+    level: int
+    status: int
+    method: str
+    uri: str
+    seconds: float
+    sent: int
+    client: str
+    user: str | None
+    request_id: str | None
+    user_agent: str | None
+
+
+def level_of(status: int, busy: bool) -> int:
+    """INFO for answers and client errors, WARNING for back-pressure, ERROR for failures."""
+    if status < 400:
+        return logging.INFO
+    if status == 429 or (status == 503 and busy):
+        return logging.WARNING
+    return logging.INFO if status < 500 else logging.ERROR
+
+
+def safe_target(uri: str) -> str:
+    """The request target with every secret query parameter's value replaced by REDACTED
+    (names are decoded first: ``sig%6Eature`` is a signature too)."""
+    path, sep, query = uri.partition("?")
+    if not sep:
+        return path
+    parts = []
+    for item in query.split("&"):
+        name, equals, _ = item.partition("=")
+        parts.append(f"{name}=REDACTED" if equals and _SECRET_NAME.search(unquote_plus(name)) else item)
+    return f"{path}?{'&'.join(parts)}"
 
 
 class AccessLog:
     """``log_function`` of the Application: ``start()`` in each process, ``stop()`` flushes."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, fmt: str = "text") -> None:
         self._stream = stream
-        self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._json = fmt == "json"
+        self._lines: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._second = -1
-        self._prefix = ""
+        self._pid = os.getpid()
+        self._clock = StampClock()
         self._log = logging.getLogger(LOGGER)  # getLogger takes logging's module lock per call
 
     def __call__(self, handler: tornado.web.RequestHandler) -> None:
-        """One line without the query string (it may hold tokens or signatures)."""
+        """Read the request's facts on the loop (cheap); the writer thread formats them."""
         status = handler.get_status()
+        level = level_of(status, getattr(handler, "busy", False))
+        if self._thread is None or not self._log.isEnabledFor(level):
+            return
         request = handler.request
-        millis = 1000.0 * request.request_time()
-        if status >= 500:
-            self._log.error("%d %s %s %.1fms", status, request.method, request.path, millis)
-            return
-        if self._thread is None or not self._log.isEnabledFor(logging.INFO):
-            return
-        now = time.time()
-        second = int(now)
-        if second != self._second:
-            self._second = second
-            self._prefix = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-        self._lines.put(f"{self._prefix},{int((now - second) * 1000):03d} INFO {LOGGER}: "
-                        f"{status} {request.method} {request.path} {millis:.1f}ms\n")
+        principal = getattr(handler, "principal", None)
+        client_ip = getattr(handler, "client_ip", None)
+        self._lines.put(Entry(
+            time.time(), level, status, request.method or "-", request.uri or "/", request.request_time(),
+            getattr(handler, "bytes_sent", 0), client_ip() if client_ip else request.remote_ip or "-",
+            principal.user.id if principal is not None else None, getattr(handler, "request_id", None),
+            request.headers.get("User-Agent")))
 
     def start(self) -> None:
         if self._thread is None:
+            self._pid = os.getpid()  # a forked worker: its own
             self._thread = threading.Thread(target=self._write_forever, name="access-log", daemon=True)
             self._thread.start()
 
@@ -66,6 +118,20 @@ class AccessLog:
             self._lines.put(_STOP)
             thread.join(timeout_s)
 
+    def format(self, e: Entry) -> str:
+        """One line (with its newline), text or JSON."""
+        stamp, level, target = self._clock.stamp(e.when), _LEVEL_NAMES[e.level], safe_target(e.uri)
+        if self._json:
+            out: dict[str, Any] = {
+                "time": stamp, "level": level, "logger": LOGGER, "pid": self._pid, "status": e.status,
+                "method": e.method, "path": target, "duration_s": round(e.seconds, 4), "bytes": e.sent,
+                "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent}
+            return orjson.dumps(out).decode() + "\n"
+        agent = orjson.dumps(e.user_agent).decode() if e.user_agent is not None else "-"
+        return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
+                f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
+                f"request_id={e.request_id or '-'} ua={agent}\n")
+
     def _write_forever(self) -> None:
         while True:
             first = self._lines.get()
@@ -75,19 +141,22 @@ class AccessLog:
                 time.sleep(BATCH_S)  # under load: one write per BATCH_S, not one per request
             while not stopping:
                 try:
-                    line = self._lines.get_nowait()
+                    entry = self._lines.get_nowait()
                 except queue.Empty:
                     break
-                if line is None:
+                if entry is None:
                     stopping = True
                 else:
-                    batch.append(line)
+                    batch.append(entry)
             if batch:
-                stream = self._stream or sys.stderr
-                try:
-                    stream.write("".join(batch))
-                    stream.flush()
-                except (OSError, ValueError):  # stderr closed: lines are lost, requests are not
-                    pass
+                self._write("".join(self.format(e) for e in batch))
             if stopping:
                 return
+
+    def _write(self, text: str) -> None:
+        stream = self._stream or sys.stderr
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):  # stderr closed: lines are lost, requests are not
+            pass

@@ -2,22 +2,26 @@
 
 Only ``mediasrv.cli.server`` builds real clients from settings; tests call ``make_app`` with
 the stores and mailer they want, so nothing is monkeypatched. The route table is built here
-(thumbor's ``get_handlers(context)`` pattern) from the route specification
-(``mediasrv.web.routespec``): this module only says which handler class serves each declared
-path and what it is given, and refuses to start when the two disagree.
+(thumbor's ``get_handlers(context)`` pattern) from the route rows (``handlers.routes.ROUTES``):
+each row names its handler class, and the class's ``initialize`` names what it takes, which is
+looked up among the services built here (``Route.args`` renames one). No path is typed here but
+the dashboard's own pages; the app refuses to start when a handler and its rows disagree.
 """
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import tornado.web
 
-from handlers import account, api_keys, auth, dashboard, files, health, reference, serving, settings
-from handlers.base import BaseDeps, BaseHandler, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from handlers import dashboard
+from handlers import routes as declared
+from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from handlers.reference import static_json
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.accounts import AccountService
@@ -36,19 +40,21 @@ from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
-from mediasrv.core.limits.ratelimit import RateLimiter
+from mediasrv.core.limits.ratelimit import RateLimiter, override
 from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
+from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
-from mediasrv.web.routespec import PATHS, Route, path_regex
+from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
@@ -84,15 +90,28 @@ class Runtime:
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
 
+def limited_routes(settings: Settings, api_routes: Sequence[Route] = declared.ROUTES) -> tuple[Route, ...]:
+    """The route rows with MEDIASRV_RATE_LIMITS applied to their counters (ValueError when it
+    names an unknown route or counter): what the limiter counts and the documents publish."""
+    if not settings.rate_limits:
+        return tuple(api_routes)
+    routes = {f"{r.method} {r.path}": r.limit.name if r.limit else None for r in api_routes}
+    counters = override(limits(api_routes).values(), settings.rate_limits, routes)
+    return tuple(replace(r, limit=counters[r.limit.name]) if r.limit else r for r in api_routes)
+
+
 def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: MailQueue,
              domain_provider: DomainProvider, jwt_secret: str,
              flush_interval_s: float = 1.0,
              image_runner: Runner = run_transform,
-             clock: Callable[[], float] = time.time) -> tuple[tornado.web.Application, Runtime]:
+             clock: Callable[[], float] = time.time,
+             api_routes: Sequence[Route] = declared.ROUTES) -> tuple[tornado.web.Application, Runtime]:
     """The Tornado application and the runtime pieces the caller starts and stops.
 
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
-    ``clock`` is the session tokens' time (tests move it forward instead of sleeping)."""
+    ``clock`` is the session tokens' time (tests move it forward instead of sleeping);
+    ``api_routes`` are the API's route rows (every handler module's, unless a test adds one)."""
+    api_routes = limited_routes(settings, api_routes)
     # Credentials are looked up through a short-lived cache that this process's own writes
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
@@ -100,7 +119,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(settings.rate_limit_scale, users=shared_counters(meta))
+    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, users=shared_counters(meta))
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
@@ -128,14 +147,14 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
         usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
         public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
-        accel_prefix=settings.accel_redirect)
+        accel_prefix=settings.accel_redirect, policy=transform_policy(settings))
     route_args = _RouteArgs(
         base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
-        health=HealthCheck(meta, blobs), delivery=delivery, guard=guard)
+        health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard)
     app = tornado.web.Application(
-        routes(route_args), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
+        routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
@@ -146,8 +165,17 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                           file_cache=file_cache, results=results)
 
 
+def transform_policy(settings: Settings) -> TransformPolicy:
+    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy."""
+    return TransformPolicy.of(widths=settings.allowed_widths, heights=settings.allowed_heights,
+                              formats=settings.allowed_formats, qualities=settings.allowed_qualities,
+                              key=settings.transform_key)
+
+
 @dataclass(frozen=True)
 class _RouteArgs:
+    """The services handlers are given, under the names their ``initialize`` parameters use."""
+
     base: BaseDeps
     settings: Settings
     accounts: AccountService
@@ -162,50 +190,39 @@ class _RouteArgs:
     guard: StoreGuard
 
 
-Binding = tuple[type[BaseHandler], dict[str, Any]]
-"""A handler class and its ``initialize`` arguments besides ``base``."""
+Table = list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]
 
 
-def _bindings(a: _RouteArgs, page: dict[str, Any]) -> dict[str, Binding]:
-    """Every path of the route specification -> the handler serving it, with exactly the
-    dependencies it takes. Auth and rate limits are not here: they come from the specification."""
-    acct = {"accounts": a.accounts}
-    file_args = {"files": a.files, "allow": a.allow}
-    own = {"info": a.info}
-    docs = _documents(a.settings, a.allow)
-    return {
-        "/ping": (reference.PingHandler, {"guard": a.guard}),
-        "/health": (health.HealthHandler, {"health": a.health}),
-        "/auth/register": (auth.RegisterHandler, acct),
-        "/auth/confirm": (auth.ConfirmHandler, acct),
-        "/auth/login": (auth.LoginHandler, acct),
-        "/auth/refresh": (auth.RefreshHandler, acct),
-        "/auth/forgot-password": (auth.ForgotPasswordHandler, acct),
-        "/auth/logout": (auth.LogoutHandler, acct),
-        "/auth/reset-password": (dashboard.ResetPasswordPageHandler, {**acct, **page}),
-        "/auth/api-keys": (api_keys.ApiKeysHandler, {"keys": a.keys}),
-        "/auth/api-keys/{id}": (api_keys.ApiKeyHandler, {"keys": a.keys}),
-        "/files": (files.FilesHandler, file_args),
-        "/files/bulk-delete": (files.BulkDeleteHandler, file_args),
-        "/files/{id}/signed-url": (files.SignedUrlHandler, {**file_args, "links": a.links}),
-        "/files/{id}": (files.FileHandler, file_args),
-        "/settings": (settings.SettingsHandler, {"account_settings": a.account_settings}),
-        "/usage": (account.UsageHandler, own),
-        "/logs": (account.LogsHandler, own),
-        "/profile": (account.ProfileHandler, own),
-        "/reference/allowed-content-types": (reference.StaticJsonHandler, {
-            "document": reference.static_json({"content_types": list(a.allow.types)})}),
-        "/reference/for-agents": (reference.StaticJsonHandler, {"document": reference.static_json(docs[1])}),
-        "/reference/openapi.json": (reference.StaticJsonHandler, {"document": reference.static_json(docs[0])}),
-        "/reference": (reference.ReferencePageHandler, {"page": Prerendered(render_reference(docs[0]))}),
-        "/m/{id}": (serving.MediaHandler, {"deps": a.delivery}),
-        "/d/{id}": (serving.DownloadHandler, {"deps": a.delivery}),
-    }
+def routes(a: _RouteArgs, api_routes: Sequence[Route] = declared.ROUTES) -> Table:
+    """Every route of the service: the dashboard's own pages, then the API's paths (fixed before
+    templated, see ``routespec.by_path``), each with its declared operations and its handler's
+    init arguments."""
+    check(api_routes)
+    page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
+    paths = by_path(api_routes)
+    check_bindings({path: _handler_class(operations) for path, operations in paths.items()}, paths)
+    services = {**{f.name: getattr(a, f.name) for f in fields(a)}, **page,
+                **_documents(a.settings, a.allow, api_routes)}
+    table: Table = [
+        (r"/", dashboard.DashboardHandler, {"base": a.base.for_route("/", {}), **page}),
+        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler,
+         {"base": a.base.for_route("/assets/{path}", {}), **page}),
+    ]
+    for path, operations in paths.items():
+        cls = _handler_class(operations)
+        table.append((path_regex(path), cls, {"base": a.base.for_route(path, operations),
+                                              **init_args(path, cls, operations.values(), services)}))
+    return table
+
+
+def _handler_class(operations: Mapping[str, Route]) -> type[tornado.web.RequestHandler]:
+    """The class every row of one path names (``routespec.check`` refused two)."""
+    return next(iter(operations.values())).handler
 
 
 def check_bindings(classes: Mapping[str, type[tornado.web.RequestHandler]],
-                   spec: Mapping[str, Mapping[str, Route]] = PATHS) -> None:
-    """Refuse to build a route table that disagrees with the specification: a declared path
+                   spec: Mapping[str, Mapping[str, Route]] = declared.PATHS) -> None:
+    """Refuse to build a route table that disagrees with the route rows: a declared path
     without a handler, a handler on an undeclared path, or a handler whose methods are not
     exactly the declared ones (an undeclared method would run without its auth and limit)."""
     problems = [f"{path}: declared but no handler serves it" for path in spec if path not in classes]
@@ -219,25 +236,38 @@ def check_bindings(classes: Mapping[str, type[tornado.web.RequestHandler]],
         raise ValueError("route table: " + "; ".join(problems))
 
 
-def routes(a: _RouteArgs) -> list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]:
-    """Every route of the service: the dashboard's own pages, then the specification's paths
-    (fixed before templated, see ``routespec.by_path``), each with its declared operations."""
-    page = {"assets": load_assets(), "csp": content_security_policy(a.settings.public_url)}
-    bound = _bindings(a, page)
-    check_bindings({path: cls for path, (cls, _) in bound.items()})
-    table: list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]] = [
-        (r"/", dashboard.DashboardHandler, {"base": a.base, **page}),
-        (r"/assets/([A-Za-z0-9_./-]+)", dashboard.DashboardHandler, {"base": a.base, **page}),
-    ]
-    for path, operations in PATHS.items():
-        cls, kwargs = bound[path]
-        table.append((path_regex(path), cls, {"base": a.base.for_route(operations), **kwargs}))
-    return table
+def init_args(path: str, cls: type[tornado.web.RequestHandler], rows: Iterable[Route],
+              services: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``cls.initialize`` takes besides ``base``, by parameter name, from ``services``;
+    a row's ``args`` maps a parameter to another service name. Refused: a parameter the app does
+    not provide (and has no default), a renamed parameter ``initialize`` does not take, two rows
+    renaming one apart."""
+    params = {name: p for name, p in inspect.signature(cls.initialize).parameters.items()
+              if name not in ("self", "base") and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    renames: dict[str, str] = {}
+    problems: list[str] = []
+    for row in rows:
+        for param, name in row.args.items():
+            if renames.setdefault(param, name) != name:
+                problems.append(f"{param} is given as {renames[param]} and as {name}")
+            if param not in params:
+                problems.append(f"{param} is not a parameter of {cls.__name__}.initialize")
+    given = {param: renames.get(param, param) for param in params}
+    required = {param for param, p in params.items() if p.default is p.empty}
+    problems += [f"{cls.__name__}.initialize takes {param}, which the app does not provide"
+                 for param, name in given.items() if name not in services and param in required]
+    if problems:
+        raise ValueError(f"route table: {path}: " + "; ".join(problems))
+    return {param: services[name] for param, name in given.items() if name in services}
 
 
-def _documents(settings: Settings, allow: AllowList) -> tuple[dict[str, Any], dict[str, Any]]:
+def _documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route]) -> dict[str, Prerendered]:
+    """The reference documents, rendered once, by the names the reference rows ask for."""
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
                           "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
-                          "formats": tuple(FORMATS)}
-    return (build_openapi(settings.public_url, allow.types, **kw),
-            build_for_agents(settings.public_url, allow.types, **kw))
+                          "formats": tuple(FORMATS), "routes": api_routes}
+    openapi = build_openapi(settings.public_url, allow.types, **kw)
+    return {"openapi_document": static_json(openapi),
+            "for_agents_document": static_json(build_for_agents(settings.public_url, allow.types, **kw)),
+            "allowed_types_document": static_json({"content_types": list(allow.types)}),
+            "reference_page": Prerendered(render_reference(openapi))}

@@ -6,8 +6,10 @@ and histogram are cached here, so no label set is built per request. Everything 
 slots in use and refusals, cache hits and misses, store errors) is kept as plain integers by
 the parts that own it and read only when Prometheus scrapes, by a custom collector.
 
-Routes are labelled by the route table's pattern (``/m/:id``), never the raw path, so the
-number of series stays bounded whatever clients request.
+Routes are labelled by their declared path (the route row's ``/m/{id}`` is labelled ``/m/:id``),
+never the raw path, so the number of series stays bounded whatever clients request: each
+handler carries its route's path (``BaseDeps.path``), and only the paths of the application's
+route table become labels.
 """
 from __future__ import annotations
 
@@ -22,12 +24,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 UNMATCHED = "unmatched"
-_GROUP = re.compile(r"\((?:[^()\\]|\\.)*\)")
+_PARAM = re.compile(r"\{[^{}/]*\}")
 
 
-def route_label(pattern: str) -> str:
-    """``/files/([^/]+)/signed-url$`` -> ``/files/:id/signed-url``."""
-    return _GROUP.sub(":id", pattern).rstrip("$")
+def route_label(path: str) -> str:
+    """A declared path as a label: ``/files/{id}/signed-url`` -> ``/files/:id/signed-url`` (every
+    path parameter is ``:id``, as the labels have always been)."""
+    return _PARAM.sub(":id", path)
 
 
 class Metrics:
@@ -45,18 +48,18 @@ class Metrics:
                                   "Response body bytes sent (by Content-Length)", registry=self.registry)
         self._store_errors = Counter("mediasrv_store_errors",
                                      "Requests answered 503/507 because a store failed", registry=self.registry)
-        self._children: dict[tuple[type, str, str, int], tuple[Any, Any]] = {}
-        self._routes = _route_table(app)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._labels = {path: route_label(path) for path in _declared_paths(app)}
         self.registry.register(_StateCollector(sources))
 
     def observe(self, handler: tornado.web.RequestHandler) -> None:
         request = handler.request
         status = handler.get_status()
-        key = (type(handler), request.path if type(handler) in self._routes.ambiguous else "",
-               request.method or "", status)
+        base = getattr(handler, "base", None)
+        key = (getattr(base, "path", ""), request.method or "", status)
         children = self._children.get(key)
         if children is None:
-            children = self._new_children(key, request.path)
+            children = self._new_children(key)
         children[0].inc()
         children[1].observe(request.request_time())
         size = getattr(handler, "request_size", None)
@@ -70,43 +73,24 @@ class Metrics:
         if getattr(handler, "store_error", False):
             self._store_errors.inc()
 
-    def _new_children(self, key: tuple[type, str, str, int], path: str) -> tuple[Any, Any]:
-        route = self._routes.label(key[0], path)
-        labels = (route, key[2], str(key[3]))
+    def _new_children(self, key: tuple[str, str, int]) -> tuple[Any, Any]:
+        labels = (self._labels.get(key[0], UNMATCHED), key[1], str(key[2]))
         children = (self._requests.labels(*labels), self._latency.labels(*labels))
-        if key[1] and len(self._children) > 10_000:  # ambiguous classes key by path: stay bounded
-            return children
-        self._children[key] = children
+        self._children[key] = children  # bounded: paths of the table x methods x statuses
         return children
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
-class _RouteTable:
-    def __init__(self, patterns: dict[type, list[re.Pattern[str]]]) -> None:
-        self._patterns = patterns
-        self.ambiguous = frozenset(cls for cls, found in patterns.items() if len(found) > 1)
-
-    def label(self, cls: type, path: str) -> str:
-        found = self._patterns.get(cls)
-        if not found:
-            return UNMATCHED
-        if len(found) == 1:
-            return route_label(found[0].pattern)
-        for regex in found:
-            if regex.fullmatch(path):
-                return route_label(regex.pattern)
-        return UNMATCHED
-
-
-def _route_table(app: tornado.web.Application) -> _RouteTable:
-    patterns: dict[type, list[re.Pattern[str]]] = {}
+def _declared_paths(app: tornado.web.Application) -> set[str]:
+    """The declared path of every route of ``app`` (its handlers' ``BaseDeps.path``)."""
+    paths = set()
     for rule in app.wildcard_router.rules:
-        regex = getattr(rule.matcher, "regex", None)
-        if isinstance(rule.target, type) and regex is not None:
-            patterns.setdefault(rule.target, []).append(regex)
-    return _RouteTable(patterns)
+        path = getattr((rule.target_kwargs or {}).get("base"), "path", "")
+        if path:
+            paths.add(path)
+    return paths
 
 
 class _StateCollector:
@@ -129,6 +113,12 @@ class _StateCollector:
         yield cache
         yield GaugeMetricFamily("mediasrv_result_cache_bytes", "Bytes held by the resize result cache",
                                 value=results.size_bytes)
+        libvips = self._s.get("libvips")
+        if libvips is not None:  # build-info style: the value is 1, the facts are the labels
+            info = GaugeMetricFamily("mediasrv_libvips_info", "The libvips the image work runs on",
+                                     labels=("version", "library"))
+            info.add_metric((libvips.version, libvips.origin), 1)
+            yield info
 
     def describe(self) -> Iterator[Any]:
         return iter(())

@@ -121,7 +121,7 @@ def _responses(d: _Doc, op: Json) -> str:
 def _operation(d: _Doc, method: str, path: str, op: Json) -> str:
     anchor = _anchor(op.get("operationId", f"{method}-{path}"))
     return (f'<section id="op-{anchor}"><h3><span class="m {_e(method)}">{_e(method)}</span> '
-            f"<code>{_e(path)}</code></h3>{_rich(op.get('description', op.get('summary', '')))}"
+            f"<code>{_e(path)}</code></h3>{_rich(str(op.get('description', op.get('summary')) or ''))}"
             f"{_parameters(d, op)}{_body(d, op)}{_responses(d, op)}</section>")
 
 

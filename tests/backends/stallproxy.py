@@ -26,6 +26,9 @@ class StallProxy:
         self._dropped_upto = 0
         """Connections that held bytes during stalls numbered up to this are dropped."""
         self._server: asyncio.Server | None = None
+        self.stalled = 0
+        """Times something reached the proxy while it was stalled (a new connection, or bytes on
+        an open one): a test can wait for a request to be held."""
         self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._run, daemon=True, name="stall-proxy")
 
@@ -93,6 +96,7 @@ class StallProxy:
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         assert self._flowing is not None
         if not self._flowing.is_set():  # a connection made while stalled waits, unanswered
+            self.stalled += 1
             stall = self._stalls
             await self._flowing.wait()
             if stall <= self._dropped_upto:
@@ -121,6 +125,7 @@ class StallProxy:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
                 if not self._flowing.is_set():
+                    self.stalled += 1
                     stall = self._stalls
                     await self._flowing.wait()
                     if stall <= self._dropped_upto:

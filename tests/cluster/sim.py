@@ -310,6 +310,9 @@ class Cluster:
             "MEDIASRV_NGINX_REAL_IP_FROM": self.lb.address,
             "MEDIASRV_NGINX_WORKERS": "1",
             "MEDIASRV_BCRYPT_ROUNDS": "4",
+            # a public (non-loopback) URL defaults to invite-only registration; the fleet tests
+            # register their own accounts
+            "MEDIASRV_REGISTRATION": "open",
             **servers.S3_ENV,
             **self.extra_env,
         })

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from handlers.routes import ROUTES
 from mediasrv.core.limits.ratelimit import scaled_limit
-from mediasrv.web.routespec import SPEC, Route
+from mediasrv.web.routespec import Route
 from tests.cluster.conftest import fleet_fixture
 from tests.cluster.fleet import Account, Addresses, async_client, client, register, within_one_window
 from tests.cluster.sim import Cluster
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.cluster
 SCALE = 1.0
 cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": str(SCALE)})
 
-USER_LIMITED = [r for r in SPEC if r.limit is not None and r.limit.key == "user"]
+USER_LIMITED = [r for r in ROUTES if r.limit is not None and r.limit.key == "user"]
 MISSING = "nothing0000000000000000"
 REQUESTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "createApiKey": ("POST", "/auth/api-keys", {"json": {"name": "fleet"}}),

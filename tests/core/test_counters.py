@@ -8,15 +8,16 @@ from collections.abc import Iterator
 import pytest
 import tornado.ioloop
 
+from handlers.routes import LIMITS
 from mediasrv.core.limits.counters import MemoryCounters
-from mediasrv.core.limits.ratelimit import USER_LIMITS, WINDOW_S, RateLimiter
+from mediasrv.core.limits.ratelimit import WINDOW_S, RateLimiter
 from mediasrv.core.limits.store_counters import StoreCounters, shared_counters
 from store.mongo import MongoMetaStore
 from store.sqlite import SqliteMetaStore
 from tests.backends.fixtures import MongoServer, new_database
 
 ROUTE = "files.upload"
-LIMIT = USER_LIMITS[ROUTE]
+LIMIT = LIMITS[ROUTE].per_minute
 
 
 def window_start() -> float:
@@ -50,7 +51,7 @@ async def test_memory_counters_count_per_name_and_forget_old_windows() -> None:
 @pytest.mark.parametrize("users", [None, MemoryCounters], ids=["own-table", "memory-counters"])
 async def test_in_memory_each_process_counts_alone(users: type[MemoryCounters] | None) -> None:
     clock = Clock(10 * WINDOW_S + 1)
-    one, two = (RateLimiter(clock=clock, users=users and users()) for _ in range(2))
+    one, two = (RateLimiter(LIMITS.values(), clock=clock, users=users and users()) for _ in range(2))
     allowed = [(await limiter.spend(ROUTE, "u1", per_ip=False)).allowed
                for _ in range(LIMIT) for limiter in (one, two)]
     assert allowed.count(True) == 2 * LIMIT  # the README's "N times the documented limit"
@@ -58,7 +59,7 @@ async def test_in_memory_each_process_counts_alone(users: type[MemoryCounters] |
 
 async def test_in_mongodb_two_processes_share_one_limit(mongo: MongoMetaStore) -> None:
     clock = Clock(window_start())
-    one, two = (RateLimiter(clock=clock, users=shared_counters(mongo)) for _ in range(2))
+    one, two = (RateLimiter(LIMITS.values(), clock=clock, users=shared_counters(mongo)) for _ in range(2))
     decisions = [await limiter.spend(ROUTE, "u1", per_ip=False) for _ in range(LIMIT) for limiter in (one, two)]
     assert [d.allowed for d in decisions] == [True] * LIMIT + [False] * LIMIT
     assert decisions[LIMIT - 1].remaining == 0 and decisions[-1].reset_s == WINDOW_S - 1
@@ -71,7 +72,7 @@ async def test_in_mongodb_two_processes_share_one_limit(mongo: MongoMetaStore) -
 
 async def test_per_address_limits_stay_in_the_process(mongo: MongoMetaStore) -> None:
     clock = Clock(window_start())
-    limiter = RateLimiter(clock=clock, users=shared_counters(mongo))
+    limiter = RateLimiter(LIMITS.values(), clock=clock, users=shared_counters(mongo))
     assert (await limiter.spend("media", "10.0.0.1", per_ip=True)).allowed
     assert await mongo._db["rate_windows"].count_documents({}) == 0
 

@@ -90,19 +90,26 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
     assert deps.usage.pending() - counted == 1 + 5
 
 
-def test_jpeg_shrink_on_load_is_the_largest_that_leaves_a_final_step() -> None:
-    from mediasrv.images.pipeline import jpeg_shrink
+def test_shrink_on_load_leaves_a_factor_of_two_to_the_final_resize() -> None:
+    """The decoder's own (box-like) scaling stops at twice the target: see MIN_FINAL_REDUCE and
+    tests/images/test_quality.py for what decoding all the way down costs in quality."""
+    from mediasrv.images.pipeline import decode_shrink
     from mediasrv.images.probe import ImageInfo
 
     photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
-    assert jpeg_shrink(photo, (400, 10_000_000)) == 8  # libvips' thumbnail alone stops at 4
-    assert jpeg_shrink(photo, (500, 10_000_000)) == 8  # exactly 1/8: the final step is 1
-    assert jpeg_shrink(photo, (800, 10_000_000)) == 4
-    assert jpeg_shrink(photo, (2000, 10_000_000)) == 2
-    assert jpeg_shrink(photo, (3000, 10_000_000)) == 1
+    assert decode_shrink(photo, (400, 10_000_000)) == 4  # 1000x750, then Lanczos3 by 2.5
+    assert decode_shrink(photo, (250, 10_000_000)) == 8  # 500x375, then by 2
+    assert decode_shrink(photo, (500, 10_000_000)) == 4
+    assert decode_shrink(photo, (800, 10_000_000)) == 2
+    assert decode_shrink(photo, (2000, 10_000_000)) == 1
+    assert decode_shrink(photo, (400, 400), "cover") == 2  # filling 400x400 takes 3000 -> 400
     rotated = ImageInfo(format="jpeg", width=4000, height=3000, pages=1, orientation=6)  # shown 3000x4000
-    assert jpeg_shrink(rotated, (400, 10_000_000)) == 4  # 3000 / 400 = 7.5
-    assert jpeg_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
+    assert decode_shrink(rotated, (400, 10_000_000)) == 2  # 3000 / 400 / 2 = 3.75
+    webp = ImageInfo(format="webp", width=4000, height=3000, pages=1)
+    assert decode_shrink(webp, (400, 10_000_000)) == 4  # libwebp scales to 1000x750, not 400 wide
+    assert decode_shrink(webp, (100, 10_000_000)) == 16  # beyond the JPEG decoder's 8
+    assert decode_shrink(webp, (3000, 10_000_000)) == 1.0
+    assert decode_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
 
 
 @pytest.mark.parametrize("orientation", [1, 6])

@@ -72,3 +72,62 @@ def test_the_upload_path_loads_libvips_only_when_asked_what_it_can_write() -> No
     result = subprocess.run([sys.executable, "-c", _NO_LIBVIPS], capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------------------- which libvips (issue 18 item 8)
+
+
+def test_libvips_info_names_the_loaded_library() -> None:
+    info = vips.libvips_info()
+    assert info.version == ".".join(str(pyvips.version(i)) for i in range(3))
+    assert info.origin in ("pyvips-binary", "system") and "libvips" in info.library
+    assert info.describe().startswith(f"libvips {info.version} ({info.origin}, /")
+
+
+def test_a_libvips_older_than_8_14_refuses_to_start_in_one_line() -> None:
+    from mediasrv.cli.server import StartupError, check_libvips
+
+    with pytest.raises(StartupError) as refused:
+        check_libvips(version=(8, 13, 0))
+    message = str(refused.value)
+    assert message.startswith("libvips 8.13.0 (") and "needs libvips 8.14 or later" in message
+    assert "\n" not in message and "pip install pyvips-binary" in message
+    assert check_libvips(version=(8, 14, 1)).version == "8.14.1"  # Debian 12's is enough
+    vips.check_libvips({})  # back to the real answers
+
+
+def test_a_libvips_without_keep_strips_metadata_with_strip() -> None:
+    """libvips 8.14 (Debian 12) has no ``keep``: every save then passes strip=True, not a 422."""
+    from mediasrv.images.pipeline import require_libvips, transform
+    from mediasrv.images.spec import TransformSpec
+
+    def without_keep(operation: str) -> frozenset[str]:
+        return vips.optional_inputs(operation) - {"keep"}
+
+    before = vips.strip_options()
+    try:
+        require_libvips(version=(8, 14, 1), inputs=without_keep)
+        assert vips.strip_options() == {"strip": True}
+        tagged = pyvips.Image.black(64, 48, bands=3).copy(interpretation="srgb")
+        tagged.set_type(pyvips.GValue.gstr_type, "exif-ifd0-Make", "CameraMaker")
+        tagged.set_type(pyvips.GValue.blob_type, "xmp-data", b"<x:xmpmeta>private-note</x:xmpmeta>")
+        source = tagged.jpegsave_buffer()
+        assert b"private-note" in source and b"CameraMaker" in source
+        for fmt in vips.writable_formats():
+            data, _ = transform(source, "image/jpeg", TransformSpec(32, None, fmt), MAX_PIXELS)
+            assert b"private-note" not in data and b"CameraMaker" not in data, fmt
+            assert fmt != "webp" or (b"EXIF" not in data and b"XMP " not in data)
+    finally:
+        require_libvips()
+    assert vips.strip_options() == before
+
+
+def test_a_saver_without_an_option_the_encoders_pass_is_refused() -> None:
+    from mediasrv.images.pipeline import require_libvips
+
+    def old_webp(operation: str) -> frozenset[str]:
+        return vips.optional_inputs(operation) - ({"effort"} if operation == "webpsave_buffer" else set())
+
+    with pytest.raises(vips.LibvipsUnsuitable, match="webpsave_buffer has no option effort"):
+        require_libvips(inputs=old_webp)
+    require_libvips()

@@ -1,7 +1,8 @@
 """The OpenAPI and for-agents documents for two sets of inputs, snapshotted from the code as it
-was before the route specification (``mediasrv.web.routespec``) replaced the four route tables.
+was before the route specification replaced the four route tables (the rows now live beside
+the handlers, ``handlers/*.py``; the documents did not change).
 
-``tests/test_routespec.py`` compares today's documents with ``route_documents.json`` byte for
+``tests/web/test_routespec.py`` compares today's documents with ``route_documents.json`` byte for
 byte. Regenerate it only for an intended change of the documents, and review the diff:
 
     python -m tests.snapshots.route_documents > tests/snapshots/route_documents.json

@@ -15,9 +15,19 @@ from pathlib import Path
 import pytest
 
 from mediasrv.core import timeutil
-from store.base import DuplicateError, MetaStore
+from store.base import DuplicateError, MetaStore, QuotaWithRecord
 from store.errors import StoreUnavailable
-from store.models import AccountPlan, ApiKey, CustomDomain, FileQuery, FileRecord, LogEntry, UsageCounts, User
+from store.models import (
+    AccountPlan,
+    ApiKey,
+    CustomDomain,
+    FileQuery,
+    FileRecord,
+    Invite,
+    LogEntry,
+    UsageCounts,
+    User,
+)
 from store.mongo import MongoMetaStore
 from store.sqlite import MIGRATIONS, SqliteMetaStore
 from tests.store.conftest import MetaFactory, sqlite_path
@@ -175,6 +185,88 @@ async def test_list_users_oldest_first_with_total(meta: MetaStore) -> None:
     assert total == 4 and [u.id for u in users] == ["u0"]
 
 
+async def test_list_users_filters_by_a_literal_part_of_the_address(meta: MetaStore) -> None:
+    await add_user(meta, "u1", email="Alice@Example.com")
+    await add_user(meta, "u2", email="bob_100%@example.org", created_at=ts(5))
+    await add_user(meta, "u3", email="carol@example.org", created_at=ts(9))
+    assert [u.id for u in (await meta.list_users(0, 10, "EXAMPLE.COM"))[0]] == ["u1"]
+    users, total = await meta.list_users(0, 10, "_100%")
+    assert total == 1 and [u.id for u in users] == ["u2"]  # no character is a wildcard
+    assert (await meta.list_users(0, 10, "bob%"))[1] == 0  # as a LIKE pattern it would match
+    assert (await meta.list_users(0, 1, "example.org")) == ([await meta.get_user("u2")], 2)
+
+
+async def test_disabling_an_account_ends_its_session_tokens(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    assert await meta.set_disabled("u1", ts(50), NOW)
+    user = await meta.get_user("u1")
+    assert user is not None and user.disabled_at == ts(50) and user.token_version == 1
+    assert await meta.set_disabled("u1", None, NOW)
+    user = await meta.get_user("u1")
+    assert user is not None and user.disabled_at is None and user.token_version == 2
+    assert not await meta.set_disabled("nobody", ts(50), NOW)
+
+
+async def test_delete_user_removes_everything_keyed_by_it(meta: MetaStore) -> None:
+    for user_id in ("u1", "u2"):
+        await add_user(meta, user_id)
+        await meta.put_token("refresh", f"t-{user_id}", user_id, ts(2000))
+        await meta.create_api_key(make_key(user_id, f"k-{user_id}", ts(1)))
+        await meta.put_domain(make_domain(user_id, f"{user_id}.example.com"))
+        await meta.insert_logs([make_log(f"l-{user_id}", user_id, ts(1))])
+        await meta.add_usage({(user_id, "2026-01"): UsageCounts(origin_reads=1)})
+    await add_file(meta, "u1", "f1")
+    assert await meta.delete_user("u1")
+    assert await meta.get_user("u1") is None and not await meta.delete_user("u1")
+    assert await meta.consume_token("refresh", "t-u1", NOW) is None
+    assert await meta.get_api_key_by_hash("hash-k-u1") is None
+    assert await meta.get_domain("u1") is None and await meta.get_domain_by_hostname("u1.example.com") is None
+    assert (await meta.list_logs("u1", 0, 10))[1] == 0 and await meta.get_file("f1") is None
+    assert await meta.get_usage("u1", "2026-01") == UsageCounts()
+    # The other account keeps everything.
+    assert await meta.get_api_key_by_hash("hash-k-u2") is not None
+    assert (await meta.list_logs("u2", 0, 10))[1] == 1
+    assert await meta.consume_token("refresh", "t-u2", NOW) == ("u2", None)
+
+
+async def test_a_retired_token_is_told_apart_from_an_unknown_one(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.put_token("refresh", "r1", "u1", ts(2000))
+    await meta.put_token("refresh", "r2", "u1", ts(2000))
+    assert await meta.retired_token_owner("refresh", "r1") is None  # live: not retired
+    assert await meta.consume_token("refresh", "r1", NOW) == ("u1", None)
+    assert await meta.retired_token_owner("refresh", "r1") == "u1"
+    assert await meta.retired_token_owner("reset", "r1") is None  # another kind
+    assert await meta.retired_token_owner("refresh", "unknown") is None
+    await meta.revoke_tokens("refresh", "u1")
+    assert await meta.retired_token_owner("refresh", "r2") == "u1"
+
+
+async def test_invites_work_once_until_they_expire(meta: MetaStore) -> None:
+    for n, (code, expires) in enumerate((("c1", ts(2000)), ("c2", ts(999)), ("c3", ts(2000)))):
+        await meta.create_invite(Invite(id=f"i{n}", code_hash=code, created_at=ts(n), expires_at=expires))
+    assert await meta.use_invite("c1", NOW)
+    assert not await meta.use_invite("c1", NOW)  # single use
+    assert not await meta.use_invite("c2", NOW)  # expired
+    assert not await meta.use_invite("nope", NOW)
+    results = await asyncio.gather(*(meta.use_invite("c3", NOW) for _ in range(5)))
+    assert results.count(True) == 1
+    invites, total = await meta.list_invites(0, 2)
+    assert total == 3 and [i.id for i in invites] == ["i2", "i1"]  # newest first
+    assert invites[0].used_at == NOW and invites[1].used_at is None
+    with pytest.raises(DuplicateError):
+        await meta.create_invite(Invite(id="i9", code_hash="c1", created_at=ts(9), expires_at=ts(2000)))
+
+
+async def test_list_domains_in_name_order(meta: MetaStore) -> None:
+    for user_id, host in (("u1", "b.example.com"), ("u2", "a.example.com"), ("u3", "c.example.com")):
+        await add_user(meta, user_id)
+        await meta.put_domain(make_domain(user_id, host))
+    domains, total = await meta.list_domains(0, 2)
+    assert total == 3 and [d.hostname for d in domains] == ["a.example.com", "b.example.com"]
+    assert [d.user_id for d in (await meta.list_domains(2, 2))[0]] == ["u3"]
+
+
 async def test_token_is_single_use(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("verify", "t1", "u1", ts(2000), data='{"email":"u1@example.com"}')
@@ -315,6 +407,26 @@ async def test_reserve_quota_is_atomic_under_concurrency(meta: MetaStore) -> Non
     u1, u2 = await meta.get_user("u1"), await meta.get_user("u2")
     assert u1 is not None and (u1.storage_bytes, u1.files_count) == (300, 3)
     assert u2 is not None and (u2.storage_bytes, u2.files_count) == (3, 3)
+
+
+async def test_quota_with_record_reserves_and_inserts_as_one(meta: MetaStore) -> None:
+    """The optional one-write upload commit (``QuotaWithRecord``): exact under concurrency,
+    nothing changed when refused, and a duplicate leaves the counters as they were."""
+    if not isinstance(meta, QuotaWithRecord):
+        pytest.skip("this backend reserves and inserts in two calls")
+    await add_user(meta, "u1")
+    records = [make_file("u1", f"q{i}", size=100) for i in range(10)]
+    taken = await asyncio.gather(*(meta.insert_file_within_quota(r, 300, None) for r in records))
+    assert sum(taken) == 3
+    stored = {r.file_id for r, ok in zip(records, taken, strict=True) if ok}
+    assert {f.file_id for f in (await meta.list_files("u1", FileQuery(), 0, 100))[0]} == stored
+    assert not await meta.insert_file_within_quota(make_file("u1", "over-count", size=1), None, 3)
+    with pytest.raises(DuplicateError):
+        await meta.insert_file_within_quota(make_file("u1", sorted(stored)[0], id="another", size=1), None, None)
+    user = await meta.get_user("u1")
+    assert user is not None and (user.storage_bytes, user.files_count) == (300, 3)
+    found, total = await meta.list_files("u1", FileQuery(q=sorted(stored)[0]), 0, 10)  # searchable at once
+    assert total == 1 and found[0].file_id == sorted(stored)[0]
 
 
 async def test_release_quota_never_goes_below_zero(meta: MetaStore) -> None:

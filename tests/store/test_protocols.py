@@ -35,6 +35,7 @@ from store.base import (
     LogStore,
     MetaStore,
     QuotaStore,
+    QuotaWithRecord,
     RowCopy,
     SharedSecrets,
     Snapshots,
@@ -52,9 +53,9 @@ MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store i
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
                                      FileStore, DomainStore, LogStore, UsageStore)
 CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, HitCounters, Leases, LocalDatabase,
-                                       Snapshots, Draining, RowCopy, LocalBlobFiles)
+                                       Snapshots, Draining, RowCopy, QuotaWithRecord, LocalBlobFiles)
 EXPECTED: dict[type[Any], set[type[Any]]] = {
-    SqliteMetaStore: {LocalDatabase, Snapshots, Draining, RowCopy},
+    SqliteMetaStore: {LocalDatabase, Snapshots, Draining, RowCopy, QuotaWithRecord},
     MongoMetaStore: {SharedSecrets, AccountReconcile, HitCounters, Leases, RowCopy},
     FsBlobStore: {LocalBlobFiles},
     S3BlobStore: set(),
@@ -81,9 +82,10 @@ def _conformance(tmp: Path) -> list[object]:
     reconcile: AccountReconcile = MongoMetaStore(MONGO_URL)
     counters: HitCounters = MongoMetaStore(MONGO_URL)
     leases: Leases = MongoMetaStore(MONGO_URL)
+    one_write: QuotaWithRecord = SqliteMetaStore(tmp / "meta.sqlite3")
     local_files: LocalBlobFiles = FsBlobStore(tmp)
     return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, draining, sqlite_rows,
-            mongo_rows, secrets, reconcile, counters, leases, local_files]
+            mongo_rows, secrets, reconcile, counters, leases, one_write, local_files]
 
 
 def _build(cls: type[Any], tmp: Path) -> Any:
@@ -99,7 +101,7 @@ def _members(protocol: type[Any]) -> set[str]:
 
 
 def test_the_conformance_assignments_run(tmp_path: Path) -> None:
-    assert len(_conformance(tmp_path)) == 17
+    assert len(_conformance(tmp_path)) == 18
     assert not list(tmp_path.iterdir())  # building a store touches nothing
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 from mediasrv.core.credentials import apikeys
 from mediasrv.core.credentials.principals import CredentialLookups
 from mediasrv.core.credentials.tokens import JwtCodec, digest
-from mediasrv.core.errors import BadRequest, Unauthorized
+from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from store.base import MetaStore
 from store.models import User
 
@@ -65,6 +65,7 @@ class Authenticator:
         user = await self._lookups.user(claims.user_id)
         if user is None or user.token_version != claims.token_version or not user.email_verified_at:
             raise Unauthorized()
+        _check_enabled(user)
         return Principal(user=user, kind="jwt")
 
     async def _from_key(self, key: str) -> Principal:
@@ -74,8 +75,16 @@ class Authenticator:
         user = await self._lookups.user(record.user_id)
         if user is None:
             raise Unauthorized()
+        _check_enabled(user)
         self._on_key_used(record.id)
         return Principal(user=user, kind="api_key", key_id=record.id)
+
+
+def _check_enabled(user: User) -> None:
+    """A disabled account's valid credentials are refused with a 403 that says why (its session
+    tokens already fail: disabling moves token_version on; its API keys stop here)."""
+    if user.disabled_at:
+        raise Forbidden("This account is disabled; contact the server's operator", code="ACCOUNT_DISABLED")
 
 
 def _check_one_credential(authorization: list[str], x_api_key: list[str]) -> None:

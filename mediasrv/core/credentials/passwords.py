@@ -8,11 +8,15 @@ against a dummy hash so a login's timing does not reveal whether the e-mail exis
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any, TypeVar
 
 import bcrypt
 
 from mediasrv.core.errors import BadRequest
+
+T = TypeVar("T")
 
 MIN_CHARS = 6
 MAX_BYTES = 72
@@ -62,7 +66,7 @@ class PasswordHasher:
             self._dummy = await self._run(bcrypt.hashpw, b"dummy-password", bcrypt.gensalt(self._rounds))
         return self._dummy
 
-    async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
 

@@ -40,6 +40,10 @@ class MediaRequest:
     store an X-Accel-Redirect answer). The transport believes the header only from that proxy."""
     client: str = ""
     """The client's address, for the resize pool's per-client fairness (transforms only)."""
+    accept: str | None = None
+    """The Accept header: what ``format=auto`` chooses from (transforms only)."""
+    transform_signature: str | None = None
+    """The ``tsig`` query argument: a signed transform (``mediasrv.images.policy``)."""
 
 
 @dataclass(frozen=True, slots=True)

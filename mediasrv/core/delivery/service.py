@@ -37,7 +37,8 @@ from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.core.timeutil import parse_iso
 from mediasrv.images.jobs import ImageJobs
-from mediasrv.images.spec import TransformSpec
+from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
+from mediasrv.images.spec import AUTO, TransformSpec
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store.base import BlobStore, MetaStore
 from store.errors import BlobNotFound
@@ -82,7 +83,8 @@ class MediaDelivery:
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, *, files: FileCache, results: ResultCache,
                  bodies: BlobCache, images: ImageJobs, signer: UrlSigner, usage: UsageRecorder,
-                 hosts: HostRule, public_cache: str, accel_prefix: str = "") -> None:
+                 hosts: HostRule, public_cache: str, accel_prefix: str = "",
+                 policy: TransformPolicy = ANY_TRANSFORM) -> None:
         self._meta, self._blobs = meta, blobs
         self.files, self.results, self.bodies = files, results, bodies
         self.usage = usage
@@ -91,10 +93,15 @@ class MediaDelivery:
         """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
         self._accel_prefix = accel_prefix
         """MEDIASRV_ACCEL_REDIRECT: nginx's internal location serving blob files, or "" (send here)."""
+        self._policy = policy
+        """Which transforms this server makes (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY)."""
 
     async def deliver(self, request: MediaRequest) -> MediaAnswer:
         """The answer to ``request``. A file that does not exist, or that this Host or caller may
-        not see, raises the same 404; any failure after that comes back in the answer."""
+        not see, raises the same 404; any failure after that comes back in the answer. A
+        transform this server does not make is refused first (400), before any look-up."""
+        if request.spec is not None:
+            self._policy.check(request.key, request.spec, request.transform_signature)
         record = await self._readable_record(request)
         try:
             if request.spec is None:
@@ -158,6 +165,8 @@ class MediaDelivery:
             raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
         if record.content_type not in TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
+        negotiated = spec.format == AUTO
+        spec = spec.negotiated(request.accept)  # format=auto: one variant (and ETag) per choice
         variant = spec.cache_key()
         etag = f'"{record.file_id}-{variant}"'
         modified = _modified(record.created_at)
@@ -165,7 +174,7 @@ class MediaDelivery:
             # The variant's validators come from the file and the normalised spec alone: a
             # revalidation takes no slot, reads nothing and counts no image operation.
             answer = MediaAnswer(304, private=not record.is_public)
-            self._validators(answer.headers, record, etag, modified)
+            self._validators(answer.headers, record, etag, modified, vary_accept=negotiated)
             return answer
         cached = self.results.get(record.file_id, variant)
         if cached is None:
@@ -173,7 +182,7 @@ class MediaDelivery:
             cached = await self._render(record, spec, request.client)
             self.results.put(record.file_id, variant, *cached, generation=generation)
         data, out_type = cached
-        answer = self._representation(record, request, out_type, etag, modified)
+        answer = self._representation(record, request, out_type, etag, modified, vary_accept=negotiated)
         if answer.status == 304:
             return answer
         start, end = _select(answer, _window(request, etag, modified, len(data)), len(data))
@@ -189,10 +198,10 @@ class MediaDelivery:
         return result
 
     def _representation(self, record: FileRecord, request: MediaRequest, content_type: str, etag: str,
-                        modified: dt.datetime) -> MediaAnswer:
+                        modified: dt.datetime, *, vary_accept: bool = False) -> MediaAnswer:
         """The representation's headers, with status 304 when the client's copy is current."""
         headers = {"Content-Type": content_type}
-        self._validators(headers, record, etag, modified)
+        self._validators(headers, record, etag, modified, vary_accept=vary_accept)
         headers["Accept-Ranges"] = "bytes"
         if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
@@ -203,14 +212,19 @@ class MediaDelivery:
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
 
-    def _validators(self, headers: dict[str, str], record: FileRecord, etag: str, modified: dt.datetime) -> None:
+    def _validators(self, headers: dict[str, str], record: FileRecord, etag: str, modified: dt.datetime,
+                    *, vary_accept: bool = False) -> None:
+        """ETag, Last-Modified, Cache-Control and Vary (``vary_accept``: format=auto chose the
+        representation from the Accept header, so caches must key on it too)."""
         headers["ETag"] = etag
         headers["Last-Modified"] = _http_date(modified)
         if record.is_public:
             headers["Cache-Control"] = self._public_cache
+            if vary_accept:
+                headers["Vary"] = "Accept"
         else:
             headers["Cache-Control"] = PRIVATE_NO_STORE
-            headers["Vary"] = CREDENTIAL_VARY
+            headers["Vary"] = CREDENTIAL_VARY + (", Accept" if vary_accept else "")
 
     async def _accel(self, record: FileRecord, head: bool) -> Accel | None:
         """Where nginx gets the blob (MEDIASRV_ACCEL_REDIRECT), or None: the bytes are sent here.

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from mediasrv.core.domains.providers import DomainProvider, DomainStatus
+from mediasrv.core.domains.providers import EXTERNAL_TLS, CloudflareProvider, DomainProvider, DomainStatus
 from mediasrv.core.errors import Conflict, NotFound
 from mediasrv.core.timeutil import now_iso
 from store.base import DuplicateError, MetaStore
@@ -25,7 +25,7 @@ def public_base(domain: CustomDomain | None) -> str | None:
     """``https://host`` once the provider reports the hostname active, else None."""
     if domain is None or domain.verification_status != "active":
         return None
-    scheme = "https" if domain.ssl_status == "active" else "http"
+    scheme = "https" if domain.ssl_status in ("active", EXTERNAL_TLS) else "http"
     return f"{scheme}://{domain.hostname}"
 
 
@@ -109,14 +109,28 @@ class DomainService:
         await self._meta.put_domain(_record(user_id, current.hostname, status))
         self._forget(user_id, current.hostname)
 
+    async def every_domain(self) -> AsyncIterator[CustomDomain]:
+        """Every claimed hostname, in name order (operator commands)."""
+        offset = 0
+        while True:
+            page, total = await self._meta.list_domains(offset, 200)
+            for domain in page:
+                yield domain
+            offset += len(page)
+            if not page or offset >= total:
+                return
+
     async def approve(self, hostname: str) -> CustomDomain:
         """An operator vouches for the claimant: the hostname turns active without DNS proof.
 
         NotFound when no account claims the hostname. With the cloudflare provider this only
-        changes our record; Cloudflare still decides whether it serves the hostname.
+        changes our record; Cloudflare still decides whether it serves the hostname, and its
+        certificate state stays what Cloudflare last said. With the manual provider the
+        certificate is the operator's TLS front end's (``external``): mediasrv issues none.
         """
         current = await self._claim(hostname)
-        approved = dataclasses.replace(current, verification_status="active", ssl_status="active",
+        ssl = current.ssl_status if isinstance(self._provider, CloudflareProvider) else EXTERNAL_TLS
+        approved = dataclasses.replace(current, verification_status="active", ssl_status=ssl,
                                        updated_at=now_iso())
         await self._meta.put_domain(approved)
         self._forget(current.user_id, hostname)

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
+import httpx
 import orjson
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
-from tornado.simple_httpclient import HTTPTimeoutError
 
 from mediasrv.core.errors import BadGateway, BadRequest
 from mediasrv.core.settings import Settings, SettingsError, parse_nameserver
@@ -116,6 +115,11 @@ CHALLENGE_LABEL = "_mediasrv-challenge"
 DNS_TIMEOUT_S = 5.0
 
 
+EXTERNAL_TLS = "external"
+"""ssl_status of a hostname the manual provider verified: mediasrv issues no certificate; the
+TLS front end the operator runs for it (nginx with certbot, Caddy, a CDN) holds one."""
+
+
 class ManualProvider:
     """The operator points DNS at the server and manages certificates.
 
@@ -140,12 +144,13 @@ class ManualProvider:
 
     async def refresh(self, hostname: str, provider_id: str | None) -> DomainStatus:
         if self._verify == "none":
-            return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status="active")
+            return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status=EXTERNAL_TLS)
         if not provider_id:  # a record made before tokens existed: give it one to publish
             return DomainStatus(provider_id=_new_token(), verification_status="pending", ssl_status="pending")
         proven = await self._txt_holds(f"{CHALLENGE_LABEL}.{hostname}", provider_id)
-        state = "active" if proven else "pending"
-        return DomainStatus(provider_id=provider_id, verification_status=state, ssl_status=state)
+        if not proven:
+            return DomainStatus(provider_id=provider_id, verification_status="pending", ssl_status="pending")
+        return DomainStatus(provider_id=provider_id, verification_status="active", ssl_status=EXTERNAL_TLS)
 
     async def remove(self, hostname: str, provider_id: str | None) -> None:
         return None
@@ -287,6 +292,10 @@ class CloudflareProvider:
             text = text[:_PUBLIC_ERROR_CHARS - 3] + "..."
         return text
 
+    async def _send(self, client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str],
+                    content: bytes | None) -> httpx.Response:
+        return await client.request(method, url, headers=headers, content=content, timeout=self._timeout_s)
+
     async def _call(self, method: str, url: str, body: dict[str, Any] | None = None, *,
                     not_found_ok: bool = False) -> Any:
         """Send one API request; return the envelope's ``result`` or raise BadGateway.
@@ -296,30 +305,23 @@ class CloudflareProvider:
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"
-        request = HTTPRequest(url, method=method, headers=headers,
-                              body=orjson.dumps(body) if body is not None else None,
-                              connect_timeout=self._timeout_s, request_timeout=self._timeout_s,
-                              follow_redirects=False)
-        client = self._http_client if self._http_client is not None else AsyncHTTPClient()
+        content = orjson.dumps(body) if body is not None else None
         try:
-            response: HTTPResponse = await client.fetch(request, raise_error=False)
-        except HTTPClientError as exc:  # 599: timeout or a closed stream
-            log.warning("Cloudflare %s %s failed: %s", method, url, exc)
-            if _is_timeout(exc):
-                raise BadGateway("Domain provider did not answer in time") from None
-            raise BadGateway("Domain provider could not be reached") from None
-        except Exception as exc:  # connection refused, DNS, TLS, ...
+            if self._http_client is not None:
+                response = await self._send(self._http_client, method, url, headers, content)
+            else:  # rare calls (a domain added, refreshed, removed): a client for each
+                async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
+                    response = await self._send(client, method, url, headers, content)
+        except httpx.TimeoutException as exc:
+            log.warning("Cloudflare %s %s failed: %s: %s", method, url, type(exc).__name__, exc)
+            raise BadGateway("Domain provider did not answer in time") from None
+        except Exception as exc:  # connection refused, DNS, TLS, a closed stream...
             log.warning("Cloudflare %s %s failed: %s: %s", method, url, type(exc).__name__, exc)
             raise BadGateway("Domain provider could not be reached") from None
-        code = response.code
-        if code == 599:  # some clients report transport errors as a response
-            log.warning("Cloudflare %s %s failed: %s", method, url, response.error)
-            if _is_timeout(response.error):
-                raise BadGateway("Domain provider did not answer in time")
-            raise BadGateway("Domain provider could not be reached")
+        code = response.status_code
         if code == 404 and not_found_ok:
             raise _NotFound()
-        raw = response.body or b""
+        raw = response.content or b""
         try:
             envelope = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -360,9 +362,6 @@ def _is_duplicate(errors: Any) -> bool:
     return False
 
 
-def _is_timeout(exc: BaseException | None) -> bool:
-    text = str(exc).lower()
-    return isinstance(exc, HTTPTimeoutError | TimeoutError) or "timeout" in text or "timed out" in text
 
 
 def _same_host(found: Any, hostname: str) -> bool:

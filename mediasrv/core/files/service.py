@@ -22,7 +22,7 @@ from mediasrv.core.limits.querygate import QueryGate
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.timeutil import now_iso
-from store.base import BlobStore, MetaStore
+from store.base import BlobStore, MetaStore, QuotaWithRecord
 from store.errors import StorageFull
 from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries
 from store.models import FileRecord, User
@@ -64,6 +64,7 @@ class FileService:
         self._on_deleted = on_deleted
         self.gate = gate or QueryGate()
         self._aborts: set[asyncio.Future[None]] = set()
+        self._one_write = isinstance(meta, QuotaWithRecord)
 
     def abort_later(self, upload: Upload) -> None:
         """Drop a disconnected client's upload (its partial blob, its reservation) in the
@@ -99,11 +100,12 @@ class FileService:
 
     async def start_upload(self, user: User, content_type: str | None, name: str | None, is_public: bool,
                            declared_size: int | None, limits: UploadLimits, allow: AllowList) -> Upload:
-        """An upload whose quota is reserved (when its size is declared) and whose blob writer is
-        open; 503 first if the database changed under the server (``require_store``)."""
+        """An upload whose quota is reserved (when its size is declared, unless the body is small
+        and the store takes its quota with its record) and whose blob writer is open (unless the
+        body is small); 503 first if the database changed under the server (``require_store``)."""
         await self.require_store()
         upload = Upload(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
-                        allow)
+                        allow, one_write=self._one_write)
         await upload.start()  # releases its own reservation if it fails (503)
         return upload
 

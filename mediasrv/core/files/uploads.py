@@ -3,9 +3,12 @@
 The body goes to the blob store chunk by chunk; nothing holds it whole. Quota is reserved
 atomically in the metadata store before the body is read when the size is declared, or
 once it is known for a chunked body, and released on every failure path, so concurrent
-uploads can never push an account past its limits. The blob is committed before the record
-is inserted: a crash in between leaves an unreferenced blob for the sweep, never a record
-without bytes.
+uploads can never push an account past its limits. A small body (at most WRITE_BYTES, held
+whole and stored with one ``put``) is the exception where the store can do it
+(``QuotaWithRecord``): its quota is taken in the same write as its record, one write instead
+of two; refused, its blob is deleted before the answer. The blob is committed before the
+record is inserted: a crash in between leaves an unreferenced blob for the sweep, never a
+record without bytes.
 
 The reservation is named by the file_id, so a store that resends it after a lost reply applies
 it once. When the record insert fails in a way that may still have written it (the store is
@@ -23,7 +26,7 @@ import secrets
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.core.files import content_types
@@ -31,7 +34,7 @@ from mediasrv.core.timeutil import now_iso
 from mediasrv.images.headers import header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store import errors as store_errors
-from store.base import BlobStore, BlobWriter, MetaStore
+from store.base import BlobStore, BlobWriter, MetaStore, QuotaWithRecord
 from store.models import FileRecord, User
 
 log = logging.getLogger("mediasrv.uploads")
@@ -68,9 +71,11 @@ class Upload:
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
-                 allow: content_types.AllowList | None = None) -> None:
+                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
-        checked against ``allow``."""
+        checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
+        the caller knows (an isinstance check of a protocol costs more than a small upload's
+        other checks together)."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -93,6 +98,10 @@ class Upload:
         blob and the reservation (the sweep and the reconcile resolve them)."""
         self._gone = asyncio.Event()
         """Set by ``abort`` during ``finish``: the client left; finish stops before the record."""
+        if one_write is None:
+            one_write = isinstance(meta, QuotaWithRecord)
+        self._one_write = cast(QuotaWithRecord, meta) if one_write else None
+        """The store, when it can take a small upload's quota with its record."""
 
     async def start(self) -> None:
         """Reserve the declared size (403 over quota) and open the blob writer.
@@ -101,12 +110,14 @@ class Upload:
         reservation is released here and the client gets 503 (StoreUnavailable, Retry-After):
         no phantom bytes or file stay on the account.
         """
-        if self._declared is not None:
+        small = self._declared is not None and self._declared <= WRITE_BYTES
+        if self._declared is not None and not (small and self._one_write is not None):
             await self._reserve(self._declared)
-        if self._declared is None or self._declared > WRITE_BYTES:
+        if not small:
             await self._open_writer()  # a store that is down refuses before the body is read
         # else: a small body is buffered whole and written with one put() in finish: one
-        # blob-store round trip per small upload instead of three (open, write, commit).
+        # blob-store round trip per small upload instead of three (open, write, commit), and,
+        # where the store can, its quota is taken with its record (``_insert``).
 
     async def _open_writer(self) -> None:
         try:
@@ -165,7 +176,7 @@ class Upload:
             self._type = content_types.resolve_sniffed(self._head, self._allow)
         content_types.check_signature(self._type, self._head)
         width, height = self._check_dimensions()
-        if self._reserved is None:
+        if self._reserved is None and not (self._writer is None and self._one_write is not None):
             await self._reserve(self.received)
         if self._writer is None:
             await self._unless_gone(self._blobs.put(self.file_id, bytes(self._pending)))
@@ -202,7 +213,14 @@ class Upload:
         raise ClientGone()
 
     async def _insert(self, record: FileRecord) -> None:
-        """Insert the record; after an unavailable store, ask whether it was written anyway."""
+        """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``;
+        refused over quota, the caller's ``abort`` deletes the committed blob). After an
+        unavailable store, ask whether the record was written anyway."""
+        if self._reserved is None and self._one_write is not None:
+            if not await self._one_write.insert_file_within_quota(record, self._limits.storage_limit,
+                                                                  self._limits.count_limit):
+                raise Forbidden(QUOTA_MESSAGE, code="QUOTA_EXCEEDED")
+            return
         try:
             await self._meta.insert_file(record)
             return

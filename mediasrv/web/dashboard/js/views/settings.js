@@ -18,7 +18,8 @@ export function settingsView() {
     const d = settings.custom_domain;
     domain.input.value = d ? d.hostname : '';
     const rows = d ? [
-      ['Hostname', d.hostname], ['Verification', d.verification_status], ['Certificate', d.ssl_status],
+      ['Hostname', d.hostname], ['Verification', d.verification_status], ['Certificate', d.ssl_status === 'external'
+        ? 'not issued by mediasrv: the server\'s TLS front end provides it' : d.ssl_status],
       ['Checked', formatDate(d.updated_at)], ['Public URLs start with', settings.public_url_base || 'the server URL'],
       // While pending, the proof of control the server asks for (manual provider): a DNS TXT record.
       ...(d.verification_record ? [['Publish a TXT record named', d.verification_record.name],

@@ -1,8 +1,9 @@
-"""The route specification (mediasrv.web.routespec) and everything derived from it.
+"""The route rows (handlers/*.py ``ROUTES``, ``handlers.routes``), their vocabulary
+(mediasrv.web.routespec) and everything derived from them.
 
-Units: the documents are byte-identical to the snapshot taken before the specification
-existed, the specification refuses contradictions, the route table is today's and refuses
-a handler map that disagrees with the specification. Over real HTTP: every declared operation
+Units: the documents are byte-identical to the snapshot taken before the rows existed, the
+rows refuse contradictions, the route table is today's and refuses a handler map that
+disagrees with the rows. Over real HTTP: every declared operation
 is reachable and enforces its declared auth, and every declared limit is the one the limiter
 enforces (its counter, its key and its size).
 """
@@ -19,23 +20,10 @@ import orjson
 import pytest
 import tornado.web
 
-from handlers import account, reference
-from mediasrv.core.limits.ratelimit import IP_LIMITS, USER_LIMITS
+from handlers import account, health
+from handlers.routes import LIMITS, PATHS, ROUTES
 from mediasrv.web.app import Runtime, check_bindings
-from mediasrv.web.routespec import (
-    ANY,
-    JWT,
-    LIMITS,
-    NONE,
-    OPTIONAL,
-    PATHS,
-    SPEC,
-    Limit,
-    Route,
-    by_path,
-    check,
-    path_regex,
-)
+from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route, by_path, check, path_regex
 from tests.conftest import Api, body
 from tests.snapshots import route_documents
 
@@ -50,10 +38,10 @@ def test_documents_are_byte_identical_to_the_snapshot() -> None:
 def test_snapshot_covers_every_declared_operation() -> None:
     doc = orjson.loads(route_documents.SNAPSHOT.read_bytes())["default"]
     documented = [(m.upper(), p) for p, ops in doc["openapi"]["paths"].items() for m in ops]
-    assert sorted(documented) == sorted((r.method, r.path) for r in SPEC)
+    assert sorted(documented) == sorted((r.method, r.path) for r in ROUTES)
     limits = {(x["method"], x["path"]): (x["requests_per_minute"], x["key"])
               for x in doc["for_agents"]["limits"]["rate_limits"]}
-    assert limits == {(r.method, r.path): (r.limit.per_minute, r.limit.key) for r in SPEC if r.limit}
+    assert limits == {(r.method, r.path): (r.limit.per_minute, r.limit.key) for r in ROUTES if r.limit}
 
 
 # ---------------------------------------------------------------------------- the specification
@@ -66,23 +54,27 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_layers_point_one_way() -> None:
-    """The specification is pure data; of the package, only web/app.py (which binds paths to
-    handler classes) imports handlers/."""
-    package = Path(__file__).resolve().parent.parent / "mediasrv"
-    spec_imports = _imports(package / "web" / "routespec.py")
-    assert not {n for n in spec_imports if n.startswith(("mediasrv", "handlers", "store"))}, spec_imports
+    """The vocabulary is pure data (it takes ``Limit`` from the limiter and the builder type from
+    the OpenAPI helpers); of the package, only web/app.py (the route table), web/openapi.py and
+    web/for_agents.py (the documents) import handlers/, the places the route rows are read."""
+    package = Path(__file__).resolve().parents[2] / "mediasrv"
+    spec_imports = _imports(package / "web" / "routespec.py") | _imports(package / "web" / "openapi_parts.py")
+    assert {n for n in spec_imports if n.startswith(("mediasrv", "handlers", "store"))} == {
+        "mediasrv.core.limits.ratelimit", "mediasrv.web.openapi_parts", "mediasrv.core.settings",
+        "mediasrv.images.vips"}, spec_imports
     for path in sorted(package.rglob("*.py")):
-        if path.relative_to(package).as_posix() != "web/app.py":
+        if path.relative_to(package).as_posix() not in ("web/app.py", "web/openapi.py", "web/for_agents.py"):
             assert not {n for n in _imports(path) if n.startswith("handlers")}, path
 
 
 def _route(**changes: Any) -> Route:
-    return dataclasses.replace(Route("GET", "/x", ANY, "t", "x", "X", Limit("x", 5, "user")), **changes)
+    row = Route("GET", "/x", ANY, account.UsageHandler, "t", "x", "X", lambda ctx: {}, Limit("x", 5, "user"))
+    return dataclasses.replace(row, **changes)
 
 
 def test_the_specification_is_consistent() -> None:
-    check(SPEC)  # also run at import
-    assert {r.auth for r in SPEC} == {NONE, JWT, ANY, OPTIONAL}
+    check(ROUTES)  # also run at import
+    assert {r.auth for r in ROUTES} == {NONE, JWT, ANY, OPTIONAL}
 
 
 @pytest.mark.parametrize(("routes", "problem"), [
@@ -94,6 +86,7 @@ def test_the_specification_is_consistent() -> None:
     ((_route(declared_unlimited=True),), "both limited and declared unlimited"),
     ((_route(limit=Limit("x", 0, "ip")),), "at least one request"),
     ((_route(method="get"),), "upper case"),
+    ((_route(), _route(method="POST", op_id="y", handler=account.LogsHandler)), "served by LogsHandler"),
 ])
 def test_the_specification_refuses_contradictions(routes: tuple[Route, ...], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
@@ -107,19 +100,18 @@ def test_path_regex_is_the_capture_group_app_py_used() -> None:
 
 
 def test_fixed_paths_are_routed_before_templated_ones() -> None:
-    order = list(by_path())
+    order = list(by_path(ROUTES))
     templated = [i for i, path in enumerate(order) if "{" in path]
     assert templated == list(range(len(order) - len(templated), len(order)))
     assert order.index("/files/bulk-delete") < order.index("/files/{id}")
     assert list(PATHS) == order
 
 
-def test_limiter_tables_are_the_declared_counters() -> None:
-    assert {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "ip"} == IP_LIMITS
-    assert {name: limit.per_minute for name, limit in LIMITS.items() if limit.key == "user"} == USER_LIMITS
-    assert not IP_LIMITS.keys() & USER_LIMITS.keys()
+def test_limiter_tables_are_the_declared_counters(runtime: Runtime, http_server: Any) -> None:
+    assert dict(runtime.limiter.limits) == dict(LIMITS)
+    assert set(LIMITS) == {r.limit.name for r in ROUTES if r.limit}
     # logout spends refresh's counter, as it always did
-    shared = {r.op_id: r.limit for r in SPEC if r.limit and r.limit.name == "refresh"}
+    shared = {r.op_id: r.limit for r in ROUTES if r.limit and r.limit.name == "refresh"}
     assert shared == {"refreshSession": Limit("refresh", 30, "ip"), "logout": Limit("refresh", 30, "ip")}
 
 
@@ -164,17 +156,20 @@ def test_route_table_is_todays(app: tornado.web.Application, http_server: Any) -
 def test_every_handler_gets_exactly_its_declared_operations(app: tornado.web.Application, http_server: Any) -> None:
     given = {regex: rule.target_kwargs["base"].operations
              for regex, rule in zip((r for r, _ in _rules(app)), app.wildcard_router.rules, strict=True)}
+    paths = {regex: rule.target_kwargs["base"].path
+             for regex, rule in zip((r for r, _ in _rules(app)), app.wildcard_router.rules, strict=True)}
     for path, operations in PATHS.items():
         assert dict(given.pop(path_regex(path))) == dict(operations), path
+        assert paths[path_regex(path)] == path  # the metrics label's source
     assert {regex: dict(ops) for regex, ops in given.items()} == {"/": {}, "/assets/([A-Za-z0-9_./-]+)": {}}
 
 
 def test_a_handler_map_that_disagrees_with_the_specification_is_refused() -> None:
-    classes: dict[str, Any] = {"/ping": reference.PingHandler, "/usage": account.UsageHandler}
+    classes: dict[str, Any] = {"/ping": health.PingHandler, "/usage": account.UsageHandler}
     spec = {"/ping": PATHS["/ping"], "/usage": PATHS["/usage"]}
     check_bindings(classes, spec)  # agreeing: no error
     with pytest.raises(ValueError, match="/usage: declared but no handler serves it"):
-        check_bindings({"/ping": reference.PingHandler}, spec)
+        check_bindings({"/ping": health.PingHandler}, spec)
     with pytest.raises(ValueError, match="/extra: served by UsageHandler but not declared"):
         check_bindings({**classes, "/extra": account.UsageHandler}, spec)
     with pytest.raises(ValueError, match=r"/ping: PingHandler implements \['GET', 'HEAD'\]"):
@@ -220,7 +215,7 @@ def _reached(r: Any) -> bool:
 
 async def test_every_declared_route_is_reachable_and_enforces_its_auth(api: Api) -> None:
     token, key, _ = await _credentials(api)
-    for route in SPEC:
+    for route in ROUTES:
         url, where = _url(route), f"{route.method} {route.path}"
         anonymous = await api.call(route.method, url)
         if route.auth in (JWT, ANY):
@@ -244,7 +239,7 @@ async def test_every_declared_limit_is_what_the_limiter_enforces(api: Api, runti
     token, _, user_id = await _credentials(api)
     window = [1_000_020.0]
     runtime.limiter._clock = lambda: window[0]  # fixed windows: no rollover mid-route
-    for route in SPEC:
+    for route in ROUTES:
         if route.limit is None:
             continue
         window[0] += 60  # a fresh window per route: logout and refresh share one counter
@@ -267,7 +262,7 @@ async def test_unlimited_routes_spend_no_counter(api: Api, runtime: Runtime) -> 
     runtime.limiter._clock = lambda: 2_000_020.0  # one window for the whole test
     token, _, _ = await _credentials(api)
     spent = dict(runtime.limiter._counts)  # register, login, api_keys.create
-    for route in SPEC:
+    for route in ROUTES:
         if route.limit is None:
             r = await api.call(route.method, _url(route), token=token if route.auth in (JWT, ANY) else None)
             assert _reached(r) and r.code != 429, (route.method, route.path)

@@ -1,0 +1,175 @@
+"""The SQLite writer's group commit (issue 20 item 6): the writes waiting at one moment share
+one transaction, each in its own savepoint, and each caller still gets its own outcome.
+
+The writer thread is held on a write that waits for a ``threading.Event``, so the writes
+queued meanwhile are known to make up the next batch. Real SQLite files throughout.
+"""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.errors import Duplicate, StoreUnavailable
+from store.groupcommit import Call
+from store.models import User
+from store.sqlite import QueuedWrite, SqliteMetaStore
+
+STAMP = "2026-01-01T00:00:00.000Z"
+
+
+def user(user_id: str) -> User:
+    return User(id=user_id, email=f"{user_id}@example.com", password_hash="x", created_at=STAMP, updated_at=STAMP)
+
+
+class HeldWriter:
+    """Holds the writer thread inside one write until ``release``; counts the batches run."""
+
+    def __init__(self, store: SqliteMetaStore) -> None:
+        self.store = store
+        self.entered, self.gate = threading.Event(), threading.Event()
+        self.batches: list[int] = []
+        run = store._commit_batch
+
+        def counting(batch: list[Call[QueuedWrite]]) -> None:
+            self.batches.append(len(batch))
+            run(batch)
+        store._batches._run_batch = counting
+
+    def _wait(self, conn: sqlite3.Connection) -> None:
+        self.entered.set()
+        assert self.gate.wait(10)
+
+    async def hold(self) -> asyncio.Future[Any]:
+        held = asyncio.ensure_future(self.store._write(self._wait))
+        assert await asyncio.to_thread(self.entered.wait, 10)
+        return held
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+async def opened(tmp_path: Path) -> SqliteMetaStore:
+    store = SqliteMetaStore(tmp_path / "meta.sqlite3")
+    await store.open()
+    return store
+
+
+async def emails(store: SqliteMetaStore) -> set[str]:
+    users, _ = await store.list_users(0, 100)
+    return {u.email for u in users}
+
+
+async def queued(store: SqliteMetaStore, count: int) -> None:
+    """Until ``count`` writes wait in the group commit's queue (each task has run to its await)."""
+    while len(store._batches._queue) < count:
+        await asyncio.sleep(0)
+
+
+async def test_writes_waiting_together_commit_in_one_batch(tmp_path: Path, io_loop: Any) -> None:
+    store = await opened(tmp_path)
+    try:
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        created = [asyncio.ensure_future(store.create_user(user(f"u{i}"))) for i in range(30)]
+        await queued(store, 30)
+        writer.release()
+        await asyncio.gather(held, *created)
+        assert writer.batches == [1, 30]
+        assert len(await emails(store)) == 30
+    finally:
+        await store.close()
+
+
+async def test_a_failing_write_fails_alone(tmp_path: Path, io_loop: Any) -> None:
+    store = await opened(tmp_path)
+    try:
+        await store.create_user(user("taken"))
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        before = asyncio.ensure_future(store.create_user(user("before")))
+        clash = asyncio.ensure_future(store.create_user(user("taken")))
+
+        def half_then_fail(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE users SET email = 'changed@example.com' WHERE id = 'taken'")
+            raise ValueError("a bug after a statement")
+        buggy = asyncio.ensure_future(store._write(half_then_fail))
+        after = asyncio.ensure_future(store.create_user(user("after")))
+        await queued(store, 4)
+        writer.release()
+        results = await asyncio.gather(held, before, clash, buggy, after, return_exceptions=True)
+        assert results[1] is None and results[4] is None
+        assert isinstance(results[2], Duplicate) and isinstance(results[3], ValueError)
+        assert writer.batches == [1, 4]
+        # The failed writes left nothing; the others are committed.
+        assert await emails(store) == {"taken@example.com", "before@example.com", "after@example.com"}
+    finally:
+        await store.close()
+
+
+async def test_a_lost_transaction_fails_the_writes_before_it_and_the_rest_commit(tmp_path: Path,
+                                                                                 io_loop: Any) -> None:
+    """Where SQLite gives up the whole transaction (disk full, I/O error), a write that had
+    already succeeded in it is lost too: its caller must be told, not answered as stored."""
+    store = await opened(tmp_path)
+    try:
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        first = asyncio.ensure_future(store.create_user(user("first")))
+
+        def abandon(conn: sqlite3.Connection) -> None:
+            conn.execute("ROLLBACK")  # what SQLite does by itself on some errors
+            raise sqlite3.OperationalError("database or disk is full")
+        lost = asyncio.ensure_future(store._write(abandon))
+        last = asyncio.ensure_future(store.create_user(user("last")))
+        await queued(store, 3)
+        writer.release()
+        results = await asyncio.gather(held, first, lost, last, return_exceptions=True)
+        assert isinstance(results[1], StoreUnavailable) and isinstance(results[2], StoreUnavailable)
+        assert results[3] is None
+        assert await emails(store) == {"last@example.com"}
+        await store.create_user(user("later"))  # the writer is in a clean state
+        assert await emails(store) == {"last@example.com", "later@example.com"}
+    finally:
+        await store.close()
+
+
+async def test_a_write_whose_caller_left_before_its_batch_does_not_run(tmp_path: Path, io_loop: Any) -> None:
+    store = await opened(tmp_path)
+    try:
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        gone = asyncio.ensure_future(store.create_user(user("gone")))
+        kept = asyncio.ensure_future(store.create_user(user("kept")))
+        await queued(store, 2)
+        gone.cancel()
+        writer.release()
+        await asyncio.gather(held, kept)
+        assert await emails(store) == {"kept@example.com"}
+    finally:
+        await store.close()
+
+
+async def test_close_lets_queued_writes_finish_and_refuses_new_ones(tmp_path: Path, io_loop: Any) -> None:
+    store = await opened(tmp_path)
+    writer = HeldWriter(store)
+    held = await writer.hold()
+    waiting = [asyncio.ensure_future(store.create_user(user(f"q{i}"))) for i in range(5)]
+    await queued(store, 5)
+    closing = asyncio.ensure_future(store.close())
+    while store._writer is not None:  # close has begun
+        await asyncio.sleep(0)
+    with pytest.raises(StoreUnavailable):
+        await store.create_user(user("late"))
+    writer.release()
+    await asyncio.gather(held, *waiting, closing)
+    again = await opened(tmp_path)
+    try:
+        assert await emails(again) == {f"q{i}@example.com" for i in range(5)}
+    finally:
+        await again.close()
+
