@@ -43,7 +43,8 @@ INTERFACE_RATE_LIMITS = {
 NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
                ("GET", "/reference/allowed-content-types"), ("GET", "/reference/for-agents"),
                ("GET", "/reference/openapi.json"), ("GET", "/reference")]
-JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}")}
+JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}"),
+            ("POST", "/admin/invites"), ("GET", "/admin/invites")}
 NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("POST", "/auth/register"),
            ("GET", "/auth/confirm"),
            ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import secrets
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
@@ -71,11 +71,12 @@ class Upload:
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
-                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None) -> None:
+                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
-        other checks together)."""
+        other checks together). ``on_end``: called once, when the upload is stored or aborted."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -98,6 +99,7 @@ class Upload:
         blob and the reservation (the sweep and the reconcile resolve them)."""
         self._gone = asyncio.Event()
         """Set by ``abort`` during ``finish``: the client left; finish stops before the record."""
+        self._on_end = on_end
         if one_write is None:
             one_write = isinstance(meta, QuotaWithRecord)
         self._one_write = cast(QuotaWithRecord, meta) if one_write else None
@@ -193,6 +195,7 @@ class Upload:
                             width=width, height=height)
         await self._insert(record)
         self._done = True
+        self._ended()
         return record
 
     async def _unless_gone(self, step: Awaitable[T]) -> T:
@@ -211,6 +214,11 @@ class Upload:
             return task.result()
         log.warning("upload cancelled: the client went away while its blob was being stored")
         raise ClientGone()
+
+    def _ended(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end()
 
     async def _insert(self, record: FileRecord) -> None:
         """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``;
@@ -245,6 +253,7 @@ class Upload:
         if self._done:
             return
         self._done = True
+        self._ended()
         self._pending = bytearray()
         if self._unsure:
             return
