@@ -15,9 +15,9 @@ import pytest
 
 from mediasrv.core.settings import Settings, SettingsError
 from tests import test_server
-from tests.test_server import Server, ServerTestCase, _read_response
+from tests.test_server import IN_FLIGHT_BYTES, Server, ServerTestCase, _read_response
 
-BODY = 200_000
+BODY = IN_FLIGHT_BYTES
 SENT = 50_000
 
 
