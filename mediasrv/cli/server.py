@@ -20,6 +20,7 @@ import tornado.httpserver
 import tornado.web
 
 from mediasrv.cli import workers
+from mediasrv.cli.main import main  # noqa: F401  (the entry point of installs made before cli/main.py)
 from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.secret import local_secret, shared_secret
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
