@@ -108,7 +108,7 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
                                                               moto: servers.Proc) -> None:
     """``mediasrv migrate --to backends`` then ``--to embedded`` into another DATA_DIR: the
     command builds the stores from the settings and asks each for its rows (``RowCopy``)."""
-    from mediasrv.cli.server import migrate_once
+    from mediasrv.cli.maintenance import migrate_once
     from mediasrv.core.settings import Settings
 
     assert mongoeco.port is not None
