@@ -18,7 +18,7 @@ import httpx
 from mediasrv.cli.server import make_server
 from mediasrv.core.settings import Settings
 from mediasrv.web.connections import default_max_connections
-from tests.test_server import MEDIASRV, START_TIMEOUT_S, Server, ServerTestCase, _read_response
+from tests.test_server import IN_FLIGHT_BYTES, MEDIASRV, START_TIMEOUT_S, Server, ServerTestCase, _read_response
 
 ATTACKER = "127.0.0.2"  # another loopback address: the per-address cap must not hit the tests' own client
 
@@ -85,7 +85,7 @@ class TimeoutsTest(ServerTestCase):
         server = self.serve(MEDIASRV_BODY_IDLE_TIMEOUT="1")
         _, token = self.login_new_user(server)
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            sock.sendall(_upload_head(server, token, 100_000) + b"x" * 1000)
+            sock.sendall(_upload_head(server, token, IN_FLIGHT_BYTES) + b"x" * 1000)
             self.assertTrue(closed_by_server(sock), "a stalled upload body stayed open")
 
         def leftovers() -> tuple[list[Path], tuple[int, int]]:

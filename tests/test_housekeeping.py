@@ -15,9 +15,9 @@ import pytest
 
 from mediasrv.core.settings import Settings, SettingsError
 from tests import test_server
-from tests.test_server import Server, ServerTestCase, _read_response
+from tests.test_server import IN_FLIGHT_BYTES, Server, ServerTestCase, _read_response
 
-BODY = 200_000
+BODY = IN_FLIGHT_BYTES
 SENT = 50_000
 
 
@@ -91,7 +91,7 @@ def test_help_lists_the_setting() -> None:
 @pytest.mark.parametrize(("role", "kept"), [("full", False), ("sweep", True), ("none", True)])
 async def test_workers_parent_reconciles_only_when_full(tmp_path, role: str, kept: bool) -> None:
     """`mediasrv serve --workers N` reconciles once in the parent before forking: only for full."""
-    from mediasrv.cli.server import _reconcile_before_fork, open_stores
+    from mediasrv.cli.maintenance import open_stores, reconcile_before_fork
     from tests.store.test_meta_contract import add_user
 
     settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_HOUSEKEEPING": role}).validate()
@@ -102,7 +102,7 @@ async def test_workers_parent_reconciles_only_when_full(tmp_path, role: str, kep
     finally:
         await blobs.close()
         await meta.close()
-    await _reconcile_before_fork(settings)
+    await reconcile_before_fork(settings)
     meta, blobs = await open_stores(settings)
     try:
         user = await meta.get_user("u1")

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from mediasrv.core.files.uploads import WRITE_BYTES
 from mediasrv.core.settings import Settings
 
 MEDIASRV = shutil.which("mediasrv", path=os.path.dirname(sys.executable)) or "mediasrv"
@@ -36,6 +37,9 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
 DRAIN_S = 10.0
 PASSWORD = "s3cret-pass"
+IN_FLIGHT_BYTES = WRITE_BYTES + 200_000
+"""An upload this big has its quota reserved as soon as its headers arrive, so /usage shows it in
+flight (a body of at most WRITE_BYTES is reserved only with its record, at the end)."""
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 
 
@@ -354,7 +358,7 @@ class ServeLifecycleTest(ServerTestCase):
     def test_sigterm_during_slow_upload_lets_it_finish(self) -> None:
         server = self.serve()
         _, token = self.login_new_user(server)
-        body = os.urandom(200_000)
+        body = os.urandom(IN_FLIGHT_BYTES)
         sock = self._start_raw_upload(server, token, body[:50_000], len(body))
         try:
             self._wait_reserved(server, token, len(body))  # the server has the headers: in flight
@@ -392,9 +396,9 @@ class ServeLifecycleTest(ServerTestCase):
     def test_sigterm_with_a_stalled_upload_exits_after_the_drain(self) -> None:
         server = self.serve()
         _, token = self.login_new_user(server)
-        sock = self._start_raw_upload(server, token, b"x" * 1000, 100_000)
+        sock = self._start_raw_upload(server, token, b"x" * 1000, IN_FLIGHT_BYTES)
         try:
-            self._wait_reserved(server, token, 100_000)  # the server has the headers: in flight
+            self._wait_reserved(server, token, IN_FLIGHT_BYTES)  # the server has the headers: in flight
             rc, took = server.terminate(timeout=DRAIN_S + 8)
         finally:
             sock.close()

@@ -113,9 +113,13 @@ class CorruptDatabaseTest(ServerTestCase):
         self.assertEqual(out.returncode, 1, out.stderr)
         self.assertNotIn("Traceback", out.stderr)
         lines = [line for line in out.stderr.splitlines() if line.strip()]
-        self.assertEqual(len(lines), 1, out.stderr)
-        self.assertIn(str(self.data_dir / "meta.sqlite3"), lines[0])
-        self.assertIn("not a database", lines[0])
+        # The log's first line ("mediasrv X starting: pid, port") comes before the stores open;
+        # the failure itself is one line after it.
+        self.assertEqual(len(lines), 2, out.stderr)
+        self.assertIn(" starting: pid ", lines[0])
+        self.assertTrue(lines[1].startswith("mediasrv: cannot start: "), out.stderr)
+        self.assertIn(str(self.data_dir / "meta.sqlite3"), lines[1])
+        self.assertIn("not a database", lines[1])
 
 
 class LockedDatabaseShutdownTest(ServerTestCase):

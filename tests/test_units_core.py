@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from handlers.routes import LIMITS
-from mediasrv.cli.server import StartupError, load_secret
+from mediasrv.cli.secret import StartupError, load_secret
 from mediasrv.core import recorders
 from mediasrv.core.limits.ratelimit import WINDOW_S, Limit, RateLimiter
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder

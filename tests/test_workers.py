@@ -57,7 +57,7 @@ def test_two_workers_serve_one_port_and_stop_together() -> None:
         assert proc.wait(STOP_TIMEOUT_S + 5) == 0, log_path.read_text(errors="replace")
         assert not any(_alive(pid) for pid in workers)
         text = log_path.read_text(errors="replace")
-        assert "Traceback" not in text and text.count("mediasrv listening") == 2, text
+        assert "Traceback" not in text and text.count(" listening on http://") == 2, text
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,53 +17,6 @@ from mediasrv.core.admin import KEEP, AdminService
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 
-COMMANDS = frozenset({"users", "invites"})
-PASSWORD_HELP = "read the password from standard input (default: generate one and print it)"
-
-
-def add_parsers(sub: Any, epilog: str) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
-    users = sub.add_parser("users", help="list, create, confirm, disable, enable or delete accounts; "
-                                         "set a password, a plan and its limits", formatter_class=raw, epilog=epilog)
-    actions = users.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="accounts, oldest first (a table, or --json)")
-    listing.add_argument("--email", help="only addresses containing this text")
-    listing.add_argument("--page", type=int, default=1)
-    listing.add_argument("--limit", type=int, default=50, help="accounts per page (at most 500)")
-    listing.add_argument("--json", action="store_true", help="one JSON object per line")
-    create = actions.add_parser("create", help="create an account (no e-mail is sent)")
-    create.add_argument("email")
-    create.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
-    create.add_argument("--confirmed", action="store_true", help="mark the e-mail address confirmed at once")
-    for name, text in (("confirm", "mark an account's e-mail address confirmed"),
-                       ("disable", "stop an account: its sessions and API keys are refused (403), no login"),
-                       ("enable", "let a disabled account in again"),
-                       ("show", "print an account's plan and counters as JSON")):
-        actions.add_parser(name, help=text).add_argument("email")
-    password = actions.add_parser("set-password", help="set a new password; every session of the account ends")
-    password.add_argument("email")
-    password.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
-    delete = actions.add_parser("delete", help="delete an account with all its files and their bytes")
-    delete.add_argument("email")
-    delete.add_argument("--yes", action="store_true", help="confirm: nothing is deleted without it")
-    plan = actions.add_parser(
-        "set-plan", help="set an account's plan name, limits and trial end; 'default' clears a value "
-                         "back to the server-wide setting (absent options stay unchanged)")
-    plan.add_argument("email")
-    plan.add_argument("--plan", help="plan name shown in GET /profile ('default': trial/standard)")
-    plan.add_argument("--storage-limit", help="storage limit in bytes, or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
-    plan.add_argument("--file-limit", help="file count limit, or 'default' (MEDIASRV_FILE_COUNT_LIMIT)")
-    plan.add_argument("--trial-end", help="ISO 8601 time the trial ends (uploads and deletes then get 403), "
-                                          "or 'none' for no trial")
-
-    invites = sub.add_parser("invites", help="make or list invite codes (MEDIASRV_REGISTRATION=invite)",
-                             formatter_class=raw, epilog=epilog)
-    invite_actions = invites.add_subparsers(dest="action", required=True)
-    make = invite_actions.add_parser("create", help="print new single-use codes, one per line")
-    make.add_argument("--count", type=int, default=1)
-    make.add_argument("--days", type=float, default=7.0, help="days each code stays valid (default 7)")
-    invite_actions.add_parser("list", help="every code made: when, until when, used or not (not the codes)")
-
 
 def read_password(args: argparse.Namespace) -> str | None:
     """The password from standard input when asked for (read before the stores open)."""

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -29,52 +28,10 @@ from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 from mediasrv.core.settings import Settings
 
-COMMANDS = frozenset({"users", "invites", "usage", "domains", "backup", "restore", "config"})
 SECRET_FIELDS = frozenset({"jwt_secret", "cloudflare_api_token"})
 URL_FIELDS = frozenset({"smtp_url", "mongodb_url"})
 """URLs that may carry a password in their user-info part."""
 MASK = "********"
-
-
-def add_parsers(sub: Any, epilog: str) -> None:
-    """Register the commands on ``mediasrv``'s subparsers."""
-    raw = argparse.RawDescriptionHelpFormatter
-    accounts.add_parsers(sub, epilog)
-
-    usage = sub.add_parser("usage", help="list every account's storage, files, origin reads and image "
-                                         "operations", formatter_class=raw, epilog=epilog)
-    usage.add_argument("--period", help="month as YYYY-MM (default: this month)")
-    usage.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
-
-    domains = sub.add_parser("domains", help="list custom domains; approve or reject a claim",
-                             formatter_class=raw, epilog=epilog)
-    domains_sub = domains.add_subparsers(dest="action", required=True)
-    listed = domains_sub.add_parser("list", help="every claimed hostname with its account and status")
-    listed.add_argument("--json", action="store_true", help="one JSON object per line")
-    approve = domains_sub.add_parser("approve", help="make the hostname active for the account that "
-                                                     "claims it, without DNS proof")
-    approve.add_argument("hostname")
-    reject = domains_sub.add_parser("reject", help="remove the claim, freeing the hostname for its owner")
-    reject.add_argument("hostname")
-
-    text = ("back up the database (a consistent SQLite snapshot: embedded store only; with MongoDB use "
-            "mongodump), the blobs it references and the secret; safe while serving")
-    make = sub.add_parser("backup", help=text, description=text, formatter_class=raw, epilog=epilog)
-    make.add_argument("dest", type=Path, help="a new directory, or a new .tar file with --tar (.tar.gz "
-                                              "with --compress)")
-    make.add_argument("--tar", action="store_true", help="write one tar file instead of a directory")
-    make.add_argument("--compress", action="store_true",
-                      help="write one gzip-compressed tar file (implies --tar); restore reads it as it is")
-    text = ("restore a backup (directory, or tar file plain or compressed, told apart by content) into "
-            "MEDIASRV_DATA_DIR (embedded store only); stop the server first; refuses a data directory "
-            "that is not empty unless --force")
-    put = sub.add_parser("restore", help=text, description=text, formatter_class=raw, epilog=epilog)
-    put.add_argument("source", type=Path)
-    put.add_argument("--force", action="store_true",
-                     help="replace the database, blobs and secret of a data directory that is not empty")
-
-    sub.add_parser("config", help="print the effective settings, secrets masked",
-                   formatter_class=raw, epilog=epilog)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

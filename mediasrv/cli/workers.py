@@ -62,7 +62,7 @@ def bind(settings: Settings) -> list[socket.socket]:
     try:
         return tornado.netutil.bind_sockets(settings.port, settings.host, reuse_port=True)
     except OSError as exc:
-        from mediasrv.cli.server import StartupError
+        from mediasrv.core.stores import StartupError
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 

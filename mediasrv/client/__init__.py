@@ -2,25 +2,18 @@
 
     from mediasrv.client import MediasrvClient, SyncMediasrvClient
 
-Everything lives in ``mediasrv.client.sdk``; this package re-exports its public names.
+One concept per module: ``async_client`` (MediasrvClient), ``sync_client`` (the same API,
+blocking), ``errors`` (typed exceptions), ``models`` (the records), ``transfer`` (streaming to
+and from disk, content types and names), ``operations`` (method -> HTTP operation). This package
+re-exports their public names; the SDK imports nothing of the server but the stdlib-only sniffer.
 """
-from mediasrv.client.sdk import (
-    CHUNK_BYTES,
-    DEFAULT_TIMEOUT,
-    DEFAULT_URL,
-    OPERATIONS,
+from mediasrv.client.async_client import DEFAULT_TIMEOUT, DEFAULT_URL, MediasrvClient
+from mediasrv.client.errors import (
     ApiError,
-    ApiKey,
-    ApiKeyPage,
     AuthenticationError,
     BadRequestError,
-    BulkDeleteResult,
     ConflictError,
     ConnectionFailed,
-    Downloaded,
-    FilePage,
-    Login,
-    MediasrvClient,
     MediasrvError,
     NotFoundError,
     PayloadTooLargeError,
@@ -28,15 +21,23 @@ from mediasrv.client.sdk import (
     RateLimitedError,
     ServerBusyError,
     ServerError,
+    error_from_response,
+)
+from mediasrv.client.models import (
+    ApiKey,
+    ApiKeyPage,
+    BulkDeleteResult,
+    Downloaded,
+    FilePage,
+    Login,
     Session,
     SignedUrl,
     StoredFile,
-    SyncMediasrvClient,
     User,
-    encode_file_name,
-    error_from_response,
-    guess_content_type,
 )
+from mediasrv.client.operations import OPERATIONS
+from mediasrv.client.sync_client import SyncMediasrvClient
+from mediasrv.client.transfer import CHUNK_BYTES, encode_file_name, guess_content_type
 
 __all__ = [
     "CHUNK_BYTES", "DEFAULT_TIMEOUT", "DEFAULT_URL", "OPERATIONS", "ApiError", "ApiKey", "ApiKeyPage",

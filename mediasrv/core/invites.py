@@ -55,6 +55,11 @@ DASHBOARD_MAX_BATCH = 50
 DASHBOARD_DEFAULT_DAYS = 7
 
 
+def is_admin(user: User, admin_emails: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether ``user`` is an admin account: its address is in MEDIASRV_ADMIN_EMAILS (lowercased)."""
+    return user.email.lower() in admin_emails
+
+
 class AdminInvites:
     """Invite codes made and listed by an admin account (``POST/GET /admin/invites``).
 
@@ -66,11 +71,8 @@ class AdminInvites:
         self._invites = invites
         self._admins = frozenset(admin_emails)
 
-    def is_admin(self, user: User) -> bool:
-        return user.email.lower() in self._admins
-
     def _require_admin(self, user: User) -> None:
-        if not self.is_admin(user):
+        if not is_admin(user, self._admins):
             raise Forbidden("Only an administrator (an address in MEDIASRV_ADMIN_EMAILS) can manage invite codes",
                             code="ADMIN_ONLY")
 

@@ -23,7 +23,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from mediasrv.core.timeutil import iso
 from store.base import Leases
@@ -32,6 +32,7 @@ log = logging.getLogger("mediasrv.lease")
 DROP_TIMEOUT_S = 2.0
 """A graceful stop waits this long to give the lease up; past it, the lease expires by itself."""
 Duty = Callable[[], Coroutine[Any, Any, None]]
+T = TypeVar("T")
 
 
 def holder_id() -> str:
@@ -78,7 +79,7 @@ class Lease:
         await self._stop_duty("this process is stopping")
         if self._tried:
             with contextlib.suppress(Exception):  # unreachable store: it expires by itself
-                await asyncio.wait_for(self._store.drop_lease(self.name, self.holder), DROP_TIMEOUT_S)
+                await _within(self._store.drop_lease(self.name, self.holder), DROP_TIMEOUT_S)
 
     async def renew_once(self) -> bool:
         """One attempt to take or renew; starts or stops the duty accordingly. Whether held."""
@@ -91,7 +92,7 @@ class Lease:
             wait_s = min(wait_s, self._valid_until - sent)
         self._tried = True
         try:
-            taken = await asyncio.wait_for(
+            taken = await _within(
                 self._store.take_lease(self.name, self.holder, _iso(now), _iso(now + self.ttl_s)), wait_s)
         except Exception as exc:  # the store is down or slow: act only while the last renewal lasts
             log.warning("could not renew the %s lease (%s)", self.name, type(exc).__name__)
@@ -123,6 +124,28 @@ class Lease:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+
+
+async def _within(call: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    """``call``'s result, or TimeoutError (``call`` cancelled) after ``timeout_s``. Not
+    ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives as the call
+    completes, and ``stop`` would then wait for ever on a loop that goes on renewing."""
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout_s))
+    finally:
+        if not task.done():
+            task.cancel()
+            task.add_done_callback(_retrieve)
+    if not done:
+        raise TimeoutError(f"no answer within {timeout_s:.1f} s")
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A call abandoned at its timeout: its outcome is of no interest (nothing logged)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _iso(unix_s: float) -> str:

@@ -235,7 +235,8 @@ def _account_schemas() -> Json:
                             "max_upload_size_bytes": count(),
                             "trial_ends_at": timestamp("null: no trial", nullable=True)}),
             "subscription_canceled_at": timestamp(nullable=True),
-            "access_until": timestamp(nullable=True)}),
+            "access_until": timestamp(nullable=True),
+            "is_admin": typed("boolean", "an admin account (MEDIASRV_ADMIN_EMAILS): may make invite codes")}),
     }
 
 

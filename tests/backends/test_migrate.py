@@ -111,7 +111,7 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
                                                               moto: servers.Proc) -> None:
     """``mediasrv migrate --to backends`` then ``--to embedded`` into another DATA_DIR: the
     command builds the stores from the settings and asks each for its rows (``RowCopy``)."""
-    from mediasrv.cli.server import migrate_once
+    from mediasrv.cli.maintenance import migrate_once
     from mediasrv.core.settings import Settings
 
     assert mongoeco.port is not None
@@ -153,7 +153,7 @@ async def test_migrate_refuses_a_target_holding_another_signing_secret(tmp_path:
                                                                        moto: servers.Proc) -> None:
     """A MongoDB a server already ran on holds its own secret: copying would end every session
     made on DATA_DIR. The command refuses, says how, and copies nothing."""
-    from mediasrv.cli.server import StartupError, migrate_once
+    from mediasrv.cli.maintenance import StartupError, migrate_once
     from mediasrv.core.settings import Settings
 
     assert mongoeco.port is not None
@@ -195,7 +195,7 @@ def test_a_session_and_a_signed_link_made_before_migrate_work_after(tmp_path: Pa
 
     import httpx
 
-    from mediasrv.cli.server import migrate_once
+    from mediasrv.cli.maintenance import migrate_once
     from mediasrv.core.settings import Settings
     from tests.test_server import PASSWORD, Server
 

@@ -36,7 +36,7 @@ const nav = document.getElementById('nav');
 const who = document.getElementById('who');
 let resetToken = null;
 let email = null;
-let isAdmin = false;
+let isAdmin = null; // null: not asked yet for this session
 
 function go(hash) {
   if (location.hash === hash) render();
@@ -49,7 +49,7 @@ function show(title, build, loggedIn) {
   const nodes = build();
   document.title = `${title} · mediasrv`;
   nav.hidden = !loggedIn;
-  document.getElementById('nav-invites').hidden = !isAdmin;
+  document.getElementById('nav-invites').hidden = isAdmin !== true;
   who.hidden = !loggedIn;
   document.getElementById('who-email').textContent = email || '';
   const current = location.hash.replace(FILE_ROUTE, '#/files'); // a file's page is part of Files
@@ -62,19 +62,14 @@ function show(title, build, loggedIn) {
 }
 
 async function whoAmI() {
-  if (email) return;
+  if (email && isAdmin !== null) return;
   try {
-    email = (await api('GET', '/profile')).user.email;
+    const profile = await api('GET', '/profile');
+    email = profile.user.email;
+    // Admin accounts (MEDIASRV_ADMIN_EMAILS) may make invite codes: the Invites link shows for them.
+    isAdmin = profile.is_admin === true;
   } catch {
     email = null;
-    return;
-  }
-  // Admin accounts (MEDIASRV_ADMIN_EMAILS) may make invite codes: the Invites link shows for them.
-  try {
-    await api('GET', '/admin/invites', { query: { limit: 1 } });
-    isAdmin = true;
-  } catch {
-    isAdmin = false;
   }
 }
 
@@ -120,7 +115,7 @@ document.getElementById('logout').addEventListener('click', async () => {
     + 'Log out and drop them?', 'Log out')) return;
   await logout();
   email = null;
-  isAdmin = false;
+  isAdmin = null;
   resetFilesState();
   announce('You are logged out.', 'info', '#/login');
   go('#/login');
@@ -128,7 +123,7 @@ document.getElementById('logout').addEventListener('click', async () => {
 
 onSessionEnd(() => {
   email = null;
-  isAdmin = false;
+  isAdmin = null;
   resetFilesState();
   announce('Your session has ended. Log in again.', 'error', '#/login');
   go('#/login');

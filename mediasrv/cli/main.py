@@ -1,0 +1,93 @@
+"""The ``mediasrv`` command: parse argv, then import and run the chosen subcommand's module.
+
+Nothing heavy is imported before a subcommand is chosen: ``mediasrv --version`` and
+``mediasrv upload`` load neither libvips, nor Tornado's app and handlers, nor a store backend
+(``tests/cli/test_lazy_imports.py`` checks it in a fresh interpreter). ``upload`` is a client:
+none of the server's settings apply to it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import logging
+import logging.handlers
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from mediasrv.cli.arguments import ADMIN_COMMANDS, parser
+from mediasrv.core.settings import Settings, SettingsError
+
+log = logging.getLogger("mediasrv")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "upload":
+        from mediasrv.cli import upload
+
+        sys.exit(upload.run(args))
+    settings = _settings(args)
+    from mediasrv.cli.logs import configure_logging
+
+    listener = configure_logging(settings.log_level, settings.log_format)
+    for warning in Settings.unknown_names():
+        log.warning("%s", warning)
+    if args.command in ADMIN_COMMANDS:
+        from mediasrv.cli import admin
+
+        sys.exit(admin.run(args, settings))
+    sys.exit(_run_server_command(args, settings, functools.partial(configure_logging, fmt=settings.log_format),
+                                 listener))
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The validated settings, or exit status 2 with the reason on stderr."""
+    try:
+        settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
+        if args.command == "serve":
+            from mediasrv.web.app import limited_routes
+
+            limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
+    except (SettingsError, ValueError) as exc:
+        print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)
+        sys.exit(2)
+    return settings
+
+
+def _run_server_command(args: argparse.Namespace, settings: Settings,
+                        configure_logging: Callable[[str], logging.handlers.QueueListener],
+                        listener: logging.handlers.QueueListener) -> int:
+    """serve, sweep, reconcile or migrate; exit status 1 with one line when it cannot start."""
+    from mediasrv.core.stores import StartupError
+
+    try:
+        if args.command == "serve" and args.workers > 1:
+            from mediasrv.cli import maintenance, workers
+
+            return workers.run(settings, args.workers, serve=_serve(args), reconcile=maintenance.reconcile_before_fork,
+                               configure_logging=configure_logging, listener=listener)
+        return asyncio.run(_one_process(args, settings))
+    except StartupError as exc:
+        print(f"mediasrv: cannot start: {exc}", file=sys.stderr)
+        return 1
+
+
+def _one_process(args: argparse.Namespace, settings: Settings) -> Coroutine[Any, Any, int]:
+    if args.command == "serve":
+        return _serve(args)(settings)
+    from mediasrv.cli import maintenance
+
+    if args.command == "sweep":
+        return maintenance.sweep_once(settings, force=args.force, purge=args.purge_quarantine)
+    if args.command == "migrate":
+        return maintenance.migrate_once(settings, args.to)
+    return maintenance.reconcile_once(settings)
+
+
+def _serve(args: argparse.Namespace) -> Callable[..., Coroutine[Any, Any, int]]:
+    """``serve`` with the drain ``--drain-timeout`` asked for (the server's module loads here)."""
+    from mediasrv.cli.server import ShutdownTimes, serve
+
+    return functools.partial(serve, times=ShutdownTimes(drain_s=args.drain_timeout))
