@@ -22,6 +22,7 @@ from mediasrv.client.sdk import (
     Login,
     MediasrvClient,
     MediasrvError,
+    MediaTransform,
     NotFoundError,
     PayloadTooLargeError,
     PermissionDeniedError,
@@ -36,13 +37,15 @@ from mediasrv.client.sdk import (
     encode_file_name,
     error_from_response,
     guess_content_type,
+    media_params,
+    transform_signature,
 )
 
 __all__ = [
     "CHUNK_BYTES", "DEFAULT_TIMEOUT", "DEFAULT_URL", "OPERATIONS", "ApiError", "ApiKey", "ApiKeyPage",
     "AuthenticationError", "BadRequestError", "BulkDeleteResult", "ConflictError", "ConnectionFailed",
-    "Downloaded", "FilePage", "Login", "MediasrvClient", "MediasrvError", "NotFoundError",
+    "Downloaded", "FilePage", "Login", "MediaTransform", "MediasrvClient", "MediasrvError", "NotFoundError",
     "PayloadTooLargeError", "PermissionDeniedError", "RateLimitedError", "ServerBusyError", "ServerError",
     "Session", "SignedUrl", "StoredFile", "SyncMediasrvClient", "User", "encode_file_name",
-    "error_from_response", "guess_content_type",
+    "error_from_response", "guess_content_type", "media_params", "transform_signature",
 ]

@@ -14,11 +14,14 @@ private event loop, so the two cannot drift apart.
     async with MediasrvClient("http://127.0.0.1:8080", api_key=KEY) as media:
         f = await media.upload_file("photo.jpg")
         await media.download_media(f.file_id, "thumb.webp", width=320, format="webp")
+        src = media.media_url(f.file_id, width=640, height=480, fit="cover", format="auto", quality=70)
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
+import hmac
 import mimetypes
 import os
 import time
@@ -28,7 +31,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -71,6 +74,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "allowed_content_types": ("GET", "/reference/allowed-content-types"),
     "download": ("GET", "/d/{id}"),
     "download_media": ("GET", "/m/{id}"),
+    "media_url": ("GET", "/m/{id}"),
 }
 """Public method -> (METHOD, OpenAPI path) it calls."""
 
@@ -286,6 +290,64 @@ class Downloaded:
     content_type: str | None
 
 
+@dataclass(frozen=True)
+class MediaTransform:
+    """What ``/m`` is asked to make of an image. ``width`` and ``height``: a box (either side
+    optional; never enlarged). ``fit``: ``contain`` (the server's default: the whole image inside
+    the box) or ``cover`` (fill the box, crop around the centre; needs both sides). ``format``:
+    jpeg, png, webp, avif, gif, or ``auto`` (AVIF, else WebP, from those the request's Accept
+    names, else the source's format). ``quality``: 1..100 for JPEG, WebP and AVIF. All unset: the
+    stored bytes. The server checks every value (400 with a code); nothing is checked here."""
+
+    width: int | None = None
+    height: int | None = None
+    fit: str | None = None
+    format: str | None = None
+    quality: int | None = None
+
+    def params(self) -> dict[str, str]:
+        """The query parameters, unset ones left out."""
+        pairs = (("width", self.width), ("height", self.height), ("fit", self.fit), ("format", self.format),
+                 ("quality", self.quality))
+        return {name: str(value) for name, value in pairs if value is not None}
+
+    def canonical(self) -> str:
+        """The server's canonical form, e.g. ``w320-h-fwebp`` (``-q70`` and ``-cover`` only when
+        asked): what a transform signature signs, and the variant part of the answer's ETag.
+        Mirrors ``mediasrv.images.spec.TransformSpec.cache_key`` (a test compares the two)."""
+        fmt = (self.format or "").lower()
+        fmt = _FORMAT_ALIASES.get(fmt, fmt)
+        key = f"w{'' if self.width is None else self.width}-h{'' if self.height is None else self.height}-f{fmt}"
+        if self.quality is not None:
+            key += f"-q{self.quality}"
+        fit = (self.fit or "contain").lower()
+        if fit != "contain":
+            key += f"-{fit}"
+        return key
+
+
+_FORMAT_ALIASES = {"jpg": "jpeg"}
+TRANSFORM_SIGNATURE_PARAM = "tsig"
+"""The query parameter of a signed transform (a server with MEDIASRV_TRANSFORM_KEY set)."""
+
+
+def transform_signature(key: str, file_id: str, transform: MediaTransform) -> str:
+    """The ``tsig`` value a strict server asks for a transform outside its allowed lists: the
+    first 32 hex digits of HMAC-SHA256(key, ``<file_id>:<canonical form>``), ``key`` being the
+    server's MEDIASRV_TRANSFORM_KEY. Only the owner of that key can make one, so pages built by
+    the site's own code can ask for any variant and nobody else can burn resize slots."""
+    message = f"{file_id}:{transform.canonical()}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()[:32]
+
+
+def media_params(file_id: str, transform: MediaTransform, transform_key: str | None = None) -> dict[str, str]:
+    """The ``/m`` query of ``transform``, signed with ``transform_key`` when one is given."""
+    params = transform.params()
+    if transform_key is not None and params:
+        params[TRANSFORM_SIGNATURE_PARAM] = transform_signature(transform_key, file_id, transform)
+    return params
+
+
 # ---------------------------------------------------------------------------- helpers
 
 def guess_content_type(path: str | os.PathLike[str]) -> str:
@@ -497,19 +559,36 @@ class MediasrvClient:
         return await self._stream_to(f"/d/{quote(file_id, safe='')}", {}, Path(dest), on_progress)
 
     async def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
-                             height: int | None = None, format: str | None = None,
+                             height: int | None = None, fit: str | None = None, format: str | None = None,
+                             quality: int | None = None, accept: str | None = None,
+                             transform_key: str | None = None,
                              on_progress: ProgressCallback | None = None) -> Downloaded:
-        """GET /m/{id}, resized or converted when any of width, height or format is given."""
-        params = {"width": width, "height": height, "format": format}
-        return await self._stream_to(f"/m/{quote(file_id, safe='')}", params, Path(dest), on_progress)
+        """GET /m/{id}, resized or converted when any of width, height, format or quality is given
+        (``MediaTransform`` says what each means). ``accept`` is the Accept header sent, which
+        ``format="auto"`` chooses from (unset: ``*/*``, which keeps the source's format);
+        ``Downloaded.content_type`` says what came. ``transform_key``: sign the transform (``tsig``)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        headers = {} if accept is None else {"Accept": accept}
+        return await self._stream_to(f"/m/{quote(file_id, safe='')}", params, Path(dest), on_progress, headers)
 
-    async def _stream_to(self, path: str, params: JsonObject, dest: Path,
-                         on_progress: ProgressCallback | None) -> Downloaded:
+    def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
+                  fit: str | None = None, format: str | None = None, quality: int | None = None,
+                  transform_key: str | None = None) -> str:
+        """The /m URL of a public file with these transform parameters, for pages to embed (no
+        request is made; the base is this client's URL). ``transform_key``: the server's
+        MEDIASRV_TRANSFORM_KEY, on a server that makes only signed transforms (adds ``tsig``)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        url = f"{self.base_url}/m/{quote(file_id, safe='')}"
+        return f"{url}?{urlencode(params)}" if params else url
+
+    async def _stream_to(self, path: str, params: JsonObject, dest: Path, on_progress: ProgressCallback | None,
+                         headers: dict[str, str] | None = None) -> Downloaded:
         """Stream into ``dest.part``, then rename: a failed download leaves nothing at ``dest``."""
         part = dest.with_name(dest.name + ".part")
         query = {k: v for k, v in params.items() if v is not None}
+        sent = {**self._auth_headers(), **(headers or {})}
         try:
-            async with self._http.stream("GET", path, params=query, headers=self._auth_headers()) as response:
+            async with self._http.stream("GET", path, params=query, headers=sent) as response:
                 if response.status_code != 200:
                     raise error_from_response(response.status_code, response.headers, await response.aread())
                 fh = await asyncio.to_thread(open, part, "wb")
@@ -649,7 +728,15 @@ class SyncMediasrvClient:
         return self._run(self._async.download(file_id, dest, on_progress=on_progress))
 
     def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
-                       height: int | None = None, format: str | None = None,
+                       height: int | None = None, fit: str | None = None, format: str | None = None,
+                       quality: int | None = None, accept: str | None = None, transform_key: str | None = None,
                        on_progress: ProgressCallback | None = None) -> Downloaded:
-        return self._run(self._async.download_media(file_id, dest, width=width, height=height, format=format,
-                                                    on_progress=on_progress))
+        return self._run(self._async.download_media(
+            file_id, dest, width=width, height=height, fit=fit, format=format, quality=quality, accept=accept,
+            transform_key=transform_key, on_progress=on_progress))
+
+    def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
+                  fit: str | None = None, format: str | None = None, quality: int | None = None,
+                  transform_key: str | None = None) -> str:
+        return self._async.media_url(file_id, width=width, height=height, fit=fit, format=format,
+                                     quality=quality, transform_key=transform_key)
