@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from benchkit.mix import WIDTH_SHARES, Mix, distinct_share
+from benchkit.mix import WIDTH_SHARES, Mix, distinct_share, misses_near_their_source
 
 PLAN = Mix(images=200, widths=(160, 320, 640, 960), requests=20_000)
 
@@ -37,3 +37,11 @@ def test_small_widths_are_asked_for_more() -> None:
     assert all(abs(got - want) < 0.02 for got, want in zip(shares, WIDTH_SHARES, strict=True))
     spread = Counter(width for _, width in Mix(images=3, widths=(1, 2, 3, 4, 5), requests=5_000).sequence())
     assert set(spread) == {1, 2, 3, 4, 5}  # more widths than shares: every width is asked for
+
+
+def test_misses_near_their_source_count_what_an_lru_of_sources_could_share() -> None:
+    sequence = [(1, 10), (1, 10), (1, 20), (2, 10), (3, 10), (1, 30), (2, 20)]
+    # misses: (1,10) (1,20) (2,10) (3,10) (1,30) (2,20); with 2 sources remembered, (1,20) finds 1,
+    # (1,30) does not (2 and 3 came since), (2,20) does not (1 and 3 were the last two).
+    assert misses_near_their_source(sequence, 2) == (6, 1)
+    assert misses_near_their_source(sequence, 3) == (6, 3)

@@ -347,6 +347,9 @@ def mix_suite(ctx: Ctx) -> None:
         thumbor_reason = ("thumbor not installed yet (--quick never installs it; a full run does)" if ctx.quick
                           else thumbor.install(ctx.work / "thumbor-install.log"))
     sequence = plan.sequence()
+    misses, near = mix.misses_near_their_source(sequence, 16)
+    ctx.say(f"a cold pass over the whole sequence misses {misses} times; {near} ({near / misses:.0%}) find their "
+            "source among the last 16 missed (what an LRU of decoded intermediates could share at best)")
     data_dir = ctx.work / "mix"
     first = procs.start_mediasrv(ctx.work, "mix", data_dir=data_dir)
     try:
