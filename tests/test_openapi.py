@@ -322,7 +322,7 @@ def test_formats_follow_what_this_build_can_encode():
     content = operation(without_avif, "GET", "/m/{id}")["responses"]["200"]["content"]
     assert "image/avif" not in content and "image/webp" in content
     agents = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, formats=("png",))
-    assert agents["limits"]["resize"]["formats"] == ["png"]
+    assert agents["limits"]["resize"]["formats"] == ["png", "auto"]
 
 
 def test_no_operation_has_a_wildcard_or_json_binary_media_type(doc):
