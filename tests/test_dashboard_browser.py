@@ -608,6 +608,26 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         r = await api.call("GET", link.replace(api.base, ""))
         assert r.code == 200 and r.headers["Content-Type"] == "image/webp"
         assert Image.open(io.BytesIO(r.body)).size == (200, 150)
+
+        # Fill and crop, the browser's best format and a quality: the link the API documents.
+        await page.get_by_label("Height (px)").fill("200")
+        await page.get_by_label("Fit", exact=True).select_option("cover")
+        await page.get_by_label("Format").select_option("auto")
+        await page.get_by_label("Quality (1-100)").fill("101")
+        await expect(page.get_by_role("alert")).to_contain_text("quality must be a whole number from 1 to 100")
+        await page.get_by_label("Quality (1-100)").fill("60")
+        await expect(resized).to_have_value(
+            photo["public_url"] + "?width=200&height=200&fit=cover&format=auto&quality=60")
+        await page.get_by_role("button", name="Copy resized link").click()
+        link = await _wait_clipboard(page, "fit=cover")
+        r = await api.call("GET", link.replace(api.base, ""), headers={"Accept": "image/webp,*/*"})
+        assert r.code == 200 and r.headers["Content-Type"] == "image/webp" and r.headers["Vary"] == "Accept"
+        assert Image.open(io.BytesIO(r.body)).size == (200, 200)
+        await page.get_by_label("Height (px)").fill("")
+        await expect(page.get_by_role("alert")).to_contain_text("needs both a width and a height")
+        await expect(page.get_by_role("button", name="Copy resized link")).to_be_disabled()
+        await page.get_by_label("Fit", exact=True).select_option("contain")
+        await expect(resized).to_have_value(photo["public_url"] + "?width=200&format=auto&quality=60")
         await assert_accessible(page)
         await page.screenshot(path=str(artifacts / "dashboard-file-view-image.png"), full_page=True)
 

@@ -10,6 +10,7 @@ from handlers.paging import DEFAULT_LIMIT as PAGE_LIMIT_DEFAULT
 from handlers.paging import MAX_LIMIT as PAGE_LIMIT_MAX
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S
 from mediasrv.core.limits.ratelimit import WINDOW_S as RATE_WINDOW_S
+from mediasrv.images.spec import AUTO, FITS
 from mediasrv.images.spec import MAX_DIMENSION as RESIZE_MAX_DIMENSION
 from mediasrv.web.openapi_parts import (
     BUSY_RETRY_AFTER_S,
@@ -56,7 +57,10 @@ def _agent_limits(ctx: DocContext, routes: Sequence[Route]) -> Json:
         "bulk_delete_ids": {"min": 1, "max": BULK_DELETE_MAX},
         "resize_slots": ctx.resize_slots,
         "resize_busy_response": f"503 with Retry-After: {BUSY_RETRY_AFTER_S} when every resize slot is in use",
-        "resize": {"max_dimension": RESIZE_MAX_DIMENSION, "formats": list(ctx.formats)},
+        "resize": {"max_dimension": RESIZE_MAX_DIMENSION, "formats": [*ctx.formats, AUTO], "fits": list(FITS),
+                   "quality": {"min": 1, "max": 100},
+                   "auto_format": "format=auto picks AVIF, else WebP, among those the request's Accept names, "
+                                  "else the source's format; the answer carries Vary: Accept"},
         "signed_url_expires_in_seconds": {"min": MIN_TTL_S, "max": MAX_TTL_S, "default": DEFAULT_TTL_S},
         "max_upload_size_bytes": ctx.max_upload,
     }
@@ -69,7 +73,7 @@ def _agent_usage() -> Json:
                   "the type is then taken from the bytes), the file name as ?name= (any Unicode) or "
                   "the x-file-name header (percent-encoded UTF-8), and ?isPublic=false for a private "
                   "file. The response's file.public_url serves it.",
-        "serve": "GET /m/{file_id}[?width=&height=&format=] inline or resized; GET /d/{file_id} "
+        "serve": "GET /m/{file_id}[?width=&height=&fit=&format=&quality=] inline or resized; GET /d/{file_id} "
                  "as a download. Private files need the owner's credential or a signed URL "
                  "from POST /files/{file_id}/signed-url.",
         "errors": "Every error body is JSON {error, code?}.",

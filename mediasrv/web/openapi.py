@@ -283,8 +283,6 @@ def _parameter_components(ctx: DocContext) -> Json:
                           required=True),
         "Width": param("width", "query", "resize: target width in pixels", dim),
         "Height": param("height", "query", "resize: target height in pixels", dim),
-        "Format": param("format", "query", "convert to this image format",
-                        typed("string", enum=list(ctx.formats))),
         "Expires": param("expires", "query", "signed URL: expiry as a Unix timestamp",
                          typed("integer")),
         "Signature": param("signature", "query", "signed URL: signature from "
