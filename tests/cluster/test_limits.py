@@ -50,6 +50,8 @@ REQUESTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "getUsage": ("GET", "/usage", {}),
     "listLogs": ("GET", "/logs", {}),
     "getProfile": ("GET", "/profile", {}),
+    "createInvites": ("POST", "/admin/invites", {"json": {"count": 1}}),  # 403 (not an admin), counted
+    "listInvites": ("GET", "/admin/invites", {}),
 }
 """One request per per-user-limited route (counted whatever it answers: the limit is spent
 before the handler runs). A route added to the specification with a per-user limit needs a
