@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from handlers.routes import LIMITS  # noqa: E402
 from mediasrv.cli.server import make_server  # noqa: E402
 from mediasrv.core.domains.providers import make_provider  # noqa: E402
 from mediasrv.core.limits.ratelimit import RateLimiter  # noqa: E402
@@ -102,7 +103,8 @@ async def run(mongo_port: int, n: int) -> None:
     server.listen(port, "127.0.0.1")
     runtime.flusher.start()
     try:
-        local, shared = RateLimiter(1000), RateLimiter(1000, users=shared_counters(meta))
+        limits = LIMITS.values()
+        local, shared = RateLimiter(limits, 1000), RateLimiter(limits, 1000, users=shared_counters(meta))
         await time_spend(shared, 50)  # warm the connection pool
         results: dict[str, Any] = {"spend, local": summary(await time_spend(local, n)),
                                    "spend, MongoDB": summary(await time_spend(shared, n))}
