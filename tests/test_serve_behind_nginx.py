@@ -501,6 +501,41 @@ def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_p
     assert again.headers["content-type"] == "image/jpeg" and again.headers.get("x-cache-status") == "HIT"
 
 
+def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 17: nginx keeps a public /m answer (original and resized variants alike) for a
+    second, then asks mediasrv again with its ETag: a 304 keeps the copy (REVALIDATED, no body
+    sent), a deleted file's 404 ends it. Before, a deleted file stayed in the cache for 30 s."""
+    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
+        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+    import pyvips
+
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
+    token = _token(sidecar.port, tmp_path / "data" / "outbox", "gone@example.com", next(sources))
+    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
+    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.149", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
+    assert r.status == 201, r.body
+    fid = r.json()["file"]["file_id"]
+    urls = (f"/m/{fid}", f"/m/{fid}?width=40")
+    for url in urls:
+        assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+                for _ in range(2)] == ["MISS", "HIT"]
+    deadline = time.monotonic() + 10
+    while (again := request(sidecar.port, "GET", urls[0], source=next(sources))).headers.get(
+            "x-cache-status") != "REVALIDATED":
+        assert again.status == 200 and time.monotonic() < deadline, again.headers
+        time.sleep(0.1)  # the interval of this poll (each poll spends a source address)
+    assert again.status == 200 and again.body == jpeg and again.headers["etag"] == f'"{fid}"'
+    deleted = request(sidecar.port, "DELETE", f"/files/{fid}", source=f"{base}.149",
+                      headers={"Authorization": f"Bearer {token}"})
+    assert deleted.status == 204
+    for url in urls:
+        while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
+            assert r.status == 200 and time.monotonic() < deadline + 10, "a deleted file stays in the hot cache"
+            time.sleep(0.1)
+
+
 # --- S3 blobs sent by nginx ---------------------------------------------------------------------
 
 

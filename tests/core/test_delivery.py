@@ -268,3 +268,26 @@ def test_host_names_are_parsed_once_and_compared_lower_case() -> None:
     long_name = "a" * (MEMO_CHARS + 1) + ".example"
     assert request_host(long_name) == long_name and not is_loopback(long_name)
     assert _memo_host.cache_info().currsize == remembered  # no real site: parsed, not remembered
+
+
+async def test_the_sidecars_cache_is_answered_from_the_store_not_the_record_cache(
+        local: Local, setup: Setup) -> None:
+    """Issue 17: a delete by another process is seen by this process's record cache only when
+    its entry expires; what nginx's cache asks for (a miss or a revalidation) is read from the
+    store, so nginx's copy is never older than its own validity. Others keep the record cache."""
+    await local.user("u1")
+    public = await local.file("u1", b"public bytes", "text/plain")
+    private = await local.file("u1", b"private bytes", "text/plain", public=False)
+    d = setup.delivery
+    first = await d.deliver(_get(public.file_id, proxy_cache=True))
+    assert first.status == 200
+    assert (await d.deliver(_get(private.file_id, user_id="u1", proxy_cache=True))).status == 200
+    for record in (public, private):  # deleted by another process: this one's record cache still has them
+        assert await local.meta.delete_file("u1", record.file_id) is not None
+    assert (await d.deliver(_get(public.file_id))).status == 200  # the record cache, for up to its second
+    with pytest.raises(NotFound):
+        await d.deliver(_get(public.file_id, proxy_cache=True))
+    with pytest.raises(NotFound):  # nginx's revalidation: 404, not 304
+        await d.deliver(_get(public.file_id, proxy_cache=True, if_none_match=first.headers["ETag"]))
+    private_again = await d.deliver(_get(private.file_id, user_id="u1", proxy_cache=True))
+    assert private_again.status == 200  # never kept by nginx: the record cache serves it as before

@@ -111,10 +111,19 @@ class MediaDelivery:
             return MediaAnswer(private=not record.is_public, failure=exc)
 
     async def _readable_record(self, request: MediaRequest) -> FileRecord:
+        """The record, from this process's record cache, except for a public file that the
+        nginx sidecar's cache asks for (``proxy_cache``: a miss, or a revalidation once its
+        copy is older than its validity, serve-behind-nginx's CACHE_VALID_S): then from the
+        store, so that what nginx keeps is never older than its own validity and a delete
+        anywhere in the fleet is a 404 through every host within it (the record cache's second
+        would add to it). That is one store read per URL, host and validity, not per request
+        (private answers nginx never keeps: those stay on the record cache)."""
         key = request.key
         if not _KEY_RE.match(key):
             raise _not_found()
         record = self.files.get(key)
+        if record is not None and record.is_public and request.proxy_cache:
+            record = None
         if record is None:
             generation = self.files.generation
             record = await self._meta.get_file(key)
