@@ -536,6 +536,32 @@ def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(side
             time.sleep(0.1)
 
 
+def test_cached_variants_count_against_the_per_address_limit(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 18 item 4: a resized variant answered from nginx's cache is counted as any /m
+    (4 a minute per address here): the 5th from one address is 429 though the copy is there."""
+    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
+        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+    import pyvips
+
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    token = _token(sidecar.port, tmp_path / "data" / "outbox", "variant@example.com", f"{base}.60")
+    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
+    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.60", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
+    assert r.status == 201, r.body
+    url = f"/m/{r.json()['file']['file_id']}?width=40"
+    assert request(sidecar.port, "GET", url, source=f"{base}.61").headers.get("x-cache-status") == "MISS"
+    for attempt in range(2):  # a minute boundary crossed mid-run resets the window: once more
+        window = int(time.time() // 60)
+        answers = [request(sidecar.port, "GET", url, source=f"{base}.{62 + attempt}") for _ in range(5)]
+        if int(time.time() // 60) != window:
+            continue
+        assert [a.status for a in answers] == [200] * 4 + [429]
+        assert {a.headers.get("x-cache-status") for a in answers[:4]} <= {"HIT", "REVALIDATED"}
+        return
+    pytest.fail("two minute boundaries crossed")
+
+
 # --- S3 blobs sent by nginx ---------------------------------------------------------------------
 
 
