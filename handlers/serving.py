@@ -167,7 +167,7 @@ def _download(ctx: DocContext, *, head: bool = False) -> Json:
 
 MEDIA_LIMIT = Limit("media", 400, "ip", proxy_counted=True)
 """/m per client address; the nginx sidecar counts it itself and reads its size from the
-for-agents document (scripts/serve-behind-nginx)."""
+for-agents document (`mediasrv sidecar`)."""
 _DELIVERY = {"deps": "delivery"}
 
 ROUTES: tuple[Route, ...] = (

@@ -29,6 +29,7 @@ import tornado.web
 from mediasrv.cli import admin as cli_admin
 from mediasrv.cli import upload as cli_upload
 from mediasrv.cli import workers
+from mediasrv.cli.sidecar import command as cli_sidecar
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, make_mailer
@@ -62,9 +63,12 @@ SWEEP_INTERVAL_S = 3600.0
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command == "upload":  # a client: none of the server's settings apply
         sys.exit(cli_upload.run(args))
+    if args.command in ("sidecar", "supervisord-conf"):  # a supervisor: its processes read the settings
+        sys.exit(cli_sidecar.run(args, parser))
     try:
         settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
         if args.command == "serve":
@@ -114,6 +118,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("--purge-quarantine", action="store_true",
                            help="also delete quarantined blobs older than MEDIASRV_QUARANTINE_GRACE")
     cli_upload.add_parser(sub)
+    cli_sidecar.add_parsers(sub)
     cli_admin.add_parsers(sub, "environment variables:\n" + Settings.help_text())
     migrate_cmd = sub.add_parser(
         "migrate", help="copy the embedded stores (SQLite + files in DATA_DIR) to MongoDB/S3 or back; "
@@ -258,7 +263,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
 
     MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
     sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
-    DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
+    DATA_DIR (`mediasrv sidecar`) must not reconcile at start: a process (re)started
     while another has uploads in flight would drop their quota reservations.
     """
     libvips = check_libvips()

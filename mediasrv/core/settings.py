@@ -46,8 +46,9 @@ REGISTRATION_MODES = ("auto", "open", "invite", "closed")
 """MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
 LOG_FORMATS = ("text", "json")
 OTHER_NAMES = frozenset({"MEDIASRV_WORKERS", "MEDIASRV_NGINX_WORKERS", "MEDIASRV_NGINX_RESOLVER",
-                         "MEDIASRV_NGINX_REAL_IP_FROM", "MEDIASRV_NGINX_CACHE", "MEDIASRV_SERVE_CMD"})
-"""MEDIASRV_* variables read by the nginx sidecar (scripts/serve-behind-nginx) and CI, not by
+                         "MEDIASRV_NGINX_REAL_IP_FROM", "MEDIASRV_NGINX_CACHE", "MEDIASRV_SERVE_CMD",
+                         "MEDIASRV_RUN_DIR"})
+"""MEDIASRV_* variables read by the nginx sidecar (`mediasrv sidecar`), supervisord.conf and CI, not by
 ``Settings``: known, so not warned about. ``MEDIASRV_TEST_*`` belong to the test suite."""
 
 
