@@ -326,6 +326,48 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
     assert sidecar.proc.wait(20) == 0
 
 
+def _nginx_tree(sidecar: Sidecar) -> tuple[int, list[int]]:
+    """nginx's master (the sidecar's nginx child) and its children (workers, cache processes)."""
+    masters = [p for p in _children(sidecar.proc.pid) if _cmdline(p).startswith(b"nginx: master")]
+    assert len(masters) == 1, [_cmdline(p) for p in _children(sidecar.proc.pid)]
+    return masters[0], _children(masters[0])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_nginx_master_killed_leaves_no_orphan_and_no_502(sidecar: Sidecar) -> None:
+    """Issue 17 item 5: kill -9 of nginx's master left its workers holding the port (answering
+    502 after the restart, until killed by hand). The sidecar now kills and reaps them, waits
+    until the port is free, and starts nginx again; the mediasrv processes keep running."""
+    master, workers = _nginx_tree(sidecar)
+    assert workers and all(b"nginx: " in _cmdline(p) for p in workers)
+    serving = sorted(p for p in _children(sidecar.proc.pid) if b"\0serve\0" in _cmdline(p))
+    os.kill(master, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not [p for p in _children(sidecar.proc.pid) if _cmdline(p).startswith(b"nginx: master") and p != master]:
+        assert sidecar.proc.poll() is None and time.monotonic() < deadline, sidecar.log.read_text()[-2000:]
+        time.sleep(0.05)
+    wait_ready(sidecar.proc, sidecar.port, sidecar.log)
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()]  # killed and reaped, not zombies
+    assert f"nginx exited with -9; {len(workers)} orphaned nginx processes killed" in sidecar.log.read_text()
+    # The sidecar's children: its processes and the new master, whose workers are all new.
+    new_master, new_workers = _nginx_tree(sidecar)
+    assert set(_children(sidecar.proc.pid)) == {*serving, new_master}
+    assert new_workers and not set(new_workers) & set(workers)
+    codes = [request(sidecar.port, "GET", "/ping", source=f"127.0.{n % 200 + 1}.{n % 250 + 1}").status
+             for n in range(200)]  # many addresses: spread over both processes by nginx's hash
+    assert codes == [200] * 200
+    assert sorted(p for p in _children(sidecar.proc.pid) if b"\0serve\0" in _cmdline(p)) == serving
+    sidecar.proc.send_signal(signal.SIGTERM)
+    assert sidecar.proc.wait(20) == 0
+
+
 def test_wildcard_host_needs_a_public_url(tmp_path: Path) -> None:
     done = subprocess.run([str(SCRIPT), "--host", "0.0.0.0", "--port", str(free_port())],
                           env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=30)

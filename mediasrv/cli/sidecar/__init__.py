@@ -15,7 +15,9 @@ limit is raised to 65536, or to what the machine allows (with a warning).
 It stays in the foreground. SIGTERM or SIGINT: nginx stops accepting and finishes what is in
 flight (at most 8 s), then every mediasrv process drains and exits; exit status 0, well within
 20 s. A mediasrv process that dies is started again on its port (nginx answers 502 JSON for it
-meanwhile); if nginx dies, everything stops and the exit status is 1.
+meanwhile). If nginx's master dies, its orphaned workers (which keep the port) are killed and
+reaped (``orphans``: the sidecar is their child subreaper) and nginx is started again once the
+port is free; more than 5 times in a minute, everything stops and the exit status is 1.
 
 Passthrough /m and /d are sent by nginx (MEDIASRV_ACCEL_REDIRECT=/_blobs/ unless set): blob
 files from disk with sendfile, S3 objects (MEDIASRV_S3_BUCKET) by an internal proxy_pass to a
@@ -40,5 +42,6 @@ client address from the X-Forwarded-For they set (its realip module), so the has
 counter and mediasrv see the client, not the balancer.
 
 Modules: ``command`` (the two commands), ``nginx_conf`` (the rendering), ``processes`` (start,
-watch, stop). Stdlib only, no event loop: a supervisor polling its children.
+watch, stop), ``orphans`` (no nginx worker outlives its master). Stdlib only, no event loop:
+a supervisor polling its children.
 """

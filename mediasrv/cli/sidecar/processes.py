@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from mediasrv.cli.sidecar import nginx_conf
+from mediasrv.cli.sidecar import nginx_conf, orphans
 from mediasrv.cli.sidecar.nginx_conf import BLOB_LOCATION, BODY_IDLE_MARGIN_S, Layout
 
 NGINX_STOP_S = 9.0
@@ -27,6 +27,12 @@ NGINX_STOP_S = 9.0
 WORKER_STOP_S = 10.0
 """A mediasrv process idle behind a stopped nginx exits in about a second; past this, SIGKILL."""
 READY_S = 40.0
+PORT_FREE_S = 30.0
+"""nginx is started again once its port can be bound; past this, the sidecar gives up (exit 1)."""
+NGINX_RESTARTS = 5
+NGINX_RESTART_WINDOW_S = 60.0
+"""nginx dying more than NGINX_RESTARTS times in this window: the sidecar exits 1 (supervisord
+then starts it all again), rather than restarting a broken nginx forever."""
 
 Stopping = Callable[[], bool]
 
@@ -94,6 +100,9 @@ class Sidecar:
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.nginx_proc: subprocess.Popen[bytes] | None = None
         self.log_pump: LogPump | None = None
+        self.media_limit: int | None = None
+        self.nginx_restarts: list[float] = []
+        self.subreaper = orphans.become_subreaper()
         self.env = dict(os.environ)
         self.env.setdefault("MEDIASRV_TRUST_PROXY", "true")
         # One secret per start, shared by nginx (in the rendered file, mode 0600 under a 0700
@@ -145,13 +154,20 @@ class Sidecar:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"mediasrv sidecar: mediasrv on port {port} not ready in {READY_S:.0f} s")
                 time.sleep(0.1)
-        conf = self.tmp / "nginx.conf"
-        conf.touch(mode=0o600)
-        self.log_pump = LogPump()
-        conf.write_text(self.render(published_media_limit(self.ports[0]), self.log_pump.path))
+        self.media_limit = published_media_limit(self.ports[0])
         problem = nginx_conf.s3_reachability(self.env)
         if problem:
             print(f"mediasrv sidecar: warning: {problem}", file=sys.stderr)
+        self.start_nginx()
+
+    def start_nginx(self) -> None:
+        """nginx in the foreground with a freshly rendered nginx.conf (its access log goes into a
+        new pipe each time: ``LogPump``)."""
+        assert self.media_limit is not None
+        conf = self.tmp / "nginx.conf"
+        conf.touch(mode=0o600)
+        self.log_pump = LogPump()
+        conf.write_text(self.render(self.media_limit, self.log_pump.path))
         # TZ=UTC: the access log's times (nginx keeps TZ, and only TZ, from its environment).
         self.nginx_proc = subprocess.Popen([self.nginx, "-p", str(self.tmp), "-c", str(conf), "-e", "stderr",
                                             "-g", "daemon off; master_process on;"], env={**os.environ, "TZ": "UTC"},
@@ -185,8 +201,7 @@ class Sidecar:
 
     def watch(self, stopping: Stopping) -> int:
         while not stopping():
-            if self.nginx_proc is None or self.nginx_proc.poll() is not None:
-                print("mediasrv sidecar: nginx exited; stopping", file=sys.stderr)
+            if (self.nginx_proc is None or self.nginx_proc.poll() is not None) and not self.restart_nginx():
                 return 1
             for port, proc in list(self.procs.items()):
                 if proc.poll() is not None and not stopping():
@@ -197,6 +212,28 @@ class Sidecar:
             time.sleep(0.2)
         return 0
 
+    def restart_nginx(self) -> bool:
+        """nginx's master is gone: kill its orphaned workers (they hold the port and the old
+        configuration), wait until the port is free, start nginx again; the mediasrv processes
+        keep serving meanwhile. False (stop everything, exit 1) when it cannot or keeps dying."""
+        code = None if self.nginx_proc is None else self.nginx_proc.returncode
+        killed = orphans.kill_orphans(proc.pid for proc in self.procs.values())
+        now = time.monotonic()
+        self.nginx_restarts = [t for t in self.nginx_restarts if now - t < NGINX_RESTART_WINDOW_S] + [now]
+        if len(self.nginx_restarts) > NGINX_RESTARTS:
+            print(f"mediasrv sidecar: nginx exited with {code}, the {len(self.nginx_restarts)}th time in "
+                  f"{NGINX_RESTART_WINDOW_S:.0f} s; stopping", file=sys.stderr)
+            return False
+        print(f"mediasrv sidecar: nginx exited with {code}; {len(killed)} orphaned nginx processes killed; "
+              "starting it again once the port is free", file=sys.stderr)
+        if not orphans.wait_port_free(self.host, self.port, PORT_FREE_S):
+            print(f"mediasrv sidecar: {self.host}:{self.port} still in use after {PORT_FREE_S:.0f} s"
+                  f"{'' if self.subreaper else ' (not a child subreaper: orphaned workers could not be collected)'}"
+                  "; stopping", file=sys.stderr)
+            return False
+        self.start_nginx()
+        return True
+
     # --- stop -------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -206,6 +243,7 @@ class Sidecar:
         if self.nginx_proc is not None and self.nginx_proc.poll() is None:
             self.nginx_proc.send_signal(signal.SIGQUIT)
             _wait_or_kill(self.nginx_proc, NGINX_STOP_S)
+        orphans.kill_orphans(proc.pid for proc in self.procs.values())  # a dead master's workers
         if self.log_pump is not None:
             self.log_pump.join()  # nginx's last access lines
         for proc in self.procs.values():
