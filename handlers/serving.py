@@ -93,8 +93,14 @@ class ServeBase(BaseHandler):
 class MediaHandler(ServeBase):
     """/m/:key: inline serving, with optional width, height and format."""
 
+    media_kind = "resize"
+    """passthrough or resize (a transform asked for, valid or not): /metrics counts them apart."""
+
     async def get(self, key: str) -> None:
-        await self.serve(key, parse_transform(self.request.query_arguments))
+        spec = parse_transform(self.request.query_arguments)
+        if spec is None:
+            self.media_kind = "passthrough"
+        await self.serve(key, spec)
 
 
 class DownloadHandler(ServeBase):

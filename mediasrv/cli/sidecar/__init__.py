@@ -42,6 +42,11 @@ client address from the X-Forwarded-For they set (its realip module), so the has
 counter and mediasrv see the client, not the balancer.
 
 Modules: ``command`` (the two commands), ``nginx_conf`` (the rendering), ``processes`` (start,
-watch, stop), ``orphans`` (no nginx worker outlives its master). Stdlib only, no event loop:
-a supervisor polling its children.
+watch, stop), ``orphans`` (no nginx worker outlives its master). No event loop: a supervisor
+polling its children.
+
+MEDIASRV_METRICS_PORT: the sidecar listens there (MEDIASRV_METRICS_HOST, default 127.0.0.1) for
+all its processes, each of which serves its metrics on a Unix socket in the sidecar's private
+directory (MEDIASRV_METRICS_SOCKET); one scrape fans in from all of them, each series labelled
+worker="<index>" (``mediasrv.web.metrics_fanin``).
 """

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mediasrv.cli.sidecar import processes
 from mediasrv.cli.sidecar.nginx_conf import deploy_file
+from mediasrv.web.metrics_fanin import FanIn, socket_paths
 
 WANTED_DESCRIPTORS = 65536
 """Asked for at start (nginx and the processes inherit it); less where the machine allows less."""
@@ -70,7 +71,12 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     ask_descriptors(WANTED_DESCRIPTORS)
     nginx = find_nginx()
     tmp = Path(tempfile.mkdtemp(prefix="mediasrv-nginx-"))
-    running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp)
+    try:
+        metrics = bind_metrics(workers, tmp, parser)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp, metrics=metrics)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
@@ -81,6 +87,22 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         running.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return code
+
+
+def bind_metrics(workers: int, tmp: Path, parser: argparse.ArgumentParser) -> FanIn | None:
+    """MEDIASRV_METRICS_PORT: one listener on MEDIASRV_METRICS_HOST (127.0.0.1) for all the
+    processes, which serve theirs on Unix sockets in the sidecar's private directory; bound
+    before any process starts (a port in use stops the start). None when unset."""
+    port = _env_int("MEDIASRV_METRICS_PORT", parser)
+    if port is None:
+        return None
+    if not 1 <= port <= 65535:
+        parser.error(f"MEDIASRV_METRICS_PORT must be from 1 to 65535, not {port}")
+    host = (os.environ.get("MEDIASRV_METRICS_HOST") or "").strip() or "127.0.0.1"
+    try:
+        return FanIn(host, port, socket_paths(workers, tmp))
+    except OSError as exc:
+        sys.exit(f"mediasrv sidecar: cannot listen on {host}:{port} (MEDIASRV_METRICS_PORT): {exc.strerror or exc}")
 
 
 def _env_int(name: str, parser: argparse.ArgumentParser) -> int | None:

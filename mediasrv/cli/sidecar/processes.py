@@ -1,7 +1,7 @@
 """The sidecar's processes: N `mediasrv serve` on loopback ports, nginx in front, watched.
 
-Stdlib only (no event loop): the sidecar is a supervisor that polls its children, started by
-``mediasrv sidecar`` (``mediasrv.cli.sidecar.command``).
+No event loop: the sidecar is a supervisor that polls its children, started by ``mediasrv
+sidecar`` (``mediasrv.cli.sidecar.command``); its metrics listener is a thread.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mediasrv.cli.sidecar import nginx_conf, orphans
 from mediasrv.cli.sidecar.nginx_conf import BLOB_LOCATION, BODY_IDLE_MARGIN_S, Layout
+from mediasrv.web.metrics_fanin import FanIn
 
 NGINX_STOP_S = 9.0
 """nginx's graceful stop: worker_shutdown_timeout (8 s) plus a margin."""
@@ -94,8 +95,10 @@ def public_host(host: str) -> str:
 
 class Sidecar:
     def __init__(self, host: str, port: int, workers: int, nginx: str, mediasrv: list[str],
-                 tmp: Path) -> None:
+                 tmp: Path, *, metrics: FanIn | None = None) -> None:
         self.host, self.port, self.nginx, self.mediasrv, self.tmp = host, port, nginx, mediasrv, tmp
+        self.metrics = metrics
+        """The host's metrics listener (MEDIASRV_METRICS_PORT), fanning in from each process's socket."""
         self.ports = [free_port() for _ in range(workers)]
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.nginx_proc: subprocess.Popen[bytes] | None = None
@@ -116,6 +119,8 @@ class Sidecar:
         self.env.pop("MEDIASRV_WORKERS", None)  # MEDIASRV_NGINX_WORKERS: nginx's own (default auto)
         # nginx sends the blobs: files from disk (/_blobs/), S3 objects by presigned URL (/_blobs-s3/).
         self.env.setdefault("MEDIASRV_ACCEL_REDIRECT", BLOB_LOCATION)
+        if metrics is not None:  # the sidecar listens there; each process on its socket
+            self.env.pop("MEDIASRV_METRICS_PORT", None)
         self.owner = (self.env.get("MEDIASRV_HOUSEKEEPING") or "").strip().lower() != "none"
         """False when the operator gave MEDIASRV_HOUSEKEEPING=none: housekeeping is done elsewhere."""
         self.reconciles = self.owner and not self.env.get("MEDIASRV_MONGODB_URL")
@@ -159,6 +164,9 @@ class Sidecar:
         if problem:
             print(f"mediasrv sidecar: warning: {problem}", file=sys.stderr)
         self.start_nginx()
+        if self.metrics is not None:
+            self.metrics.start()
+            print(f"mediasrv sidecar: metrics of {len(self.ports)} processes at {self.metrics.url}", file=sys.stderr)
 
     def start_nginx(self) -> None:
         """nginx in the foreground with a freshly rendered nginx.conf (its access log goes into a
@@ -183,7 +191,11 @@ class Sidecar:
             raise SystemExit(f"mediasrv sidecar: `mediasrv reconcile` exited with {done.returncode}")
 
     def process_env(self, port: int) -> dict[str, str]:
-        return {**self.env, "MEDIASRV_HOUSEKEEPING": self.role(self.ports.index(port))}
+        index = self.ports.index(port)
+        env = {**self.env, "MEDIASRV_HOUSEKEEPING": self.role(index)}
+        if self.metrics is not None:
+            env["MEDIASRV_METRICS_SOCKET"] = str(self.metrics.sources[str(index)])
+        return env
 
     def _spawn(self, port: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen([*self.mediasrv, "serve", "--host", "127.0.0.1", "--port", str(port)],
@@ -240,6 +252,8 @@ class Sidecar:
         """nginx first (it stops accepting and finishes its requests), then the processes."""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.nginx_proc is not None and self.nginx_proc.poll() is None:
             self.nginx_proc.send_signal(signal.SIGQUIT)
             _wait_or_kill(self.nginx_proc, NGINX_STOP_S)
