@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import platform
 import uuid
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import tornado.web
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime
 from mediasrv.web.metrics import Metrics, chain, route_label
@@ -98,6 +100,15 @@ async def test_requests_latency_bytes_and_caches(api: Api, metrics: Metrics, run
     assert value(found, "mediasrv_http_request_bytes_total") >= len(data)
     assert value(found, "mediasrv_http_response_bytes_total") >= 3 * len(data)
     assert value(found, "mediasrv_store_errors_total") == 0
+    # Issue 17 item 4: /m passthrough and resize apart, the process, the build.
+    assert value(found, "mediasrv_media_requests_total", kind="passthrough", status="200") == 3
+    assert value(found, "mediasrv_media_requests_total", kind="passthrough", status="404") == 1
+    assert value(found, "mediasrv_media_requests_total", kind="resize", status="200") == 2
+    assert value(found, "mediasrv_media_requests_total", kind="resize", status="503") == 1
+    assert value(found, "mediasrv_media_request_duration_seconds_count", kind="resize") == 3
+    assert value(found, "process_resident_memory_bytes") > 0 and value(found, "process_open_fds") > 0
+    assert value(found, "process_start_time_seconds") > 0 and value(found, "process_max_fds") > 0
+    assert value(found, "mediasrv_build_info", version=version(), python=platform.python_version()) == 1
 
 
 async def test_store_errors_are_counted(api: Api, metrics: Metrics, stores: Any) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
-import importlib.machinery
-import importlib.util
 import json
 import os
 import re
@@ -21,11 +19,14 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from mediasrv.cli.sidecar import nginx_conf, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "serve-behind-nginx"
@@ -70,8 +71,8 @@ def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 60
         try:
             if request(port, "GET", "/ping").status == 200:
                 return
-        except OSError:
-            pass
+        except (OSError, http.client.HTTPException):  # HTTPException: a connect to a port nothing
+            pass  # listens on yet may meet itself (source port = the port) and read its own request
         time.sleep(0.2)
     raise AssertionError(f"not ready in {timeout} s:\n{log.read_text()[-3000:]}")
 
@@ -203,30 +204,54 @@ def _mail_link(outbox: Path, address: str = "n@example.com", timeout: float = 10
     raise AssertionError("no confirmation e-mail")
 
 
-@pytest.mark.skipif(SUPERVISORD is None, reason="supervisord is not installed (apt-get install supervisor)")
+def test_the_checkout_supervisord_conf_is_the_packaged_one() -> None:
+    """One file, two places: the project layout keeps supervisord.conf at the top, the package
+    ships it (`mediasrv supervisord-conf`); they may not drift."""
+    packaged = nginx_conf.deploy_file("supervisord.conf")
+    assert (ROOT / "supervisord.conf").read_text() == packaged
+    printed = subprocess.run([str(MEDIASRV), "supervisord-conf"], capture_output=True, text=True, timeout=30)
+    assert printed.returncode == 0 and printed.stdout == packaged
+
+
+SUPERVISORCTL = shutil.which("supervisorctl")
+
+
+def supervisord_env(tmp: Path, port: int) -> dict[str, str]:
+    """What an operator exports before `supervisord -c supervisord.conf` (the README's lines)."""
+    (tmp / "run").mkdir(exist_ok=True)
+    return base_env(tmp / "data", MEDIASRV_RUN_DIR=str(tmp / "run"), MEDIASRV_HOST="127.0.0.1",
+                    MEDIASRV_PORT=str(port), MEDIASRV_WORKERS="2")
+
+
+@pytest.mark.skipif(SUPERVISORD is None or SUPERVISORCTL is None,
+                    reason="supervisord is not installed (apt-get install supervisor)")
 def test_supervisord_conf_as_shipped(tmp_path: Path) -> None:
-    """The shipped supervisord.conf with only its port, data directory and checkout path replaced
-    (and minfds lowered where the machine's hard limit is lower)."""
+    """The shipped supervisord.conf, unedited: its paths and address from the environment, a
+    control socket supervisorctl talks to, and a start on this machine whatever its descriptor
+    hard limit (supervisord's minfds=65536 used to refuse where the limit is lower)."""
     port = free_port()
-    conf = (ROOT / "supervisord.conf").read_text()
-    assert "--port 8080" in conf and "/var/lib/mediasrv" in conf and "%(here)s" in conf
-    conf = (conf.replace("--port 8080", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1")
-            .replace("/var/lib/mediasrv", str(tmp_path / "data")).replace("%(here)s", str(ROOT)))
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard != resource.RLIM_INFINITY and hard < 65536:  # a container that cannot grant minfds
-        conf = conf.replace("minfds=65536", f"minfds={hard}")
-    path = tmp_path / "supervisord.conf"
-    path.write_text(conf)
+    env = supervisord_env(tmp_path, port)
     log = tmp_path / "supervisord.log"
-    env = base_env(tmp_path / "data")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([SUPERVISORD, "-c", str(path), "-j", str(tmp_path / "supervisord.pid")],
-                                env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    # O_APPEND: supervisord reopens /dev/stdout for the program's output (a new file offset);
+    # without it the two writers overwrite each other's lines in a regular file.
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([SUPERVISORD, "-c", str(ROOT / "supervisord.conf")], env=env, cwd=tmp_path,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_ready(proc, port, log)
         r = request(port, "GET", "/ping")
         assert r.status == 200 and r.headers.get("server") == "nginx"
+        ctl = [SUPERVISORCTL, "-c", str(ROOT / "supervisord.conf")]
+        status = subprocess.run([*ctl, "status"], env=env, capture_output=True, text=True, timeout=30)
+        assert re.match(r"mediasrv\s+RUNNING\s+pid \d+", status.stdout), status.stdout + status.stderr
+        assert (tmp_path / "run" / "supervisord.sock").exists() and (tmp_path / "run" / "supervisord.pid").exists()
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        if hard != resource.RLIM_INFINITY and hard < 65536:  # asked, warned, went on
+            assert f"descriptor limit {hard}, below the 65536 asked for" in log.read_text()
+        stopped = subprocess.run([*ctl, "stop", "mediasrv"], env=env, capture_output=True, text=True, timeout=40)
+        assert "mediasrv: stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+        with pytest.raises(OSError):
+            request(port, "GET", "/ping")  # stopped through the control socket
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(40) == 0
         text = log.read_text()
@@ -236,8 +261,15 @@ def test_supervisord_conf_as_shipped(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    with pytest.raises(OSError):
-        request(port, "GET", "/ping")  # nothing left listening
+
+
+@pytest.mark.skipif(SUPERVISORD is None, reason="supervisord is not installed (apt-get install supervisor)")
+def test_supervisord_names_a_missing_path_variable(tmp_path: Path) -> None:
+    env = supervisord_env(tmp_path, free_port())
+    del env["MEDIASRV_RUN_DIR"]
+    done = subprocess.run([SUPERVISORD, "-c", str(ROOT / "supervisord.conf")], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode != 0 and "ENV_MEDIASRV_RUN_DIR" in done.stdout + done.stderr
 
 
 def _children(pid: int) -> list[int]:
@@ -290,6 +322,48 @@ def test_a_crashed_mediasrv_process_is_started_again(sidecar: Sidecar) -> None:
         time.sleep(0.1)
     assert sidecar.log.read_text().count("starting it again") == 2
     assert sidecar.log.read_text().count("storage and file counters recomputed") == 1
+    sidecar.proc.send_signal(signal.SIGTERM)
+    assert sidecar.proc.wait(20) == 0
+
+
+def _nginx_tree(sidecar: Sidecar) -> tuple[int, list[int]]:
+    """nginx's master (the sidecar's nginx child) and its children (workers, cache processes)."""
+    masters = [p for p in _children(sidecar.proc.pid) if _cmdline(p).startswith(b"nginx: master")]
+    assert len(masters) == 1, [_cmdline(p) for p in _children(sidecar.proc.pid)]
+    return masters[0], _children(masters[0])
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_nginx_master_killed_leaves_no_orphan_and_no_502(sidecar: Sidecar) -> None:
+    """Issue 17 item 5: kill -9 of nginx's master left its workers holding the port (answering
+    502 after the restart, until killed by hand). The sidecar now kills and reaps them, waits
+    until the port is free, and starts nginx again; the mediasrv processes keep running."""
+    master, workers = _nginx_tree(sidecar)
+    assert workers and all(b"nginx: " in _cmdline(p) for p in workers)
+    serving = sorted(p for p in _children(sidecar.proc.pid) if b"\0serve\0" in _cmdline(p))
+    os.kill(master, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while not [p for p in _children(sidecar.proc.pid) if _cmdline(p).startswith(b"nginx: master") and p != master]:
+        assert sidecar.proc.poll() is None and time.monotonic() < deadline, sidecar.log.read_text()[-2000:]
+        time.sleep(0.05)
+    wait_ready(sidecar.proc, sidecar.port, sidecar.log)
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()]  # killed and reaped, not zombies
+    assert f"nginx exited with -9; {len(workers)} orphaned nginx processes killed" in sidecar.log.read_text()
+    # The sidecar's children: its processes and the new master, whose workers are all new.
+    new_master, new_workers = _nginx_tree(sidecar)
+    assert set(_children(sidecar.proc.pid)) == {*serving, new_master}
+    assert new_workers and not set(new_workers) & set(workers)
+    codes = [request(sidecar.port, "GET", "/ping", source=f"127.0.{n % 200 + 1}.{n % 250 + 1}").status
+             for n in range(200)]  # many addresses: spread over both processes by nginx's hash
+    assert codes == [200] * 200
+    assert sorted(p for p in _children(sidecar.proc.pid) if b"\0serve\0" in _cmdline(p)) == serving
     sidecar.proc.send_signal(signal.SIGTERM)
     assert sidecar.proc.wait(20) == 0
 
@@ -764,12 +838,10 @@ def test_s3_small_objects_are_sent_by_mediasrv(s3_sidecar: S3Sidecar) -> None:
     assert [(s.method, s.from_nginx) for s in side.s3.seen[seen:]] == [("GET", False)]
 
 
-def _script_module():
-    loader = importlib.machinery.SourceFileLoader("serve_behind_nginx", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+def _script_module() -> types.SimpleNamespace:
+    """The sidecar's functions, from the package (the script is a wrapper that execs `mediasrv
+    sidecar`)."""
+    return types.SimpleNamespace(**vars(nginx_conf), Sidecar=processes.Sidecar)
 
 
 def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
