@@ -20,6 +20,7 @@ from mediasrv.web.app import Runtime
 from store.s3 import PART_SIZE, S3BlobStore
 from tests.backends import servers
 from tests.conftest import Api, body
+from tests.launcher import free_port
 
 MIB = 1024 * 1024
 
@@ -35,7 +36,7 @@ def own_mongo() -> Iterator[servers.Proc]:
 
 @pytest.fixture(scope="module")
 def own_s3() -> Iterator[ThreadedMotoServer]:
-    port = servers.free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     server.port = port  # type: ignore[attr-defined]
