@@ -20,8 +20,9 @@ from mediasrv.core.delivery.answer import BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
 from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.limits.ratelimit import Limit
+from mediasrv.images.pipeline import ENCODERS
 from mediasrv.images.policy import SIGNATURE_PARAM
-from mediasrv.images.spec import TransformSpec, parse_transform
+from mediasrv.images.spec import AUTO, FITS, TransformSpec, parse_transform
 from mediasrv.images.vips import OUTPUT_TYPES
 from mediasrv.web.cors import CorsMode
 from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, ref, typed
@@ -91,7 +92,7 @@ class ServeBase(BaseHandler):
 
 
 class MediaHandler(ServeBase):
-    """/m/:key: inline serving, with optional width, height and format."""
+    """/m/:key: inline serving, with optional width, height, fit, format and quality."""
 
     async def get(self, key: str) -> None:
         await self.serve(key, parse_transform(self.request.query_arguments))
@@ -140,19 +141,61 @@ def _serving(ctx: DocContext, *, head: bool, download: bool) -> Json:
     }
 
 
+def _quality_defaults() -> str:
+    """``jpeg 82, webp 80, avif 50``: the encoders' own qualities, as ``pipeline.ENCODERS`` fixes them."""
+    return ", ".join(f"{fmt} {enc.quality}" for fmt, enc in ENCODERS.items() if enc.quality is not None)
+
+
+def _transform_parameters(ctx: DocContext) -> list[Json]:
+    """/m's own query parameters besides width and height (``images/spec.py`` parses them and
+    ``images/policy.py`` checks ``tsig``): written here, beside the only route that takes them."""
+    def query(name: str, description: str, schema: Json) -> Json:
+        return {"name": name, "in": "query", "description": description, "schema": schema}
+
+    return [
+        query("format", "convert to this image format (any case; `jpg` means `jpeg`). `auto` picks AVIF, "
+              "else WebP, from those the request's `Accept` header names explicitly (`*/*` and `image/*` "
+              "promise neither), else keeps the source's format; the answer then carries `Vary: Accept` "
+              "and an ETag per choice", typed("string", enum=[*ctx.formats, AUTO])),
+        query("fit", "how the image fills the width x height box: `contain` fits it whole inside (the "
+              "default), `cover` fills the box and crops the overflow around the centre (needs both "
+              "width and height: else 400 COVER_NEEDS_BOX). Never enlarged either way",
+              typed("string", enum=list(FITS), default=FITS[0])),
+        query("quality", "encoder quality of a lossy output; unset, each format's own "
+              f"({_quality_defaults()}); PNG and GIF ignore it. Alone it re-encodes at the stored size",
+              typed("integer", minimum=1, maximum=100)),
+        query(SIGNATURE_PARAM, "transform signature, needed only where the server's owner signs transforms "
+              "(MEDIASRV_TRANSFORM_KEY) and this transform is outside the allowed lists: the first 32 hex "
+              "digits of HMAC-SHA256(key, `<id>:<spec>`), where `<spec>` is the canonical form, e.g. "
+              "`w320-h-fwebp`, `w100-h100-f-q70-cover` (the variant part of the answer's ETag)",
+              typed("string", pattern="^[0-9a-fA-F]{32}$")),
+    ]
+
+
 def _media(ctx: DocContext, *, head: bool = False) -> Json:
-    names = ("FileId", "Width", "Height", "Format", "Expires", "Signature", "Range", "IfNoneMatch")
     responses = _serving(ctx, head=head, download=False)
+    vary = {"description": "`Accept` when format=auto chose the output format; a private file's answer "
+                           "also names `Authorization, X-Api-Key`", "schema": typed("string")}
+    for status in ("200", "206"):
+        responses[status]["headers"]["Vary"] = vary
     responses.update({
-        "400": error("Invalid width, height or format, or resize parameters on a non-image."),
+        "400": error("Invalid width, height, format, fit or quality (INVALID_FORMAT, INVALID_FIT, "
+                     "INVALID_QUALITY, COVER_NEEDS_BOX), resize parameters on a non-image (NOT_AN_IMAGE), or "
+                     "a transform the server's owner does not allow (TRANSFORM_NOT_ALLOWED, "
+                     "TRANSFORM_SIGNATURE_REQUIRED, INVALID_TRANSFORM_SIGNATURE)."),
         "422": error("The image cannot be processed (e.g. over the pixel limit)."),
         "503": ref("ServerBusy", "responses")})
-    return {"description": "With none of width, height and format: the stored bytes unchanged. "
+    parameters = [ref(name, "parameters") for name in ("FileId", "Width", "Height")]
+    parameters += _transform_parameters(ctx)
+    parameters += [ref(name, "parameters") for name in ("Expires", "Signature", "Range", "IfNoneMatch")]
+    return {"description": "With none of width, height, format and quality: the stored bytes unchanged. "
                            "With any of them: a resized or converted image (one dimension keeps the "
-                           "aspect ratio, both fit inside the box, never enlarged), using one of "
+                           "aspect ratio; both: fit=contain fits inside the box, fit=cover fills it and "
+                           "crops; never enlarged), using one of "
                            f"{ctx.resize_slots} concurrent resize slots. Browser-executable content "
-                           "(HTML, SVG, XML) is never served to run on this origin.",
-            "parameters": [ref(name, "parameters") for name in names],
+                           "(HTML, SVG, XML) is never served to run on this origin. A server's owner may "
+                           "limit the transforms it makes to listed values, signed ones (`tsig`), or both.",
+            "parameters": parameters,
             "responses": responses}
 
 
@@ -172,8 +215,8 @@ _DELIVERY = {"deps": "delivery"}
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/m/{id}", OPTIONAL, MediaHandler, "serving", "getMedia",
-          "Serve a file inline, optionally resized or converted (width, height, format)", _media, MEDIA_LIMIT,
-          args=_DELIVERY),
+          "Serve a file inline, optionally resized or converted (width, height, fit, format, quality)", _media,
+          MEDIA_LIMIT, args=_DELIVERY),
     Route("HEAD", "/m/{id}", OPTIONAL, MediaHandler, "serving", "headMedia", "Headers of GET /m/{id} without the body",
           partial(_media, head=True), MEDIA_LIMIT, args=_DELIVERY),
     Route("GET", "/d/{id}", OPTIONAL, DownloadHandler, "serving", "downloadFile", "Download a file as an attachment",

@@ -309,7 +309,7 @@ async def test_logs_are_private_to_each_user(api: Api) -> None:
 
 # ---------------------------------------------------------------------------- /profile
 
-PROFILE_KEYS = {"user", "plan", "subscription_canceled_at", "access_until"}
+PROFILE_KEYS = {"user", "plan", "subscription_canceled_at", "access_until", "is_admin"}
 
 
 async def test_profile_shape_without_trial(api: Api) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from mediasrv.core.invites import InviteService
 from mediasrv.core.settings import Settings
 from mediasrv.web.app import Runtime
 from tests.conftest import Api, ShiftableClock, body
@@ -607,6 +608,26 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         r = await api.call("GET", link.replace(api.base, ""))
         assert r.code == 200 and r.headers["Content-Type"] == "image/webp"
         assert Image.open(io.BytesIO(r.body)).size == (200, 150)
+
+        # Fill and crop, the browser's best format and a quality: the link the API documents.
+        await page.get_by_label("Height (px)").fill("200")
+        await page.get_by_label("Fit", exact=True).select_option("cover")
+        await page.get_by_label("Format").select_option("auto")
+        await page.get_by_label("Quality (1-100)").fill("101")
+        await expect(page.get_by_role("alert")).to_contain_text("quality must be a whole number from 1 to 100")
+        await page.get_by_label("Quality (1-100)").fill("60")
+        await expect(resized).to_have_value(
+            photo["public_url"] + "?width=200&height=200&fit=cover&format=auto&quality=60")
+        await page.get_by_role("button", name="Copy resized link").click()
+        link = await _wait_clipboard(page, "fit=cover")
+        r = await api.call("GET", link.replace(api.base, ""), headers={"Accept": "image/webp,*/*"})
+        assert r.code == 200 and r.headers["Content-Type"] == "image/webp" and r.headers["Vary"] == "Accept"
+        assert Image.open(io.BytesIO(r.body)).size == (200, 200)
+        await page.get_by_label("Height (px)").fill("")
+        await expect(page.get_by_role("alert")).to_contain_text("needs both a width and a height")
+        await expect(page.get_by_role("button", name="Copy resized link")).to_be_disabled()
+        await page.get_by_label("Fit", exact=True).select_option("contain")
+        await expect(resized).to_have_value(photo["public_url"] + "?width=200&format=auto&quality=60")
         await assert_accessible(page)
         await page.screenshot(path=str(artifacts / "dashboard-file-view-image.png"), full_page=True)
 
@@ -708,4 +729,53 @@ async def test_activity_fits_a_phone_screen(api: Api, settings: Settings, artifa
         await page.get_by_role("button", name="Create API key").click()
         await expect(page.get_by_label("New API key")).to_be_visible()
         assert await page.evaluate(overflow) == 0
+        assert problems == []
+
+
+INVITE_ONLY = {"MEDIASRV_REGISTRATION": "invite", "MEDIASRV_ADMIN_EMAILS": "browser-admin@example.com"}
+
+
+@pytest.mark.parametrize("app_env", [INVITE_ONLY], indirect=True)
+async def test_an_admin_invites_from_the_dashboard_and_the_link_registers(
+        api: Api, settings: Settings, stores: tuple[object, object], artifacts: Path) -> None:
+    """Issue 19 item 1: on an invite-only server an admin account (MEDIASRV_ADMIN_EMAILS) makes
+    codes on the Invites page; the link it copies opens registration with the code filled in.
+    Other accounts see no Invites link."""
+    codes, _ = await InviteService(stores[0]).create(2, 1.0)  # what `mediasrv invites create` makes
+    for email, code in (("browser-admin@example.com", codes[0]), ("browser-plain@example.com", codes[1])):
+        r = await api.call("POST", "/auth/register", json={"email": email, "password": PASSWORD, "invite": code})
+        assert r.code == 201, r.body
+        link = await api.mail_link(email, "/auth/confirm")
+        assert (await api.call("GET", link.replace(api.base, ""))).code == 303
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, "browser-plain@example.com")
+        await expect(page.get_by_role("link", name="API keys")).to_be_visible()
+        await expect(page.get_by_role("link", name="Invites")).to_be_hidden()
+        await page.get_by_role("button", name="Log out").click()
+        await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+
+        await log_in(page, "browser-admin@example.com")
+        await page.get_by_role("link", name="Invites").click()
+        await expect(page.get_by_role("heading", name="Invites")).to_be_visible()
+        await page.get_by_label("How many").fill("2")
+        await page.get_by_role("button", name="Make invites").click()
+        await expect(page.get_by_role("heading", name="2 invites made")).to_be_visible()
+        await assert_accessible(page)
+        links = await page.locator("ul.invite-links code").all_text_contents()
+        assert len(links) == 2 and all("/#/register?invite=inv_" in link for link in links)
+        await page.get_by_role("button", name="Copy links").click()
+        assert (await _wait_clipboard(page, links[1])).split("\n") == links
+        await expect(page.locator("tbody tr")).to_have_count(4)  # two used by the test, two new
+        await page.screenshot(path=str(artifacts / "dashboard-invites.png"), full_page=True)
+        await page.get_by_role("button", name="Log out").click()
+
+        await page.goto(links[0])
+        await expect(page.get_by_role("heading", name="Create an account")).to_be_visible()
+        code = links[0].split("invite=", 1)[1]
+        await expect(page.get_by_label("Invite code")).to_have_value(code)
+        await page.get_by_label("Email").fill("browser-invited@example.com")
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Create account").click()
+        await expect(page.get_by_role("heading", name="Check your e-mail")).to_be_visible()
         assert problems == []

@@ -9,6 +9,8 @@ import orjson
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
+from mediasrv.core.errors import BadRequest
+from mediasrv.images.spec import FORMATS, parse_transform
 from mediasrv.web.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
 
 PUBLIC_URL = "https://media.example.test"
@@ -43,7 +45,8 @@ INTERFACE_RATE_LIMITS = {
 NOT_LIMITED = [("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("GET", "/d/{id}"), ("HEAD", "/d/{id}"),
                ("GET", "/reference/allowed-content-types"), ("GET", "/reference/for-agents"),
                ("GET", "/reference/openapi.json"), ("GET", "/reference")]
-JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}")}
+JWT_ONLY = {("POST", "/auth/api-keys"), ("GET", "/auth/api-keys"), ("DELETE", "/auth/api-keys/{id}"),
+            ("POST", "/admin/invites"), ("GET", "/admin/invites")}
 NO_AUTH = {("GET", "/ping"), ("HEAD", "/ping"), ("GET", "/health"), ("POST", "/auth/register"),
            ("GET", "/auth/confirm"),
            ("POST", "/auth/login"), ("POST", "/auth/refresh"), ("POST", "/auth/forgot-password"),
@@ -265,7 +268,10 @@ def test_media_parameters(doc):
     params = {p["name"]: p["schema"] for p in
               (deref(doc, p) for p in operation(doc, "GET", "/m/{id}")["parameters"])}
     assert params["width"] == params["height"] == {"type": "integer", "minimum": 1, "maximum": 8192}
-    assert params["format"]["enum"] == ["jpeg", "png", "webp", "avif", "gif"]
+    assert params["format"]["enum"] == ["jpeg", "png", "webp", "avif", "gif", "auto"]
+    assert params["fit"] == {"type": "string", "enum": ["contain", "cover"], "default": "contain"}
+    assert params["quality"] == {"type": "integer", "minimum": 1, "maximum": 100}
+    assert params["tsig"]["pattern"] == "^[0-9a-fA-F]{32}$"
     assert {"expires", "signature"} <= set(params)
     busy = deref(doc, operation(doc, "GET", "/m/{id}")["responses"]["503"])
     assert "Server busy; try again shortly" in busy["description"] and "Retry-After" in busy["headers"]
@@ -283,12 +289,36 @@ def test_media_parameters(doc):
     assert download["content"] == {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
 
 
+def test_media_transform_parameters_are_what_the_parser_takes():
+    """Every value /m's document offers is accepted, and the bounds it states are the parser's."""
+    doc = build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, formats=tuple(FORMATS))
+    get = operation(doc, "GET", "/m/{id}")
+    params = {p["name"]: p["schema"] for p in (deref(doc, p) for p in get["parameters"])}
+    for fmt in params["format"]["enum"]:
+        assert parse_transform({"format": [fmt]}) is not None, fmt
+    for fit in params["fit"]["enum"]:
+        spec = parse_transform({"width": ["10"], "height": ["10"], "fit": [fit]})
+        assert spec is not None and spec.fit == fit
+    assert parse_transform({"width": ["10"]}).fit == params["fit"]["default"]
+    quality = params["quality"]
+    for good in (quality["minimum"], quality["maximum"]):
+        assert parse_transform({"quality": [str(good)]}).quality == good
+    for bad in (quality["minimum"] - 1, quality["maximum"] + 1):
+        with pytest.raises(BadRequest):
+            parse_transform({"quality": [str(bad)]})
+    for status in ("200", "206"):
+        assert "Vary" in get["responses"][status]["headers"]
+    refusal = get["responses"]["400"]["description"]
+    for code in ("INVALID_FIT", "INVALID_QUALITY", "COVER_NEEDS_BOX", "TRANSFORM_SIGNATURE_REQUIRED"):
+        assert code in refusal
+
+
 def test_formats_follow_what_this_build_can_encode():
     without_avif = build_openapi(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD,
                                  formats=("jpeg", "png", "webp", "gif"))
     params = {p["name"]: p["schema"] for p in (deref(without_avif, p) for p in
                                                 operation(without_avif, "GET", "/m/{id}")["parameters"])}
-    assert params["format"]["enum"] == ["jpeg", "png", "webp", "gif"]
+    assert params["format"]["enum"] == ["jpeg", "png", "webp", "gif", "auto"]
     content = operation(without_avif, "GET", "/m/{id}")["responses"]["200"]["content"]
     assert "image/avif" not in content and "image/webp" in content
     agents = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, formats=("png",))

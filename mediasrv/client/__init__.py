@@ -4,7 +4,8 @@
 
 One concept per module: ``async_client`` (MediasrvClient), ``sync_client`` (the same API,
 blocking), ``errors`` (typed exceptions), ``models`` (the records), ``transfer`` (streaming to
-and from disk, content types and names), ``operations`` (method -> HTTP operation). This package
+and from disk, content types and names), ``operations`` (method -> HTTP operation), ``media``
+(what /m is asked to make: ``MediaTransform``, the ``tsig`` signature). This package
 re-exports their public names; the SDK imports nothing of the server but the stdlib-only sniffer.
 """
 from mediasrv.client.async_client import DEFAULT_TIMEOUT, DEFAULT_URL, MediasrvClient
@@ -23,6 +24,7 @@ from mediasrv.client.errors import (
     ServerError,
     error_from_response,
 )
+from mediasrv.client.media import MediaTransform, media_params, transform_signature
 from mediasrv.client.models import (
     ApiKey,
     ApiKeyPage,
@@ -42,8 +44,8 @@ from mediasrv.client.transfer import CHUNK_BYTES, encode_file_name, guess_conten
 __all__ = [
     "CHUNK_BYTES", "DEFAULT_TIMEOUT", "DEFAULT_URL", "OPERATIONS", "ApiError", "ApiKey", "ApiKeyPage",
     "AuthenticationError", "BadRequestError", "BulkDeleteResult", "ConflictError", "ConnectionFailed",
-    "Downloaded", "FilePage", "Login", "MediasrvClient", "MediasrvError", "NotFoundError",
+    "Downloaded", "FilePage", "Login", "MediaTransform", "MediasrvClient", "MediasrvError", "NotFoundError",
     "PayloadTooLargeError", "PermissionDeniedError", "RateLimitedError", "ServerBusyError", "ServerError",
     "Session", "SignedUrl", "StoredFile", "SyncMediasrvClient", "User", "encode_file_name",
-    "error_from_response", "guess_content_type",
+    "error_from_response", "guess_content_type", "media_params", "transform_signature",
 ]

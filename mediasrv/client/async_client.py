@@ -7,6 +7,7 @@ complete (``mediasrv.client.transfer``). Errors are typed (``mediasrv.client.err
     async with MediasrvClient("http://127.0.0.1:8080", api_key=KEY) as media:
         f = await media.upload_file("photo.jpg")
         await media.download_media(f.file_id, "thumb.webp", width=320, format="webp")
+        src = media.media_url(f.file_id, width=640, height=480, fit="cover", format="auto", quality=70)
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ import os
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from mediasrv.client.errors import ConnectionFailed, error_from_response
+from mediasrv.client.media import MediaTransform, media_params
 from mediasrv.client.models import (
     ApiKey,
     ApiKeyPage,
@@ -223,12 +225,28 @@ class MediasrvClient:
                                on_progress)
 
     async def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
-                             height: int | None = None, format: str | None = None,
+                             height: int | None = None, fit: str | None = None, format: str | None = None,
+                             quality: int | None = None, accept: str | None = None,
+                             transform_key: str | None = None,
                              on_progress: ProgressCallback | None = None) -> Downloaded:
-        """GET /m/{id}, resized or converted when any of width, height or format is given."""
-        params = {"width": width, "height": height, "format": format}
-        return await stream_to(self._http, f"/m/{quote(file_id, safe='')}", params, self._auth_headers(),
+        """GET /m/{id}, resized or converted when any of width, height, format or quality is given
+        (``MediaTransform`` says what each means). ``accept`` is the Accept header sent, which
+        ``format="auto"`` chooses from (unset: ``*/*``, which keeps the source's format);
+        ``Downloaded.content_type`` says what came. ``transform_key``: sign the transform (``tsig``)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        headers = {**self._auth_headers(), **({} if accept is None else {"Accept": accept})}
+        return await stream_to(self._http, f"/m/{quote(file_id, safe='')}", dict(params), headers,
                                Path(dest), on_progress)
+
+    def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
+                  fit: str | None = None, format: str | None = None, quality: int | None = None,
+                  transform_key: str | None = None) -> str:
+        """The /m URL of a public file with these transform parameters, for pages to embed (no
+        request is made; the base is this client's URL). ``transform_key``: the server's
+        MEDIASRV_TRANSFORM_KEY, on a server that makes only signed transforms (adds ``tsig``)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        url = f"{self.base_url}/m/{quote(file_id, safe='')}"
+        return f"{url}?{urlencode(params)}" if params else url
 
 
 def _flag(value: bool) -> str:

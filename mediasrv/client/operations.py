@@ -32,5 +32,6 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "allowed_content_types": ("GET", "/reference/allowed-content-types"),
     "download": ("GET", "/d/{id}"),
     "download_media": ("GET", "/m/{id}"),
+    "media_url": ("GET", "/m/{id}"),
 }
 """Public method -> (METHOD, OpenAPI path) it calls."""

@@ -141,7 +141,15 @@ class SyncMediasrvClient:
         return self._run(self._async.download(file_id, dest, on_progress=on_progress))
 
     def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
-                       height: int | None = None, format: str | None = None,
+                       height: int | None = None, fit: str | None = None, format: str | None = None,
+                       quality: int | None = None, accept: str | None = None, transform_key: str | None = None,
                        on_progress: ProgressCallback | None = None) -> Downloaded:
-        return self._run(self._async.download_media(file_id, dest, width=width, height=height, format=format,
-                                                    on_progress=on_progress))
+        return self._run(self._async.download_media(
+            file_id, dest, width=width, height=height, fit=fit, format=format, quality=quality, accept=accept,
+            transform_key=transform_key, on_progress=on_progress))
+
+    def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
+                  fit: str | None = None, format: str | None = None, quality: int | None = None,
+                  transform_key: str | None = None) -> str:
+        return self._async.media_url(file_id, width=width, height=height, fit=fit, format=format,
+                                     quality=quality, transform_key=transform_key)

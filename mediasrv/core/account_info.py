@@ -5,6 +5,7 @@ import dataclasses
 from typing import Any
 
 from mediasrv.core.files.service import effective_limits
+from mediasrv.core.invites import is_admin
 from mediasrv.core.settings import Settings
 from mediasrv.core.timeutil import iso, month_period, period_key
 from store.base import MetaStore
@@ -46,4 +47,5 @@ class AccountInfo:
                      "updated_at": user.updated_at, "email_verified_at": user.email_verified_at},
             "plan": plan, "subscription_canceled_at": user.subscription_canceled_at,
             "access_until": user.access_until or user.trial_ends_at,
+            "is_admin": is_admin(user, self._settings.admin_emails),
         }

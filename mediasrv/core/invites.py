@@ -1,6 +1,7 @@
 """Invite codes for an invite-only registration (MEDIASRV_REGISTRATION=invite).
 
-An operator makes them (``mediasrv invites create``); each is shown once, stored only as its
+An operator makes them (``mediasrv invites create``), and so does an admin account from the
+dashboard (``AdminInvites``: the addresses in MEDIASRV_ADMIN_EMAILS); each is shown once, stored only as its
 hash, works for one registration and expires. ``POST /auth/register`` takes one in its
 ``invite`` field.
 """
@@ -11,10 +12,10 @@ import secrets
 import uuid
 
 from mediasrv.core.credentials import tokens
-from mediasrv.core.errors import BadRequest
+from mediasrv.core.errors import BadRequest, Forbidden
 from mediasrv.core.timeutil import iso, now, now_iso
 from store.base import InviteStore
-from store.models import Invite
+from store.models import Invite, User
 
 PREFIX = "inv_"
 MAX_CODE_CHARS = 128
@@ -48,3 +49,47 @@ class InviteService:
 
     async def list(self, offset: int, limit: int) -> tuple[list[Invite], int]:
         return await self._store.list_invites(offset, limit)
+
+
+DASHBOARD_MAX_BATCH = 50
+DASHBOARD_DEFAULT_DAYS = 7
+
+
+def is_admin(user: User, admin_emails: tuple[str, ...] | frozenset[str]) -> bool:
+    """Whether ``user`` is an admin account: its address is in MEDIASRV_ADMIN_EMAILS (lowercased)."""
+    return user.email.lower() in admin_emails
+
+
+class AdminInvites:
+    """Invite codes made and listed by an admin account (``POST/GET /admin/invites``).
+
+    An admin is an account whose address the operator listed in MEDIASRV_ADMIN_EMAILS: a
+    setting, not a stored role, so that who may invite is decided where the server is
+    configured and no request can grant it."""
+
+    def __init__(self, invites: InviteService, admin_emails: tuple[str, ...]) -> None:
+        self._invites = invites
+        self._admins = frozenset(admin_emails)
+
+    def _require_admin(self, user: User) -> None:
+        if not is_admin(user, self._admins):
+            raise Forbidden("Only an administrator (an address in MEDIASRV_ADMIN_EMAILS) can manage invite codes",
+                            code="ADMIN_ONLY")
+
+    async def create(self, user: User, body: dict[str, object]) -> dict[str, object]:
+        """``{"count": 1..50, "days": >0..366}`` -> the new codes (shown only here) and their expiry."""
+        self._require_admin(user)
+        count, days = body.get("count", 1), body.get("days", DASHBOARD_DEFAULT_DAYS)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= DASHBOARD_MAX_BATCH:
+            raise BadRequest(f"count must be an integer from 1 to {DASHBOARD_MAX_BATCH}", code="INVALID_COUNT")
+        if not isinstance(days, int | float) or isinstance(days, bool) or not 0 < days <= MAX_VALID_DAYS:
+            raise BadRequest(f"days must be a number above 0 and at most {MAX_VALID_DAYS}", code="INVALID_DAYS")
+        codes, expires = await self._invites.create(count, float(days), created_by=user.id)
+        return {"codes": codes, "expires_at": expires}
+
+    async def list(self, user: User, offset: int, limit: int) -> tuple[list[dict[str, object]], int]:
+        """Every invite (never a code: only hashes are stored), newest first."""
+        self._require_admin(user)
+        invites, total = await self._invites.list(offset, limit)
+        return [{"id": i.id, "created_at": i.created_at, "expires_at": i.expires_at, "used_at": i.used_at,
+                 "created_by": i.created_by} for i in invites], total

@@ -122,6 +122,9 @@ class Settings:
     registration: str = _env("MEDIASRV_REGISTRATION", "who may register: open, invite (a code from "
                              "`mediasrv invites create`), closed, or auto: open while PUBLIC_URL is a "
                              "loopback address (this machine only), invite otherwise", default="auto")
+    admin_emails: tuple[str, ...] = _env("MEDIASRV_ADMIN_EMAILS", "comma-separated addresses of the accounts "
+                                         "that may make invite codes from the dashboard (unset: none; "
+                                         "`mediasrv invites create` always can)", default=())
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
                              "X-Real-IP (only behind a proxy you run)", default=False)
     proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
@@ -224,6 +227,9 @@ class Settings:
                                        default=None)
     max_connections_per_ip: int = _env("MEDIASRV_MAX_CONNECTIONS_PER_IP", "open connections per client "
                                        "address (not applied with TRUST_PROXY)", default=256)
+    max_uploads_per_user: int = _env("MEDIASRV_MAX_UPLOADS_PER_USER", "uploads one account may have in "
+                                     "progress at once, per process (one more: 429 TOO_MANY_UPLOADS)",
+                                     default=16)
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
@@ -398,7 +404,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "resize_threads": whole_number, "credential_cache_s": number, "sweep_grace_s": whole_number,
     "sweep_max_share": number, "quarantine_grace_s": whole_number, "proxy_hops": whole_number,
     "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
-    "metrics_port": whole_number, "max_connections_per_ip": whole_number, "image_memory_bytes": byte_size,
+    "metrics_port": whole_number, "max_connections_per_ip": whole_number,
+    "max_uploads_per_user": whole_number, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
     "s3_timeout_s": number, "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
@@ -411,6 +418,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "domain_verification": lambda v: v.strip().lower(),
     "housekeeping": lambda v: v.strip().lower(),
     "registration": lambda v: v.strip().lower(),
+    "admin_emails": lambda v: tuple(sorted({p.strip().lower() for p in v.split(",") if p.strip()})),
     "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
     "log_level": lambda v: v.strip().upper(),
     "log_format": lambda v: v.strip().lower(),
@@ -527,6 +535,8 @@ def _check_safety(s: Settings) -> str | None:
         return f"MEDIASRV_MAX_CONNECTIONS must be a positive integer, not {s.max_connections}"
     if s.max_connections_per_ip < 1:
         return f"MEDIASRV_MAX_CONNECTIONS_PER_IP must be a positive integer, not {s.max_connections_per_ip}"
+    if s.max_uploads_per_user < 1:
+        return f"MEDIASRV_MAX_UPLOADS_PER_USER must be a positive integer, not {s.max_uploads_per_user}"
     return None
 
 

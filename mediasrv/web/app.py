@@ -40,6 +40,7 @@ from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
+from mediasrv.core.invites import AdminInvites, InviteService
 from mediasrv.core.limits.ratelimit import RateLimiter, override
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
@@ -151,7 +152,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         base=base, settings=settings, accounts=accounts, files=file_service, allow=allow,
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
-        health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard)
+        health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard,
+        invites=AdminInvites(InviteService(meta), settings.admin_emails))
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -187,6 +189,7 @@ class _RouteArgs:
     health: HealthCheck
     delivery: MediaDelivery
     guard: StoreGuard
+    invites: AdminInvites
 
 
 Table = list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]

@@ -235,7 +235,8 @@ def _account_schemas() -> Json:
                             "max_upload_size_bytes": count(),
                             "trial_ends_at": timestamp("null: no trial", nullable=True)}),
             "subscription_canceled_at": timestamp(nullable=True),
-            "access_until": timestamp(nullable=True)}),
+            "access_until": timestamp(nullable=True),
+            "is_admin": typed("boolean", "an admin account (MEDIASRV_ADMIN_EMAILS): may make invite codes")}),
     }
 
 
@@ -282,8 +283,6 @@ def _parameter_components(ctx: DocContext) -> Json:
                           required=True),
         "Width": param("width", "query", "resize: target width in pixels", dim),
         "Height": param("height", "query", "resize: target height in pixels", dim),
-        "Format": param("format", "query", "convert to this image format",
-                        typed("string", enum=list(ctx.formats))),
         "Expires": param("expires", "query", "signed URL: expiry as a Unix timestamp",
                          typed("integer")),
         "Signature": param("signature", "query", "signed URL: signature from "

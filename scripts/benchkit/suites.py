@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from benchkit import images, procs, thumbor, wrk
+from benchkit import images, mix, procs, thumbor, wrk
 from benchkit.core import Contestant, Ctx, Metrics, figure, interleave
 from benchkit.report import Figure, Row
 
@@ -278,6 +278,147 @@ def _check_type(base: str, path: str, fmt: str) -> None:
         raise RuntimeError(f"{path} answered {exc.code}") from None
     if fmt not in ctype:
         raise RuntimeError(f"answered {ctype!r}, not {fmt}")
+
+
+# --- mix (issue 18 item 3) --------------------------------------------------------------------
+
+MIX_WIDTHS = (160, 320, 640, 960)
+MIX_WIDTHS_QUICK = (80, 160, 320, 480)
+
+
+def _mix_setup(quick: bool) -> tuple[images.ImageSet, mix.Mix]:
+    """200 photo-like 1024x768 JPEGs x 4 widths (--quick: 40 at 640x480); 20,000 requests, more
+    than a warm run of 5 s sends, so a run never wraps around to the sequence's start."""
+    if quick:
+        image_set = images.ImageSet("mix", "photo", 640, 480, "jpeg", 40)
+        return image_set, mix.Mix(images=40, widths=MIX_WIDTHS_QUICK, requests=5_000)
+    image_set = images.ImageSet("mix", "photo", 1024, 768, "jpeg", 200)
+    return image_set, mix.Mix(images=200, widths=MIX_WIDTHS, requests=20_000)
+
+
+def _warm(base: str, paths: list[str]) -> list[bytes]:
+    """GET every path once, in order (fills a result cache); their bodies."""
+    bodies = []
+    for path in paths:
+        status, body = procs.call(base, "GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {base}{path} answered {status}: {body[:200]!r}")
+        bodies.append(body)
+    return bodies
+
+
+class _Restartable:
+    """A server restarted for each cold round (empty result cache), on the same data."""
+
+    def __init__(self, start: Callable[[int], procs.Mediasrv | procs.Helper]) -> None:
+        self._start = start
+        self._rounds = 0
+        self._current: procs.Mediasrv | procs.Helper | None = None
+
+    def restart(self) -> None:
+        self.stop()
+        self._rounds += 1
+        self._current = self._start(self._rounds)
+
+    @property
+    def running(self) -> procs.Mediasrv | procs.Helper:
+        if self._current is None:
+            raise RuntimeError("not started: its cold round failed")
+        return self._current
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self._current.stop()
+            self._current = None
+
+
+def mix_suite(ctx: Ctx) -> None:
+    """Zipf-distributed /m?width= over many images and several widths, result caching on in both
+    servers: cold (a freshly started server, the first ``seconds`` of the sequence) and warm
+    (every variant made beforehand), and passthrough of the very bytes of the cached variants
+    (uploaded as files of their own) in the same order, which is what a cached variant should
+    cost. thumbor runs with its file result storage, emptied and restarted for each cold round."""
+    image_set, plan = _mix_setup(ctx.quick)
+    root = images.CACHE_ROOT / "images" / images.VERSION
+    ctx.say(f"generating {image_set.count} test images (cached after the first run)")
+    files = images.ensure(image_set, root)
+    thumbor_reason = None
+    if not thumbor.installed():
+        thumbor_reason = ("thumbor not installed yet (--quick never installs it; a full run does)" if ctx.quick
+                          else thumbor.install(ctx.work / "thumbor-install.log"))
+    sequence = plan.sequence()
+    misses, near = mix.misses_near_their_source(sequence, 16)
+    ctx.say(f"a cold pass over the whole sequence misses {misses} times; {near} ({near / misses:.0%}) find their "
+            "source among the last 16 missed (what an LRU of decoded intermediates could share at best)")
+    data_dir = ctx.work / "mix"
+    first = procs.start_mediasrv(ctx.work, "mix", data_dir=data_dir)
+    try:
+        procs.seed_account(first)
+        ids = [first.upload(p.read_bytes(), "image/jpeg", name=p.name) for p in files]
+        m_variant = {(i, w): f"/m/{ids[i]}?width={w}" for i, w in plan.variants()}
+        ctx.say(f"{len(m_variant)} variants; copying their bytes as files of their own (the passthrough case)")
+        bodies = _warm(first.base, list(m_variant.values()))
+        copies = {v: first.upload(body, "image/jpeg", name=f"v{v[0]}-{v[1]}.jpg")
+                  for v, body in zip(m_variant, bodies, strict=True)}
+    finally:
+        first.stop()
+    m_paths = [m_variant[v] for v in sequence]
+    p_paths = [f"/m/{copies[v]}" for v in sequence]
+    rel = image_set.directory(root).name
+    t_variant = {(i, w): f"/unsafe/{w}x0/{rel}/{files[i].name}" for i, w in plan.variants()}
+    t_paths = [t_variant[v] for v in sequence]
+    server = _Restartable(lambda n: procs.start_mediasrv(ctx.work, f"mix-{n}", data_dir=data_dir))
+    peer = _Restartable(lambda n: thumbor.start(ctx.work, root, ctx.cores, ctx.work / f"thumbor-results-{n}",
+                                                name=f"thumbor-mix-{n}"))
+
+    def cold(target: _Restartable, paths: list[str]) -> Metrics:
+        target.restart()
+        return wrk_rate(target.running.base, paths, ctx)
+
+    def warm(target: _Restartable, variants: dict[tuple[int, int], str], paths: list[str]) -> Metrics:
+        _warm(target.running.base, list(variants.values()))
+        return wrk_rate(target.running.base, paths, ctx)
+
+    contestants = [
+        Contestant("mediasrv cold", lambda: cold(server, m_paths)),
+        Contestant("mediasrv warm", lambda: ctx.profiled_run("mix warm", server.running.pid,
+                                                             lambda: warm(server, m_variant, m_paths))),
+        Contestant("passthrough", lambda: wrk_rate(server.running.base, p_paths, ctx)),
+    ]
+    if thumbor_reason is None:
+        contestants += [Contestant("thumbor cold", lambda: cold(peer, t_paths)),
+                        Contestant("thumbor warm", lambda: warm(peer, t_variant, t_paths))]
+    with contextlib.ExitStack() as stack:
+        stack.callback(server.stop)
+        stack.callback(peer.stop)
+        results, note = interleave(ctx, "mix", contestants, 150 if ctx.quick else 600)
+    _mix_rows(ctx, image_set, plan, results, note, thumbor_reason)
+
+
+def _mix_rows(ctx: Ctx, image_set: images.ImageSet, plan: mix.Mix, results: dict[str, dict[str, list[float]]],
+              note: str, thumbor_reason: str | None) -> None:
+    case = (f"Zipf s={plan.exponent:g} over {plan.images} JPEGs {image_set.width}x{image_set.height} x "
+            f"{len(plan.widths)} widths ({'/'.join(map(str, plan.widths))}), result caching on, -c{ctx.connections}")
+    skipped = "" if thumbor_reason is None else f"thumbor skipped: {thumbor_reason}"
+    errors = _errors_note(results, *results)
+    ctx.rows.append(Row("mix", f"warm: {case}", figure(results, "mediasrv warm", "rps", "mediasrv", "req/s"),
+                        figure(results, "thumbor warm", "rps", "thumbor 7.8 PIL, file result storage", "req/s"),
+                        ">= 2.0", _join(note, errors, skipped)))
+    ctx.rows.append(Row("mix", f"cold: the first {ctx.seconds:g} s of a freshly started server, same sequence",
+                        figure(results, "mediasrv cold", "rps", "mediasrv", "req/s"),
+                        figure(results, "thumbor cold", "rps", "thumbor 7.8 PIL", "req/s"), ">= 1.2"))
+    ctx.rows.append(Row("mix", "warm: cached variants vs passthrough of the same bytes, same order",
+                        figure(results, "mediasrv warm", "rps", "mediasrv cached", "req/s"),
+                        figure(results, "passthrough", "rps", "mediasrv passthrough", "req/s"), ">= 0.9"))
+    p99 = figure(results, "mediasrv warm", "p99_ms", "mediasrv warm p99", "ms", higher_is_better=False)
+    p50 = results.get("mediasrv warm", {}).get("p50_ms")
+    bound = Figure("3 x warm p50", "ms", [3 * v for v in p50], higher_is_better=False) if p50 else None
+    ctx.rows.append(Row("mix", "warm tail: p99 against 3 x p50 of the same runs", p99, bound, ">= 1.0"))
+    ctx.rows.append(Row("mix", "warm p50 latency", figure(results, "mediasrv warm", "p50_ms", "mediasrv", "ms",
+                                                           higher_is_better=False),
+                        figure(results, "thumbor warm", "p50_ms", "thumbor", "ms", higher_is_better=False)))
+    ctx.rows.append(Row("mix", "warm p99 latency", p99,
+                        figure(results, "thumbor warm", "p99_ms", "thumbor", "ms", higher_is_better=False)))
 
 
 # --- download and upload ----------------------------------------------------------------------
@@ -793,6 +934,7 @@ def nginx(ctx: Ctx) -> None:
 SUITES: dict[str, Callable[[Ctx], None]] = {
     "passthrough": passthrough,
     "resize": resize,
+    "mix": mix_suite,
     "download": download,
     "upload": upload,
     "listing": listing,

@@ -4,7 +4,9 @@ thumbor pins its own dependency set (Pillow, its own Tornado), so it never share
 project's venv. The interpreter is the first of: this one, then pyenv's 3.12, 3.11, 3.10,
 3.9 that can install it. Configuration: PIL engine, ENGINE_THREADPOOL_SIZE = cores, no
 storage and no result storage (nothing cached), unsafe URLs, file loader over the images
-directory, QUALITY 82 (mediasrv's JPEG quality), everything else thumbor's default.
+directory, QUALITY 82 (mediasrv's JPEG quality), everything else thumbor's default. With
+``result_storage`` (the mix benchmark), thumbor's own result cache is on: its file result
+storage in that directory, unsafe URLs stored too.
 """
 from __future__ import annotations
 
@@ -71,19 +73,26 @@ def install(log: Path) -> str | None:
     return "thumbor could not be installed (" + "; ".join(reasons) + f"); see {log}"
 
 
-def start(work: Path, images_root: Path, threads: int) -> Helper:
-    conf = work / "thumbor.conf"
+def start(work: Path, images_root: Path, threads: int, result_storage: Path | None = None,
+          name: str = "thumbor") -> Helper:
+    conf = work / f"{name}.conf"
+    results = "RESULT_STORAGE = None\n"
+    if result_storage is not None:
+        results = ("RESULT_STORAGE = 'thumbor.result_storages.file_storage'\n"
+                   f"RESULT_STORAGE_FILE_STORAGE_ROOT_PATH = {str(result_storage)!r}\n"
+                   "RESULT_STORAGE_STORES_UNSAFE = True\n"
+                   "RESULT_STORAGE_EXPIRATION_SECONDS = 0\n")
     conf.write_text(
         "LOADER = 'thumbor.loaders.file_loader'\n"
         f"FILE_LOADER_ROOT_PATH = {str(images_root)!r}\n"
         "ENGINE = 'thumbor.engines.pil'\n"
         f"ENGINE_THREADPOOL_SIZE = {threads}\n"
         "STORAGE = 'thumbor.storages.no_storage'\n"
-        "RESULT_STORAGE = None\n"
+        + results +
         "ALLOW_UNSAFE_URL = True\n"
         "QUALITY = 82\n"
         "MAX_AGE = 0\n")
     port = free_port()
     command = [str(VENV / "bin" / "thumbor"), "--port", str(port), "--ip", "127.0.0.1", "--conf", str(conf),
                "--log-level", "warning"]
-    return start_helper(command, work, "thumbor", "/healthcheck", port)
+    return start_helper(command, work, name, "/healthcheck", port)

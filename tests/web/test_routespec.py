@@ -127,6 +127,7 @@ TODAYS_TABLE = [
     ("/auth/api-keys/([^/]+)", "ApiKeyHandler"), ("/files", "FilesHandler"),
     ("/files/bulk-delete", "BulkDeleteHandler"), ("/files/([^/]+)/signed-url", "SignedUrlHandler"),
     ("/files/([^/]+)", "FileHandler"), ("/settings", "SettingsHandler"), ("/usage", "UsageHandler"),
+    ("/admin/invites", "AdminInvitesHandler"),
     ("/logs", "LogsHandler"), ("/profile", "ProfileHandler"),
     ("/reference/allowed-content-types", "StaticJsonHandler"), ("/reference/for-agents", "StaticJsonHandler"),
     ("/reference/openapi.json", "StaticJsonHandler"), ("/reference", "ReferencePageHandler"),

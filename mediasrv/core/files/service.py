@@ -9,6 +9,7 @@ Users can always free space by deleting files.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ from mediasrv.core.errors import Forbidden, NotFound
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.limits.inflight import UploadsInFlight
 from mediasrv.core.limits.querygate import QueryGate
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
@@ -65,6 +67,7 @@ class FileService:
         self.gate = gate or QueryGate()
         self._aborts: set[asyncio.Future[None]] = set()
         self._one_write = isinstance(meta, QuotaWithRecord)
+        self.in_flight = UploadsInFlight(settings.max_uploads_per_user)
 
     def abort_later(self, upload: Upload) -> None:
         """Drop a disconnected client's upload (its partial blob, its reservation) in the
@@ -104,9 +107,15 @@ class FileService:
         and the store takes its quota with its record) and whose blob writer is open (unless the
         body is small); 503 first if the database changed under the server (``require_store``)."""
         await self.require_store()
+        self.in_flight.take(user.id)  # 429 past MEDIASRV_MAX_UPLOADS_PER_USER open at once
+        ended = _once(functools.partial(self.in_flight.give, user.id))
         upload = Upload(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
-                        allow, one_write=self._one_write)
-        await upload.start()  # releases its own reservation if it fails (503)
+                        allow, one_write=self._one_write, on_end=ended)
+        try:
+            await upload.start()  # releases its own reservation if it fails (503)
+        except BaseException:
+            ended()
+            raise
         return upload
 
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
@@ -182,3 +191,13 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
     }
+
+
+def _once(call: Callable[[], None]) -> Callable[[], None]:
+    """``call``, run by the first call of what this returns only."""
+    pending = [call]
+
+    def run() -> None:
+        if pending:
+            pending.pop()()
+    return run

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -53,11 +54,12 @@ class Upload:
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
-                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None) -> None:
+                 allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
+                 on_end: Callable[[], None] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
-        other checks together)."""
+        other checks together). ``on_end``: called once, when the upload is stored or aborted."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -75,6 +77,7 @@ class Upload:
         self._committed = False
         self._finishing = False
         self._done = False
+        self._on_end = on_end
         if one_write is None:
             one_write = isinstance(meta, QuotaWithRecord)
         self._one_write = cast(QuotaWithRecord, meta) if one_write else None
@@ -166,7 +169,13 @@ class Upload:
                             width=width, height=height)
         await self._insert(record)
         self._done = True
+        self._ended()
         return record
+
+    def _ended(self) -> None:
+        on_end, self._on_end = self._on_end, None
+        if on_end is not None:
+            on_end()
 
     async def _insert(self, record: FileRecord) -> None:
         """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``);
@@ -183,6 +192,7 @@ class Upload:
         if self._done or self._finishing:
             return
         self._done = True
+        self._ended()
         self._pending = bytearray()
         try:
             if self._writer is not None:

@@ -7,6 +7,7 @@ import {
 } from './views/auth.js';
 import { fileView } from './views/file.js';
 import { filesView, resetFilesState, uploadQueue } from './views/files.js';
+import { invitesView } from './views/invites.js';
 import { keysView } from './views/keys.js';
 import { settingsView } from './views/settings.js';
 import { activityView, usageView } from './views/usage.js';
@@ -25,6 +26,7 @@ const PRIVATE_ROUTES = {
   '#/settings': { title: 'Settings', view: settingsView },
   '#/usage': { title: 'Usage', view: usageView },
   '#/activity': { title: 'Activity', view: activityView },
+  '#/invites': { title: 'Invites', view: invitesView },
 };
 
 const FILE_ROUTE = /^#\/file\/([^/]+)$/;
@@ -34,6 +36,7 @@ const nav = document.getElementById('nav');
 const who = document.getElementById('who');
 let resetToken = null;
 let email = null;
+let isAdmin = null; // null: not asked yet for this session
 
 function go(hash) {
   if (location.hash === hash) render();
@@ -46,6 +49,7 @@ function show(title, build, loggedIn) {
   const nodes = build();
   document.title = `${title} · mediasrv`;
   nav.hidden = !loggedIn;
+  document.getElementById('nav-invites').hidden = isAdmin !== true;
   who.hidden = !loggedIn;
   document.getElementById('who-email').textContent = email || '';
   const current = location.hash.replace(FILE_ROUTE, '#/files'); // a file's page is part of Files
@@ -58,9 +62,12 @@ function show(title, build, loggedIn) {
 }
 
 async function whoAmI() {
-  if (email) return;
+  if (email && isAdmin !== null) return;
   try {
-    email = (await api('GET', '/profile')).user.email;
+    const profile = await api('GET', '/profile');
+    email = profile.user.email;
+    // Admin accounts (MEDIASRV_ADMIN_EMAILS) may make invite codes: the Invites link shows for them.
+    isAdmin = profile.is_admin === true;
   } catch {
     email = null;
   }
@@ -71,7 +78,8 @@ async function render() {
     show('Choose a new password', () => resetView({ token: resetToken }), false);
     return;
   }
-  const hash = location.hash || '#/files';
+  const [hash, query] = (location.hash || '#/files').split('?');
+  const params = new URLSearchParams(query || '');
   const onLoggedIn = (user) => {
     email = user.email;
     announce(`Logged in as ${user.email}.`, 'info', '#/files');
@@ -79,7 +87,7 @@ async function render() {
   };
   if (PUBLIC_ROUTES[hash]) {
     const route = PUBLIC_ROUTES[hash];
-    show(route.title, () => route.view({ go, onLoggedIn }), false);
+    show(route.title, () => route.view({ go, onLoggedIn, params }), false);
     return;
   }
   const fileId = FILE_ROUTE.exec(hash);
@@ -107,6 +115,7 @@ document.getElementById('logout').addEventListener('click', async () => {
     + 'Log out and drop them?', 'Log out')) return;
   await logout();
   email = null;
+  isAdmin = null;
   resetFilesState();
   announce('You are logged out.', 'info', '#/login');
   go('#/login');
@@ -114,6 +123,7 @@ document.getElementById('logout').addEventListener('click', async () => {
 
 onSessionEnd(() => {
   email = null;
+  isAdmin = null;
   resetFilesState();
   announce('Your session has ended. Log in again.', 'error', '#/login');
   go('#/login');

@@ -47,20 +47,25 @@ export function confirmUsedView({ onLoggedIn }) {
     + '"Forgot your password?" sends a new link that confirms the address too.)' });
 }
 
-export function registerView({ go }) {
+export function registerView({ go, params }) {
   const email = field('Email', { type: 'email', name: 'email', autocomplete: 'username', required: true });
   const password = field('Password', { type: 'password', name: 'password', autocomplete: 'new-password',
     required: true, minlength: '6', 'aria-describedby': 'pw-hint' });
+  // An invite-only server (MEDIASRV_REGISTRATION=invite) needs a code: an invite link
+  // (#/register?invite=...) fills it in; elsewhere it stays empty and is not sent.
+  const invite = field('Invite code (if you were given one)', { type: 'text', name: 'invite', autocomplete: 'off',
+    value: (params && params.get('invite')) || '', class: 'mono' });
   const error = errorBox();
   const form = h('form', { class: 'stack' }, email.wrap, password.wrap,
-    h('p', { id: 'pw-hint', class: 'muted' }, 'At least 6 characters.'), error.el,
+    h('p', { id: 'pw-hint', class: 'muted' }, 'At least 6 characters.'), invite.wrap, error.el,
     h('button', { type: 'submit', class: 'primary' }, 'Create account'));
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     error.clear();
+    const body = { email: email.input.value, password: password.input.value };
+    if (invite.input.value.trim()) body.invite = invite.input.value.trim();
     try {
-      await busy(form, () => anonymous('POST', '/auth/register',
-        { email: email.input.value, password: password.input.value }));
+      await busy(form, () => anonymous('POST', '/auth/register', body));
       sessionStorage.setItem('mediasrv.registered_email', email.input.value);
       go('#/check-email');
     } catch (e) {

@@ -15,6 +15,8 @@ const PREVIEW_STEPS = [320, 480, 640, 800, 1024, 1280, 1600, 2048];
 const PREVIEW_MAX_CSS_WIDTH = 760;
 const TEXT_PREVIEW_BYTES = 64 * 1024;
 const EXPIRIES = [['3600', '1 hour'], ['86400', '1 day'], ['604800', '7 days']];
+const FITS = [['contain', 'Fit inside the box'], ['cover', 'Fill the box, crop the rest']];
+const QUALITY_MAX = 100;
 let resizeLimits = null; // {formats, max_dimension}, from /reference/for-agents once per page load
 
 async function resizeOptions() {
@@ -129,7 +131,10 @@ export function fileView({ id, go }) {
   function resizeCard(file) {
     const width = field('Width (px)', { type: 'number', min: '1', step: '1', inputmode: 'numeric' });
     const height = field('Height (px)', { type: 'number', min: '1', step: '1', inputmode: 'numeric' });
-    const format = select('Format', [['', 'Same as the file']]);
+    const fit = select('Fit', FITS);
+    const format = select('Format', [['', 'Same as the file'], ['auto', 'Best the browser takes (AVIF, WebP)']]);
+    const quality = field('Quality (1-100)', { type: 'number', min: '1', max: String(QUALITY_MAX), step: '1',
+      inputmode: 'numeric', placeholder: 'default' });
     const output = field('Resized link', { type: 'text', readonly: true, class: 'mono' });
     const problem = errorBox();
     const open = h('a', { href: '#', target: '_blank', rel: 'noopener noreferrer' }, 'Open the resized image');
@@ -137,18 +142,30 @@ export function fileView({ id, go }) {
     let limits = { max_dimension: 8192 };
     let base = file.public_url;
     let note = '';
+    const whole = (name, input, max) => { // '' when empty; the server would refuse what this refuses
+      const text = input.value.trim();
+      if (!text) return '';
+      const value = Number(text);
+      if (!Number.isInteger(value) || value < 1 || value > max) {
+        throw new Error(`${name} must be a whole number from 1 to ${max}`);
+      }
+      return String(value);
+    };
+    // The query in the order the API documents it; fit=contain is the default and is left out,
+    // so the link names the same cached variant as one written without it.
     const params = () => {
       const out = {};
       for (const [name, input] of [['width', width.input], ['height', height.input]]) {
-        const text = input.value.trim();
-        if (!text) continue;
-        const value = Number(text);
-        if (!Number.isInteger(value) || value < 1 || value > limits.max_dimension) {
-          throw new Error(`${name} must be a whole number from 1 to ${limits.max_dimension}`);
-        }
-        out[name] = String(value);
+        const value = whole(name, input, limits.max_dimension);
+        if (value) out[name] = value;
+      }
+      if (fit.input.value === 'cover') {
+        if (!out.width || !out.height) throw new Error('Fill and crop needs both a width and a height');
+        out.fit = 'cover';
       }
       if (format.input.value) out.format = format.input.value;
+      const q = whole('quality', quality.input, QUALITY_MAX);
+      if (q) out.quality = q;
       return out;
     };
     const update = () => {
@@ -162,7 +179,8 @@ export function fileView({ id, go }) {
         copyButton.disabled = true;
       }
     };
-    [width.input, height.input, format.input].forEach((input) => input.addEventListener('input', update));
+    [width.input, height.input, fit.input, format.input, quality.input]
+      .forEach((input) => input.addEventListener('input', update));
     copyButton.addEventListener('click', async () => {
       if (!file.is_public) { // a fresh signature, so the copied link lasts its full time
         try {
@@ -177,12 +195,16 @@ export function fileView({ id, go }) {
     });
     resizeOptions().then((options) => {
       limits = options;
-      format.input.append(...options.formats.map((f) => h('option', { value: f }, f.toUpperCase())));
+      format.input.append(...options.formats.filter((f) => f !== 'auto')
+        .map((f) => h('option', { value: f }, f.toUpperCase())));
     });
     const section = h('section', { class: 'card', 'aria-labelledby': 'resize-title' },
       h('h2', { id: 'resize-title' }, 'Resized copies'),
-      h('p', { class: 'muted' }, 'The image fitted inside this box (never enlarged), in this format.'),
-      h('div', { class: 'row-form' }, width.wrap, height.wrap, format.wrap), problem.el, output.wrap,
+      h('p', { class: 'muted' }, 'The image fitted inside this box, or filling it with the overflow cropped '
+        + '(never enlarged), in this format. "Best the browser takes" sends AVIF or WebP to browsers that '
+        + 'show them and the file\'s own format to others. Quality applies to JPEG, WebP and AVIF.'),
+      h('div', { class: 'row-form' }, width.wrap, height.wrap, fit.wrap, format.wrap, quality.wrap), problem.el,
+      output.wrap,
       h('div', { class: 'row' }, copyButton, open));
     if (!file.is_public) {
       note = ' (signed, expires in 1 hour)';
