@@ -27,8 +27,9 @@ from mediasrv.cli.upload_progress import NoProgress, wait_text
 from mediasrv.client import MediasrvClient
 from mediasrv.web.app import Runtime
 from tests.conftest import Api
+from tests.launcher import MEDIASRV, Server, base_env
 from tests.test_files_http import png
-from tests.test_server import MEDIASRV, Server, ServerTestCase, base_env
+from tests.test_server import ServerTestCase
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import contextlib
 import os
 import resource
 import socket
-import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,7 +18,8 @@ import httpx
 from mediasrv.cli.server import make_server
 from mediasrv.core.settings import Settings
 from mediasrv.web.connections import default_max_connections
-from tests.test_server import IN_FLIGHT_BYTES, MEDIASRV, START_TIMEOUT_S, Server, ServerTestCase, _read_response
+from tests.launcher import Server
+from tests.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 
 ATTACKER = "127.0.0.2"  # another loopback address: the per-address cap must not hit the tests' own client
 
@@ -42,32 +43,13 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-class LimitedServer(Server):
+def nofile_limit(limit: int) -> Callable[[], None]:
     """A server started with a low descriptor limit (soft and hard), as a small container has."""
 
-    def __init__(self, *args: object, nofile: int, **kwargs: str) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.nofile = nofile
+    def lower_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    def start(self) -> LimitedServer:
-        limit = self.nofile
-
-        def lower_limit() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
-
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([MEDIASRV, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                         env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         preexec_fn=lower_limit)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(self.url + "/ping", timeout=1.0).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        self.kill()
-        raise AssertionError(f"/ping never answered:\n{self.log()}")
+    return lower_limit
 
 
 class TimeoutsTest(ServerTestCase):
@@ -143,8 +125,8 @@ class ConnectionCapsTest(ServerTestCase):
         self.assertLessEqual(server.log().count("over the per-address limit"), 2)
 
     def test_running_out_of_descriptors_backs_off_without_spinning_or_tracebacks(self) -> None:
-        server = LimitedServer(self.data_dir, self.tmp / "server.log", nofile=128,
-                               MEDIASRV_MAX_CONNECTIONS="1000", MEDIASRV_MAX_CONNECTIONS_PER_IP="1000")
+        server = Server(self.data_dir, self.tmp / "server.log", preexec_fn=nofile_limit(128),
+                        MEDIASRV_MAX_CONNECTIONS="1000", MEDIASRV_MAX_CONNECTIONS_PER_IP="1000")
         self.servers.append(server)
         server.start()
         assert server.proc is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +12,6 @@ import httpx
 import orjson
 import pytest
 import tornado.web
-from tornado.testing import bind_unused_port
 
 from mediasrv.core.domains.providers import (
     CloudflareProvider,
@@ -25,6 +23,7 @@ from mediasrv.core.domains.providers import (
 from mediasrv.core.errors import BadGateway, BadRequest
 from mediasrv.core.settings import Settings, SettingsError
 from tests.dnsserver import LocalDns
+from tests.launcher import free_port
 
 TOKEN = "cf-test-token-9f8e7d6c5b4a"
 ZONE = "023e105f4ecef8ad9ca31a8372d0c353"
@@ -325,11 +324,9 @@ async def test_timeout_is_bounded(api_url: str, fake: FakeCloudflare,
                                   caplog: pytest.LogCaptureFixture) -> None:
     fake.mode = "slow"
     provider = CloudflareProvider(api_url, TOKEN, ZONE, timeout_s=0.5)
-    started = time.monotonic()
     with pytest.raises(BadGateway) as info:
         await provider.add("files.example.com")
-    elapsed = time.monotonic() - started
-    assert 0.4 <= elapsed < 2
+    assert not fake.slow_finished.is_set()  # the provider gave up on its own: the fake has not answered
     assert info.value.message == "Domain provider did not answer in time"
     _assert_public(info.value, caplog)
     fake.release.set()  # let the fake's handler end before the loop closes
@@ -338,14 +335,11 @@ async def test_timeout_is_bounded(api_url: str, fake: FakeCloudflare,
 
 
 async def test_connection_refused_is_bad_gateway(io_loop: Any, caplog: pytest.LogCaptureFixture) -> None:
-    sock, port = bind_unused_port()
-    sock.close()
+    port = free_port()  # nothing listens there
     provider = CloudflareProvider(f"http://127.0.0.1:{port}/client/v4", TOKEN, ZONE, timeout_s=2)
-    started = time.monotonic()
     with pytest.raises(BadGateway) as info:
         await provider.refresh("files.example.com", "some-id")
-    assert time.monotonic() - started < 2
-    assert info.value.message == "Domain provider could not be reached"
+    assert info.value.message == "Domain provider could not be reached"  # refused, not timed out
     _assert_public(info.value, caplog)
 
 
@@ -391,8 +385,7 @@ async def test_manual_provider_needs_the_txt_record(io_loop: Any, local_dns: Loc
 
 
 async def test_manual_provider_dns_failure_is_pending(io_loop: Any) -> None:
-    sock, port = bind_unused_port()  # nothing answers DNS here
-    sock.close()
+    port = free_port()  # nothing answers DNS here
     provider = ManualProvider(nameservers=(f"127.0.0.1:{port}",), timeout_s=0.5)
     added = await provider.add("files.example.com")
     assert (await provider.refresh("files.example.com", added.provider_id)).verification_status == "pending"

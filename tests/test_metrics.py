@@ -19,7 +19,7 @@ from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.app import Runtime
 from mediasrv.web.metrics import Metrics, chain, route_label
 from tests.conftest import Api, body
-from tests.test_server import Server, free_port
+from tests.launcher import Server, free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

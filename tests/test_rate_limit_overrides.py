@@ -12,7 +12,7 @@ import pytest
 from mediasrv.core.limits.ratelimit import Limit, override
 from mediasrv.core.settings import Settings, SettingsError
 from tests.conftest import Api, body
-from tests.test_server import MEDIASRV, base_env
+from tests.launcher import MEDIASRV, base_env
 
 ROUTES = {"POST /files": "files.upload", "GET /files": "files.list", "POST /auth/refresh": "refresh",
           "POST /auth/logout": "refresh", "GET /ping": None}

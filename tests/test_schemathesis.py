@@ -17,13 +17,7 @@ while it was handled; the whole log is ``server.log`` in the module's temporary 
 from __future__ import annotations
 
 import io
-import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 import uuid
@@ -40,6 +34,8 @@ from hypothesis import HealthCheck, settings
 from PIL import Image
 from schemathesis.config import SchemathesisConfig
 
+from tests.launcher import Server
+
 pytestmark = pytest.mark.slow
 
 PASSWORD = "schemathesis-pass-1"
@@ -51,11 +47,11 @@ EDGE_INTEGERS = [0, 1, 2, 100, 101, 2**31, 2**53 + 1, 2**63 - 1, 10**18 - 1]
 
 
 @dataclass
-class Server:
+class Session:
     """The running ``mediasrv serve`` process and what the session set up in it."""
 
+    launched: Server
     base_url: str
-    process: subprocess.Popen[bytes]
     log_path: Path
     token: str = ""
     api_key_id: str = ""
@@ -73,38 +69,10 @@ class Server:
             return fh.read().decode("utf-8", "replace")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _mediasrv_command() -> str:
-    """The ``mediasrv`` console script of the interpreter running the tests."""
-    beside = Path(sys.executable).parent / "mediasrv"
-    found = str(beside) if beside.exists() else shutil.which("mediasrv")
-    assert found, "the mediasrv command is not installed (pip install -e '.[test]')"
-    return found
-
-
 def _png(width: int, height: int) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), (200, 40, 90)).save(out, format="PNG")
     return out.getvalue()
-
-
-def _wait_for_ping(server: Server) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"mediasrv exited with {server.process.returncode}:\n{server.log_since(0)}")
-        try:
-            if httpx.get(f"{server.base_url}/ping", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"mediasrv did not answer /ping within {START_TIMEOUT_S:.0f} s:\n{server.log_since(0)}")
 
 
 def _confirmation_link(outbox: Path, address: str) -> str:
@@ -123,7 +91,7 @@ def _confirmation_link(outbox: Path, address: str) -> str:
     pytest.fail(f"no confirmation e-mail for {address} in {outbox}")
 
 
-def _set_up_account(server: Server, outbox: Path) -> None:
+def _set_up_account(server: Session, outbox: Path) -> None:
     """Register, confirm through the e-mailed link, log in, create an API key, upload two PNGs."""
     email = f"schemathesis-{uuid.uuid4().hex[:8]}@example.com"
     with httpx.Client(base_url=server.base_url, timeout=10) as client:
@@ -150,36 +118,24 @@ def _set_up_account(server: Server, outbox: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     root = tmp_path_factory.mktemp("schemathesis")
     data_dir = root / "data"
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDIASRV_")}  # no SMTP URL: outbox
-    env.update({"MEDIASRV_DATA_DIR": str(data_dir), "MEDIASRV_BCRYPT_ROUNDS": "4",
-                "MEDIASRV_RATE_LIMIT_SCALE": "1000"})
-    log_path = root / "server.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([_mediasrv_command(), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                   env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    srv = Server(base_url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    # No SMTP URL: e-mail goes to the outbox.
+    launched = Server(data_dir, root / "server.log", MEDIASRV_RATE_LIMIT_SCALE="1000")
+    srv = Session(launched=launched, base_url=launched.url, log_path=launched.log_path)
     try:
-        _wait_for_ping(srv)
+        launched.start(timeout=START_TIMEOUT_S)
         _set_up_account(srv, data_dir / "outbox")
         yield srv
+        rc, _ = launched.terminate(timeout=STOP_TIMEOUT_S)
+        assert rc == 0, f"mediasrv exited with {rc} after SIGTERM; log: {launched.log_path}"
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                pytest.fail(f"mediasrv did not stop within {STOP_TIMEOUT_S:.0f} s of SIGTERM; log: {log_path}")
-    assert process.returncode == 0, f"mediasrv exited with {process.returncode} after SIGTERM; log: {log_path}"
+        launched.kill()
 
 
 @pytest.fixture(scope="module")
-def api_schema(server: Server) -> Any:
+def api_schema(server: Session) -> Any:
     config = SchemathesisConfig.from_dict({
         # Every case carries the session token: it is accepted on every authenticated route.
         "headers": {"Authorization": f"Bearer {server.token}"},
@@ -212,7 +168,7 @@ def _node_id_for_schemathesis(request: pytest.FixtureRequest) -> None:
         request.node._nodeid = request.node.nodeid
 
 
-def _keep_file(case: Any, server: Server) -> None:
+def _keep_file(case: Any, server: Session) -> None:
     """Point deletes of the file other cases rely on at the spare file instead."""
     operation = (case.method.upper(), case.path)
     if operation == ("DELETE", "/files/{id}") and (case.path_parameters or {}).get("id") == server.file_id:
@@ -245,7 +201,7 @@ def _problems(case: Any, response: Any) -> list[str]:
 @schema.parametrize()
 @settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
-def test_no_server_errors(case: Any, server: Server) -> None:
+def test_no_server_errors(case: Any, server: Session) -> None:
     _keep_file(case, server)
     offset = server.log_size()
     response = case.call(headers={"Authorization": f"Bearer {server.token}"})

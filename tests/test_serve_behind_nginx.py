@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import types
@@ -27,20 +26,16 @@ from pathlib import Path
 import pytest
 
 from mediasrv.cli.sidecar import nginx_conf, processes
+from tests.launcher import MEDIASRV as LAUNCHED_MEDIASRV
+from tests.launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "serve-behind-nginx"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 SUPERVISORD = shutil.which("supervisord")
-MEDIASRV = Path(sys.executable).parent / "mediasrv"
+MEDIASRV = Path(LAUNCHED_MEDIASRV)
 
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

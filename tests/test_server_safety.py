@@ -11,7 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.test_server import MEDIASRV, STOP_TIMEOUT_S, ServerTestCase, base_env, free_port
+from tests.launcher import MEDIASRV, STOP_TIMEOUT_S, base_env, free_port
+from tests.test_server import ServerTestCase
 
 
 class LostDatabaseTest(ServerTestCase):

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 from mediasrv.cli.startup_log import mail_mode, public_url_warning
 from mediasrv.core.settings import Settings
 from mediasrv.version import version
-from tests.test_server import MEDIASRV, START_TIMEOUT_S, Server, base_env, free_port
+from tests.launcher import MEDIASRV, Server, base_env, free_port
 
 
 @pytest.mark.parametrize(("host", "public_url", "warns"), [
@@ -61,29 +60,15 @@ def test_serve_logs_where_everything_is(tmp_path: Path) -> None:
 
 
 def test_serve_on_all_interfaces_without_public_url_warns(tmp_path: Path) -> None:
-    port, log_path = free_port(), tmp_path / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen([MEDIASRV, "serve", "--host", "0.0.0.0", "--port", str(port)],
-                                env=base_env(tmp_path / "data"), stdout=log, stderr=log)
+    server = Server(tmp_path / "data", tmp_path / "server.log", host="0.0.0.0")
     try:
-        # "listening on" is written by the log thread, possibly before the SIGTERM handler is
-        # installed; /ping answering means the loop runs, after it. The warning precedes both.
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while "listening on" not in log_path.read_text() or not _pings(port):
-            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.05)
-        text = log_path.read_text()
-        assert "WARNING" in text and f"http://0.0.0.0:{port}, a wildcard address" in text, text
+        server.start()  # /ping answers: the loop runs, its signal handlers are installed
+        server.wait_for_log("listening on")  # the warning precedes it, from the same log thread
+        text = server.log()
+        assert "WARNING" in text and f"http://0.0.0.0:{server.port}, a wildcard address" in text, text
+        assert server.terminate()[0] == 0
     finally:
-        proc.terminate()
-        assert proc.wait(20) == 0
-
-
-def _pings(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/ping", timeout=1.0).status_code == 200
-    except httpx.TransportError:
-        return False
+        server.kill()
 
 
 def test_help_shows_each_default() -> None:
@@ -152,19 +137,13 @@ def test_host_and_port_are_settings_and_the_flags_win(tmp_path: Path) -> None:
     port, flag_port = free_port(), free_port()
     for args, env, listening in (([], {"MEDIASRV_HOST": "127.0.0.1", "MEDIASRV_PORT": str(port)}, port),
                                  (["--port", str(flag_port)], {"MEDIASRV_PORT": str(port)}, flag_port)):
-        log_path = tmp_path / f"server-{listening}.log"
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen([MEDIASRV, "serve", *args], env=base_env(tmp_path / "data", **env),
-                                    stdout=log, stderr=log)
+        server = Server(tmp_path / "data", tmp_path / f"server-{listening}.log", listening, args=args, **env)
         try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not _pings(listening):
-                assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.05)
-            assert f"listening on http://127.0.0.1:{listening} " in log_path.read_text()
+            server.start()
+            server.wait_for_log(f"listening on http://127.0.0.1:{listening} ")
+            assert server.terminate()[0] == 0
         finally:
-            proc.terminate()
-            assert proc.wait(20) == 0
+            server.kill()
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [

@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.test_server import LINK_RE, PASSWORD, Server
+from tests.launcher import Server
+from tests.test_server import LINK_RE, PASSWORD
 
 pytestmark = pytest.mark.slow
 

@@ -224,6 +224,9 @@ async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None
     drained = t0 + times.drain_s
     while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
+    if running.runtime.inflight.count > 0:
+        log.warning("%d requests still in flight after the %g s drain: their connections are closed",
+                    running.runtime.inflight.count, times.drain_s)
     # Close kept-alive connections before the last flush, so that no request arrives on one
     # after it (its log entry would be lost, and it could meet a closed pool or store).
     with contextlib.suppress(asyncio.TimeoutError):
