@@ -97,7 +97,7 @@ def _spellings() -> dict[str, str]:
 
 def test_no_module_but_the_route_s_own_declares_its_path() -> None:
     """The SDK (mediasrv/client) is a client of the published contract: its table of what it
-    calls is checked against the OpenAPI document by tests/test_client.py, not scanned here."""
+    calls is checked against the OpenAPI document by tests/client/test_client.py, not scanned here."""
     spellings = _spellings()
     owner = {r.path: r.handler.__module__ for r in declared.ROUTES}
     found: set[tuple[str, str]] = set()

@@ -6,7 +6,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from benchkit.mix import WIDTH_SHARES, Mix, distinct_share, misses_near_their_source
 

@@ -21,9 +21,9 @@ import pytest
 from PIL import Image
 
 from mediasrv.version import version
-from tests.test_metrics import Samples, samples, value
-from tests.test_serve_behind_nginx import NGINX, _children, _token, request, running_sidecar
-from tests.test_server import MEDIASRV, START_TIMEOUT_S, STOP_TIMEOUT_S, base_env, free_port
+from tests.cli.test_serve_behind_nginx import NGINX, _children, _token, request, running_sidecar
+from tests.launcher import MEDIASRV, START_TIMEOUT_S, STOP_TIMEOUT_S, base_env, free_port
+from tests.web.test_metrics import Samples, samples, value
 
 PASSTHROUGH, RESIZES = 5, 3
 

@@ -577,7 +577,7 @@ async def test_crafted_tokens_are_rejected_with_one_body(api: Api) -> None:
         "header-says-hs512-signed-hs256": _craft(base, header={"alg": "HS512", "typ": "JWT"}),
         "rs256-header": _craft(base, header={"alg": "RS256", "typ": "JWT"}),
         # A genuine token past its exp is told apart on purpose (TOKEN_EXPIRED, issue 11 item 2):
-        # tests/test_http_semantics.py. Expired *and* forged in any other way stays generic:
+        # tests/web/test_http_semantics.py. Expired *and* forged in any other way stays generic:
         "expired-wrong-key": _craft({**base, "iat": now - 120, "exp": now - 30}, key="another-secret-" + "y" * 30),
         "expired-not-access": _craft({**base, "iat": now - 120, "exp": now - 30, "typ": "refresh"}),
         "missing-exp": _craft({k: v for k, v in base.items() if k != "exp"}),

@@ -11,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.cli.test_server import ServerTestCase
 from tests.launcher import MEDIASRV, STOP_TIMEOUT_S, base_env, free_port
-from tests.test_server import ServerTestCase
 
 
 class LostDatabaseTest(ServerTestCase):

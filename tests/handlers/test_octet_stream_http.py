@@ -19,7 +19,7 @@ from mediasrv.core.files.content_types import AllowList, resolve_sniffed, sniff
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
-from tests.test_files_http import png
+from tests.handlers.test_files_http import png
 
 OCTET = {"Content-Type": "application/octet-stream"}
 

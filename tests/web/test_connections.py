@@ -18,8 +18,8 @@ import httpx
 from mediasrv.cli.server import make_server
 from mediasrv.core.settings import Settings
 from mediasrv.web.connections import default_max_connections
+from tests.cli.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 from tests.launcher import Server
-from tests.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 
 ATTACKER = "127.0.0.2"  # another loopback address: the per-address cap must not hit the tests' own client
 

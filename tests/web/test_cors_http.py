@@ -12,7 +12,7 @@ import pytest
 from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.web.cors import CorsPolicy
 from tests.conftest import Api, body
-from tests.test_files_http import png
+from tests.handlers.test_files_http import png
 
 ALLOWED = "https://app.example.com"
 OTHER = "https://evil.example.net"

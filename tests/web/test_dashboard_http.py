@@ -16,7 +16,7 @@ from mediasrv.core.settings import Settings
 from mediasrv.web import webassets
 from tests.conftest import Api, body
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "mediasrv" / "web" / "dashboard"
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from mediasrv.core.settings import Settings, SettingsError
 from tests.conftest import Api, body
-from tests.test_serving_http import _usage
+from tests.handlers.test_serving_http import _usage
 
 PREFIX = "/_blobs/"
 

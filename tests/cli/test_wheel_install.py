@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_serve_behind_nginx import NGINX, SUPERVISORD, base_env, free_port, request, wait_ready
+from tests.cli.test_serve_behind_nginx import NGINX, SUPERVISORD, base_env, free_port, request, wait_ready
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WHEEL_SOURCES = ("pyproject.toml", "setup.cfg", "README.md", "LICENSE", "mediasrv", "handlers", "store")
 """What the wheel is built from (pyproject.toml's packages, metadata and package data)."""
 

@@ -28,7 +28,7 @@ import pytest
 from PIL import Image
 
 from tests.conftest import Api
-from tests.test_files_http import png
+from tests.handlers.test_files_http import png
 
 PACKAGE = "mediasrv_generated_client"
 GENERATOR = shutil.which("openapi-python-client", path=os.path.dirname(sys.executable)) or "openapi-python-client"

@@ -10,7 +10,7 @@ from mediasrv.core.errors import Conflict, NotFound, StoreUnavailable, for_store
 from store import errors as store_errors
 from store.base import validate_key
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_store_package_imports_nothing_from_mediasrv_or_handlers() -> None:

@@ -26,10 +26,10 @@ from mediasrv.cli.upload_manifest import collect, default_manifest
 from mediasrv.cli.upload_progress import NoProgress, wait_text
 from mediasrv.client import MediasrvClient
 from mediasrv.web.app import Runtime
+from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
+from tests.handlers.test_files_http import png
 from tests.launcher import MEDIASRV, Server, base_env
-from tests.test_files_http import png
-from tests.test_server import ServerTestCase
 
 
 @pytest.fixture

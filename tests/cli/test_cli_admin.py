@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cli.test_server import PASSWORD
 from tests.launcher import MEDIASRV, Server, base_env
-from tests.test_server import PASSWORD
 
 
 def cli(data_dir: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:

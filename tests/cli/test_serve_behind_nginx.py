@@ -29,7 +29,7 @@ from mediasrv.cli.sidecar import nginx_conf, processes
 from tests.launcher import MEDIASRV as LAUNCHED_MEDIASRV
 from tests.launcher import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "serve-behind-nginx"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 SUPERVISORD = shutil.which("supervisord")

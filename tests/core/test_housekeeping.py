@@ -14,9 +14,9 @@ import uuid
 import pytest
 
 from mediasrv.core.settings import Settings, SettingsError
-from tests import test_server
+from tests.cli import test_server
+from tests.cli.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 from tests.launcher import Server
-from tests.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 
 BODY = IN_FLIGHT_BYTES
 SENT = 50_000

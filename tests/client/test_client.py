@@ -35,7 +35,7 @@ from mediasrv.client import (
     guess_content_type,
 )
 from tests.conftest import Api
-from tests.test_files_http import png
+from tests.handlers.test_files_http import png
 
 PASSWORD = "s3cret-pass"
 

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.cli.test_server import LINK_RE, PASSWORD
 from tests.launcher import Server
-from tests.test_server import LINK_RE, PASSWORD
 
 pytestmark = pytest.mark.slow
 
