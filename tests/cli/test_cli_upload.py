@@ -29,7 +29,7 @@ from mediasrv.web.app import Runtime
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
 from tests.handlers.test_files_http import png
-from tests.launcher import MEDIASRV, Server, base_env
+from tests.launcher import MEDIASRV, Server, base_env, free_port
 
 
 @pytest.fixture
@@ -339,3 +339,15 @@ class UploadCommandTest(ServerTestCase):
         code, again, err = self.run_upload(str(root), "--url", server.url, "--dry-run", MEDIASRV_API_KEY=key)
         self.assertEqual(code, 0, err)
         self.assertEqual((again["skipped"], len(again["would_upload"])), (3, 3))
+
+
+def test_an_unreachable_server_is_one_line_and_status_1(tmp_path: Path) -> None:
+    """No server on the port: one line naming the URL, exit status 1, no traceback."""
+    (tmp_path / "a.txt").write_text("hello")
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {**base_env(None), "MEDIASRV_API_KEY": "msk_unused", "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run([MEDIASRV, "upload", "--url", url, "--no-progress", str(tmp_path / "a.txt")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"mediasrv upload: {url}: ")
