@@ -94,8 +94,14 @@ class ServeBase(BaseHandler):
 class MediaHandler(ServeBase):
     """/m/:key: inline serving, with optional width, height, fit, format and quality."""
 
+    media_kind = "resize"
+    """passthrough or resize (a transform asked for, valid or not): /metrics counts them apart."""
+
     async def get(self, key: str) -> None:
-        await self.serve(key, parse_transform(self.request.query_arguments))
+        spec = parse_transform(self.request.query_arguments)
+        if spec is None:
+            self.media_kind = "passthrough"
+        await self.serve(key, spec)
 
 
 class DownloadHandler(ServeBase):
@@ -210,7 +216,7 @@ def _download(ctx: DocContext, *, head: bool = False) -> Json:
 
 MEDIA_LIMIT = Limit("media", 400, "ip", proxy_counted=True)
 """/m per client address; the nginx sidecar counts it itself and reads its size from the
-for-agents document (scripts/serve-behind-nginx)."""
+for-agents document (`mediasrv sidecar`)."""
 _DELIVERY = {"deps": "delivery"}
 
 ROUTES: tuple[Route, ...] = (

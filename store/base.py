@@ -89,7 +89,7 @@ class Delivery:
     ``url`` (a presigned GET URL valid until ``expires_at``, Unix seconds) is set. With
     MEDIASRV_ACCEL_REDIRECT, /m and /d hand ``path`` to nginx's sendfile location, and ``url``
     (large files, GET only) to nginx's internal location that proxies to it (see
-    deploy/nginx/mediasrv.conf.template); the URL must be fetchable with a Range header added.
+    mediasrv/deploy/nginx/mediasrv.conf.template); the URL must be fetchable with a Range header added.
     """
 
     path: Path | None = None

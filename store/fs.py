@@ -134,8 +134,10 @@ class FsBlobStore:
 
     delivers_urls = False
 
-    def __init__(self, root: Path, *, max_workers: int = 8) -> None:
+    def __init__(self, root: Path, *, max_workers: int = 8, clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)
+        self._clock = clock
+        """Now, for the age rules (list_keys, sweep_temp, purge_quarantine); tests inject one."""
         self._blobs = self.root / "blobs"
         self._quarantine = self.root / "quarantine"
         self._owner = _owner_token()
@@ -411,7 +413,7 @@ class FsBlobStore:
 
     def list_keys(self, older_than_s: float) -> AsyncGenerator[str, None]:
         """Committed keys with mtime before now - ``older_than_s`` (temp files skipped)."""
-        cutoff = time.time() - float(older_than_s)
+        cutoff = self._clock() - float(older_than_s)
         return self._list_keys(cutoff)
 
     async def _list_keys(self, cutoff: float) -> AsyncGenerator[str, None]:
@@ -420,7 +422,7 @@ class FsBlobStore:
                 yield key
 
     async def sweep_temp(self, older_than_s: float) -> int:
-        cutoff = time.time() - float(older_than_s)
+        cutoff = self._clock() - float(older_than_s)
         removed = 0
         for shard in await self._run(self._list_shards_sync):
             removed += len(await self._run(self._scan_shard_sync, shard, cutoff, True))
@@ -509,7 +511,7 @@ class FsBlobStore:
             os.close(dst_fd)
 
     async def purge_quarantine(self, older_than_s: float) -> int:
-        cutoff = time.time() - float(older_than_s)
+        cutoff = self._clock() - float(older_than_s)
         return await self._run(self._purge_quarantine_sync, cutoff)
 
     def _purge_quarantine_sync(self, cutoff: float) -> int:

@@ -24,7 +24,6 @@ import tornado.httpserver
 import tornado.web
 from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
-from tornado.testing import bind_unused_port
 
 from mediasrv.cli.server import make_server
 from mediasrv.core.domains.providers import make_provider
@@ -35,6 +34,7 @@ from mediasrv.core.timeutil import now_iso
 from mediasrv.web.app import Runtime, make_app
 from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
+from tests.launcher import free_port
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 
@@ -61,8 +61,7 @@ class Sink:
 @pytest.fixture(scope="session")
 def smtp_sink() -> Iterator[tuple[Sink, int]]:
     sink = Sink()
-    sock, port = bind_unused_port()
-    sock.close()
+    port = free_port()
     controller = Controller(sink, hostname="127.0.0.1", port=port)
     controller.start()
     yield sink, port

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mediasrv.cli import upload
+from mediasrv.cli.sidecar import arguments as sidecar_arguments
 from mediasrv.core.settings import Settings
 from mediasrv.version import version
 
@@ -28,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     epilog = "environment variables:\n" + Settings.help_text()
     _server_parsers(sub, epilog)
     upload.add_parser(sub)
+    sidecar_arguments.add_parsers(sub)
     _admin_parsers(sub, epilog)
     _maintenance_parsers(sub, epilog)
     return top

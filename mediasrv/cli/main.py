@@ -23,11 +23,16 @@ log = logging.getLogger("mediasrv")
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    command_line = parser()
+    args = command_line.parse_args(argv)
     if args.command == "upload":
         from mediasrv.cli import upload
 
         sys.exit(upload.run(args))
+    if args.command in ("sidecar", "supervisord-conf"):  # a supervisor: its processes read the settings
+        from mediasrv.cli.sidecar import command
+
+        sys.exit(command.run(args, command_line))
     settings = _settings(args)
     from mediasrv.cli.logs import configure_logging
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tornado.httpserver
+import tornado.netutil
 import tornado.web
 
 from mediasrv.cli import workers
@@ -117,7 +118,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
 
     MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
     sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
-    DATA_DIR (scripts/serve-behind-nginx) must not reconcile at start: a process (re)started
+    DATA_DIR (`mediasrv sidecar`) must not reconcile at start: a process (re)started
     while another has uploads in flight would drop their quota reservations. On MongoDB,
     ``full`` and ``sweep`` only make the process compete for the fleet's housekeeping lease
     (``start_housekeeping``): its holder sweeps and reconciles, safely, while everyone serves.
@@ -154,9 +155,9 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
             server.add_sockets(sockets)
         else:
             server.listen(settings.port, settings.host)
-        if settings.metrics_port is not None:
-            where = f"127.0.0.1:{settings.metrics_port} (MEDIASRV_METRICS_PORT)"
-            metrics_server = start_metrics(app, runtime, settings.metrics_port)
+        if settings.metrics_port is not None or settings.metrics_socket is not None:
+            where = f"{metrics_where(settings)} (metrics)"
+            metrics_server = start_metrics(app, runtime, settings)
     except OSError as exc:
         server.stop()
         await runtime.stop()
@@ -206,15 +207,31 @@ def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
         raise StartupError(str(exc)) from None
 
 
-def start_metrics(app: tornado.web.Application, runtime: Runtime, port: int) -> tornado.httpserver.HTTPServer:
-    """GET /metrics on 127.0.0.1:port, apart from the public listener; counts every public request."""
+def start_metrics(app: tornado.web.Application, runtime: Runtime,
+                  settings: Settings) -> tornado.httpserver.HTTPServer:
+    """GET /metrics apart from the public listener, on MEDIASRV_METRICS_HOST:MEDIASRV_METRICS_PORT
+    and/or the Unix socket MEDIASRV_METRICS_SOCKET (mode 0600: the --workers parent or the
+    sidecar reads it); counts every public request."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
                              "libvips": vips.libvips_info()})
     app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
-    metrics_server.listen(port, "127.0.0.1")
-    log.info("metrics at http://127.0.0.1:%d/metrics", port)
+    if settings.metrics_port is not None:
+        metrics_server.listen(settings.metrics_port, settings.metrics_host)
+    if settings.metrics_socket is not None:
+        metrics_server.add_socket(tornado.netutil.bind_unix_socket(str(settings.metrics_socket), mode=0o600))
+    log.info("metrics at %s", metrics_where(settings))
     return metrics_server
+
+
+def metrics_where(settings: Settings) -> str:
+    places = []
+    if settings.metrics_port is not None:
+        host = f"[{settings.metrics_host}]" if ":" in settings.metrics_host else settings.metrics_host
+        places.append(f"http://{host}:{settings.metrics_port}/metrics")
+    if settings.metrics_socket is not None:
+        places.append(f"unix:{settings.metrics_socket} (MEDIASRV_METRICS_SOCKET)")
+    return " and ".join(places)
 
 
 async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None:
@@ -236,6 +253,9 @@ async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None
     drained = t0 + times.drain_s
     while running.runtime.inflight.count > 0 and time.monotonic() < drained:
         await asyncio.sleep(0.05)
+    if running.runtime.inflight.count > 0:
+        log.warning("%d requests still in flight after the %g s drain: their connections are closed",
+                    running.runtime.inflight.count, times.drain_s)
     # Close kept-alive connections before the last flush, so that no request arrives on one
     # after it (its log entry would be lost, and it could meet a closed pool or store). Waited
     # for, never cancelled: cancelling it cancels the requests still running (a traceback each).

@@ -111,8 +111,13 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
                             dry_run=args.dry_run, retry_refused=args.retry_refused)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     summary = Summary(url=options.url)
+    from mediasrv.client import MediasrvError
+
     try:
         asyncio.run(_run_with_progress(options, show, summary))
+    except MediasrvError as exc:  # the server cannot be reached, or refuses the key: before any file
+        print(f"mediasrv upload: {options.url}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         summary.interrupted = True
         print(json.dumps(summary.as_json(), indent=2))

@@ -15,13 +15,20 @@ resize slots and memory budget (per worker: N x the settings in all), and the ra
 counters: a per-IP limit is per worker, so a client may get up to N times it, unless the
 nginx sidecar hashes each client to one upstream. The fork happens before any thread or
 event loop exists in the parent (the log thread is stopped first and restarted after).
+
+Metrics (MEDIASRV_METRICS_PORT): one target for all workers. The parent binds
+MEDIASRV_METRICS_HOST:PORT before forking; each worker serves its own on a Unix socket in a
+private directory, and a scrape of the parent's listener fans in from them
+(``mediasrv.web.metrics_fanin``, each series labelled ``worker="<index>"``).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -32,6 +39,7 @@ from typing import Any
 import tornado.netutil
 
 from mediasrv.core.settings import Settings
+from mediasrv.web.metrics_fanin import FanIn, socket_paths
 
 log = logging.getLogger("mediasrv")
 
@@ -44,17 +52,50 @@ def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[
     """Bind, reconcile once, fork ``workers`` children, supervise them; the exit status."""
     asyncio.run(reconcile(settings))  # stores opened and closed again: no thread survives it
     sockets = bind(settings)
+    fanin = bind_metrics(settings, workers)
     listener.stop()  # no thread may be running across fork()
     children: dict[int, int] = {}
     for index in range(workers):
         pid = os.fork()
         if pid == 0:
-            _child(settings, sockets, index, serve, configure_logging)  # never returns
+            if fanin is not None:
+                fanin.close_in_child()
+            _child(worker_settings(settings, fanin, index), sockets, index, serve,
+                   configure_logging)  # never returns
         children[pid] = index
     configure_logging(settings.log_level)
     for sock in sockets:
         sock.close()  # the workers hold them now
-    return _supervise(children)
+    if fanin is None:
+        return _supervise(children)
+    fanin.start()
+    log.info("metrics of %d workers at %s", workers, fanin.url)
+    try:
+        return _supervise(children)
+    finally:
+        fanin.stop()
+        shutil.rmtree(next(iter(fanin.sources.values())).parent, ignore_errors=True)
+
+
+def bind_metrics(settings: Settings, workers: int) -> FanIn | None:
+    """The workers' one metrics listener (MEDIASRV_METRICS_PORT), bound now; None without it."""
+    if settings.metrics_port is None:
+        return None
+    sources = socket_paths(workers)  # in a new 0700 directory, removed at the end of run()
+    try:
+        return FanIn(settings.metrics_host, settings.metrics_port, sources)
+    except OSError as exc:
+        shutil.rmtree(sources["0"].parent, ignore_errors=True)
+        from mediasrv.cli.server import StartupError
+        raise StartupError(f"cannot listen on {settings.metrics_host}:{settings.metrics_port} "
+                           f"(MEDIASRV_METRICS_PORT): {exc.strerror or exc}") from exc
+
+
+def worker_settings(settings: Settings, fanin: FanIn | None, index: int) -> Settings:
+    """A worker's settings: its metrics on its own Unix socket, the parent's listener fanning in."""
+    if fanin is None:
+        return settings
+    return dataclasses.replace(settings, metrics_port=None, metrics_socket=fanin.sources[str(index)])
 
 
 def bind(settings: Settings) -> list[socket.socket]:

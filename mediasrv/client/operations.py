@@ -1,6 +1,6 @@
 """Which HTTP operation each public method of the clients calls.
 
-``tests/test_client.py`` checks this map against the served /reference/openapi.json, so a route
+``tests/client/test_client.py`` checks this map against the served /reference/openapi.json, so a route
 renamed on the server fails a test instead of a user's call.
 """
 from __future__ import annotations

@@ -45,9 +45,12 @@ HOUSEKEEPING_ROLES = ("full", "sweep", "none")
 REGISTRATION_MODES = ("auto", "open", "invite", "closed")
 """MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
 LOG_FORMATS = ("text", "json")
+MAX_UNIX_SOCKET_PATH = 107
+"""sun_path holds 108 bytes with the terminating NUL (Linux)."""
 OTHER_NAMES = frozenset({"MEDIASRV_WORKERS", "MEDIASRV_NGINX_WORKERS", "MEDIASRV_NGINX_RESOLVER",
-                         "MEDIASRV_NGINX_REAL_IP_FROM", "MEDIASRV_NGINX_CACHE", "MEDIASRV_SERVE_CMD"})
-"""MEDIASRV_* variables read by the nginx sidecar (scripts/serve-behind-nginx) and CI, not by
+                         "MEDIASRV_NGINX_REAL_IP_FROM", "MEDIASRV_NGINX_CACHE", "MEDIASRV_SERVE_CMD",
+                         "MEDIASRV_RUN_DIR"})
+"""MEDIASRV_* variables read by the nginx sidecar (`mediasrv sidecar`), supervisord.conf and CI, not by
 ``Settings``: known, so not warned about. ``MEDIASRV_TEST_*`` belong to the test suite."""
 
 
@@ -248,8 +251,15 @@ class Settings:
                                   "reservation counts without its upload finishing; the reconcile then "
                                   "gives it back (an upload killed with its host)", default=900)
     metrics_port: int | None = _env("MEDIASRV_METRICS_PORT", "serve GET /metrics (Prometheus text) on "
-                                    "127.0.0.1:PORT, a listener of its own (unset: no metrics endpoint)",
+                                    "METRICS_HOST:PORT, a listener of its own covering every process of "
+                                    "--workers and of the sidecar (unset: no metrics endpoint)",
                                     default=None)
+    metrics_host: str = _env("MEDIASRV_METRICS_HOST", "address of the metrics listener (0.0.0.0 or a "
+                             "private address for a Prometheus on another machine)", default="127.0.0.1")
+    metrics_socket: Path | None = _env("MEDIASRV_METRICS_SOCKET", "also serve GET /metrics on this Unix "
+                                       "socket (mode 0600), for a collector on this host; --workers and the "
+                                       "sidecar set it per process and serve the sum at METRICS_PORT",
+                                       default=None)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
     log_format: str = _env("MEDIASRV_LOG_FORMAT", "text (one readable line per event) or json (one "
                            "JSON object per line), for every log line", default="text")
@@ -415,7 +425,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "resize_threads": whole_number, "credential_cache_s": number, "sweep_grace_s": whole_number,
     "sweep_max_share": number, "quarantine_grace_s": whole_number, "proxy_hops": whole_number,
     "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
-    "metrics_port": whole_number, "max_connections_per_ip": whole_number,
+    "metrics_port": whole_number, "metrics_host": str.strip, "metrics_socket": lambda v: Path(v).expanduser(),
+    "max_connections_per_ip": whole_number,
     "max_uploads_per_user": whole_number, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
@@ -575,6 +586,10 @@ def _check_choices(s: Settings) -> str | None:
             return f"MEDIASRV_DNS_NAMESERVERS: {entry!r} is not an IP address with an optional :port"
     if s.metrics_port is not None and not 1 <= s.metrics_port <= 65535:
         return f"MEDIASRV_METRICS_PORT must be from 1 to 65535, not {s.metrics_port}"
+    if not s.metrics_host:
+        return "MEDIASRV_METRICS_HOST must be an address to listen on, such as 127.0.0.1 or 0.0.0.0"
+    if s.metrics_socket is not None and len(str(s.metrics_socket).encode()) > MAX_UNIX_SOCKET_PATH:
+        return f"MEDIASRV_METRICS_SOCKET must be at most {MAX_UNIX_SOCKET_PATH} bytes long (a Unix socket path)"
     if s.log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         return f"MEDIASRV_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, not {s.log_level!r}"
     if s.log_format not in LOG_FORMATS:

@@ -6,6 +6,13 @@ and histogram are cached here, so no label set is built per request. Everything 
 slots in use and refusals, cache hits and misses, store errors) is kept as plain integers by
 the parts that own it and read only when Prometheus scrapes, by a custom collector.
 
+Also: the process (``process_*``: resident memory, CPU seconds, open and maximum descriptors,
+start time; prometheus_client's ``ProcessCollector``), ``mediasrv_build_info`` (version, Python),
+and ``/m`` answers counted apart by kind (``mediasrv_media_requests_total{kind="passthrough"|
+"resize"}`` and its latency histogram), which the route's one label would mix. Several
+processes (``--workers``, the sidecar) are scraped as one target through
+``mediasrv.web.metrics_fanin``, each series labelled with its ``worker``.
+
 Routes are labelled by their declared path (the route row's ``/m/{id}`` is labelled ``/m/:id``),
 never the raw path, so the number of series stays bounded whatever clients request: each
 handler carries its route's path (``BaseDeps.path``), and only the paths of the application's
@@ -13,14 +20,18 @@ route table become labels.
 """
 from __future__ import annotations
 
+import platform
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import tornado.ioloop
 import tornado.web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from mediasrv.version import version
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 UNMATCHED = "unmatched"
@@ -48,9 +59,19 @@ class Metrics:
                                   "Response body bytes sent (by Content-Length)", registry=self.registry)
         self._store_errors = Counter("mediasrv_store_errors",
                                      "Requests answered 503/507 because a store failed", registry=self.registry)
+        self._media = Counter("mediasrv_media_requests", "Answers of /m by kind (passthrough: the stored "
+                              "bytes; resize: a transform asked for) and status", ("kind", "status"),
+                              registry=self.registry)
+        self._media_latency = Histogram("mediasrv_media_request_duration_seconds", "/m time from request to "
+                                        "response end, by kind", ("kind",), buckets=LATENCY_BUCKETS,
+                                        registry=self.registry)
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._media_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._labels = {path: route_label(path) for path in _declared_paths(app)}
         self.registry.register(_StateCollector(sources))
+        ProcessCollector(registry=self.registry)  # process_*: RSS, CPU, descriptors, start time (Linux)
+        Info("mediasrv_build", "The running mediasrv", registry=self.registry).info(
+            {"version": version(), "python": platform.python_version()})
 
     def observe(self, handler: tornado.web.RequestHandler) -> None:
         request = handler.request
@@ -62,6 +83,14 @@ class Metrics:
             children = self._new_children(key)
         children[0].inc()
         children[1].observe(request.request_time())
+        kind = getattr(handler, "media_kind", None)
+        if kind is not None:
+            media = self._media_children.get((kind, status))
+            if media is None:  # bounded: 2 kinds x statuses
+                media = self._media_children[(kind, status)] = (self._media.labels(kind, str(status)),
+                                                                self._media_latency.labels(kind))
+            media[0].inc()
+            media[1].observe(request.request_time())
         size = getattr(handler, "request_size", None)
         if size is None:
             size = len(request.body) if request.body else 0
@@ -130,10 +159,12 @@ class MetricsHandler(tornado.web.RequestHandler):
     def initialize(self, metrics: Metrics) -> None:  # type: ignore[override]
         self.metrics = metrics
 
-    def get(self) -> None:
+    async def get(self) -> None:
+        # On a thread: the process collector lists /proc/self/fd (thousands of connections).
+        text = await tornado.ioloop.IOLoop.current().run_in_executor(None, self.metrics.render)
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.set_header("Cache-Control", "no-store")
-        self.finish(self.metrics.render())
+        self.finish(text)
 
 
 def metrics_app(metrics: Metrics) -> tornado.web.Application:

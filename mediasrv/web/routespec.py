@@ -12,7 +12,7 @@ else is derived from that one list:
 - ``mediasrv.core.limits.ratelimit.RateLimiter`` is given the declared counters (``limits``);
 - ``mediasrv.web.metrics`` labels requests by the row's path;
 - ``mediasrv.web.openapi`` builds the OpenAPI and for-agents documents (``Route.build``);
-- ``scripts/serve-behind-nginx`` reads the /m limit from the for-agents document.
+- ``mediasrv sidecar`` (mediasrv/cli/sidecar) reads the /m limit from the for-agents document.
 
 The dashboard's own pages (``/`` and ``/assets/...``) are not API operations (no auth, no limit,
 not documented) and stay in ``mediasrv.web.app`` only.

@@ -6,7 +6,7 @@ s about 1 for web objects), and each page asks for one of a few widths, the smal
 often (thumbnails in lists, larger sizes on detail pages). The sequence is made from a seeded
 generator, so every run (and every server in a run) gets the same requests in the same order.
 
-Pure Python, no server: ``tests/test_bench_mix.py`` checks its shape.
+Pure Python, no server: ``tests/bench/test_bench_mix.py`` checks its shape.
 """
 from __future__ import annotations
 

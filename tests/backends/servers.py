@@ -25,15 +25,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.launcher import free_port
+
 HERE = Path(__file__).resolve().parent
 MONGOECO_REQUIREMENT = "mongoeco[wire]==4.11.0"
 START_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _cache_dir() -> Path:

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from mediasrv.web.app import Runtime
 from store.s3 import PART_SIZE, S3BlobStore
 from tests.backends import servers
 from tests.conftest import Api, body
+from tests.launcher import free_port
 
 MIB = 1024 * 1024
 
@@ -35,7 +37,7 @@ def own_mongo() -> Iterator[servers.Proc]:
 
 @pytest.fixture(scope="module")
 def own_s3() -> Iterator[ThreadedMotoServer]:
-    port = servers.free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     server.port = port  # type: ignore[attr-defined]
@@ -138,3 +140,39 @@ async def test_s3_stopped_mid_upload_gives_503_and_leaves_nothing(api: Api, own_
     assert page.get("Uploads", []) == []
     r = await api.call("POST", "/files", body=b"after recovery", token=token, headers={"Content-Type": "text/plain"})
     assert r.code == 201, r.body
+
+
+async def test_a_part_refused_while_s3_is_up_aborts_at_once_and_leaves_nothing(
+        api: Api, stores: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 stays up but refuses the second part (an InternalError, as S3 answers now and then):
+    the upload gets 503, its multipart upload is aborted there and then (no sweep needed, unlike
+    when S3 is down), no object and no record are left, and the reservation is given back."""
+    login = await api.user("partfails@example.com")
+    token = login["session"]["access_token"]
+    blobs: S3BlobStore = stores[1]
+    client = blobs._client
+    real_upload_part = client.upload_part
+    parts_tried: list[int] = []
+
+    async def second_part_refused(**kwargs: Any) -> Any:
+        parts_tried.append(kwargs["PartNumber"])
+        if kwargs["PartNumber"] == 2:
+            raise ClientError({"Error": {"Code": "InternalError", "Message": "We encountered an internal error."}},
+                              "UploadPart")
+        return await real_upload_part(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", second_part_refused)
+    size = 2 * PART_SIZE + 1
+    r = await api.call("POST", "/files", body=b"p" * size, token=token, headers={"Content-Type": "text/plain"})
+    assert r.code == 503, r.body
+    assert body(r)["code"] == "STORE_UNAVAILABLE" and r.headers["Retry-After"]
+    assert parts_tried == [1, 2]  # the first part was in S3 when the second failed
+    page = await client.list_multipart_uploads(Bucket=blobs.config.bucket)
+    assert page.get("Uploads", []) == []  # aborted at once: S3 was there to hear it
+    assert [k async for k in blobs.list_keys(-60)] == []
+    assert await profile_usage(api, token) == (0, 0)
+    assert body(await api.call("GET", "/files", token=token))["total"] == 0
+    monkeypatch.undo()
+    r = await api.call("POST", "/files", body=b"q" * size, token=token, headers={"Content-Type": "text/plain"})
+    assert r.code == 201, r.body
+    assert await profile_usage(api, token) == (size, 1)

@@ -8,11 +8,8 @@ spread over both. Also: a backend unreachable at start is a clear message and ex
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,71 +20,45 @@ import pytest
 from tests.backends import servers
 from tests.backends.fixtures import MongoServer, moto_endpoint, new_bucket, new_database
 from tests.conftest import Sink
+from tests.launcher import MEDIASRV, Server, base_env, free_port
 
-MEDIASRV = str(Path(sys.executable).with_name("mediasrv"))
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+/auth/confirm[^\s\"'<>]*")
 
 
-def base_env(tmp_path: Path, smtp_port: int, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEDIASRV_", "AWS_"))}
-    env.update({"MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_port}", "MEDIASRV_BCRYPT_ROUNDS": "4",
-                "MEDIASRV_MAIL_FROM": "test@mediasrv.test", "MEDIASRV_LOG_LEVEL": "WARNING", **extra})
-    return env
+def backend_env(smtp_port: int, extra: dict[str, str]) -> dict[str, str]:
+    """What both processes share: the SMTP sink, quiet logs, the backends in ``extra``."""
+    return {"MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_port}", "MEDIASRV_MAIL_FROM": "test@mediasrv.test",
+            "MEDIASRV_LOG_LEVEL": "WARNING", **extra}
 
 
-class Served:
-    def __init__(self, tmp_path: Path, name: str, env: dict[str, str]) -> None:
-        self.port = servers.free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        env = {**env, "MEDIASRV_DATA_DIR": str(tmp_path / name), "MEDIASRV_PUBLIC_URL": self.base}
-        self.log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([MEDIASRV, "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"server exited with {self.proc.returncode}"
-            try:
-                if httpx.get(self.base + "/ping", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("server not ready")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
+def served(tmp_path: Path, name: str, env: dict[str, str]) -> Server:
+    """One process with its own DATA_DIR (the jwt secret and everything else are in the backends)."""
+    port = free_port()
+    return Server(tmp_path / name, tmp_path / f"{name}.log", port, MEDIASRV_PUBLIC_URL=f"http://127.0.0.1:{port}",
+                  **env)
 
 
 @pytest.fixture
 def pair(tmp_path: Path, mongoeco: MongoServer, moto: servers.Proc,
-         smtp_sink: tuple[Sink, int]) -> Iterator[tuple[Served, Served]]:
+         smtp_sink: tuple[Sink, int]) -> Iterator[tuple[Server, Server]]:
     assert mongoeco.port is not None
-    env = base_env(tmp_path, smtp_sink[1], {
+    env = backend_env(smtp_sink[1], {
         "MEDIASRV_MONGODB_URL": servers.mongo_url(mongoeco.port, new_database()),
         "MEDIASRV_S3_BUCKET": new_bucket(), "MEDIASRV_S3_ENDPOINT_URL": moto_endpoint(moto),
         "MEDIASRV_STORAGE_LIMIT_BYTES": "5000", **servers.S3_ENV})
-    a = Served(tmp_path, "a", env)
-    b = Served(tmp_path, "b", env)
+    a, b = served(tmp_path, "a", env), served(tmp_path, "b", env)
     try:
-        a.wait_ready()
-        b.wait_ready()
+        a.start(timeout=30)
+        b.start(timeout=30)
         yield a, b
     finally:
-        a.stop()
-        b.stop()
+        for server in (a, b):
+            if server.proc is not None and server.proc.poll() is None:
+                server.terminate()
 
 
-def register(server: Served, sink: Sink, email: str) -> str:
-    with httpx.Client(base_url=server.base, timeout=10) as c:
+def register(server: Server, sink: Sink, email: str) -> str:
+    with httpx.Client(base_url=server.url, timeout=10) as c:
         assert c.post("/auth/register", json={"email": email, "password": "s3cret-pass"}).status_code == 201
         for _ in range(200):
             messages = sink.for_address(email)
@@ -96,19 +67,19 @@ def register(server: Served, sink: Sink, email: str) -> str:
             time.sleep(0.05)
         text = messages[0].get_body(preferencelist=("plain",)).get_content()
         link = LINK_RE.findall(text)[0]
-        assert c.get(link.replace(server.base, ""), follow_redirects=False).status_code == 303
+        assert c.get(link.replace(server.url, ""), follow_redirects=False).status_code == 303
         r = c.post("/auth/login", json={"email": email, "password": "s3cret-pass"})
         assert r.status_code == 200, r.text
         return str(r.json()["session"]["access_token"])
 
 
-def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Served, Served],
+def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Server, Server],
                                                        smtp_sink: tuple[Sink, int]) -> None:
     a, b = pair
     token = register(a, smtp_sink[0], "two@example.com")
     auth = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=a.base, headers=auth, timeout=10) as ca, \
-            httpx.Client(base_url=b.base, headers=auth, timeout=10) as cb:
+    with httpx.Client(base_url=a.url, headers=auth, timeout=10) as ca, \
+            httpx.Client(base_url=b.url, headers=auth, timeout=10) as cb:
         assert cb.get("/files").status_code == 200  # B accepts A's token: one shared secret
         r = ca.post("/files", content=b"shared bytes", headers={"Content-Type": "text/plain"})
         assert r.status_code == 201, r.text
@@ -125,7 +96,7 @@ def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Served, Serve
     async def storm() -> list[int]:
         async with httpx.AsyncClient(headers=auth, timeout=30) as client:
             async def one(n: int) -> int:
-                base = (a, b)[n % 2].base
+                base = (a, b)[n % 2].url
                 r = await client.post(f"{base}/files", content=b"%04d" % n * 250,
                                       headers={"Content-Type": "text/plain"})
                 return r.status_code
@@ -134,7 +105,7 @@ def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Served, Serve
     codes = asyncio.run(storm())
     assert sorted(set(codes)) == [201, 403], codes
     assert codes.count(201) == 5
-    with httpx.Client(base_url=b.base, headers=auth, timeout=10) as cb:
+    with httpx.Client(base_url=b.url, headers=auth, timeout=10) as cb:
         usage = cb.get("/usage").json()
         assert (usage["storage_bytes"], usage["files_count"]) == (5000, 5)
         assert cb.get("/files").json()["total"] == 5
@@ -144,7 +115,7 @@ def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Served, Serve
 def test_backend_unreachable_at_start_exits_with_a_clear_message(tmp_path: Path, which: str, moto: servers.Proc,
                                                                  mongoeco: MongoServer,
                                                                  smtp_sink: tuple[Sink, int]) -> None:
-    dead = f"127.0.0.1:{servers.free_port()}"  # nothing listens there
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
     assert mongoeco.port is not None
     extra = {"MEDIASRV_MONGODB_URL": servers.mongo_url(mongoeco.port, new_database()),
              "MEDIASRV_MONGODB_TIMEOUT_MS": "1000", "MEDIASRV_S3_TIMEOUT": "1", "MEDIASRV_S3_BUCKET": new_bucket(),
@@ -153,8 +124,8 @@ def test_backend_unreachable_at_start_exits_with_a_clear_message(tmp_path: Path,
         extra["MEDIASRV_MONGODB_URL"] = f"mongodb://user:hunter2@{dead}/x?directConnection=true"
     else:
         extra["MEDIASRV_S3_ENDPOINT_URL"] = f"http://{dead}"
-    env = base_env(tmp_path, smtp_sink[1], {**extra, "MEDIASRV_DATA_DIR": str(tmp_path / "d")})
-    done = subprocess.run([MEDIASRV, "serve", "--port", str(servers.free_port())], env=env, capture_output=True,
+    env = base_env(tmp_path / "d", **backend_env(smtp_sink[1], extra))
+    done = subprocess.run([MEDIASRV, "serve", "--port", str(free_port())], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 1
     assert "cannot start" in done.stderr

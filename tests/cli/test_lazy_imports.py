@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_server import ServerTestCase
+from tests.cli.test_server import ServerTestCase
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("pyvips", "tornado", "handlers", "mediasrv.web", "mediasrv.images.vips", "mediasrv.images.pipeline",

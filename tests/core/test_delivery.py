@@ -1,6 +1,6 @@
 """MediaDelivery without a server: the answers it decides for /m and /d requests.
 
-Real SQLite and real blob files; the HTTP tests (tests/test_serving_http.py and friends) check
+Real SQLite and real blob files; the HTTP tests (tests/handlers/test_serving_http.py and friends) check
 the same rules through the handler. These pin the service's own contract: what is raised (a
 404 that reveals nothing), what comes back inside the answer, and where the bytes come from.
 """

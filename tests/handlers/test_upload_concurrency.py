@@ -14,7 +14,7 @@ import pytest
 
 from mediasrv.web.app import Runtime
 from tests.conftest import Api
-from tests.test_http_semantics import _raw
+from tests.web.test_http_semantics import _raw
 
 BODY = 2 * 1024 * 1024
 

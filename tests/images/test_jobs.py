@@ -8,6 +8,7 @@ store records what was read.
 """
 from __future__ import annotations
 
+import ast
 import asyncio
 import secrets
 import threading
@@ -383,6 +384,46 @@ async def test_the_worker_never_follows_a_symlink_planted_for_a_blob(
     recording: RecordingBlobs = app.settings["recording_blobs"]
     assert recording.opened_for_read == [fid]  # refused by the worker's open itself
     assert recording.read_all_calls == [] and recording.read_ranges == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOB_HANDLING = ("mediasrv/images", "mediasrv/core/files", "mediasrv/core/delivery", "handlers")
+"""The code between a request and a blob's bytes: none of it may open a file itself."""
+OPENERS = frozenset({"open", "io.open", "os.open", "os.fdopen"})
+"""Calls that open a file by name."""
+OPENING_METHODS = frozenset({"read_bytes", "read_text", "new_from_file"})
+"""Methods that do (``Path.read_bytes``, ``pyvips.Image.new_from_file``)."""
+ALLOWED_OPENS = {("mediasrv/images/vips.py", "open")}
+"""vips.py reads /proc/self/maps to name the libvips it loaded."""
+
+
+def _file_opens(path: Path) -> set[str]:
+    """The file-opening calls in ``path`` (``open``, ``os.open``, ``x.read_bytes``...), by name."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        if name in OPENERS:
+            found.add(name)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in OPENING_METHODS:
+            found.add(node.func.attr)
+    return found
+
+
+def test_only_the_store_opens_a_blob_file() -> None:
+    """The resize worker reads a blob through the descriptor the store opened (its symlink-safe
+    open, the test above); nothing between the request and the bytes opens a file by itself."""
+    opened = {(str(path.relative_to(ROOT)), name) for folder in BLOB_HANDLING
+              for path in sorted((ROOT / folder).rglob("*.py")) for name in _file_opens(path)}
+    assert opened == ALLOWED_OPENS
+
+
+def test_the_open_check_sees_a_planted_open(tmp_path: Path) -> None:
+    planted = tmp_path / "m.py"
+    planted.write_text("import os\nfrom pathlib import Path\n"
+                       "def f(p):\n    return os.open(p, os.O_RDONLY), Path(p).read_bytes(), open(p)\n")
+    assert _file_opens(planted) == {"os.open", "read_bytes", "open"}
 
 
 def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import random
 import struct
-import time
 from pathlib import Path
 
 import pytest
 import pyvips
 
 from mediasrv.core.errors import ApiError, UnprocessableImage, UnsupportedMedia
+from mediasrv.images import pipeline
 from mediasrv.images.pipeline import (
     DECODE_STEPS,
     HEADER_STEPS,
@@ -17,6 +17,7 @@ from mediasrv.images.pipeline import (
     FileInput,
     Job,
     Limits,
+    Step,
     fit_box,
     load,
     prepare,
@@ -230,22 +231,37 @@ def test_output_is_deterministic(jpeg_640: bytes, fmt: str) -> None:
 # ---------------------------------------------------------------------------- transform: refusals
 
 
-def test_pixel_bomb_jpeg_is_refused_fast(jpeg_bomb: bytes) -> None:
+@pytest.fixture
+def decode_steps_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the decode steps (the only ones that touch pixels) run by ``transform``."""
+    ran: list[str] = []
+
+    def watched(step: Step) -> Step:
+        def run(job: Job) -> None:
+            ran.append(step.__name__)
+            step(job)
+        return run
+
+    monkeypatch.setattr(pipeline, "DECODE_STEPS", tuple(watched(step) for step in pipeline.DECODE_STEPS))
+    return ran
+
+
+def test_pixel_bomb_jpeg_is_refused_before_decoding(jpeg_bomb: bytes, decode_steps_run: list[str]) -> None:
     assert len(jpeg_bomb) < 4096
-    started = time.perf_counter()
     with pytest.raises(UnprocessableImage) as info:
         _run(jpeg_bomb, width=100)
-    assert time.perf_counter() - started < 1
     assert info.value.status == 422
+    assert decode_steps_run == []  # refused from the header: no pixel was decoded
+    _run(solid(64, 48, [10, 200, 30]).jpegsave_buffer(), width=10)  # the spy does see a decode
+    assert decode_steps_run[:2] == ["fit_box", "shrink_on_load"]
 
 
-def test_pixel_bomb_png_is_refused_fast(png_bomb: bytes) -> None:
-    started = time.perf_counter()
+def test_pixel_bomb_png_is_refused_before_decoding(png_bomb: bytes, decode_steps_run: list[str]) -> None:
     with pytest.raises(UnprocessableImage):
         _run(png_bomb, "image/png", width=100)
     with pytest.raises(UnprocessableImage):
         _run(png_bomb, "image/png", fmt="webp")
-    assert time.perf_counter() - started < 1
+    assert decode_steps_run == []
 
 
 def test_max_pixels_boundary() -> None:

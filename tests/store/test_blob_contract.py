@@ -685,6 +685,27 @@ async def test_s3_list_keys_and_sweep_temp_by_clock(s3_config):
         await store.close()
 
 
+async def test_s3_age_rule_boundary(s3_config):
+    """list_keys(grace) takes an object only when it was last modified more than ``grace`` ago:
+    not one exactly that old, nor one a second younger (the sweep's rule, as on local files)."""
+    grace = 3600
+    now = [0.0]
+    store = S3BlobStore(s3_config, clock=lambda: now[0])
+    await store.open()
+    try:
+        await put(store, "edge", b"x")
+        page = await store._client.list_objects_v2(Bucket=s3_config.bucket, Prefix="blobs/")
+        [item] = page["Contents"]
+        modified = item["LastModified"].timestamp()  # what list_keys compares, to the microsecond
+        listed = {}
+        for age in (grace - 1, grace, grace + 1):
+            now[0] = modified + age
+            listed[age] = await keys_of(store, grace)
+        assert listed == {grace - 1: set(), grace: set(), grace + 1: {"edge"}}
+    finally:
+        await store.close()
+
+
 async def test_s3_delivery_is_a_working_presigned_url(s3_store):
     import httpx
 

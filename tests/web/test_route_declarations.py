@@ -14,11 +14,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
-import importlib.machinery
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -29,6 +26,7 @@ from handlers import serving
 from handlers.account import AccountBase
 from handlers.base import BaseDeps
 from handlers.reference import StaticJsonHandler
+from mediasrv.cli.sidecar import processes
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.limits.ratelimit import scaled_limit
 from mediasrv.core.mail import MailQueue, SmtpMailer
@@ -42,7 +40,6 @@ from mediasrv.web.routespec import ANY, Route, path_regex, per_user
 from tests.conftest import Api, ShiftableClock, body
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "serve-behind-nginx"
 
 # ---------------------------------------------------------------------------- one row per operation
 
@@ -74,6 +71,10 @@ KNOWN_ELSEWHERE = {
     # (layers point one way), so the link paths are typed there. Listed so none is added.
     ("mediasrv/core/accounts.py", "/auth/confirm"),
     ("mediasrv/core/accounts.py", "/auth/reset-password"),
+    # The nginx sidecar (moved into the package from scripts/serve-behind-nginx) is an HTTP client
+    # of its processes: readiness (/ping) and the published /m limit (the for-agents document).
+    ("mediasrv/cli/sidecar/processes.py", "/ping"),
+    ("mediasrv/cli/sidecar/processes.py", "/reference/for-agents"),
 }
 """(module, path) pairs outside the handler modules that type an API route's path today."""
 
@@ -96,7 +97,7 @@ def _spellings() -> dict[str, str]:
 
 def test_no_module_but_the_route_s_own_declares_its_path() -> None:
     """The SDK (mediasrv/client) is a client of the published contract: its table of what it
-    calls is checked against the OpenAPI document by tests/test_client.py, not scanned here."""
+    calls is checked against the OpenAPI document by tests/client/test_client.py, not scanned here."""
     spellings = _spellings()
     owner = {r.path: r.handler.__module__ for r in declared.ROUTES}
     found: set[tuple[str, str]] = set()
@@ -221,20 +222,12 @@ def test_a_handler_and_rows_that_disagree_are_refused(rows: list[Route], service
 
 # ---------------------------------------------------------------------------- the nginx sidecar's /m limit
 
-def _script() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("serve_behind_nginx", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "0.013"}])
 async def test_the_sidecar_renders_the_media_limit_a_running_server_publishes(
         api: Api, http_server_port: tuple[Any, int], app_env: dict[str, str], tmp_path: Path) -> None:
-    """The script imports nothing of the package: it asks the first process, as it does at start."""
-    script = _script()
+    """The sidecar does not read the declared limit: it asks the first process, as it does at start
+    (so the operator's MEDIASRV_RATE_LIMITS and scale reach nginx exactly as the server applies them)."""
+    script = processes
     assert not hasattr(script, "MEDIA_LIMIT")
     loop = asyncio.get_running_loop()
     published = await loop.run_in_executor(None, script.published_media_limit, http_server_port[1])

@@ -1,0 +1,385 @@
+"""Operator commands run for real: the ``mediasrv`` executable as a subprocess against a temp
+data directory, and (for backup/restore) a real ``mediasrv serve`` before and after."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.cli.test_server import PASSWORD
+from tests.launcher import MEDIASRV, Server, base_env
+
+
+def cli(data_dir: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([MEDIASRV, *args], input=stdin, capture_output=True, text=True, timeout=60,
+                          env=base_env(data_dir, **env))
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def server(tmp_path: Path, data_dir: Path) -> Iterator[list[Server]]:
+    """Servers started by the test; killed at the end whatever happens."""
+    started: list[Server] = []
+    yield started
+    for s in started:
+        s.kill()
+
+
+def start(started: list[Server], data_dir: Path, log: Path, **env: str) -> Server:
+    s = Server(data_dir, log, **env)
+    started.append(s)
+    return s.start()
+
+
+def login(url: str, email: str, password: str = PASSWORD) -> httpx.Response:
+    return httpx.post(f"{url}/auth/login", json={"email": email, "password": password}, timeout=10)
+
+
+def test_version_and_help_show_defaults(data_dir: Path) -> None:
+    out = cli(data_dir, "--version")
+    assert out.returncode == 0 and out.stdout.startswith("mediasrv ") and out.stdout.split()[1][0].isdigit()
+    out = cli(data_dir, "--help")
+    for command in ("users", "usage", "domains", "backup", "restore", "config", "serve", "sweep"):
+        assert command in out.stdout
+    out = cli(data_dir, "backup", "--help")
+    assert "embedded store only" in " ".join(out.stdout.split())
+
+
+def test_users_create_confirm_set_plan(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    out = cli(data_dir, "users", "create", "Ops@Example.com", "--password-stdin", stdin=PASSWORD + "\n")
+    assert out.returncode == 0, out.stderr
+    assert "created ops@example.com" in out.stdout and "not confirmed" in out.stdout
+    # Again: refused with a clear message, nothing changed.
+    out = cli(data_dir, "users", "create", "ops@example.com", "--password-stdin", stdin=PASSWORD + "\n")
+    assert out.returncode == 1 and "already exists" in out.stderr
+    # A generated password is printed once and works after confirmation.
+    out = cli(data_dir, "users", "create", "gen@example.com", "--confirmed")
+    assert out.returncode == 0, out.stderr
+    generated = out.stdout.split("password: ")[1].strip()
+    assert len(generated) >= 12
+
+    # No credential cache: an operator's change shows on the very next request (else within its TTL).
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
+    assert login(s.url, "ops@example.com").status_code == 403  # not confirmed yet
+    assert login(s.url, "gen@example.com", generated).status_code == 200
+    out = cli(data_dir, "users", "confirm", "ops@example.com")
+    assert out.returncode == 0 and "confirmed ops@example.com" in out.stdout
+    r = login(s.url, "ops@example.com")
+    assert r.status_code == 200
+    token = r.json()["session"]["access_token"]
+    auth = {"Authorization": f"Bearer {token}"}
+
+    # The plan, limits and trial end take effect on the running server (it reads the account).
+    out = cli(data_dir, "users", "set-plan", "ops@example.com", "--plan", "pro", "--storage-limit", "10",
+              "--file-limit", "5")
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert (shown["plan"], shown["storage_limit_bytes"], shown["file_count_limit"]) == ("pro", 10, 5)
+    assert "password_hash" not in shown
+    profile = httpx.get(f"{s.url}/profile", headers=auth, timeout=10).json()
+    assert profile["plan"]["name"] == "pro" and profile["plan"]["storage_limit_bytes"] == 10
+    r = httpx.post(f"{s.url}/files", content=b"x" * 11, headers={**auth, "Content-Type": "text/plain"}, timeout=10)
+    assert r.status_code == 403, r.text
+    assert httpx.post(f"{s.url}/files", content=b"x" * 10, headers={**auth, "Content-Type": "text/plain"},
+                      timeout=10).status_code == 201
+    out = cli(data_dir, "users", "set-plan", "ops@example.com", "--storage-limit", "default",
+              "--trial-end", "2000-01-01T00:00:00Z")
+    shown = json.loads(out.stdout)
+    assert shown["storage_limit_bytes"] is None and shown["plan"] == "pro"  # absent options unchanged
+    assert shown["trial_ends_at"] == "2000-01-01T00:00:00.000Z"
+    r = httpx.post(f"{s.url}/files", content=b"y", headers={**auth, "Content-Type": "text/plain"}, timeout=10)
+    assert r.status_code == 403 and r.json()["code"] == "TRIAL_ENDED"
+
+    # Usage lists every account with its counters.
+    out = cli(data_dir, "usage", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {row["email"]: row for row in map(json.loads, out.stdout.splitlines())}
+    assert set(rows) == {"ops@example.com", "gen@example.com"}
+    assert rows["ops@example.com"]["storage_bytes"] == 10 and rows["ops@example.com"]["files_count"] == 1
+    out = cli(data_dir, "usage")
+    assert "2 accounts" in out.stdout and "ops@example.com" in out.stdout
+
+    for bad in (("users", "confirm", "nobody@example.com"), ("users", "set-plan", "ops@example.com",
+                                                             "--file-limit", "many"),
+                ("users", "set-plan", "ops@example.com", "--trial-end", "soon"), ("usage", "--period", "May")):
+        out = cli(data_dir, *bad)
+        assert out.returncode == 1 and out.stderr.startswith("mediasrv ") and "Traceback" not in out.stderr, bad
+    assert s.terminate()[0] == 0
+
+
+def test_domains_approve_and_reject(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    for email in ("a@example.com", "b@example.com"):
+        assert cli(data_dir, "users", "create", email, "--password-stdin", "--confirmed",
+                   stdin=PASSWORD).returncode == 0
+    # Nothing answers DNS at this address: no proof can come from there.
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_DNS_NAMESERVERS="127.0.0.1:9")
+    tokens = {e: login(s.url, e).json()["session"]["access_token"] for e in ("a@example.com", "b@example.com")}
+
+    def patch(email: str, body: dict[str, object]) -> dict[str, object]:
+        r = httpx.patch(f"{s.url}/settings", json=body, headers={"Authorization": f"Bearer {tokens[email]}"},
+                        timeout=20)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    assert patch("a@example.com", {"custom_domain": "cdn.example.test"})["custom_domain"]["verification_status"] \
+        == "pending"
+    assert patch("a@example.com", {"refresh_custom_domain": True})["public_url_base"] is None
+    out = cli(data_dir, "domains", "approve", "CDN.example.test.")
+    assert out.returncode == 0 and "approved cdn.example.test" in out.stdout, out.stderr
+    settings = patch("a@example.com", {"refresh_custom_domain": True})
+    assert settings["custom_domain"]["verification_status"] == "active"
+    assert settings["public_url_base"] == "https://cdn.example.test"
+
+    patch("b@example.com", {"custom_domain": "squat.example.test"})
+    out = cli(data_dir, "domains", "reject", "squat.example.test")
+    assert out.returncode == 0 and "rejected squat.example.test" in out.stdout
+    assert patch("b@example.com", {})["custom_domain"] is None
+    out = cli(data_dir, "domains", "approve", "nobody.example.test")
+    assert out.returncode == 1 and "No account claims" in out.stderr
+    out = cli(data_dir, "domains", "approve", "not a host")
+    assert out.returncode == 1 and "whitespace" in out.stderr
+    assert s.terminate()[0] == 0
+
+
+def test_config_masks_secrets(data_dir: Path) -> None:
+    secret = "k" * 40
+    out = cli(data_dir, "config", MEDIASRV_JWT_SECRET=secret, MEDIASRV_SMTP_URL="smtp://mailer:hunter22@mail:25",
+              CLOUDFLARE_API_TOKEN="cf-token-123", MEDIASRV_TRUST_PROXY="true")
+    assert out.returncode == 0, out.stderr
+    assert secret not in out.stdout and "hunter22" not in out.stdout and "cf-token-123" not in out.stdout
+    lines = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    assert lines["MEDIASRV_JWT_SECRET"] == "********"
+    assert lines["MEDIASRV_SMTP_URL"] == "smtp://mailer:********@mail:25"
+    assert lines["MEDIASRV_TRUST_PROXY"] == "true"
+    assert lines["MEDIASRV_DATA_DIR"] == str(data_dir)
+    assert lines["MEDIASRV_RESIZE_SLOTS"] == "10  # default"
+    out = cli(data_dir, "config", MEDIASRV_RESIZE_SLOTS="zero")
+    assert out.returncode == 2 and "MEDIASRV_RESIZE_SLOTS" in out.stderr
+
+
+def _upload(url: str, token: str, data: bytes, ctype: str, public: bool = True) -> str:
+    r = httpx.post(f"{url}/files?isPublic={'true' if public else 'false'}", content=data, timeout=30,
+                   headers={"Authorization": f"Bearer {token}", "Content-Type": ctype})
+    assert r.status_code == 201, r.text
+    return str(r.json()["file"]["file_id"])
+
+
+@pytest.mark.parametrize("form", ["directory", "tar", "compressed"])
+def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: Path, server: list[Server],
+                                                      form: str) -> None:
+    assert cli(data_dir, "users", "create", "b@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log")
+    token = login(s.url, "b@example.com").json()["session"]["access_token"]
+    payloads = {_upload(s.url, token, data, ctype, public): (data, public) for data, ctype, public in (
+        (b"plain text body\n" * 1000, "text/plain", True),
+        (_png(), "image/png", True),
+        (b"private bytes", "text/plain", False))}
+
+    # Backed up while the server runs: the snapshot is consistent anyway.
+    dest = tmp_path / {"directory": "backup", "tar": "backup.tar", "compressed": "backup.tar.gz"}[form]
+    out = cli(data_dir, "backup", str(dest), *{"directory": [], "tar": ["--tar"], "compressed": ["--compress"]}[form])
+    assert out.returncode == 0, out.stderr
+    assert "backed up 3 files (3 blobs" in out.stdout and "secret: file" in out.stdout
+    if form == "compressed":
+        assert dest.read_bytes()[:2] == b"\x1f\x8b" and "bytes compressed" in out.stdout  # gzip
+        # Restore tells the kind of archive by its content, whatever its name says.
+        dest = dest.rename(tmp_path / "nightly-backup")
+    assert (dest.stat().st_mode & 0o077) == 0
+    manifest = _manifest(dest)
+    assert manifest["format"] == "mediasrv-backup" and manifest["files"] == 3 and manifest["missing"] == []
+    assert sorted(b["sha256"] for b in manifest["blobs"]) == sorted(
+        hashlib.sha256(d).hexdigest() for d, _ in payloads.values())
+    # A second backup to the same place is refused rather than mixed in.
+    assert cli(data_dir, "backup", str(dest)).returncode == 1
+    assert s.terminate()[0] == 0
+
+    shutil.rmtree(data_dir)
+    out = cli(data_dir, "restore", str(dest))
+    assert out.returncode == 0, out.stderr
+    assert "restored 3 files" in out.stdout
+    # Restoring over a data directory in use is refused unless forced.
+    out = cli(data_dir, "restore", str(dest))
+    assert out.returncode == 1 and "--force" in out.stderr
+    out = cli(data_dir, "restore", str(dest), "--force")
+    assert out.returncode == 0, out.stderr
+
+    s2 = start(server, data_dir, tmp_path / "server2.log")
+    # The secret came back: the session token from before the loss still works.
+    auth = {"Authorization": f"Bearer {token}"}
+    listed = httpx.get(f"{s2.url}/files", headers=auth, timeout=10).json()
+    assert listed["total"] == 3
+    for file_id, (data, public) in payloads.items():
+        r = httpx.get(f"{s2.url}/m/{file_id}", headers={} if public else auth, timeout=10)
+        assert r.status_code == 200 and r.content == data, (file_id, r.status_code)
+    usage = httpx.get(f"{s2.url}/usage", headers=auth, timeout=10).json()
+    assert usage["files_count"] == 3 and usage["storage_bytes"] == sum(len(d) for d, _ in payloads.values())
+    assert s2.terminate()[0] == 0
+
+
+def test_restore_refuses_damage_and_non_backups(tmp_path: Path, data_dir: Path) -> None:
+    assert cli(data_dir, "users", "create", "c@example.com", "--password-stdin", stdin=PASSWORD).returncode == 0
+    dest = tmp_path / "b"
+    assert cli(data_dir, "backup", str(dest)).returncode == 0
+    empty = tmp_path / "empty-data"
+    out = cli(empty, "restore", str(tmp_path / "nothing-here"))
+    assert out.returncode == 1 and "does not exist" in out.stderr
+    (tmp_path / "junk.tar").write_bytes(b"not a tar")
+    out = cli(empty, "restore", str(tmp_path / "junk.tar"))
+    assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
+    assert cli(data_dir, "backup", str(tmp_path / "b.tgz"), "--compress").returncode == 0
+    whole = (tmp_path / "b.tgz").read_bytes()
+    (tmp_path / "cut.tgz").write_bytes(whole[: len(whole) // 2])  # a copy cut off half-way
+    out = cli(empty, "restore", str(tmp_path / "cut.tgz"))
+    assert out.returncode == 1 and "not a readable backup" in out.stderr and "Traceback" not in out.stderr
+    out = cli(empty, "restore", str(tmp_path))
+    assert out.returncode == 1 and "not a mediasrv backup" in out.stderr
+    assert not empty.exists() or not any(empty.iterdir())
+    out = cli(data_dir, "backup", str(tmp_path / "m"), MEDIASRV_MONGODB_URL="mongodb://db/x")
+    assert out.returncode in (1, 2) and "MONGODB" in out.stderr.upper()
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.effect_noise((300, 200), 64).convert("RGB").save(out, "PNG")
+    return out.getvalue()
+
+
+def _manifest(dest: Path) -> dict[str, object]:
+    if dest.is_dir():
+        return json.loads((dest / "manifest.json").read_text())  # type: ignore[no-any-return]
+    with tarfile.open(dest) as tar:
+        member = tar.extractfile("manifest.json")
+        assert member is not None
+        return json.load(io.TextIOWrapper(member))  # type: ignore[no-any-return]
+
+
+def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_dir: Path,
+                                                           server: list[Server]) -> None:
+    """Issue 19 item 2: an operator can find an account, stop it at once (sessions and API keys),
+    let it in again, give it a new password, and delete it with its files and their bytes."""
+    for email in ("abuser@example.com", "friend@example.com"):
+        assert cli(data_dir, "users", "create", email, "--password-stdin", "--confirmed",
+                   stdin=PASSWORD).returncode == 0
+    out = cli(data_dir, "users", "list", "--email", "ABUSER", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["email"] == "abuser@example.com" and row["disabled_at"] is None and "password_hash" not in row
+    out = cli(data_dir, "users", "list")
+    assert "abuser@example.com" in out.stdout and "friend@example.com" in out.stdout and "of 2 accounts" in out.stderr
+
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
+    token = login(s.url, "abuser@example.com").json()["session"]["access_token"]
+    auth = {"Authorization": f"Bearer {token}"}
+    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    for n in range(3):
+        r = httpx.post(f"{s.url}/files", content=b"spam %d" % n, timeout=10,
+                       headers={"X-Api-Key": key, "Content-Type": "text/plain"})
+        assert r.status_code == 201, r.text
+    blobs = [p for p in (data_dir / "blobs").rglob("*") if p.is_file()]
+    assert len(blobs) == 3
+
+    assert cli(data_dir, "users", "disable", "abuser@example.com").returncode == 0
+    r = httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10)
+    assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
+    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401  # its session ended
+    r = login(s.url, "abuser@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
+    assert cli(data_dir, "users", "enable", "abuser@example.com").returncode == 0
+    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 200
+
+    out = cli(data_dir, "users", "set-password", "abuser@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
+    assert out.returncode == 0, out.stderr
+    assert login(s.url, "abuser@example.com").status_code == 401
+    assert login(s.url, "abuser@example.com", "n3w-passw0rd").status_code == 200
+
+    out = cli(data_dir, "users", "delete", "abuser@example.com")
+    assert out.returncode == 1 and "--yes" in out.stderr and "3 files" in out.stderr  # nothing without --yes
+    out = cli(data_dir, "users", "delete", "abuser@example.com", "--yes")
+    assert out.returncode == 0 and "and 3 files" in out.stdout, out.stderr
+    assert [p for p in (data_dir / "blobs").rglob("*") if p.is_file()] == []
+    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 401
+    assert login(s.url, "friend@example.com").status_code == 200
+    out = cli(data_dir, "users", "list", "--json")
+    assert [json.loads(line)["email"] for line in out.stdout.splitlines()] == ["friend@example.com"]
+    assert s.terminate()[0] == 0
+
+
+def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    """Issue 19 item 1: MEDIASRV_REGISTRATION=closed refuses every registration (403); invite
+    takes a single-use code from `mediasrv invites create`; the route keeps its shape."""
+    def register(url: str, email: str, invite: str | None = None) -> httpx.Response:
+        body: dict[str, str] = {"email": email, "password": PASSWORD}
+        if invite is not None:
+            body["invite"] = invite
+        return httpx.post(f"{url}/auth/register", json=body, timeout=10)
+
+    s = start(server, data_dir, tmp_path / "closed.log", MEDIASRV_REGISTRATION="closed")
+    r = register(s.url, "a@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "REGISTRATION_CLOSED"
+    assert s.terminate()[0] == 0
+
+    out = cli(data_dir, "invites", "create", "--count", "2", "--days", "1")
+    assert out.returncode == 0, out.stderr
+    codes = out.stdout.split()
+    assert len(codes) == 2 and all(c.startswith("inv_") for c in codes) and "valid until" in out.stderr
+    s = start(server, data_dir, tmp_path / "invite.log", MEDIASRV_REGISTRATION="invite")
+    r = register(s.url, "b@example.com")
+    assert r.status_code == 403 and r.json()["code"] == "INVITE_REQUIRED"
+    r = register(s.url, "b@example.com", "inv_not-a-real-code")
+    assert r.status_code == 403 and r.json()["code"] == "INVALID_INVITE"
+    r = register(s.url, "b@example.com", codes[0])
+    assert r.status_code == 201 and set(r.json()["user"]) == {"id", "email"}
+    r = register(s.url, "c@example.com", codes[0])
+    assert r.status_code == 403 and r.json()["code"] == "INVALID_INVITE"  # single use
+    bad = httpx.post(f"{s.url}/auth/register", json={"email": "c@example.com", "password": "123",
+                                                     "invite": codes[1]}, timeout=10)
+    assert bad.status_code == 400  # refused before the code is spent ...
+    assert register(s.url, "c@example.com", codes[1]).status_code == 201  # ... so it still works
+    out = cli(data_dir, "invites", "list")
+    assert out.stdout.count("used ") == 2 and "2 invite code(s)" in out.stderr
+    assert codes[0] not in out.stdout  # the codes themselves are never stored
+    assert s.terminate()[0] == 0
+
+
+def test_auto_registration_is_open_on_loopback_and_invite_on_a_public_address(data_dir: Path) -> None:
+    out = cli(data_dir, "config")
+    assert "MEDIASRV_REGISTRATION=auto" in out.stdout
+    from mediasrv.core.settings import Settings
+
+    assert Settings(public_url="http://127.0.0.1:8080").registration_mode == "open"
+    assert Settings(public_url="http://localhost:8080").registration_mode == "open"
+    assert Settings(public_url="https://media.example.com").registration_mode == "invite"
+    assert Settings(public_url="https://media.example.com", registration="open").registration_mode == "open"
+
+
+def test_domains_list_shows_every_claim_with_its_status(tmp_path: Path, data_dir: Path,
+                                                         server: list[Server]) -> None:
+    assert cli(data_dir, "users", "create", "d@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_DNS_NAMESERVERS="127.0.0.1:9")
+    token = login(s.url, "d@example.com").json()["session"]["access_token"]
+    r = httpx.patch(f"{s.url}/settings", json={"custom_domain": "media.example.test"},
+                    headers={"Authorization": f"Bearer {token}"}, timeout=20)
+    assert r.status_code == 200, r.text
+    out = cli(data_dir, "domains", "list")
+    assert out.returncode == 0 and "media.example.test" in out.stdout and "pending" in out.stdout, out.stderr
+    assert cli(data_dir, "domains", "approve", "media.example.test").returncode == 0
+    [row] = [json.loads(line) for line in cli(data_dir, "domains", "list", "--json").stdout.splitlines()]
+    assert (row["hostname"], row["verification_status"], row["ssl_status"]) == \
+        ("media.example.test", "active", "external")  # mediasrv issues no certificate: it says so
+    assert s.terminate()[0] == 0

@@ -1,0 +1,353 @@
+"""``mediasrv upload``: directory trees, resume from the manifest, retries on 429, failures;
+deduplication by content and account, remembered refusals, --exclude and --dry-run, the wait
+line and Ctrl-C (issue 20 item 4).
+
+Most tests drive ``upload_all`` against the real app over real HTTP (conftest), with an
+injected sleep; the last ones run the real ``mediasrv upload`` command against a real
+``mediasrv serve`` subprocess and read its JSON summary and exit status.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mediasrv.cli.upload import UploadOptions, upload_all
+from mediasrv.cli.upload_manifest import collect, default_manifest
+from mediasrv.cli.upload_progress import NoProgress, wait_text
+from mediasrv.client import MediasrvClient
+from mediasrv.web.app import Runtime
+from tests.cli.test_server import ServerTestCase
+from tests.conftest import Api
+from tests.handlers.test_files_http import png
+from tests.launcher import MEDIASRV, Server, base_env, free_port
+
+
+@pytest.fixture
+def app_env() -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "10"}
+
+
+async def api_key(api: Api) -> str:
+    data = await api.user(f"up-{uuid.uuid4().hex[:10]}@example.com")
+    r = await api.call("POST", "/auth/api-keys", json={"name": "uploader"}, token=data["session"]["access_token"])
+    assert r.code == 201, r.body
+    return json.loads(r.body)["key"]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """A small directory tree; returns the relative names expected on the server."""
+    files = {"a.png": png(8, 8), "notes.txt": b"hello\n", "sub/b.pdf": b"%PDF-1.4\n" + b"x" * 5000,
+             "sub/deeper/c.png": png(4, 4), "sub/deeper/d.txt": b"world\n"}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / ".hidden.txt").write_bytes(b"skip me")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_bytes(b"skip me too")
+    return files
+
+
+async def names_on_server(base: str, key: str) -> dict[str, str]:
+    async with MediasrvClient(base, api_key=key) as media:
+        page = await media.list_files(limit=100)
+    return {f.name or "": f.content_type or "" for f in page.files}
+
+
+async def test_directory_tree_then_resume_skips_what_is_done(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    root = tmp_path / "photos"
+    expected = tree(root)
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), concurrency=3,
+                            manifest=tmp_path / "manifest.jsonl")
+
+    first = await upload_all(options)
+    assert (first.uploaded, first.skipped, first.failed) == (5, 0, 0), first.failures
+    assert first.bytes_uploaded == sum(len(d) for d in expected.values())
+    on_server = await names_on_server(api.base, key)
+    assert on_server == {"a.png": "image/png", "notes.txt": "text/plain", "sub/b.pdf": "application/pdf",
+                         "sub/deeper/c.png": "image/png", "sub/deeper/d.txt": "text/plain"}
+    entries = [json.loads(line) for line in options.manifest.read_text().splitlines()]
+    assert sorted(Path(e["path"]).relative_to(root).as_posix() for e in entries) == sorted(expected)
+    assert all(e["status"] == "uploaded" and e["file_id"] and len(e["sha256"]) == 64 for e in entries)
+
+    again = await upload_all(options)
+    assert (again.uploaded, again.skipped, again.failed) == (0, 5, 0)
+
+    # A changed file (size and mtime) and a torn manifest line: only the changed file goes up.
+    changed = root / "notes.txt"
+    changed.write_bytes(b"hello again\n")
+    os.utime(changed, ns=(time.time_ns(), time.time_ns() + 10**9))
+    with open(options.manifest, "a") as fh:
+        fh.write('{"sha256": "torn')
+    third = await upload_all(options)
+    assert (third.uploaded, third.skipped, third.failed) == (1, 4, 0)
+    assert len(await names_on_server(api.base, key)) == 5 and (await files_total(api.base, key)) == 6
+
+
+async def files_total(base: str, key: str) -> int:
+    async with MediasrvClient(base, api_key=key) as media:
+        return (await media.list_files()).total
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "0.1"}])  # 3 uploads per minute
+async def test_retries_on_429_after_retry_after(api: Api, runtime: Runtime, tmp_path: Path) -> None:
+    key = await api_key(api)
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(7):
+        (root / f"{i}.txt").write_bytes(f"file {i}\n".encode())
+    # The injected sleep advances the server's rate-limit clock instead of waiting.
+    offset = 0.0
+    runtime.limiter._clock = lambda: time.time() + offset
+    waits: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        nonlocal offset
+        waits.append(seconds)
+        offset += seconds
+
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), concurrency=1,
+                            manifest=tmp_path / "m.jsonl")
+    summary = await upload_all(options, sleep=fake_sleep)
+    assert (summary.uploaded, summary.failed) == (7, 0), summary.failures
+    assert summary.retries == len(waits) >= 2
+    assert all(1 <= w <= 60 and w == int(w) for w in waits), waits  # the server's Retry-After, in seconds
+    assert await files_total(api.base, key) == 7
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "0.1"}])
+async def test_gives_up_after_the_retries(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    root = tmp_path / "few"
+    root.mkdir()
+    for i in range(4):
+        (root / f"{i}.txt").write_bytes(b"x" * (i + 1))  # four contents (one content goes up once)
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), concurrency=1, retries=2,
+                            manifest=tmp_path / "m.jsonl")
+    summary = await upload_all(options, sleep=no_wait)
+    assert (summary.uploaded, summary.failed, summary.retries) == (3, 1, 2)
+    assert summary.failures[0]["status"] == 429 and summary.failures[0]["error"] == "Too many requests"
+
+
+async def test_connection_errors_are_retried_with_backoff(tmp_path: Path) -> None:
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"hello")
+    calls = 0
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if request.url.path == "/profile":
+            return httpx.Response(200, json={"user": {"id": "u"}})
+        if calls <= 3:
+            raise httpx.ConnectError("refused", request=request)
+        if calls == 4:
+            return httpx.Response(503, json={"error": "Service unavailable"})
+        list(request.stream)  # the streamed body is read whole by the server side
+        return httpx.Response(201, json={"file": {"id": "1", "user_id": "u", "file_id": "f1", "size": 5}})
+
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    client = MediasrvClient("http://mock", api_key="k", transport=httpx.MockTransport(flaky))
+    options = UploadOptions(url="http://mock", api_key="k", paths=(str(source),), manifest=tmp_path / "m.jsonl")
+    try:
+        summary = await upload_all(options, sleep=no_wait, client=client)
+    finally:
+        await client.aclose()
+    assert (summary.uploaded, summary.retries) == (1, 3)
+    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0 and 2.0 <= waits[2] <= 4.0  # no Retry-After
+
+
+async def test_failures_are_reported_per_file(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    good, bad = tmp_path / "good.txt", tmp_path / "mystery.bin"
+    good.write_bytes(b"fine")
+    bad.write_bytes(b"\x00\x01 no known signature")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(good), str(bad), str(tmp_path / "absent")),
+                            manifest=tmp_path / "m.jsonl")
+    summary = await upload_all(options)
+    assert (summary.uploaded, summary.failed, summary.total) == (1, 2, 3)
+    by_path = {Path(f["path"]).name: f for f in summary.failures}
+    assert by_path["mystery.bin"]["status"] == 400 and by_path["mystery.bin"]["code"] == "UNRECOGNIZED_CONTENT"
+    assert by_path["absent"]["error"] == "no such file or directory"
+
+
+async def test_the_same_content_is_uploaded_once_whatever_its_path_name_or_url(
+        api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest is the account's (by user id, under XDG_DATA_HOME) and keyed by content:
+    a renamed copy in another directory, and the server spelt ``localhost``, upload nothing."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    key = await api_key(api)
+    first_dir, second_dir = tmp_path / "one", tmp_path / "two"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    (first_dir / "photo.png").write_bytes(png(8, 8))
+    (first_dir / "twin.png").write_bytes(png(8, 8))  # the same bytes twice in one run: sent once
+    (second_dir / "renamed.png").write_bytes(png(8, 8))
+    first = await upload_all(UploadOptions(url=api.base, api_key=key, paths=(str(first_dir),)))
+    assert (first.uploaded, first.skipped) == (1, 1)
+    assert Path(first.manifest) == default_manifest(first.account) and first.manifest.startswith(str(tmp_path))
+    other_spelling = api.base.replace("127.0.0.1", "localhost")
+    again = await upload_all(UploadOptions(url=other_spelling, api_key=key, paths=(str(second_dir),)))
+    assert (again.uploaded, again.skipped, again.manifest) == (0, 1, first.manifest)
+    assert await files_total(api.base, key) == 1
+
+
+async def test_refused_files_are_remembered_until_they_change(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    bad = tmp_path / "files" / "mystery.bin"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x00\x01 no known signature")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(bad.parent),), manifest=tmp_path / "m.jsonl")
+    first = await upload_all(options)
+    assert (first.failed, first.failures[0]["code"]) == (1, "UNRECOGNIZED_CONTENT")
+    second = await upload_all(options)
+    assert (second.failed, second.refused_before, second.uploaded) == (0, 1, 0)  # not sent again
+    bad.write_bytes(b"%PDF-1.4\n now a PDF")
+    third = await upload_all(options)
+    assert (third.uploaded, third.refused_before) == (1, 0)
+
+
+async def test_exclude_globs_and_dry_run(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    root = tmp_path / "tree"
+    tree(root)
+    (root / "scratch.tmp").write_bytes(b"temporary")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), manifest=tmp_path / "m.jsonl",
+                            exclude=("*.tmp", "sub/deeper/*"), dry_run=True)
+    dry = await upload_all(options)
+    assert sorted(dry.would_upload or []) == ["a.png", "notes.txt", "sub/b.pdf"]
+    assert dry.uploaded == 0 and await files_total(api.base, key) == 0 and not options.manifest.exists()
+
+
+def test_waits_are_shown_with_their_reason_and_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = NoProgress()
+    progress.waiting("rate limited", 47)
+    progress.waiting("rate limited", 47)  # another stream in the same pause: one line
+    assert capsys.readouterr().err == "mediasrv upload: rate limited; resuming in 47 s\n"
+    assert wait_text({"resume_at": 141.0, "reason": "rate limited"}, 100.0) == "waiting 41 s: rate limited"
+    assert wait_text({"resume_at": None}, 100.0) == ""
+
+
+def test_collect_skips_hidden_names_and_the_manifest(tmp_path: Path) -> None:
+    tree(tmp_path)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("")
+    files, problems = collect([str(tmp_path), str(tmp_path / "a.png")], skip=manifest)
+    assert problems == []
+    assert [f.name for f in files] == ["a.png", "notes.txt", "sub/b.pdf", "sub/deeper/c.png", "sub/deeper/d.txt"]
+
+
+# ---------------------------------------------------------------------------- the real command
+
+
+class UploadCommandTest(ServerTestCase):
+    def api_key(self, server: Server) -> str:
+        _, token = self.login_new_user(server)
+        r = self.client.post(server.url + "/auth/api-keys", json={"name": "cli"},
+                             headers={"Authorization": f"Bearer {token}"})
+        self.assertEqual(r.status_code, 201, r.text)
+        return r.json()["key"]
+
+    def run_upload(self, *args: str, **env: str) -> tuple[int, dict[str, Any], str]:
+        env.setdefault("XDG_DATA_HOME", str(self.tmp / "xdg"))  # the default manifest lives here
+        out = subprocess.run([MEDIASRV, "upload", *args], capture_output=True, text=True, timeout=120,
+                             env=base_env(self.tmp / "unused", **env), cwd=self.tmp)
+        summary = json.loads(out.stdout) if out.stdout.strip() else {}
+        return out.returncode, summary, out.stderr
+
+    def test_command_uploads_resumes_and_fails_with_non_zero_status(self) -> None:
+        server = self.serve(MEDIASRV_RATE_LIMIT_SCALE="10")
+        key = self.api_key(server)
+        root = self.tmp / "upload-me"
+        tree(root)
+
+        code, summary, err = self.run_upload(str(root), "--url", server.url, "-j", "2", MEDIASRV_API_KEY=key)
+        self.assertEqual(code, 0, err)
+        self.assertEqual((summary["uploaded"], summary["skipped"], summary["failed"]), (5, 0, 0))
+        self.assertTrue(Path(summary["manifest"]).is_file())
+        self.assertGreater(summary["files_per_s"], 0)
+
+        code, summary, err = self.run_upload(str(root), "--url", server.url, "--api-key", key)
+        self.assertEqual(code, 0, err)
+        self.assertEqual((summary["uploaded"], summary["skipped"]), (0, 5))
+
+        (root / "broken.bin").write_bytes(b"\x00 nothing recognisable")
+        code, summary, err = self.run_upload(str(root), "--url", server.url, "--private", MEDIASRV_API_KEY=key)
+        self.assertEqual(code, 1, err)
+        self.assertEqual((summary["uploaded"], summary["skipped"], summary["failed"]), (0, 5, 1))
+        self.assertEqual(summary["failures"][0]["code"], "UNRECOGNIZED_CONTENT")
+
+        r = self.client.get(server.url + "/files", headers={"X-Api-Key": key})
+        self.assertEqual(r.json()["total"], 5)
+
+    def test_missing_api_key_is_a_usage_error(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            code, summary, err = self.run_upload(tmp)
+        self.assertEqual(code, 2)
+        self.assertIn("MEDIASRV_API_KEY", err)
+        self.assertEqual(summary, {})
+
+
+    def test_ctrl_c_during_a_rate_limit_wait_stops_cleanly_and_a_rerun_resumes(self) -> None:
+        """At 3 uploads a minute (scale 0.1) the fourth file waits; the wait is shown with its
+        reason and time left; SIGINT then ends the run with its JSON summary and status 130, and
+        what went up is remembered."""
+        server = self.serve(MEDIASRV_RATE_LIMIT_SCALE="0.1")
+        key = self.api_key(server)
+        root = self.tmp / "six"
+        root.mkdir()
+        for i in range(6):
+            (root / f"{i}.txt").write_bytes(f"file {i}\n".encode())
+        env = base_env(self.tmp / "unused", MEDIASRV_API_KEY=key, XDG_DATA_HOME=str(self.tmp / "xdg"))
+        proc = subprocess.Popen([MEDIASRV, "upload", str(root), "--url", server.url, "-j", "1"], env=env,
+                                cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # blocks until the first line: the wait (a 60 s timeout below)
+            self.assertRegex(line, r"^mediasrv upload: rate limited; resuming in \d+ s$")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertNotIn("Traceback", err)
+        self.assertIn("run the same command again to resume", err)
+        summary = json.loads(out)
+        self.assertTrue(summary["interrupted"])
+        self.assertEqual((summary["uploaded"], summary["failed"]), (3, 0))
+        code, again, err = self.run_upload(str(root), "--url", server.url, "--dry-run", MEDIASRV_API_KEY=key)
+        self.assertEqual(code, 0, err)
+        self.assertEqual((again["skipped"], len(again["would_upload"])), (3, 3))
+
+
+def test_an_unreachable_server_is_one_line_and_status_1(tmp_path: Path) -> None:
+    """No server on the port: one line naming the URL, exit status 1, no traceback."""
+    (tmp_path / "a.txt").write_text("hello")
+    url = f"http://127.0.0.1:{free_port()}"
+    env = {**base_env(None), "MEDIASRV_API_KEY": "msk_unused", "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    done = subprocess.run([MEDIASRV, "upload", "--url", url, "--no-progress", str(tmp_path / "a.txt")],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"mediasrv upload: {url}: ")

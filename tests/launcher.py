@@ -1,0 +1,123 @@
+"""The suite's one way to take a free port and to run ``mediasrv serve`` as an operator does.
+
+``Server`` is one ``mediasrv serve`` subprocess: its own MEDIASRV_DATA_DIR, a free port, its
+output in a log file (never a pipe that can fill), ready once /ping answers 200. Every test that
+starts the real command uses it (with its own environment, arguments or resource limits); the
+in-process server most tests speak to is conftest's ``http_server``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+
+MEDIASRV = shutil.which("mediasrv", path=os.path.dirname(sys.executable)) or "mediasrv"
+"""The console script of the interpreter running the tests (pip install -e '.[test]')."""
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 15.0
+POLL_S = 0.05
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (the kernel's choice; a test binds it soon after)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def base_env(data_dir: Path | None, **extra: str) -> dict[str, str]:
+    """This environment without the developer's MEDIASRV_*, CLOUDFLARE_* and AWS_* variables,
+    with ``data_dir`` and fast password hashing, then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEDIASRV_", "CLOUDFLARE_", "AWS_"))}
+    if data_dir is not None:
+        env["MEDIASRV_DATA_DIR"] = str(data_dir)
+    env["MEDIASRV_BCRYPT_ROUNDS"] = "4"
+    env.update(extra)
+    return env
+
+
+def pings(url: str) -> bool:
+    try:
+        return httpx.get(url + "/ping", timeout=1.0).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+class Server:
+    """One ``mediasrv serve`` process; stdout and stderr go to ``log_path``.
+
+    ``args`` replaces the default ``--host HOST --port PORT`` (e.g. to take them from the
+    environment); ``extra_args`` is appended (``--workers 2``, ``--drain-timeout 1``).
+    """
+
+    def __init__(self, data_dir: Path, log_path: Path, port: int | None = None, *, host: str = "127.0.0.1",
+                 args: Sequence[str] | None = None, extra_args: Sequence[str] = (),
+                 preexec_fn: Callable[[], None] | None = None, **env: str) -> None:
+        self.data_dir, self.log_path = data_dir, log_path
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = base_env(data_dir, **env)
+        listen = ["--host", host, "--port", str(self.port)] if args is None else list(args)
+        self.argv = [MEDIASRV, "serve", *listen, *extra_args]
+        self.preexec_fn = preexec_fn
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s = 0.0
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> Server:
+        """Start it and wait until /ping answers 200 (AssertionError with the log if it never does)."""
+        t0 = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         preexec_fn=self.preexec_fn)
+        deadline = t0 + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mediasrv exited {self.proc.returncode} at start:\n{self.log()}")
+            if pings(self.url):
+                self.startup_s = time.monotonic() - t0
+                return self
+            time.sleep(POLL_S)
+        self.kill()
+        raise AssertionError(f"/ping never answered 200:\n{self.log()}")
+
+    def log(self, tail: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-tail:]
+        except OSError:
+            return ""
+
+    def wait_for_log(self, text: str, count: int = 1, timeout: float = 10.0) -> None:
+        """Until ``text`` is in the log ``count`` times (written by the server's log thread, a
+        moment after the event)."""
+        deadline = time.monotonic() + timeout
+        while self.log(tail=1 << 30).count(text) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not {count} times in the log:\n{self.log()}")
+            time.sleep(POLL_S)
+
+    def terminate(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> tuple[int, float]:
+        """Send ``sig``; (exit code, seconds until exit)."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"mediasrv did not exit within {timeout} s of signal {sig}:\n{self.log()}") from None
+        return rc, time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5)

@@ -1,0 +1,153 @@
+"""GET /metrics: Prometheus text over real HTTP, labelled by route pattern, on its own listener."""
+from __future__ import annotations
+
+import io
+import platform
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import pyvips
+import tornado.web
+from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+
+from mediasrv.version import version
+from mediasrv.web.accesslog import AccessLog
+from mediasrv.web.app import Runtime
+from mediasrv.web.metrics import Metrics, chain, route_label
+from tests.conftest import Api, body
+from tests.launcher import Server, free_port
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+@pytest.fixture
+def app_env() -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "100", "MEDIASRV_RESIZE_SLOTS": "2"}
+
+
+@pytest.fixture
+def metrics(app: tornado.web.Application, runtime: Runtime) -> Metrics:
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
+    app.settings["log_function"] = chain(AccessLog(), recorder.observe)
+    return recorder
+
+
+def samples(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(found: Samples, name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_route_label() -> None:
+    assert route_label("/files/{id}/signed-url") == "/files/:id/signed-url"
+    assert route_label("/assets/{path}") == "/assets/:id"
+    assert route_label("/ping") == "/ping"
+
+
+async def test_requests_latency_bytes_and_caches(api: Api, metrics: Metrics, runtime: Runtime) -> None:
+    login = await api.user(f"m-{uuid.uuid4().hex[:8]}@example.com")
+    token = login["session"]["access_token"]
+    data = png()
+    r = await api.call("POST", "/files", body=data, token=token, headers={"Content-Type": "image/png"})
+    assert r.code == 201
+    file_id = body(r)["file"]["file_id"]
+    for _ in range(3):
+        assert (await api.call("GET", f"/m/{file_id}")).code == 200
+    assert (await api.call("GET", "/m/no-such-file-abc")).code == 404
+    assert (await api.call("GET", f"/m/{file_id}?width=10")).code == 200
+    assert (await api.call("GET", f"/m/{file_id}?width=10")).code == 200  # from the result cache
+    # All slots busy: the next resize is a 503, counted.
+    fillers = [runtime.pool.try_acquire(f"10.9.9.{i}") for i in range(runtime.pool.slots)]
+    try:
+        assert (await api.call("GET", f"/m/{file_id}?width=11")).code == 503
+        found = samples(metrics.render().decode())
+        assert value(found, "mediasrv_resize_slots_in_use") == runtime.pool.slots
+    finally:
+        for ticket in fillers:
+            runtime.pool.release(ticket)
+    found = samples(metrics.render().decode())
+
+    assert value(found, "mediasrv_http_requests_total", route="/m/:id", method="GET", status="200") == 5
+    assert value(found, "mediasrv_http_requests_total", route="/m/:id", method="GET", status="404") == 1
+    assert value(found, "mediasrv_http_requests_total", route="/m/:id", method="GET", status="503") == 1
+    assert value(found, "mediasrv_http_requests_total", route="/files", method="POST", status="201") == 1
+    assert value(found, "mediasrv_http_request_duration_seconds_count", route="/m/:id", method="GET",
+                 status="200") == 5
+    # Never the raw path: no file id appears in any label.
+    text = metrics.render().decode()
+    assert file_id not in text and "no-such-file" not in text
+    assert value(found, "mediasrv_resize_busy_total") == 1
+    assert value(found, "mediasrv_resize_slots") == 2
+    assert value(found, "mediasrv_cache_lookups_total", cache="result", result="hit") >= 1
+    assert value(found, "mediasrv_cache_lookups_total", cache="file", result="hit") >= 3
+    assert value(found, "mediasrv_cache_lookups_total", cache="file", result="miss") >= 1
+    assert value(found, "mediasrv_http_request_bytes_total") >= len(data)
+    assert value(found, "mediasrv_http_response_bytes_total") >= 3 * len(data)
+    assert value(found, "mediasrv_store_errors_total") == 0
+    # Issue 17 item 4: /m passthrough and resize apart, the process, the build.
+    assert value(found, "mediasrv_media_requests_total", kind="passthrough", status="200") == 3
+    assert value(found, "mediasrv_media_requests_total", kind="passthrough", status="404") == 1
+    assert value(found, "mediasrv_media_requests_total", kind="resize", status="200") == 2
+    assert value(found, "mediasrv_media_requests_total", kind="resize", status="503") == 1
+    assert value(found, "mediasrv_media_request_duration_seconds_count", kind="resize") == 3
+    assert value(found, "process_resident_memory_bytes") > 0 and value(found, "process_open_fds") > 0
+    assert value(found, "process_start_time_seconds") > 0 and value(found, "process_max_fds") > 0
+    assert value(found, "mediasrv_build_info", version=version(), python=platform.python_version()) == 1
+
+
+async def test_store_errors_are_counted(api: Api, metrics: Metrics, stores: Any) -> None:
+    login = await api.user(f"m-{uuid.uuid4().hex[:8]}@example.com")
+    await stores[0].close()  # the database goes away under the server
+    r = await api.call("GET", "/files", token=login["session"]["access_token"])
+    assert r.code == 503, r.body
+    assert value(samples(metrics.render().decode()), "mediasrv_store_errors_total") >= 1
+    await stores[0].open()
+
+
+def test_metrics_listener_is_loopback_and_separate(tmp_path: Path) -> None:
+    port = free_port()
+    server = Server(tmp_path / "data", tmp_path / "server.log", MEDIASRV_METRICS_PORT=str(port))
+    try:
+        server.start()
+        assert httpx.get(f"{server.url}/ping", timeout=5).status_code == 200
+        assert httpx.get(f"{server.url}/metrics", timeout=5).status_code == 404  # not on the public port
+        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+        found = samples(r.text)
+        assert value(found, "mediasrv_http_requests_total", route="/ping", method="GET", status="200") >= 1
+        assert value(found, "mediasrv_http_requests_total", route="unmatched", method="GET", status="404") == 1
+        libvips = ".".join(str(pyvips.version(i)) for i in range(3))
+        assert value(found, "mediasrv_libvips_info", version=libvips, library="pyvips-binary") == 1
+        assert httpx.get(f"{server.url}/health", timeout=5).json()["libvips"] == libvips
+        assert server.terminate()[0] == 0
+        assert f"metrics at http://127.0.0.1:{port}/metrics" in server.log()
+        assert f"image work on libvips {libvips} (pyvips-binary, " in server.log()
+    finally:
+        server.kill()
+
+
+def test_metrics_off_by_default(tmp_path: Path) -> None:
+    server = Server(tmp_path / "data", tmp_path / "server.log")
+    try:
+        server.start()
+        assert httpx.get(f"{server.url}/metrics", timeout=5).status_code == 404
+        assert server.terminate()[0] == 0
+        assert "/metrics" not in server.log().replace("GET /metrics", "")
+    finally:
+        server.kill()
