@@ -197,7 +197,7 @@ def test_a_session_and_a_signed_link_made_before_migrate_work_after(tmp_path: Pa
 
     from mediasrv.cli.maintenance import migrate_once
     from mediasrv.core.settings import Settings
-    from tests.test_server import PASSWORD, Server
+    from tests.cli.test_server import PASSWORD, Server
 
     assert mongoeco.port is not None
     data = tmp_path / "data"
