@@ -19,7 +19,8 @@ import httpx
 import orjson
 
 from mediasrv.core.errors import BadGateway, BadRequest
-from mediasrv.core.settings import Settings, SettingsError, parse_nameserver
+from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.core.settings_checks import parse_nameserver
 
 log = logging.getLogger("mediasrv.domains")
 
