@@ -10,12 +10,12 @@ for the whole fleet, handed over when the holder's host dies.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from mediasrv.core.reconcile import Reconciler
 from mediasrv.core.sweep import Sweeper
+from mediasrv.core.tasks import cancel_and_wait
 
 log = logging.getLogger("mediasrv.housekeeping")
 LEASE_NAME = "housekeeping"
@@ -49,11 +49,8 @@ class Housekeeping:
         self._task = asyncio.get_running_loop().create_task(self.run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
 
 async def _every(interval_s: float, step: Callable[[], Awaitable[object]], name: str) -> None:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from mediasrv.core.tasks import cancel_and_wait
 from mediasrv.core.timeutil import iso
 from store.base import Leases
 
@@ -71,11 +72,8 @@ class Lease:
 
     async def stop(self) -> None:
         """Stop the duty and give the lease up (another process may take it at once)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         await self._stop_duty("this process is stopping")
         if self._tried:
             with contextlib.suppress(Exception):  # unreachable store: it expires by itself

@@ -10,12 +10,12 @@ The store also refuses writes itself where it can tell at once (SQLite checks on
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 
 from mediasrv.core.errors import StoreUnavailable
+from mediasrv.core.tasks import cancel_and_wait
 from store.base import MetaStore
 
 log = logging.getLogger("mediasrv.storeguard")
@@ -65,10 +65,7 @@ class StoreGuard:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:
