@@ -218,6 +218,17 @@ def supervisord_env(tmp: Path, port: int) -> dict[str, str]:
                     MEDIASRV_PORT=str(port), MEDIASRV_WORKERS="2")
 
 
+def wait_running(ctl: list[str], env: dict[str, str]) -> str:
+    """supervisorctl's status once the program has left STARTING: supervisord calls it RUNNING
+    only after `startsecs` (3 s in the shipped file), which can be later than the first /ping."""
+    deadline = time.monotonic() + 30
+    while True:
+        status = subprocess.run([*ctl, "status"], env=env, capture_output=True, text=True, timeout=30)
+        if "STARTING" not in status.stdout or time.monotonic() > deadline:
+            return status.stdout + status.stderr
+        time.sleep(0.2)
+
+
 @pytest.mark.skipif(SUPERVISORD is None or SUPERVISORCTL is None,
                     reason="supervisord is not installed (apt-get install supervisor)")
 def test_supervisord_conf_as_shipped(tmp_path: Path) -> None:
@@ -237,8 +248,8 @@ def test_supervisord_conf_as_shipped(tmp_path: Path) -> None:
         r = request(port, "GET", "/ping")
         assert r.status == 200 and r.headers.get("server") == "nginx"
         ctl = [SUPERVISORCTL, "-c", str(ROOT / "supervisord.conf")]
-        status = subprocess.run([*ctl, "status"], env=env, capture_output=True, text=True, timeout=30)
-        assert re.match(r"mediasrv\s+RUNNING\s+pid \d+", status.stdout), status.stdout + status.stderr
+        status = wait_running(ctl, env)
+        assert re.match(r"mediasrv\s+RUNNING\s+pid \d+", status), status
         assert (tmp_path / "run" / "supervisord.sock").exists() and (tmp_path / "run" / "supervisord.pid").exists()
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         if hard != resource.RLIM_INFINITY and hard < 65536:  # asked, warned, went on
