@@ -189,7 +189,10 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         result = self.inner.headers_received(start_line, headers)
         if result is not None:
             await result
-        self.buffered = not getattr(self.inner, "stream_request_body", False)
+        # The application's delegate routes; the handler's own delegate (found just now) is
+        # the one that knows whether this route streams its body.
+        handler = getattr(self.inner, "delegate", None) or self.inner
+        self.buffered = not getattr(handler, "stream_request_body", False)
         if declared is not None and declared > self.conn.body_limit and not self.conn.answered:
             self._refuse(413, *self.conn.too_large)
 
