@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import hmac
 import logging
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from typing import Any, ClassVar
 import orjson
 import tornado.web
 
+from mediasrv.core import ids
 from mediasrv.core.credentials.auth import Authenticator, Principal
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.errors import (
@@ -132,7 +132,7 @@ class BaseHandler(tornado.web.RequestHandler):
             self._counted = True
             base.inflight.count += 1
         if self.request_id is None:
-            self.request_id = self._proxy_request_id() or os.urandom(16).hex()
+            self.request_id = self._proxy_request_id() or ids.request_id()
             self.set_header(REQUEST_ID_HEADER, self.request_id)
 
     def _proxy_request_id(self) -> str | None:

@@ -464,7 +464,7 @@ class BlobStore(Lifecycle, Protocol):
     async def put(self, key: str, data: bytes) -> None:
         """Write a whole blob at once, as durably as a committed writer, replacing any blob of
         that key. For small bodies: one round trip (the filesystem: one executor hop for
-        create, write, fsync, rename and the directory's fsync, where a writer takes three)."""
+        create, write and the fsyncs, where a writer takes three)."""
 
     async def stat(self, key: str) -> BlobStat | None: ...
 

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from mediasrv.core.ids import row_id
 from mediasrv.core.timeutil import now_iso, period_key
 from store.base import MetaStore
 from store.models import LogEntry, UsageCounts
@@ -73,7 +74,7 @@ class ActivityRecorder:
     def request_done(self, user_id: str, method: str, path: str, status: int, size: int | None,
                      metadata: dict[str, Any]) -> None:
         """One entry of ``user_id``'s activity log for a request just answered."""
-        self.add(LogEntry(id=str(uuid.uuid4()), user_id=user_id, method=method, path=path, status_code=status,
+        self.add(LogEntry(id=row_id(), user_id=user_id, method=method, path=path, status_code=status,
                           request_size_bytes=size, created_at=now_iso(), metadata=metadata))
 
     def add(self, entry: LogEntry) -> None:

@@ -538,6 +538,23 @@ async def test_fs_write_error_propagates_and_cleans_up(fs_store, root, file_size
     assert await fs_store.read_all("prior", 100) == b"keep me"
 
 
+async def test_fs_put_of_a_new_key_writes_in_place_and_leaves_nothing_when_it_fails(fs_store, root,
+                                                                                     file_size_limit):
+    """A new key is created at its own name (no temp file, no rename): nothing refers to it
+    before put returns. A write that fails removes the partial file; a key that exists is
+    still replaced whole, through a temp file."""
+    await fs_store.put("fresh", b"in place")
+    assert fs_store.local_path("fresh").read_bytes() == b"in place" and temp_files(root) == []
+    file_size_limit(150_000)
+    with pytest.raises(StoreUnavailable) as info:
+        await fs_store.put("toobig", payload(200_000))
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.EFBIG
+    assert await fs_store.stat("toobig") is None and temp_files(root) == []
+    with pytest.raises(StoreUnavailable):
+        await fs_store.put("fresh", payload(200_000))  # the replacement fails: the old bytes stay
+    assert await fs_store.read_all("fresh", 100) == b"in place" and temp_files(root) == []
+
+
 async def test_fs_sweep_temp_removes_only_old_temp_files(fs_store, root):
     await put(fs_store, "committed", b"c")
     os.utime(fs_store.local_path("committed"), (1, 1))

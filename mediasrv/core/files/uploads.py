@@ -23,13 +23,13 @@ import asyncio
 import contextlib
 import logging
 import secrets
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
 from mediasrv.core.files import content_types
+from mediasrv.core.ids import row_id
 from mediasrv.core.timeutil import now_iso
 from mediasrv.images.headers import header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
@@ -189,7 +189,7 @@ class Upload:
         self._committed = True
         if self._gone.is_set():
             raise ClientGone()
-        record = FileRecord(id=str(uuid.uuid4()), user_id=self._user.id, file_id=self.file_id,
+        record = FileRecord(id=row_id(), user_id=self._user.id, file_id=self.file_id,
                             name=self._name, content_type=self._type, size=self.received,
                             is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
                             width=width, height=height)
