@@ -3,15 +3,11 @@ with their route rows and OpenAPI operations."""
 from __future__ import annotations
 
 import logging
-import re
-import unicodedata
-from collections.abc import Sequence
-from typing import Any
-from urllib.parse import unquote
 
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
+from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg, upload_type
 from handlers.paging import int_arg, page_args
 from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
@@ -19,7 +15,6 @@ from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import Upload, failure_status
-from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.web import http_limits
 from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
 from mediasrv.web.peer import unless_client_leaves
@@ -27,7 +22,6 @@ from mediasrv.web.routespec import ANY, Route, per_user
 
 log = logging.getLogger("mediasrv.files")
 MAX_Q_CHARS = 255
-DRAIN_LIMIT = 1024 * 1024
 BULK_DELETE_MAX = 100
 """The most file ids one POST /files/bulk-delete takes (its summary, handler and schema say so)."""
 
@@ -56,7 +50,7 @@ class FilesHandler(FilesBase):
         except KNOWN_FAILURES as exc:
             headers = self.request.headers
             bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
-            if not (bodyless or _drainable(headers)):
+            if not (bodyless or drainable(headers)):
                 raise
             # Raising here in a stream_request_body handler (a GET too) leaves Tornado waiting
             # for a body it never reads: the kept-alive connection stops answering.
@@ -74,11 +68,11 @@ class FilesHandler(FilesBase):
             raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
                              "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
                              "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
-        content_type = _upload_type(declared_type, self.request.query_arguments.get("type", []), self.allow)
-        is_public = _bool_arg(self, "isPublic", default=True) is not False  # absent: public
-        name = _file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", []))
+        content_type = upload_type(declared_type, self.request.query_arguments.get("type", []), self.allow)
+        is_public = bool_arg(self, "isPublic", default=True) is not False  # absent: public
+        name = file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", []))
         limits = self.files.limits_for(user)
-        declared = _content_length(self.request.headers)
+        declared = content_length(self.request.headers)
         too_large = f"File too large: the limit is {limits.cap_bytes} bytes"
         if declared is not None and declared > limits.cap_bytes:
             raise PayloadTooLarge(too_large)
@@ -127,17 +121,17 @@ class FilesHandler(FilesBase):
         self.write_json({"files": [render(r) for r in records], "total": total, "page": page, "limit": limit})
 
     def _query(self) -> FileQuery:
-        q = _single(self, "q")
+        q = single_arg(self, "q")
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
-        ctype = _single(self, "type")
+        ctype = single_arg(self, "type")
         if ctype is not None and ctype not in self.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
         return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
-                         is_public=_bool_arg(self, "isPublic", default=None),
-                         created_after=_time_arg(self, "createdAfter"),
-                         created_before=_time_arg(self, "createdBefore"))
+                         is_public=bool_arg(self, "isPublic", default=None),
+                         created_after=time_arg(self, "createdAfter"),
+                         created_before=time_arg(self, "createdBefore"))
 
 
 class FileHandler(FilesBase):
@@ -164,119 +158,6 @@ class BulkDeleteHandler(FilesBase):
             raise BadRequest(f"ids must be a list of 1 to {BULK_DELETE_MAX} file id strings", code="INVALID_IDS")
         deleted, refused = await self.files.delete_many(self.principal.user, ids)
         self.write_json({"deleted": deleted, "errors": [{"id": i, "error": "File not found"} for i in refused]})
-
-
-def _single(handler: tornado.web.RequestHandler, name: str) -> str | None:
-    values = handler.get_query_arguments(name)
-    if len(values) > 1:
-        raise BadRequest(f"{name} is given more than once", code="INVALID_QUERY")
-    return values[0] if values else None
-
-
-def _bool_arg(handler: tornado.web.RequestHandler, name: str, default: bool | None) -> bool | None:
-    value = _single(handler, name)
-    if value is None:
-        return default
-    if value.lower() not in ("true", "false"):
-        raise BadRequest(f"{name} must be true or false", code="INVALID_QUERY")
-    return value.lower() == "true"
-
-
-def _time_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
-    value = _single(handler, name)
-    if value is None:
-        return None
-    try:
-        return iso(parse_iso(value))
-    except ValueError:
-        raise BadRequest(f"{name} must be an ISO 8601 timestamp", code="INVALID_QUERY") from None
-
-
-def _upload_type(declared: str, named: list[bytes], allow: AllowList) -> str | None:
-    """The type an upload is stored as; None: taken from its first bytes.
-
-    Content-Type names it, unless it is application/octet-stream (what generated clients always
-    send): then the ``type`` query parameter may name it, and without one the bytes tell.
-    """
-    if len(named) > 1:
-        raise BadRequest("type is given more than once", code="INVALID_QUERY")
-    if not named:
-        return None if declared == content_types.OCTET_STREAM else allow.require(declared)
-    wanted = named[0].decode("latin-1").split(";", 1)[0].strip().lower()
-    if declared not in (content_types.OCTET_STREAM, wanted):
-        raise BadRequest(f"The type query parameter ({wanted}) and Content-Type ({declared}) differ: send the "
-                         "file's type in one of them, or the same in both", code="INVALID_CONTENT_TYPE")
-    if wanted == content_types.OCTET_STREAM:
-        return None
-    if wanted not in allow:
-        raise BadRequest(f"Content type {wanted!r} is not allowed; see /reference/allowed-content-types",
-                         code="CONTENT_TYPE_NOT_ALLOWED")
-    return wanted
-
-
-_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
-
-
-def _file_name(header: list[str], query: Sequence[bytes] = ()) -> str | None:
-    """The file name from x-file-name (percent-encoded UTF-8) or the ``name`` query parameter
-    (any client percent-encodes a query value, so any Unicode name gets through); not both."""
-    if header and query:
-        raise BadRequest("Send the file name in x-file-name or in the name query parameter, not both",
-                         code="INVALID_FILE_NAME")
-    if len(header) > 1 or len(query) > 1:
-        raise BadRequest("Send at most one file name", code="INVALID_FILE_NAME")
-    if header:
-        return _checked_name(_header_name(header[0]), "x-file-name")
-    if query:
-        try:
-            return _checked_name(query[0].decode("utf-8"), "name")
-        except UnicodeDecodeError:
-            raise BadRequest("name must be UTF-8 (percent-encoded in the query string)",
-                             code="INVALID_FILE_NAME") from None
-    return None
-
-
-def _header_name(raw: str) -> str:
-    """x-file-name, percent-decoded as UTF-8."""
-    # RFC 3986: ASCII only, and every "%" starts a two-hex-digit escape. Tornado decodes raw
-    # header bytes as Latin-1, so unencoded UTF-8 would otherwise be stored as mojibake.
-    if not raw.isascii() or _BAD_PERCENT.search(raw):
-        raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME")
-    try:
-        return unquote(raw, encoding="utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise BadRequest("x-file-name must be percent-encoded UTF-8", code="INVALID_FILE_NAME") from None
-
-
-def _checked_name(name: str, field: str) -> str | None:
-    """Control characters and over-long names refused; empty means no name."""
-    if len(name) > MAX_NAME_CHARS:
-        raise BadRequest(f"{field} must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
-    if any(unicodedata.category(c) == "Cc" for c in name):  # C0, DEL and C1 controls
-        raise BadRequest(f"{field} must not contain control characters", code="INVALID_FILE_NAME")
-    return name or None
-
-
-def _drainable(headers: Any) -> bool:
-    """A declared body small enough to read and drop before answering an early refusal."""
-    try:
-        return int(headers.get("Content-Length", "-1")) in range(0, DRAIN_LIMIT + 1)
-    except ValueError:
-        return False
-
-
-def _content_length(headers: Any) -> int | None:
-    """The declared body size, or None for a chunked body.
-
-    Checked here, not left to Tornado: ``prepare`` of a streamed upload runs before Tornado
-    parses the length, and ``int()`` would take "-5", " 5" or "5_0".
-    """
-    value = headers.get("Content-Length")
-    if value is None:
-        return None
-    if not (value.isascii() and value.isdigit()):
-        raise BadRequest("Content-Length must be a non-negative integer", code="INVALID_CONTENT_LENGTH")
-    return int(value)
 
 
 class SignedUrlHandler(FilesBase):

@@ -29,6 +29,11 @@ from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, ref
 from mediasrv.web.routespec import OPTIONAL, Route
 
 
+def _absent(_name: str) -> None:
+    """A query argument of a request that has no query string."""
+    return None
+
+
 class ServeBase(BaseHandler):
     logged = False
     private = False  # Cache-Control is chosen per file by the delivery service
@@ -51,18 +56,21 @@ class ServeBase(BaseHandler):
     async def serve(self, key: str, spec: TransformSpec | None) -> None:
         headers = self.request.headers
         principal = self.principal
+        query = self._query_argument if self.request.query_arguments else _absent  # most /m have none
         answer = await self.delivery.deliver(MediaRequest(
             key, spec, self.request.host, None if principal is None else principal.user.id,
-            expires=self.get_query_argument("expires", None),
-            signature=self.get_query_argument("signature", None),
+            expires=query("expires"), signature=query("signature"),
             head=self.request.method == "HEAD", attachment=self.attachment,
             if_none_match=headers.get("If-None-Match"), if_modified_since=headers.get("If-Modified-Since"),
             range=headers.get("Range"), if_range=headers.get("If-Range"),
             proxy_cache=headers.get("X-Mediasrv-Cache") == "1" and self.from_our_proxy(),
             client=self.client_ip() if spec is not None else "",
             accept=headers.get("Accept") if spec is not None else None,
-            transform_signature=self.get_query_argument(SIGNATURE_PARAM, None) if spec is not None else None))
+            transform_signature=query(SIGNATURE_PARAM) if spec is not None else None))
         await self.write_answer(answer)
+
+    def _query_argument(self, name: str) -> str | None:
+        return self.get_query_argument(name, None)
 
     async def write_answer(self, answer: MediaAnswer) -> None:
         if answer.private:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, when run from anywhere
 
-from benchkit import profile, report, wrk
+from benchkit import procs, profile, report, wrk
 from benchkit.core import Ctx
 from benchkit.suites import SUITES
 
@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="py-spy the server during the first run of each mediasrv case (pip install py-spy); "
                              "collapsed stacks and summaries go to DIR")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
+    parser.add_argument("--checkout", type=Path, metavar="DIR",
+                        help="benchmark the mediasrv of another checkout (git worktree add DIR COMMIT) with "
+                             "this harness, for a before/after comparison on one machine")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SUITES)
     unknown = [n for n in names if n not in SUITES]
@@ -76,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="mediasrv-bench-"))
     ctx = Ctx(work=work, quick=args.quick, rounds=args.rounds,
               seconds=args.seconds or (1.0 if args.quick else 5.0), profile_dir=args.profile)
+    commit = _git_rev() if args.checkout is None else procs.use_checkout(args.checkout, work)
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cores": ctx.cores,
-        "python": platform.python_version(), "commit": _git_rev(), "quick": args.quick,
+        "python": platform.python_version(), "commit": commit, "quick": args.quick,
         "rounds": ctx.rounds, "seconds_per_run": ctx.seconds, "load_avg_at_start": os.getloadavg(),
         "benchmarks": names,
     }

@@ -6,7 +6,6 @@ Every field names its environment variable and a one-line description; ``mediasr
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
 import os
 from collections.abc import Callable, Mapping
@@ -20,9 +19,6 @@ from mediasrv.core.setting_values import (
     byte_size,
     number,
     rate_limits,
-    shown_bytes,
-    shown_number,
-    shown_seconds,
     whole_number,
 )
 
@@ -303,35 +299,17 @@ class Settings:
     @classmethod
     def help_text(cls) -> str:
         """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
-        lines = []
-        for f in dataclasses.fields(cls):
-            if f.name in _GROUPS:
-                lines.append(_GROUPS[f.name])
-            if "env" in f.metadata:
-                text = f.metadata["help"]
-                if "default" not in text and "unset" not in text:  # else the text says it in words
-                    text += f" (default {default_text(f)})"
-                lines.append(f"  {f.metadata['env']:<32} {text}")
-        return "\n".join(lines)
+        from mediasrv.core.settings_help import help_text  # imports this module
+
+        return help_text(cls)
 
     @classmethod
     def unknown_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
         """A warning for each MEDIASRV_* variable nothing reads (a misspelt name is otherwise
         silently ignored), with the nearest known name when one is close."""
-        from mediasrv.core.client_settings import ClientSettings  # a module that imports this one
+        from mediasrv.core.settings_help import unknown_names  # imports this module
 
-        env = os.environ if environ is None else environ
-        known = {f.metadata["env"] for c in (cls, ClientSettings) for f in dataclasses.fields(c)
-                 if "env" in f.metadata} | OTHER_NAMES
-        warnings = []
-        for name in sorted(env):
-            if not name.startswith("MEDIASRV_") or name in known or name.startswith("MEDIASRV_TEST_"):
-                continue
-            near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
-            hint = f" (did you mean {near[0]}?)" if near else ""
-            warnings.append(f"{name} is not a mediasrv setting and is ignored{hint}; "
-                            "`mediasrv serve --help` lists them")
-        return warnings
+        return unknown_names(os.environ if environ is None else environ)
 
     @property
     def meta_backend(self) -> str:
@@ -357,39 +335,6 @@ class Settings:
     def blob_backend(self) -> str:
         """Where blobs live: "s3" or "fs"."""
         return "s3" if self.s3_bucket else "fs"
-
-
-_GROUPS = {"host": " listener and data:",
-           "mongodb_url": " MongoDB metadata (default: SQLite in DATA_DIR):",
-           "s3_bucket": " S3 blobs (default: files in DATA_DIR):",
-           "public_url": " server:"}
-"""Headings of ``help_text``, printed before the named field."""
-
-
-def default_text(f: dataclasses.Field[Any]) -> str:
-    """A field's default as an operator would write it in the environment, readably: sizes
-    in KiB/MiB/GiB (which the size settings accept), long durations with their meaning."""
-    value = f.default
-    if value is None:
-        return "unset"
-    if value == "":
-        return "empty"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if f.name.endswith("_bytes") and isinstance(value, int):
-        return shown_bytes(value)
-    if f.name.endswith("_s") and isinstance(value, (int, float)):
-        return shown_seconds(value)
-    if isinstance(value, float):
-        return shown_number(value)
-    if isinstance(value, Path) and not value.is_absolute():
-        return f"./{value}"
-    if isinstance(value, tuple):
-        if not value:
-            return "none"
-        text = ",".join(map(str, value))
-        return text if len(text) <= 60 else "built-in list, see `mediasrv config`"
-    return str(value)
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {

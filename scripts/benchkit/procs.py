@@ -36,8 +36,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_other_build: Path | None = None
+"""The ``mediasrv`` command of another checkout, when one is benchmarked (``use_checkout``)."""
+
+
+def use_checkout(root: Path, work: Path) -> str:
+    """Benchmark the mediasrv of another checkout (an older commit: ``git worktree add DIR
+    COMMIT``) with this harness and this interpreter's packages: a command that imports that
+    checkout first and runs its own entry point (``[project.scripts]`` of its pyproject.toml,
+    which moved when the package was split). Returns that checkout's commit."""
+    global _other_build
+    import tomllib
+    entry = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]["mediasrv"]
+    module, func = entry.split(":")
+    shim = work / "bin" / "mediasrv"
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shim.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(root.resolve())!r})\n"
+                    f"from {module} import {func}\nsys.exit({func}())\n")
+    shim.chmod(0o755)
+    _other_build = shim
+    out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
 def mediasrv_command() -> str:
-    """``mediasrv`` beside the interpreter running the harness (its venv), else from PATH."""
+    """``mediasrv`` beside the interpreter running the harness (its venv), else from PATH, or
+    the other checkout's (``use_checkout``)."""
+    if _other_build is not None:
+        return str(_other_build)
     beside = Path(sys.executable).with_name("mediasrv")
     return str(beside) if beside.exists() else "mediasrv"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from handlers.files import _file_name
+from handlers.file_args import file_name
 from mediasrv.core.errors import BadRequest, Forbidden, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import (
@@ -94,7 +94,7 @@ def test_types_without_a_signature_are_taken_as_declared() -> None:
     (["a+b.txt"], "a+b.txt"), (["100%25"], "100%"), (["x" * 255], "x" * 255), (["%E2%80%AEevil"], "\u202eevil"),
 ])
 def test_file_name_decoding(raw: list[str], name: str | None) -> None:
-    assert _file_name(raw) == name
+    assert file_name(raw) == name
 
 
 @pytest.mark.parametrize("raw", [
@@ -103,7 +103,7 @@ def test_file_name_decoding(raw: list[str], name: str | None) -> None:
 ])
 def test_file_name_refusals(raw: list[str]) -> None:
     with pytest.raises(BadRequest) as info:
-        _file_name(raw)
+        file_name(raw)
     assert info.value.code == "INVALID_FILE_NAME"
 
 

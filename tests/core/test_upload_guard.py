@@ -132,8 +132,10 @@ async def test_without_the_guard_only_the_records_write_would_notice(local: Loca
         upload = await unguarded.start_upload(user, "text/plain", "a.txt", True, 5, unguarded.limits_for(user),
                                               AllowList(["text/plain"]))
         await upload.feed(b"hello")
-        with pytest.raises(store_errors.StoreUnavailable, match="deleted or replaced"):  # SQLite's, not the guard's
+        with pytest.raises(StoreUnavailable) as refused:  # the client's 503, from SQLite's check, not the guard's
             await upload.finish()
+        cause = refused.value.__cause__
+        assert isinstance(cause, store_errors.StoreUnavailable) and "deleted or replaced" in str(cause)
         await upload.abort()
     finally:
         uploads.put_back()

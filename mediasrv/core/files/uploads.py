@@ -154,7 +154,8 @@ class Upload:
             await self._writer.write(data)
 
     async def finish(self) -> FileRecord:
-        """Check what only the whole body tells, commit the blob, then insert the record.
+        """Check what only the whole body tells, commit the blob, then insert the record. A
+        storage failure is raised as the ``ApiError`` the client gets (503, 507, 404...).
 
         While this runs, ``abort`` (a client that disconnects after sending the whole body)
         only tells it the client is gone: a blob write in progress is cancelled and the record
@@ -165,6 +166,8 @@ class Upload:
         self._finishing = True
         try:
             return await self._finish()
+        except store_errors.StoreError as exc:  # the storage boundary ends here: an ApiError
+            raise failure_status(exc) from exc
         finally:
             self._finishing = False
 
