@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,11 +28,25 @@ STOP_TIMEOUT_S = 15.0
 POLL_S = 0.05
 
 
+FREE_PORTS = range(20_000, 32_000)
+"""Below Linux's ephemeral range (32768-60999): the kernel never gives these to a client's
+connection, so a port found free stays free until the test binds it. A port the kernel picks
+(bind to port 0) is an ephemeral one, and an outgoing connection of any process could take it
+in between: a server told to listen on 0.0.0.0 then failed with "Address already in use"."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (the kernel's choice; a test binds it soon after)."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port nothing is bound to now, on the wildcard address and on ``host``."""
+    for _ in range(200):
+        port = random.choice(FREE_PORTS)
+        try:
+            for address in {"0.0.0.0", host}:
+                with socket.socket() as sock:
+                    sock.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port in {FREE_PORTS}")
 
 
 def base_env(data_dir: Path | None, **extra: str) -> dict[str, str]:

@@ -290,6 +290,36 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_killed_sidecar_takes_its_processes_with_it(sidecar: Sidecar) -> None:
+    """kill -9 of the sidecar (the OOM killer, a supervisor's last resort) used to leave nginx
+    and the mediasrv processes running unsupervised, holding the port against the sidecar
+    started again. Each child now gets SIGTERM when the sidecar dies: nginx stops its workers,
+    each mediasrv drains and exits, and the port is free again."""
+    tree = _children(sidecar.proc.pid)
+    nginx_master = [p for p in tree if _cmdline(p).startswith(b"nginx: master")]
+    assert len(nginx_master) == 1 and len([p for p in tree if b"\0serve\0" in _cmdline(p)]) == 2
+    workers = _children(nginx_master[0])
+    assert workers
+    sidecar.proc.send_signal(signal.SIGKILL)
+    sidecar.proc.wait(10)
+    deadline = time.monotonic() + 30
+    while [p for p in tree + workers if _alive(p)]:
+        assert time.monotonic() < deadline, [(p, _cmdline(p)) for p in tree + workers if _alive(p)]
+        time.sleep(0.1)
+    with pytest.raises(OSError):
+        request(sidecar.port, "GET", "/ping")
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (the test's reaper or init collects those)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def _mediasrv_roles(sidecar: Sidecar) -> dict[str, str]:
     """The mediasrv processes' ports and MEDIASRV_HOUSEKEEPING, from their /proc entries."""
     roles = {}

@@ -1,4 +1,5 @@
-"""Nothing the sidecar started outlives it in a way that holds the port: orphaned nginx workers.
+"""Nothing the sidecar started outlives it in a way that holds the port: orphaned nginx workers,
+or its whole tree when the sidecar itself is killed.
 
 nginx's workers do not die with their master: killed (kill -9, the OOM killer), the master
 leaves its workers running with the listening socket, answering with the old configuration,
@@ -6,6 +7,12 @@ and a new nginx cannot bind the port. The sidecar makes itself the *child subrea
 it starts (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``), so those workers become its own children
 when their master dies; it then kills and reaps every child it did not start, and waits until
 the port can be bound before it starts nginx again.
+
+The other way round, the sidecar killed (kill -9, the OOM killer) would leave nginx and the
+mediasrv processes running without their supervisor, holding the port against the sidecar a
+supervisor starts again. Each child asks the kernel for SIGTERM when its parent dies
+(``prctl(PR_SET_PDEATHSIG)``, ``die_with_parent``): nginx's master then stops its workers, and
+each mediasrv process drains and exits.
 """
 from __future__ import annotations
 
@@ -16,10 +23,11 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 PORT_POLL_S = 0.1
 
 
@@ -31,6 +39,26 @@ def become_subreaper() -> bool:
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets SIGTERM when this process dies
+    (Linux; None elsewhere). prctl is looked up here, in the parent, so the forked child only
+    makes the call. The child checks its parent after the call, in case the sidecar died
+    between the fork and it. The signal is tied to the thread that starts the child: the
+    sidecar starts every child from its main thread."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def children_of(parent: int, proc: Path = Path("/proc")) -> list[int]:

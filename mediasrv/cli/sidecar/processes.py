@@ -179,7 +179,7 @@ class Sidecar:
         # TZ=UTC: the access log's times (nginx keeps TZ, and only TZ, from its environment).
         self.nginx_proc = subprocess.Popen([self.nginx, "-p", str(self.tmp), "-c", str(conf), "-e", "stderr",
                                             "-g", "daemon off; master_process on;"], env={**os.environ, "TZ": "UTC"},
-                                           pass_fds=(self.log_pump.write_fd,))
+                                           pass_fds=(self.log_pump.write_fd,), preexec_fn=orphans.die_with_parent())
         self.log_pump.started()
 
     def reconcile(self) -> None:
@@ -199,7 +199,7 @@ class Sidecar:
 
     def _spawn(self, port: int) -> subprocess.Popen[bytes]:
         return subprocess.Popen([*self.mediasrv, "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                env=self.process_env(port))
+                                env=self.process_env(port), preexec_fn=orphans.die_with_parent())
 
     def render(self, media_limit: int, access_log_path: str = "/dev/stderr") -> str:
         """nginx.conf (``nginx_conf.render``) for this sidecar."""
