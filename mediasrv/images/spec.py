@@ -184,6 +184,8 @@ def parse_transform(args: Mapping[str, Sequence[str | bytes]]) -> TransformSpec 
     1..100 (INVALID_QUALITY), fit is neither contain nor cover (INVALID_FIT), or fit=cover
     lacks width or height (COVER_NEEDS_BOX). Other parameters are ignored.
     """
+    if not args:  # most /m requests: nothing to read
+        return None
     width = _dimension(args, "width")
     height = _dimension(args, "height")
     fmt = _single_value(args, "format")

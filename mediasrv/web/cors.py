@@ -14,8 +14,9 @@ Pure functions over header values: the Tornado side lives in ``handlers.base``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
 CorsMode = Literal["api", "public", "none"]
@@ -28,6 +29,9 @@ SERVING_EXPOSED_HEADERS = ("Content-Length", "Content-Range", "Content-Dispositi
                            "Retry-After")
 MAX_AGE_S = 600
 """How long a browser may reuse a preflight answer (Chromium caps it at 7200)."""
+_PUBLIC: Mapping[str, str] = MappingProxyType({"Access-Control-Allow-Origin": "*",
+                                               "Access-Control-Expose-Headers": ", ".join(SERVING_EXPOSED_HEADERS)})
+_NONE: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -57,18 +61,15 @@ class CorsPolicy:
             return False
         return self.any_origin or origin.lower() in self.origins
 
-    def response_headers(self, mode: CorsMode, origin: str | None, *, private: bool = False) -> dict[str, str]:
+    def response_headers(self, mode: CorsMode, origin: str | None, *, private: bool = False) -> Mapping[str, str]:
         """Headers for an actual (non-preflight) response; ``Vary`` is the caller's to add."""
         if mode == "public":
-            if private:
-                return {}
-            return {"Access-Control-Allow-Origin": "*",
-                    "Access-Control-Expose-Headers": ", ".join(SERVING_EXPOSED_HEADERS)}
+            return _NONE if private else _PUBLIC  # every /m answer: built once
         if mode == "api" and self.allows(origin):
             assert origin is not None
             return {"Access-Control-Allow-Origin": "*" if self.any_origin else origin,
                     "Access-Control-Expose-Headers": ", ".join(API_EXPOSED_HEADERS)}
-        return {}
+        return _NONE
 
     def varies(self, mode: CorsMode) -> bool:
         """Whether answers on this route differ by ``Origin`` (then ``Vary: Origin``)."""

@@ -71,9 +71,9 @@ class RateLimiter:
         """Every counter by name, as given."""
         # Counter name -> requests per window: a counter is keyed by client address when it is
         # in the first table (spent before authentication), else by the authenticated user.
-        self._ip = {n: limit.per_minute for n, limit in self.limits.items() if limit.key == "ip"}
-        self._user = {n: limit.per_minute for n, limit in self.limits.items() if limit.key == "user"}
-        self._scale = scale
+        self._ip = {n: scaled_limit(limit.per_minute, scale) for n, limit in self.limits.items() if limit.key == "ip"}
+        self._user = {n: scaled_limit(limit.per_minute, scale) for n, limit in self.limits.items()
+                      if limit.key == "user"}
         self._clock = clock
         self._window = -1
         self._counts: dict[tuple[str, str], int] = {}
@@ -84,7 +84,7 @@ class RateLimiter:
         in the injected counters (the shared store's errors propagate: no uncounted pass)."""
         if per_ip or self._users is None:
             return self.hit(route, key, per_ip=per_ip)
-        limit = scaled_limit(self._user[route], self._scale)
+        limit = self._user[route]
         now = self._clock()
         window = int(now // WINDOW_S)
         count = await self._users.add(f"{route}|{key}", window, (window + 1) * WINDOW_S)
@@ -93,7 +93,7 @@ class RateLimiter:
 
     def hit(self, route: str, key: str, *, per_ip: bool) -> Decision:
         """Count one request against counter ``route`` and say whether it is within the limit."""
-        limit = scaled_limit((self._ip if per_ip else self._user)[route], self._scale)
+        limit = (self._ip if per_ip else self._user)[route]
         now = self._clock()
         window = int(now // WINDOW_S)
         if window != self._window:
