@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+import tornado.ioloop
 
+from store.mongo import MongoMetaStore
 from tests.backends import servers
 
 
@@ -34,6 +36,15 @@ class MongoServer:
 
 def new_database() -> str:
     return "t_" + uuid.uuid4().hex[:16]
+
+
+def opened_mongo_meta(server: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
+    """The body of a fixture: a MongoMetaStore on a fresh database of ``server``, open for the
+    test and closed after it (``yield from opened_mongo_meta(mongoeco, io_loop)``)."""
+    store = MongoMetaStore(server.url(new_database()), timeout_ms=3000)
+    io_loop.run_sync(store.open)
+    yield store
+    io_loop.run_sync(store.close)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from mediasrv.core.limits.ratelimit import WINDOW_S, RateLimiter
 from mediasrv.core.limits.store_counters import StoreCounters, shared_counters
 from store.mongo import MongoMetaStore
 from store.sqlite import SqliteMetaStore
-from tests.backends.fixtures import MongoServer, new_database
+from tests.backends.fixtures import MongoServer, opened_mongo_meta
 
 ROUTE = "files.upload"
 LIMIT = LIMITS[ROUTE].per_minute
@@ -35,10 +35,7 @@ class Clock:
 
 @pytest.fixture
 def mongo(mongoeco: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
-    store = MongoMetaStore(mongoeco.url(new_database()), timeout_ms=3000)
-    io_loop.run_sync(store.open)
-    yield store
-    io_loop.run_sync(store.close)
+    yield from opened_mongo_meta(mongoeco, io_loop)
 
 
 async def test_memory_counters_count_per_name_and_forget_old_windows() -> None:

@@ -19,7 +19,7 @@ from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.mongo import MongoMetaStore
 from store.sqlite import SqliteMetaStore
-from tests.backends.fixtures import MongoServer, new_database
+from tests.backends.fixtures import MongoServer, opened_mongo_meta
 
 TTL_S = 30.0
 
@@ -63,10 +63,7 @@ class Unreachable:
 
 @pytest.fixture
 def mongo(mongoeco: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
-    store = MongoMetaStore(mongoeco.url(new_database()), timeout_ms=3000)
-    io_loop.run_sync(store.open)
-    yield store
-    io_loop.run_sync(store.close)
+    yield from opened_mongo_meta(mongoeco, io_loop)
 
 
 async def settle() -> None:

@@ -10,7 +10,7 @@ import tornado.ioloop
 
 from mediasrv.core.reconcile import ROLLING_BATCH, Reconciler
 from store.mongo import MongoMetaStore
-from tests.backends.fixtures import MongoServer, new_database
+from tests.backends.fixtures import MongoServer, opened_mongo_meta
 from tests.store.test_meta_contract import add_user, make_file
 
 TTL_S = 900.0
@@ -26,10 +26,7 @@ class Clock:
 
 @pytest.fixture
 def meta(mongoeco: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
-    store = MongoMetaStore(mongoeco.url(new_database()), timeout_ms=3000)
-    io_loop.run_sync(store.open)
-    yield store
-    io_loop.run_sync(store.close)
+    yield from opened_mongo_meta(mongoeco, io_loop)
 
 
 async def counters(meta: MongoMetaStore, user_id: str) -> tuple[int, int]:

@@ -20,16 +20,13 @@ from store import mongo_quota
 from store.errors import Duplicate
 from store.models import UsageCounts
 from store.mongo import MongoMetaStore
-from tests.backends.fixtures import MongoServer, new_database
+from tests.backends.fixtures import MongoServer, opened_mongo_meta
 from tests.store.test_meta_contract import add_user, make_file
 
 
 @pytest.fixture
 def meta(mongoeco: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
-    store = MongoMetaStore(mongoeco.url(new_database()), timeout_ms=3000)
-    io_loop.run_sync(store.open)
-    yield store
-    io_loop.run_sync(store.close)
+    yield from opened_mongo_meta(mongoeco, io_loop)
 
 
 def ago(seconds: float) -> dt.datetime:
