@@ -552,9 +552,28 @@ def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
     assert status == 414 and json.loads(body)["code"] == "URI_TOO_LONG"
 
 
+
+LUA_MODULE = Path("/usr/lib/nginx/modules/ngx_http_lua_module.so")
+needs_hot_cache = pytest.mark.skipif(not LUA_MODULE.exists(),
+                                     reason="nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
+
+
+def _upload_jpeg(sidecar: Sidecar, tmp_path: Path, email: str, source: str, *,
+                 token_source: str | None = None) -> tuple[str, str, bytes]:
+    """A new account's public 80x60 JPEG, uploaded from address ``source``: its file id, the
+    account's token and the bytes."""
+    import pyvips
+
+    token = _token(sidecar.port, tmp_path / "data" / "outbox", email, token_source or source)
+    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
+    r = request(sidecar.port, "POST", "/files", body=jpeg, source=source, headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
+    assert r.status == 201, r.body
+    return str(r.json()["file"]["file_id"]), token, jpeg
+
+
+@needs_hot_cache
 def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -> None:
-    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
-        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
     outbox = tmp_path / "data" / "outbox"
     ids = {}
     for n, public in enumerate((True, False)):
@@ -579,19 +598,12 @@ def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -
 
 
 
+@needs_hot_cache
 def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 18 item 5: one cached answer per format choice, never another client's format."""
-    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
-        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
-    import pyvips
-
     base = f"127.0.{os.getpid() % 250 + 1}"
-    token = _token(sidecar.port, tmp_path / "data" / "outbox", "auto@example.com", f"{base}.120")
-    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
-    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.120", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
-    assert r.status == 201, r.body
-    url = f"/m/{r.json()['file']['file_id']}?width=40&format=auto"
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "auto@example.com", f"{base}.120")
+    url = f"/m/{fid}?width=40&format=auto"
     seen = []
     for n, accept in enumerate(("image/avif,image/webp,*/*", "image/webp,image/avif", "image/webp,*/*",
                                 "image/webp;q=0, image/png", "image/webp;q=0, image/png")):
@@ -611,22 +623,14 @@ def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_p
     assert again.headers["content-type"] == "image/jpeg" and again.headers.get("x-cache-status") == "HIT"
 
 
+@needs_hot_cache
 def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 17: nginx keeps a public /m answer (original and resized variants alike) for a
     second, then asks mediasrv again with its ETag: a 304 keeps the copy (REVALIDATED, no body
     sent), a deleted file's 404 ends it. Before, a deleted file stayed in the cache for 30 s."""
-    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
-        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
-    import pyvips
-
     base = f"127.0.{os.getpid() % 250 + 1}"
     sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
-    token = _token(sidecar.port, tmp_path / "data" / "outbox", "gone@example.com", next(sources))
-    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
-    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.149", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
-    assert r.status == 201, r.body
-    fid = r.json()["file"]["file_id"]
+    fid, token, jpeg = _upload_jpeg(sidecar, tmp_path, "gone@example.com", f"{base}.149", token_source=next(sources))
     urls = (f"/m/{fid}", f"/m/{fid}?width=40")
     for url in urls:
         assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
@@ -646,20 +650,13 @@ def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(side
             time.sleep(0.1)
 
 
+@needs_hot_cache
 def test_cached_variants_count_against_the_per_address_limit(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 18 item 4: a resized variant answered from nginx's cache is counted as any /m
     (4 a minute per address here): the 5th from one address is 429 though the copy is there."""
-    if not Path("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists():
-        pytest.skip("nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
-    import pyvips
-
     base = f"127.0.{os.getpid() % 250 + 1}"
-    token = _token(sidecar.port, tmp_path / "data" / "outbox", "variant@example.com", f"{base}.60")
-    jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
-    r = request(sidecar.port, "POST", "/files", body=jpeg, source=f"{base}.60", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
-    assert r.status == 201, r.body
-    url = f"/m/{r.json()['file']['file_id']}?width=40"
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "variant@example.com", f"{base}.60")
+    url = f"/m/{fid}?width=40"
     assert request(sidecar.port, "GET", url, source=f"{base}.61").headers.get("x-cache-status") == "MISS"
     for attempt in range(2):  # a minute boundary crossed mid-run resets the window: once more
         window = int(time.time() // 60)
