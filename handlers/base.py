@@ -41,6 +41,7 @@ from mediasrv.core.errors import (
 )
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
+from mediasrv.web.client_address import client_address
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.http_limits import MAX_JSON_BYTES
@@ -269,22 +270,10 @@ class BaseHandler(tornado.web.RequestHandler):
         return self._from_proxy
 
     def client_ip(self) -> str:
-        """The socket's peer, or behind trusted proxies the address the outermost one saw.
-
-        Each proxy appends the address it received the request from to X-Forwarded-For, so with
-        ``proxy_hops`` proxies the client is that many entries from the right; anything further
-        left was sent by the client and is not believed. X-Real-Ip, which a client can send too,
-        counts only when no X-Forwarded-For arrived at all (a proxy that sets only X-Real-Ip).
-        """
-        if self.base.trust_proxy:
-            hops = [h.strip() for value in self.request.headers.get_list("X-Forwarded-For")
-                    for h in value.split(",") if h.strip()]
-            if hops:
-                return hops[-min(self.base.proxy_hops, len(hops))]
-            real = self.request.headers.get("X-Real-Ip", "").strip()
-            if real:
-                return real
-        return self.request.remote_ip or "unknown"
+        """The socket's peer, or behind trusted proxies the address the outermost one saw
+        (``mediasrv.web.client_address``)."""
+        return client_address(self.request.headers, self.request.remote_ip, trust_proxy=self.base.trust_proxy,
+                              hops=self.base.proxy_hops)
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object; BadRequest otherwise."""

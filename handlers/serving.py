@@ -5,6 +5,10 @@ Parse, ask ``MediaDelivery`` once, write its answer. Every decision (record, hos
 representation, validators, 304, Range, X-Accel-Redirect or bytes, usage counting) is made in
 ``mediasrv.core.delivery.service``; what stays here is Tornado's: CORS for private files, the
 socket's flow control and a client that goes away mid-body.
+
+Hot public answers (a cached file or variant, no credential, no Range) never reach these
+handlers: ``handlers.hot_media`` writes them from the same ``MediaDelivery.deliver_cached``
+without a ``RequestHandler``, and hands everything else here unchanged.
 """
 from __future__ import annotations
 

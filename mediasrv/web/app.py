@@ -21,6 +21,7 @@ import tornado.web
 from handlers import dashboard
 from handlers import routes as declared
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from handlers.hot_media import HotMedia, hot_routes
 from handlers.reference import static_json
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
@@ -159,6 +160,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
+    app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter,
+                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import tornado.web
 
 from mediasrv.cli.server import make_server
 from mediasrv.core.settings import Settings
@@ -98,7 +99,7 @@ class TimeoutsTest(ServerTestCase):
 
     def test_no_total_body_timeout(self) -> None:
         settings = Settings.from_env({"MEDIASRV_BODY_IDLE_TIMEOUT": "7"})
-        server = make_server(None, settings)  # type: ignore[arg-type]
+        server = make_server(tornado.web.Application(), settings)
         self.assertIsNone(server.conn_params.body_timeout)
         self.assertEqual(server.limits.body_idle_s, 7)
 

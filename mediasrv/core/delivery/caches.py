@@ -42,6 +42,15 @@ class FileCache:
         self.hits += 1
         return item[1]
 
+    def peek(self, file_id: str) -> FileRecord | None:
+        """The cached record without counting a lookup (``deliver_cached`` counts the hit
+        itself, once it answers: a lookup it hands on is counted by the full path)."""
+        item = self._items.get(file_id)
+        if item is None or item[0] <= self._clock():
+            return None
+        self._items.move_to_end(file_id)
+        return item[1]
+
     def put(self, record: FileRecord, generation: int | None = None) -> None:
         """Cache ``record``; with ``generation`` (read before the lookup), only if nothing
         was invalidated since, so a record read just before its deletion is not kept."""
@@ -80,6 +89,13 @@ class ResultCache:
             self.hits += 1
         else:
             self.misses += 1
+        return item
+
+    def peek(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
+        """The cached result without counting a lookup (see ``FileCache.peek``)."""
+        item = self._items.get((file_id, variant))
+        if item is not None:
+            self._items.move_to_end((file_id, variant))
         return item
 
     def put(self, file_id: str, variant: str, data: bytes, content_type: str,

@@ -22,10 +22,16 @@ class HostRule:
         """Own names from the server's URLs (MEDIASRV_PUBLIC_URL, MEDIASRV_DASHBOARD_URL)."""
         return cls(frozenset((urlsplit(url).hostname or "").lower() for url in urls), domains)
 
-    async def serves(self, host_header: str | None, owner_id: str) -> bool:
+    def serves_every_file(self, host_header: str | None) -> bool:
+        """Whether this Host is one of the server's own names (or loopback): known without a
+        look-up, so a request for it can be answered from memory."""
         host = request_host(host_header)
-        if host in self._own or is_loopback(host):
+        return host in self._own or is_loopback(host)
+
+    async def serves(self, host_header: str | None, owner_id: str) -> bool:
+        if self.serves_every_file(host_header):
             return True
+        host = request_host(host_header)
         domain = await self._domains.by_host(host)
         return domain is not None and domain.verification_status == "active" and domain.user_id == owner_id
 

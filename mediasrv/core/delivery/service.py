@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
@@ -102,6 +103,9 @@ class MediaDelivery:
         transform this server does not make is refused first (400), before any look-up."""
         if request.spec is not None:
             self._policy.check(request.key, request.spec, request.transform_signature)
+        answer = self._from_memory(request)
+        if answer is not None:
+            return answer
         record = await self._readable_record(request)
         try:
             if request.spec is None:
@@ -109,6 +113,62 @@ class MediaDelivery:
             return await self._transformed(record, request.spec, request)
         except Exception as exc:  # the transport raises it once the answer is marked private
             return MediaAnswer(private=not record.is_public, failure=exc)
+
+    def deliver_cached(self, request: MediaRequest) -> MediaAnswer | None:
+        """The answer ``deliver`` would give, when everything it needs is in this process's
+        memory; else None, having counted and changed nothing (then ``deliver`` does the work).
+
+        For a transport that answers hot requests without a handler (``handlers.hot_media``).
+        A transform this server does not make raises as in ``deliver``."""
+        if request.spec is not None:
+            self._policy.check(request.key, request.spec, request.transform_signature)
+        return self._from_memory(request)
+
+    def _from_memory(self, request: MediaRequest) -> MediaAnswer | None:
+        """A public file's answer from the caches, with no await: its record cached, asked on
+        one of the server's own names (no domain look-up), no Range (rare, and a 416 is an
+        error), not for the sidecar's cache (it revalidates at the store), and its bytes (or
+        this variant) in memory unless none are sent. None otherwise, with nothing counted."""
+        if request.range is not None or request.proxy_cache or not _KEY_RE.match(request.key):
+            return None
+        record = self.files.peek(request.key)
+        if record is None or not record.is_public or not self._hosts.serves_every_file(request.host):
+            return None
+        if request.spec is None:
+            answer = None if self._accel_prefix else self._stored_from_memory(record, request)
+        else:
+            answer = self._transformed_from_memory(record, request.spec, request)
+        if answer is not None:
+            self.files.hits += 1
+        return answer
+
+    def _stored_from_memory(self, record: FileRecord, request: MediaRequest) -> MediaAnswer | None:
+        """``_stored`` for a public record whose bytes ``bodies`` holds (no X-Accel-Redirect)."""
+        etag = f'"{record.file_id}"'
+        answer = self._representation(record, request, record.content_type, etag, _modified(record.created_at))
+        if answer.status == 304:
+            return answer
+        data = None if request.head else self.bodies.get(record.file_id)
+        if data is None and not request.head:
+            return None
+        _select(answer, None, record.size)
+        self.usage.origin_read(record.user_id)
+        answer.body = data
+        return answer
+
+    def _transformed_from_memory(self, record: FileRecord, spec: TransformSpec,
+                                 request: MediaRequest) -> MediaAnswer | None:
+        """``_transformed`` for a public record whose variant ``results`` holds."""
+        if record.content_type not in TRANSFORMABLE_TYPES:
+            return None  # the full path's 400 or 415
+        variant = _Variant.of(record, spec, request)
+        if variant.current(request):
+            return self._not_modified(record, variant)
+        cached = self.results.peek(record.file_id, variant.key)
+        if cached is None:
+            return None
+        self.results.hits += 1
+        return self._variant_answer(record, request, variant, *cached)
 
     async def _readable_record(self, request: MediaRequest) -> FileRecord:
         """The record, from this process's record cache, except for a public file that the
@@ -174,27 +234,31 @@ class MediaDelivery:
             raise BadRequest("Resize and format parameters apply to images only", code="NOT_AN_IMAGE")
         if record.content_type not in TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
-        negotiated = spec.format == AUTO
-        spec = spec.negotiated(request.accept)  # format=auto: one variant (and ETag) per choice
-        variant = spec.cache_key()
-        etag = f'"{record.file_id}-{variant}"'
-        modified = _modified(record.created_at)
-        if _client_copy_current(request, etag, modified):
+        variant = _Variant.of(record, spec, request)
+        if variant.current(request):
             # The variant's validators come from the file and the normalised spec alone: a
             # revalidation takes no slot, reads nothing and counts no image operation.
-            answer = MediaAnswer(304, private=not record.is_public)
-            self._validators(answer.headers, record, etag, modified, vary_accept=negotiated)
-            return answer
-        cached = self.results.get(record.file_id, variant)
+            return self._not_modified(record, variant)
+        cached = self.results.get(record.file_id, variant.key)
         if cached is None:
             generation = self.results.generation
-            cached = await self._render(record, spec, request.client)
-            self.results.put(record.file_id, variant, *cached, generation=generation)
-        data, out_type = cached
-        answer = self._representation(record, request, out_type, etag, modified, vary_accept=negotiated)
+            cached = await self._render(record, variant.spec, request.client)
+            self.results.put(record.file_id, variant.key, *cached, generation=generation)
+        return self._variant_answer(record, request, variant, *cached)
+
+    def _not_modified(self, record: FileRecord, variant: _Variant) -> MediaAnswer:
+        answer = MediaAnswer(304, private=not record.is_public)
+        self._validators(answer.headers, record, variant.etag, variant.modified, vary_accept=variant.negotiated)
+        return answer
+
+    def _variant_answer(self, record: FileRecord, request: MediaRequest, variant: _Variant, data: bytes,
+                        out_type: str) -> MediaAnswer:
+        """The answer carrying a variant's bytes (or the part Range asks for)."""
+        answer = self._representation(record, request, out_type, variant.etag, variant.modified,
+                                      vary_accept=variant.negotiated)
         if answer.status == 304:
             return answer
-        start, end = _select(answer, _window(request, etag, modified, len(data)), len(data))
+        start, end = _select(answer, _window(request, variant.etag, variant.modified, len(data)), len(data))
         self.usage.origin_read(record.user_id)
         if not request.head:
             answer.body = data if (start, end) == (0, len(data)) else data[start:end]
@@ -281,6 +345,28 @@ class MediaDelivery:
             await chunks.aclose()
             raise
         return BlobStream(first, chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """One transform of one file as this request negotiated it (format=auto chose from Accept):
+    its cache key and validators come from the file and the normalised spec alone."""
+
+    spec: TransformSpec
+    key: str
+    etag: str
+    modified: dt.datetime
+    negotiated: bool
+
+    @classmethod
+    def of(cls, record: FileRecord, spec: TransformSpec, request: MediaRequest) -> _Variant:
+        chosen = spec.negotiated(request.accept)  # format=auto: one variant (and ETag) per choice
+        key = chosen.cache_key()
+        return cls(chosen, key, f'"{record.file_id}-{key}"', _modified(record.created_at), spec.format == AUTO)
+
+    def current(self, request: MediaRequest) -> bool:
+        """Whether the client's copy is this variant (304)."""
+        return _client_copy_current(request, self.etag, self.modified)
 
 
 def _client_copy_current(request: MediaRequest, etag: str, modified: dt.datetime) -> bool:

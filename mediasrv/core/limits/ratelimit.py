@@ -105,6 +105,14 @@ class RateLimiter:
         return Decision(allowed=count <= limit, limit=limit, remaining=max(0, limit - count),
                         reset_s=reset_s)
 
+    def would_allow(self, route: str, key: str) -> bool:
+        """Whether one more request by address ``key`` is within ``route``'s per-address limit,
+        counting nothing: a caller that then answers counts it with ``hit``, one that hands the
+        request on leaves the counting to whoever answers."""
+        window = int(self._clock() // WINDOW_S)
+        count = self._counts.get((route, key), 0) if window == self._window else 0
+        return count < self._ip[route]
+
     def __len__(self) -> int:
         return len(self._counts)
 

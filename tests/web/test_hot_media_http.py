@@ -1,0 +1,162 @@
+"""Hot public media answers written without a RequestHandler (``handlers.hot_media``).
+
+The same application is served twice: by ``make_server`` as ``mediasrv serve`` builds it (hot
+path on) and with ``hot_media=False`` (every request through the handlers). Every request of a
+list, hot or handed on, must get the same status, fields and body from both; what changes is
+only whether the application's delegate was asked, which the test counts.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import pyvips
+import tornado.web
+from tornado.httpclient import AsyncHTTPClient, HTTPResponse
+from tornado.netutil import bind_sockets
+
+from mediasrv.cli.server import make_server
+from mediasrv.core.settings import Settings
+from mediasrv.web.accesslog import AccessLog
+from tests.conftest import Api, body
+
+VARYING = {"Date", "X-Request-Id"}
+"""Fields that differ between any two answers."""
+JPEG = pyvips.Image.black(64, 48).jpegsave_buffer()
+
+
+@pytest.fixture
+def app_env() -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "100"}
+
+
+@pytest.fixture
+def cold_base(app: tornado.web.Application, settings: Settings, io_loop: Any) -> Iterator[str]:
+    """The same application behind a server without the hot path: its base URL."""
+    server = make_server(app, settings, hot_media=False)
+    [sock] = bind_sockets(0, "127.0.0.1", family=socket.AF_INET)
+    server.add_sockets([sock])
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.stop()
+    io_loop.run_sync(server.close_all_connections)
+
+
+@pytest.fixture
+def asked(app: tornado.web.Application, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Paths the application's own delegate (routing to a handler) was asked to serve."""
+    seen: list[str] = []
+    start_request = app.start_request
+
+    def counting(server_conn: Any, request_conn: Any) -> Any:
+        inner = start_request(server_conn, request_conn)
+        received = inner.headers_received
+
+        def headers_received(start_line: Any, headers: Any) -> Any:
+            seen.append(start_line.path)
+            return received(start_line, headers)
+
+        inner.headers_received = headers_received  # type: ignore[method-assign]
+        return inner
+
+    monkeypatch.setattr(app, "start_request", counting)
+    return seen
+
+
+async def _public_jpeg(api: Api) -> tuple[str, str]:
+    login = await api.user(f"hot-{uuid.uuid4().hex[:8]}@example.com")
+    token = login["session"]["access_token"]
+    r = await api.call("POST", "/files", body=JPEG, token=token,
+                       headers={"Content-Type": "image/jpeg", "x-file-name": "cat photo.jpg"})
+    assert r.code == 201, r.body
+    return body(r)["file"]["file_id"], token
+
+
+async def _fetch(base: str, method: str, path: str, headers: dict[str, str]) -> HTTPResponse:
+    return await AsyncHTTPClient().fetch(base + path, method=method, headers=headers, raise_error=False,
+                                         follow_redirects=False)
+
+
+def _fields(response: HTTPResponse) -> list[tuple[str, str]]:
+    return sorted((name, value) for name, value in response.headers.get_all() if name not in VARYING)
+
+
+async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base: str, asked: list[str],
+                                                             settings: Settings) -> None:
+    file_id, _ = await _public_jpeg(api)
+    hot_base = settings.public_url
+    m, d = f"/m/{file_id}", f"/d/{file_id}"
+    etag = (await _fetch(hot_base, "GET", m, {})).headers["ETag"]
+    for path in (f"{m}?width=20", f"{m}?width=20&format=auto", f"{m}?format=png"):
+        for accept in ("image/webp", "image/avif,image/webp"):
+            assert (await _fetch(cold_base, "GET", path, {"Accept": accept})).code == 200  # variants made
+    d_warm = await _fetch(hot_base, "GET", d, {})
+    assert d_warm.code == 200
+    hot = [  # answered from memory: record, bytes and variants are cached now
+        ("GET", m, {}), ("HEAD", m, {}), ("GET", m, {"Origin": "https://elsewhere.example"}),
+        ("GET", m, {"If-None-Match": etag}), ("GET", m, {"If-Modified-Since": "Fri, 01 Jan 2100 00:00:00 GMT"}),
+        ("GET", d, {}), ("HEAD", d, {}), ("GET", f"{m}?width=20", {}), ("HEAD", f"{m}?width=20", {}),
+        ("GET", f"{m}?width=20&format=auto", {"Accept": "image/webp"}),
+        ("GET", f"{m}?width=20&format=auto", {"Accept": "image/avif,image/webp"}),
+        ("GET", f"{m}?format=png", {}), ("GET", f"{m}?unrelated=1", {}),
+    ]
+    handed_on = [  # the handler's: credentials, ranges, signed or refused transforms, odd keys
+        ("GET", m, {"Range": "bytes=0-9"}), ("GET", m, {"Authorization": "Bearer not-a-token"}),
+        ("GET", m, {"X-Api-Key": "nope"}), ("GET", f"{m}?width=0", {}), ("GET", f"{m}?width=20&tsig=00", {}),
+        ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
+        ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
+    ]
+    for method, path, headers in hot + handed_on:
+        before = len(asked)
+        got = await _fetch(hot_base, method, path, headers)
+        went_hot = len(asked) == before
+        want = await _fetch(cold_base, method, path, headers)
+        assert (got.code, _fields(got), got.body) == (want.code, _fields(want), want.body), (method, path, headers)
+        assert went_hot == ((method, path, headers) in hot), (method, path, headers)
+        assert got.headers.get("X-Request-Id") and got.headers["X-Request-Id"] != want.headers["X-Request-Id"]
+        assert "Date" in got.headers
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "media=5"}])
+async def test_the_per_address_limit_is_exact_through_the_hot_path(api: Api, asked: list[str]) -> None:
+    file_id, _ = await _public_jpeg(api)
+    codes = [(await api.call("GET", f"/m/{file_id}")).code for _ in range(6)]
+    assert codes == [200] * 5 + [429]
+    hot_answers = 6 - sum(path == f"/m/{file_id}" for path in asked)
+    assert hot_answers >= 3  # all but the first (which cached the record and bytes) and the 429
+    refused = await api.call("GET", f"/m/{file_id}")
+    assert refused.code == 429 and refused.headers["RateLimit-Limit"] == "5"
+    assert int(refused.headers["Retry-After"]) >= 1 and body(refused)["code"] == "RATE_LIMITED"
+
+
+TEXT_LINE = re.compile(r"\S+ \[\d+\] INFO mediasrv\.access: (?P<status>\d+) (?P<method>\S+) (?P<path>\S+) "
+                       r"[\d.]+ms (?P<bytes>\d+)B client=(?P<client>\S+) user=- request_id=(?P<id>\S+) "
+                       r"ua=(?P<ua>.*)")
+
+
+async def test_hot_answers_reach_the_access_log(api: Api, app: tornado.web.Application, asked: list[str]) -> None:
+    file_id, _ = await _public_jpeg(api)
+    assert (await api.call("GET", f"/m/{file_id}")).code == 200  # caches the record and the bytes
+    out = io.StringIO()
+    access = AccessLog(stream=out)
+    access.start()
+    app.settings["log_function"] = access
+    logging.getLogger("mediasrv.access").setLevel(logging.INFO)
+    try:
+        before = len(asked)
+        hot = await api.call("GET", f"/m/{file_id}?signature=secret-value", headers={"User-Agent": "probe/1"})
+        assert hot.code == 200 and len(asked) == before
+    finally:
+        access.stop()
+        logging.getLogger("mediasrv.access").setLevel(logging.NOTSET)
+    [line] = out.getvalue().splitlines()
+    logged = TEXT_LINE.fullmatch(line)
+    assert logged is not None, line
+    assert logged["path"] == f"/m/{file_id}?signature=REDACTED" and logged["status"] == "200"
+    assert int(logged["bytes"]) == len(JPEG) and logged["client"] == "127.0.0.1"
+    assert logged["id"] == hot.headers["X-Request-Id"] and logged["ua"] == '"probe/1"'
