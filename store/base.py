@@ -237,6 +237,10 @@ class FileStore(Protocol):
 
     async def get_file(self, file_id: str) -> FileRecord | None: ...
 
+    async def get_files(self, file_ids: list[str]) -> list[FileRecord]:
+        """The records of those of ``file_ids`` that exist, in any order: one read for many
+        (the record cache's background refresh)."""
+
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
         """Matching files, newest first (ties by id), and the total count.

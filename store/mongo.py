@@ -591,6 +591,14 @@ class MongoMetaStore:
             doc = await db["files"].find_one({"file_id": file_id})
         return None if doc is None else _file(doc)
 
+    async def get_files(self, file_ids: list[str]) -> list[FileRecord]:
+        found: list[FileRecord] = []
+        async with self._op() as db:
+            for start in range(0, len(file_ids), IN_CHUNK):
+                cursor = db["files"].find({"file_id": {"$in": file_ids[start:start + IN_CHUNK]}})
+                found.extend([_file(doc) async for doc in cursor])
+        return found
+
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
         return await self._page("files", _file_filter(user_id, query), offset, limit, _file)

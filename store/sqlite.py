@@ -600,6 +600,15 @@ def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
     return found
 
 
+def _files_by_id(conn: sqlite3.Connection, file_ids: list[str]) -> list[FileRecord]:
+    found: list[FileRecord] = []
+    for start in range(0, len(file_ids), IN_CHUNK):
+        chunk = file_ids[start:start + IN_CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        found.extend(map(_file, conn.execute(f"SELECT {FILE_COLS} FROM files WHERE file_id IN ({marks})", chunk)))
+    return found
+
+
 QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...]]
 """A write waiting for the writer thread: ``fn(conn, *args)``."""
 
@@ -1135,6 +1144,11 @@ class SqliteMetaStore:
     async def get_file(self, file_id: str) -> FileRecord | None:
         return await self._lookup(_fetch_one, f"SELECT {FILE_COLS} FROM files WHERE file_id = ?",
                                 (file_id,), _file)
+
+    async def get_files(self, file_ids: list[str]) -> list[FileRecord]:
+        if not file_ids:
+            return []
+        return await self._lookup(_files_by_id, list(file_ids))
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:

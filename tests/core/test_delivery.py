@@ -284,10 +284,37 @@ async def test_the_sidecars_cache_is_answered_from_the_store_not_the_record_cach
     assert (await d.deliver(_get(private.file_id, user_id="u1", proxy_cache=True))).status == 200
     for record in (public, private):  # deleted by another process: this one's record cache still has them
         assert await local.meta.delete_file("u1", record.file_id) is not None
-    assert (await d.deliver(_get(public.file_id))).status == 200  # the record cache, for up to its second
+    assert (await d.deliver(_get(public.file_id))).status == 200  # the record cache, for up to its ttl_s
     with pytest.raises(NotFound):
         await d.deliver(_get(public.file_id, proxy_cache=True))
     with pytest.raises(NotFound):  # nginx's revalidation: 404, not 304
         await d.deliver(_get(public.file_id, proxy_cache=True, if_none_match=first.headers["ETag"]))
     private_again = await d.deliver(_get(private.file_id, user_id="u1", proxy_cache=True))
     assert private_again.status == 200  # never kept by nginx: the record cache serves it as before
+
+
+async def test_a_hot_record_is_read_again_in_the_background_and_a_delete_elsewhere_seen(
+        local: Local, pool: ResizePool) -> None:
+    """FileCache's refresh-ahead: a record read in the second half of its life is read again
+    from the store in the background; readers never wait for it, and what that read finds (a
+    delete by another process) replaces the entry."""
+    now = [1000.0]
+    d = _delivery(local, pool, FakeRunner())
+    d.files = FileCache(ttl_s=2.0, clock=lambda: now[0])
+    await local.user("u1")
+    kept = await local.file("u1", b"kept bytes", "text/plain")
+    gone = await local.file("u1", b"gone bytes", "text/plain")
+    for record in (kept, gone):
+        assert (await d.deliver(_get(record.file_id))).status == 200
+    assert d.files.misses == 2
+    assert await local.meta.delete_file("u1", gone.file_id) is not None  # by another process
+    now[0] += 0.7  # past a quarter of their life: the next reads start the refreshes
+    for record in (kept, gone):
+        assert (await d.deliver(_get(record.file_id))).status == 200  # from the cache: nobody waits
+    assert d._refreshing is not None  # one read for both keys
+    await d._refreshing
+    now[0] += 1.5  # past the first life: only the refreshed entry is still there
+    assert (await d.deliver(_get(kept.file_id))).status == 200
+    with pytest.raises(NotFound):
+        await d.deliver(_get(gone.file_id))
+    assert d.files.misses == 3  # the deleted file's lookup only: the kept one never expired

@@ -340,15 +340,49 @@ def test_file_cache_put_after_an_invalidation_is_dropped() -> None:
 def test_file_cache_entries_expire_so_other_processes_deletes_are_seen() -> None:
     """A delete in another process cannot invalidate this cache: entries live ``ttl_s``."""
     now = [100.0]
-    cache = FileCache(max_entries=10, ttl_s=1.0, clock=lambda: now[0])
+    cache = FileCache(max_entries=10, ttl_s=2.0, clock=lambda: now[0])
     cache.put(_record("x"))
-    now[0] += 0.9
+    now[0] += 1.9
     assert cache.get("x") is not None
     now[0] += 0.2
     assert cache.get("x") is None  # expired: the next request asks the database
     cache.put(_record("x"))
     now[0] += 0.5
     assert cache.get("x") is not None
+
+
+def test_file_cache_lists_a_key_read_past_a_quarter_of_its_life_once() -> None:
+    now = [100.0]
+    cache = FileCache(max_entries=10, ttl_s=2.0, clock=lambda: now[0])
+    cache.put(_record("x"))
+    generation = cache.generation
+    now[0] += 0.4
+    assert cache.get("x") is not None and cache.due == []
+    now[0] += 0.2
+    assert cache.peek("x") is not None and cache.get("x") is not None
+    assert cache.due == ["x"]  # once, however often it is read while its refresh runs
+    cache.due.clear()
+    now[0] += 0.3
+    cache.refreshed("x", _record("x"), generation)  # read again: a new life from now
+    now[0] += 1.9
+    assert cache.get("x") is not None and cache.due == ["x"]
+    cache.due.clear()
+    cache.refreshed("x", None, cache.generation)  # gone from the store: forgotten at once
+    assert cache.get("x") is None
+
+
+def test_a_failed_refresh_leaves_the_entry_to_expire() -> None:
+    now = [100.0]
+    cache = FileCache(max_entries=10, ttl_s=2.0, clock=lambda: now[0])
+    cache.put(_record("x"))
+    now[0] += 0.6
+    assert cache.get("x") is not None and cache.due == ["x"]
+    cache.due.clear()
+    cache.refresh_failed("x")
+    now[0] += 1.3
+    assert cache.get("x") is not None and cache.due == ["x"]  # due again: the store may be back
+    now[0] += 0.2
+    assert cache.get("x") is None  # its life still ends ttl_s after the read that made it
 
 
 # ---------------------------------------------------------------------------- ResizePool

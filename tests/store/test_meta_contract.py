@@ -607,6 +607,16 @@ async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> 
     assert other is not None and (other.storage_bytes, other.files_count) == (0, 0)
 
 
+async def test_get_files_across_chunks(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    present = {f"f{n}": make_file("u1", f"f{n}") for n in (0, 499, 500, 1234)}
+    for record in present.values():
+        await meta.insert_file(record)
+    found = await meta.get_files([f"f{n}" for n in range(1500)])
+    assert sorted(found, key=lambda r: r.file_id) == sorted(present.values(), key=lambda r: r.file_id)
+    assert await meta.get_files([]) == [] and await meta.get_files(["nope"]) == []
+
+
 async def test_existing_blob_keys_across_chunks(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     present = {f"blob-{n}" for n in (0, 499, 500, 1234)}
