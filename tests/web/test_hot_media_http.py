@@ -7,6 +7,7 @@ only whether the application's delegate was asked, which the test counts.
 """
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -160,3 +161,37 @@ async def test_hot_answers_reach_the_access_log(api: Api, app: tornado.web.Appli
     assert logged["path"] == f"/m/{file_id}?signature=REDACTED" and logged["status"] == "200"
     assert int(logged["bytes"]) == len(JPEG) and logged["client"] == "127.0.0.1"
     assert logged["id"] == hot.headers["X-Request-Id"] and logged["ua"] == '"probe/1"'
+
+
+async def _raw(base: str, request: bytes) -> bytes:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), timeout=10)
+    writer.close()
+    return data
+
+
+def _heads(raw: bytes) -> list[list[str]]:
+    """Each answer's status line and fields (but the varying ones), in order."""
+    answers = []
+    for block in raw.split(b"HTTP/1.")[1:]:
+        head = block.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+        answers.append(["HTTP/1." + head[0], *sorted(h for h in head[1:] if h.split(":")[0] not in VARYING)])
+    return answers
+
+
+async def test_connection_handling_is_the_servers_own(api: Api, cold_base: str, settings: Settings) -> None:
+    """Keep-alive, a closing HTTP/1.1 request and HTTP/1.0 behave as through a handler: the hot
+    path writes through the connection, which decides the framing."""
+    file_id, _ = await _public_jpeg(api)
+    assert (await api.call("GET", f"/m/{file_id}")).code == 200  # cached now
+    line = f"GET /m/{file_id} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+    exchanges = [line + b"\r\n" + line + b"Connection: close\r\n\r\n",
+                 f"GET /m/{file_id} HTTP/1.0\r\n\r\n".encode()]
+    for request in exchanges:
+        hot, cold = await _raw(settings.public_url, request), await _raw(cold_base, request)
+        assert _heads(hot) == _heads(cold) and len(hot) == len(cold), request
+    assert [h[0] for h in _heads(await _raw(settings.public_url, exchanges[0]))] == ["HTTP/1.1 200 OK"] * 2
