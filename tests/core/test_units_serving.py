@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import email.utils
+import itertools
 import re
 import threading
 import time
@@ -16,7 +17,7 @@ from urllib.parse import unquote
 import pytest
 
 from mediasrv.core.credentials.signing import UrlSigner
-from mediasrv.core.delivery.caches import FileCache, ResultCache
+from mediasrv.core.delivery.caches import SWEEP_RECENT_S, FileCache, ResultCache
 from mediasrv.core.delivery.http_fields import (
     Unsatisfiable,
     content_disposition,
@@ -369,6 +370,30 @@ def test_file_cache_lists_a_key_read_past_a_quarter_of_its_life_once() -> None:
     cache.due.clear()
     cache.refreshed("x", None, cache.generation)  # gone from the store: forgotten at once
     assert cache.get("x") is None
+
+
+def test_recently_read_entries_are_kept_fresh_without_being_read_again() -> None:
+    """The sweep: every quarter of ttl_s, on some read, the recently read entries past a quarter
+    of their life are due too, so a record asked less often than ttl_s does not expire; one not
+    read for SWEEP_RECENT_S is left to expire."""
+    now = [100.0]
+    cache = FileCache(max_entries=10, ttl_s=2.0, clock=lambda: now[0])
+    cache.put(_record("hot"))
+    cache.put(_record("rare"))  # read once, now, then never again
+    rare_due_at = []
+    while now[0] < 100.0 + SWEEP_RECENT_S + 3:
+        now[0] += 0.3
+        assert cache.get("hot") is not None  # the only key read; every due key is read back
+        due, cache.due = cache.due, []
+        if "rare" in due:
+            rare_due_at.append(now[0] - 100.0)
+        for key in due:
+            cache.refreshed(key, _record(key), cache.generation)
+    # Read again about every half second while it was read within SWEEP_RECENT_S, never after.
+    assert len(rare_due_at) >= SWEEP_RECENT_S / 0.6 - 2 and max(rare_due_at) >= SWEEP_RECENT_S - 0.6
+    assert all(b - a <= 0.6 + 1e-9 for a, b in itertools.pairwise(rare_due_at))
+    assert max(rare_due_at) < SWEEP_RECENT_S + 0.3
+    assert cache.peek("rare") is None  # then left to expire
 
 
 def test_a_failed_refresh_leaves_the_entry_to_expire() -> None:
