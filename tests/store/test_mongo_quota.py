@@ -140,10 +140,12 @@ async def test_reconcile_running_all_along_never_drops_an_upload_in_flight(meta:
     counters equal the records exactly (the old reconcile, records only, dropped the
     reservations of uploads between their reserve and their insert)."""
     await add_user(meta, "u1")
-    done = asyncio.Event()
+    done, first_round = asyncio.Event(), asyncio.Event()
 
     async def upload(n: int) -> None:
         file_id = f"f{n}"
+        if n >= 20:  # the later half starts once a reconcile has ended: at least two rounds meet uploads
+            await first_round.wait()
         assert await meta.reserve_quota("u1", n + 1, None, None, reservation=file_id)
         await asyncio.sleep(0)
         await meta.insert_file(make_file("u1", file_id, size=n + 1))
@@ -153,6 +155,7 @@ async def test_reconcile_running_all_along_never_drops_an_upload_in_flight(meta:
         while not done.is_set() or rounds == 0:
             await meta.reconcile_account("u1", iso_ago(900))
             rounds += 1
+            first_round.set()
         return rounds
 
     reconciler = asyncio.ensure_future(reconciles())
