@@ -30,6 +30,7 @@ from mediasrv.images.jobs import ImageJobs, MemoryBudget
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import TransformSpec
 from store.base import Delivery
+from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from tests.core.conftest import Local
@@ -318,3 +319,29 @@ async def test_a_hot_record_is_read_again_in_the_background_and_a_delete_elsewhe
     with pytest.raises(NotFound):
         await d.deliver(_get(gone.file_id))
     assert d.files.misses == 3  # the deleted file's lookup only: the kept one never expired
+
+
+async def test_a_failed_background_read_leaves_its_keys_free_to_be_due_again(local: Local, pool: ResizePool) -> None:
+    now = [1000.0]
+    d = _delivery(local, pool, FakeRunner())
+    d.files = FileCache(ttl_s=2.0, clock=lambda: now[0])
+    await local.user("u1")
+    record = await local.file("u1", b"bytes", "text/plain")
+    assert (await d.deliver(_get(record.file_id))).status == 200
+    real_get_files = local.meta.get_files
+
+    async def down(file_ids: list[str]) -> list[FileRecord]:
+        raise StoreUnavailable("the store is down")
+
+    local.meta.get_files = down  # type: ignore[method-assign]
+    now[0] += 0.6
+    assert (await d.deliver(_get(record.file_id))).status == 200  # from the cache; the refresh fails
+    assert d._refreshing is not None
+    await d._refreshing
+    local.meta.get_files = real_get_files  # type: ignore[method-assign]
+    now[0] += 0.1
+    assert (await d.deliver(_get(record.file_id))).status == 200
+    assert d._refreshing is not None  # due again, read again: the failed read let go of it
+    await d._refreshing
+    now[0] += 1.5  # past the first life: kept by the second read
+    assert (await d.deliver(_get(record.file_id))).status == 200 and d.files.misses == 1
