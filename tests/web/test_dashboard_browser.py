@@ -769,6 +769,9 @@ async def test_an_admin_invites_from_the_dashboard_and_the_link_registers(
         await expect(page.locator("tbody tr")).to_have_count(4)  # two used by the test, two new
         await page.screenshot(path=str(artifacts / "dashboard-invites.png"), full_page=True)
         await page.get_by_role("button", name="Log out").click()
+        # Logging out ends on the login view once its request is answered: wait for it, or
+        # that late navigation can land on top of the invite link's page.
+        await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
 
         await page.goto(links[0])
         await expect(page.get_by_role("heading", name="Create an account")).to_be_visible()
