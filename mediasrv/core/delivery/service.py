@@ -104,9 +104,7 @@ class MediaDelivery:
         """The answer to ``request``. A file that does not exist, or that this Host or caller may
         not see, raises the same 404; any failure after that comes back in the answer. A
         transform this server does not make is refused first (400), before any look-up."""
-        if request.spec is not None:
-            self._policy.check(request.key, request.spec, request.transform_signature)
-        answer = self._from_memory(request)
+        answer = self.deliver_cached(request)
         if answer is not None:
             return answer
         record = await self._readable_record(request)
