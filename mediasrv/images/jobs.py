@@ -138,6 +138,8 @@ class ImageJobs:
         self._in_flight: dict[tuple[str, str], asyncio.Future[tuple[bytes, str]]] = {}
         self.transforms_run = 0
         """Transforms started (a follower of an identical job in flight starts none)."""
+        self.followers_joined = 0
+        """Calls that waited for an identical job in flight instead of starting one."""
 
     async def render_shared(self, record: FileRecord, spec: TransformSpec,
                             client: str) -> tuple[tuple[bytes, str], bool]:
@@ -151,6 +153,7 @@ class ImageJobs:
         key = (record.file_id, spec.cache_key())
         shared = self._in_flight.get(key)
         if shared is not None:
+            self.followers_joined += 1
             return await asyncio.shield(shared), False
         task = asyncio.ensure_future(self.render(record, spec, client))
         self._in_flight[key] = task

@@ -73,12 +73,14 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
     deps = _serving_deps(app)
     await asyncio.sleep(0)
     counted = deps.usage.pending()
+    joined = runtime.images.followers_joined
     requests = [asyncio.ensure_future(api.call("GET", f"/m/{fid}?width=20")) for _ in range(5)]
     await asyncio.to_thread(runner.started.acquire, True, 30)  # the first one runs ...
-    for _ in range(3000):  # ... until the other four arrived and joined it (a condition, not a timing)
-        if runtime.inflight.count >= 5:
+    for _ in range(3000):  # ... until the other four joined it (a condition, not a timing)
+        if runtime.images.followers_joined - joined >= 4:
             break
         await asyncio.sleep(0.01)
+    assert runtime.images.followers_joined - joined == 4
     assert runtime.pool.in_use == 1  # the followers took no slot
     runner.finish.set()
     results = await asyncio.gather(*requests)
