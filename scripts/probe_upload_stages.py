@@ -1,0 +1,128 @@
+"""Where a small upload's time goes under load: the stages of ``POST /files`` timed inside the server.
+
+    .venv/bin/python scripts/probe_upload_stages.py               # wrk -c1, -c4, -c10, 5 s each
+    .venv/bin/python scripts/probe_upload_stages.py -c 10 -s 8
+
+``scripts/bench.py`` gives the rate (1 KiB uploads, ``wrk -c10``); this says why it is that rate.
+It starts ``mediasrv serve`` (the one beside this interpreter) with a ``sitecustomize`` on
+``PYTHONPATH`` that wraps, in the server process only, the blob put (on the loop, and its
+job on the blob store's thread, wall and CPU time), ``os.fsync``, the record insert (on the
+loop) and SQLite's group-commit batch (on the writer thread, wall and CPU time), and prints
+their mean durations per concurrency level with the machine's idle share from /proc/stat.
+
+With a closed loop of ``c`` clients the rate is ``c`` / latency, so when the machine is partly
+idle and no thread is busy all the time, the stages' wall times are the figure to cut.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import procs, wrk
+
+SITECUSTOMIZE = textwrap.dedent('''
+    import functools, os, signal, sys, time
+    STATS = {}
+    def _add(label, wall, cpu=None):
+        entry = STATS.setdefault(label, [0, 0.0, 0.0])
+        entry[0] += 1; entry[1] += wall; entry[2] += cpu or 0.0
+    def _timed_async(cls, name, label):
+        original = getattr(cls, name)
+        @functools.wraps(original)
+        async def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                _add(label, time.perf_counter() - start)
+        setattr(cls, name, timed)
+    def _timed_sync(owner, name, label):
+        original = getattr(owner, name)
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            start, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _add(label, time.perf_counter() - start, time.thread_time() - cpu)
+        setattr(owner, name, timed)
+    def _install():
+        from store import fs, sqlite
+        _timed_async(fs.FsBlobStore, "put", "blob put, on the loop")
+        _timed_sync(fs.FsBlobStore, "_put_sync", "blob put, its thread job")
+        _timed_sync(os, "fsync", "os.fsync (each)")
+        _timed_async(sqlite.SqliteMetaStore, "insert_file_within_quota", "record insert, on the loop")
+        _timed_sync(sqlite.SqliteMetaStore, "_commit_batch", "SQLite batch, writer thread")
+    def _dump(*_):
+        with open(os.environ["PROBE_OUT"], "w") as out:
+            for label, (n, wall, cpu) in STATS.items():
+                out.write(f"{label}\\t{n}\\t{wall}\\t{cpu}\\n")
+        STATS.clear()
+    if os.environ.get("PROBE_OUT"):
+        signal.signal(signal.SIGUSR2, _dump)
+        import builtins
+        _import = builtins.__import__
+        def _hooked(name, *args, **kwargs):
+            module = _import(name, *args, **kwargs)
+            if name == "mediasrv.web.app" and not STATS.get("_installed"):
+                STATS["_installed"] = [0, 0.0, 0.0]
+                _install()
+            return module
+        builtins.__import__ = _hooked
+''')
+BODY = (b"mediasrv small upload benchmark line\n" * 28)[:1024]
+
+
+def cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-c", "--connections", type=int, action="append", help="wrk -c (repeatable)")
+    parser.add_argument("-s", "--seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="probe-upload-"))
+    (work / "site").mkdir()
+    (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    out = work / "stages.tsv"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "site"), os.environ.get("PYTHONPATH")]))
+    os.environ["PROBE_OUT"] = str(out)
+    server = procs.start_mediasrv(work, "server")
+    try:
+        procs.seed_account(server)
+        headers = {**server.key_headers, "Content-Type": "text/plain", "x-file-name": "s.txt"}
+        procs.call(server.base, "POST", "/files", BODY, headers)
+        for connections in args.connections or [1, 4, 10]:
+            os.kill(server.pid, signal.SIGUSR2)  # drop what the seeding and the last level counted
+            time.sleep(0.3)
+            idle0, total0 = cpu_times()
+            result = wrk.run(server.base, ["/files"], seconds=args.seconds, connections=connections,
+                             method="POST", headers=headers, body=BODY)
+            idle1, total1 = cpu_times()
+            os.kill(server.pid, signal.SIGUSR2)
+            time.sleep(0.5)
+            print(f"\nwrk -c{connections}: {result.ok_per_s:.0f} uploads/s, p50 {result.p50_ms:.1f} ms, "
+                  f"machine idle {100 * (idle1 - idle0) / max(1, total1 - total0):.0f}%")
+            for line in out.read_text().splitlines():
+                label, n, wall, cpu = line.split("\t")
+                if label.startswith("_"):
+                    continue
+                count = max(1, int(n))
+                cpu_note = f", CPU {1000 * float(cpu) / count:.2f} ms" if float(cpu) else ""
+                print(f"  {label:30s} n={int(n):6d}  wall {1000 * float(wall) / count:6.2f} ms{cpu_note}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
