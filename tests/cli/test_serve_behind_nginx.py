@@ -1009,3 +1009,26 @@ def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_pat
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
     assert [sidecar.process_env(p)["MEDIASRV_HOUSEKEEPING"] for p in sidecar.ports] == ["none", "none"]
     assert not sidecar.reconciles
+
+
+def test_cache_hits_keep_descriptors_only_for_the_media_cache(tmp_path: Path) -> None:
+    """nginx's open-file cache is on for ``/m`` cache hits alone: a cache entry records its file's
+    inode, so a kept descriptor is never used for a rewritten cache file; blob files (``/d``,
+    private files through X-Accel-Redirect) are opened each time, so a deleted blob is never sent
+    from a descriptor kept open. The regex maps are JIT-compiled (docs/benchmarks.md)."""
+    script = _script_module()
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
+    sidecar.env["MEDIASRV_DATA_DIR"] = str(tmp_path / "data")
+    text = sidecar.render(media_limit=4)
+    assert "\npcre_jit on;\n" in text  # main context
+    if not script.hot_cache(sidecar.env):
+        pytest.skip("no lua module: no /m cache")
+    start = text.index("location /m/ {")
+    end = text.index("\n        }\n", start)
+    assert text.count("open_file_cache ") == 1
+    assert start < text.index("open_file_cache ") < end
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
