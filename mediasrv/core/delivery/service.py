@@ -211,18 +211,16 @@ class MediaDelivery:
 
     async def _refresh(self, keys: list[str]) -> None:
         generation = self.files.generation
-        records: list[FileRecord] | None = None
         try:
             records = await self._meta.get_files(keys)
-        except StoreError:
-            pass  # the entries expire as usual; a reader then meets the store's error itself
+        except BaseException as exc:  # failed, or cancelled at shutdown: the keys may be due again
+            for key in keys:
+                self.files.refresh_failed(key)
+            if isinstance(exc, StoreError):
+                return  # the entries expire as usual; a reader then meets the store's error itself
+            raise
         finally:
             self._refreshing = None
-            if records is None:  # failed, or cancelled at shutdown: the keys may be due again
-                for key in keys:
-                    self.files.refresh_failed(key)
-        if records is None:
-            return
         found = {record.file_id: record for record in records}
         for key in keys:
             self.files.refreshed(key, found.get(key), generation)
