@@ -954,6 +954,15 @@ def test_s3_small_objects_are_sent_by_mediasrv(s3_sidecar: S3Sidecar) -> None:
     assert [(s.method, s.from_nginx) for s in side.s3.seen[seen:]] == [("GET", False)]
 
 
+def assert_nginx_accepts(text: str, tmp_path: Path) -> None:
+    """``nginx -t`` accepts this rendered configuration."""
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
+    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
 def _script_module() -> types.SimpleNamespace:
     """The sidecar's functions, from the package (the script is a wrapper that execs `mediasrv
     sidecar`)."""
@@ -983,11 +992,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(text)
-    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
+    assert_nginx_accepts(text, tmp_path)
     assert sidecar.env["MEDIASRV_ACCEL_REDIRECT"] == "/_blobs/"  # files and S3 objects alike
     assert "client_body_timeout 60s;" in text and sidecar.env["MEDIASRV_BODY_IDLE_TIMEOUT"] == "70"
     secret = sidecar.env["MEDIASRV_PROXY_SECRET"]
@@ -1007,12 +1012,9 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
         script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2; evil"})
     sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(sidecar.render(media_limit=4))
-    assert "set_real_ip_from 10.0.0.2/32;" in conf.read_text()
-    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
+    text = sidecar.render(media_limit=4)
+    assert "set_real_ip_from 10.0.0.2/32;" in text
+    assert_nginx_accepts(text, tmp_path)
 
 
 def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -1049,8 +1051,4 @@ def test_cache_hits_keep_descriptors_only_for_the_media_cache(tmp_path: Path) ->
     end = text.index("\n        }\n", start)
     assert text.count("open_file_cache ") == 1
     assert start < text.index("open_file_cache ") < end
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(text)
-    done = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
+    assert_nginx_accepts(text, tmp_path)
