@@ -56,6 +56,16 @@ Params = Sequence[Any] | dict[str, Any]
 LOCK_SLICE_MS = 200
 """SQLite's busy wait per attempt; ``_begin_write`` repeats it up to busy_timeout_ms."""
 DRAINED_WAIT_MS = 25
+SYNCHRONOUS = "FULL"
+"""Every COMMIT fsyncs the WAL before it returns, so a write the server has answered survives a
+power loss or an OS crash, not only the server's own crash: "201 means on disk" holds for the
+record as it does for the blob (fsynced before the record is written). NORMAL, SQLite's usual
+choice in WAL mode, syncs only at checkpoints, and a power loss could take back the last
+commits: an upload answered 201 would then be gone, its blob swept as an orphan. Group commit
+(``_commit_batch``) shares one fsync among the writes queued together, and it runs on the
+writer thread, which holds no GIL while it waits: 1 KiB uploads at ``wrk -c10`` measured 370
+and 376/s with FULL against 375 and 391/s with NORMAL, two alternating runs (inside this
+machine's noise)."""
 """Once a shutdown's write grace is over (``drain_writes``), each write waits this long for the lock."""
 
 IN_CHUNK = 500
@@ -834,7 +844,7 @@ class SqliteMetaStore:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         if not write:
             conn.execute("PRAGMA query_only = ON")
         conn.create_function("fold", 1, _fold, deterministic=True)

@@ -173,3 +173,16 @@ async def test_close_lets_queued_writes_finish_and_refuses_new_ones(tmp_path: Pa
     finally:
         await again.close()
 
+
+
+async def test_a_batch_is_synced_to_disk_before_its_writes_are_answered(tmp_path: Path, io_loop: Any) -> None:
+    """The writer's COMMIT fsyncs the WAL (synchronous FULL; NORMAL would sync only at
+    checkpoints, and a power loss could take back writes already answered)."""
+    store = await opened(tmp_path)
+    try:
+        def pragmas(conn: sqlite3.Connection) -> tuple[int, str]:
+            return (conn.execute("PRAGMA synchronous").fetchone()[0],
+                    conn.execute("PRAGMA journal_mode").fetchone()[0])
+        assert await store._write(pragmas) == (2, "wal")  # 2 is FULL
+    finally:
+        await store.close()
