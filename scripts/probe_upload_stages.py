@@ -12,6 +12,13 @@ their mean durations per concurrency level with the machine's idle share from /p
 
 With a closed loop of ``c`` clients the rate is ``c`` / latency, so when the machine is partly
 idle and no thread is busy all the time, the stages' wall times are the figure to cut.
+
+    .venv/bin/python scripts/probe_upload_stages.py -c 10 --without fsync --without insert
+
+``--without`` gives an upper bound, never a mode to run: ``fsync`` makes the blob store's
+``os.fsync`` a no-op, ``insert`` answers the record insert at once without writing it (and so
+without SQLite's commit). With both, the server does everything an upload does except make it
+durable: no storage design can beat that rate on the same machine and harness.
 """
 from __future__ import annotations
 
@@ -55,6 +62,13 @@ SITECUSTOMIZE = textwrap.dedent('''
         setattr(owner, name, timed)
     def _install():
         from store import fs, sqlite
+        without = os.environ.get("PROBE_WITHOUT", "").split(",")
+        if "fsync" in without:
+            os.fsync = lambda fd: None
+        if "insert" in without:
+            async def _not_written(self, record, storage_limit, count_limit):
+                return True
+            sqlite.SqliteMetaStore.insert_file_within_quota = _not_written
         _timed_async(fs.FsBlobStore, "put", "blob put, on the loop")
         _timed_sync(fs.FsBlobStore, "_put_sync", "blob put, its thread job")
         _timed_sync(os, "fsync", "os.fsync (each)")
@@ -90,7 +104,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--connections", type=int, action="append", help="wrk -c (repeatable)")
     parser.add_argument("-s", "--seconds", type=float, default=5.0)
+    parser.add_argument("--without", action="append", choices=["fsync", "insert"], default=[],
+                        help="upper bound: skip the blob fsyncs / the record insert (repeatable)")
     args = parser.parse_args()
+    os.environ["PROBE_WITHOUT"] = ",".join(args.without)
     work = Path(tempfile.mkdtemp(prefix="probe-upload-"))
     (work / "site").mkdir()
     (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -111,7 +128,8 @@ def main() -> None:
             idle1, total1 = cpu_times()
             os.kill(server.pid, signal.SIGUSR2)
             time.sleep(0.5)
-            print(f"\nwrk -c{connections}: {result.ok_per_s:.0f} uploads/s, p50 {result.p50_ms:.1f} ms, "
+            skipped = f" (without {', '.join(args.without)}: an upper bound)" if args.without else ""
+            print(f"\nwrk -c{connections}{skipped}: {result.ok_per_s:.0f} uploads/s, p50 {result.p50_ms:.1f} ms, "
                   f"machine idle {100 * (idle1 - idle0) / max(1, total1 - total0):.0f}%")
             for line in out.read_text().splitlines():
                 label, n, wall, cpu = line.split("\t")
