@@ -33,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import procs, wrk
+from benchkit.suites import SMALL_UPLOAD_BODY, small_upload_headers
 
 SITECUSTOMIZE = textwrap.dedent('''
     import functools, os, signal, sys, time
@@ -91,7 +92,6 @@ SITECUSTOMIZE = textwrap.dedent('''
             return module
         builtins.__import__ = _hooked
 ''')
-BODY = (b"mediasrv small upload benchmark line\n" * 28)[:1024]
 
 
 def cpu_times() -> tuple[int, int]:
@@ -117,14 +117,14 @@ def main() -> None:
     server = procs.start_mediasrv(work, "server")
     try:
         procs.seed_account(server)
-        headers = {**server.key_headers, "Content-Type": "text/plain", "x-file-name": "s.txt"}
-        procs.call(server.base, "POST", "/files", BODY, headers)
+        headers = small_upload_headers(server)
+        procs.call(server.base, "POST", "/files", SMALL_UPLOAD_BODY, headers)
         for connections in args.connections or [1, 4, 10]:
             os.kill(server.pid, signal.SIGUSR2)  # drop what the seeding and the last level counted
             time.sleep(0.3)
             idle0, total0 = cpu_times()
             result = wrk.run(server.base, ["/files"], seconds=args.seconds, connections=connections,
-                             method="POST", headers=headers, body=BODY)
+                             method="POST", headers=headers, body=SMALL_UPLOAD_BODY)
             idle1, total1 = cpu_times()
             os.kill(server.pid, signal.SIGUSR2)
             time.sleep(0.5)

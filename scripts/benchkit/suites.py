@@ -532,6 +532,15 @@ def _sequential_write(path: Path, size: int) -> int:
     return size
 
 
+SMALL_UPLOAD_BODY = (b"mediasrv small upload benchmark line\n" * 28)[:1024]
+"""The 1 KiB body of the small-upload row (``scripts/probe_upload_stages.py`` sends the same)."""
+
+
+def small_upload_headers(server: procs.Mediasrv) -> dict[str, str]:
+    """The small-upload row's request headers: the seeded account's API key, a text file."""
+    return {**server.key_headers, "Content-Type": "text/plain", "x-file-name": "s.txt"}
+
+
 def upload(ctx: Ctx) -> None:
     """1 GiB streamed upload vs a sequential write + fsync on the same disk; small uploads/s."""
     size = 64 * MiB if ctx.quick else 1 << 30
@@ -547,8 +556,8 @@ def upload(ctx: Ctx) -> None:
             server.delete(file_id)  # keep the disk use of three rounds at one file
             return size
 
-        small_body = (b"mediasrv small upload benchmark line\n" * 28)[:1024]
-        small_headers = {**server.key_headers, "Content-Type": "text/plain", "x-file-name": "s.txt"}
+        small_body = SMALL_UPLOAD_BODY
+        small_headers = small_upload_headers(server)
         procs.call(server.base, "POST", "/files", small_body, small_headers)
         contestants = [
             Contestant("big", lambda: _timed(big_upload, server.pid)),

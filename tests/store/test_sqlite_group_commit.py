@@ -174,7 +174,6 @@ async def test_close_lets_queued_writes_finish_and_refuses_new_ones(tmp_path: Pa
         await again.close()
 
 
-
 async def test_a_batch_is_synced_to_disk_before_its_writes_are_answered(tmp_path: Path, io_loop: Any) -> None:
     """The writer's COMMIT fsyncs the WAL (synchronous FULL; NORMAL would sync only at
     checkpoints, and a power loss could take back writes already answered)."""
