@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
 from mediasrv.images import sniff
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
+from mediasrv.images.metadata import MetadataFacts
 from mediasrv.images.spec import FORMATS, TransformSpec, output_size
 
-__all__ = ["JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "JobEstimate", "estimate_cost", "estimate_for_size"]
+__all__ = ["JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "USUAL_INFLATED_METADATA", "USUAL_RAW_METADATA", "JobEstimate",
+           "ReservationTooSmall", "estimate_cost", "estimate_for_size", "metadata_allowance"]
 
 OUTPUT_MAX_PIXELS: dict[str, int] = {"avif": 8_388_608, "webp": 16_777_216, "gif": 4_194_304}
 """Largest output (width x height) per format; a larger result is scaled down to fit.
@@ -35,6 +37,28 @@ _STREAMING_DECODERS = frozenset({"jpeg"})
 _WHOLE_FILE_LOADERS = frozenset({"gif", "webp", "heif", "avif"})
 JOB_OVERHEAD_BYTES = 24 * 1024 * 1024
 """Per job: libvips buffers, thread stack, allocator slack (a JPEG thumbnail needs about this)."""
+USUAL_RAW_METADATA = 1024 * 1024
+USUAL_INFLATED_METADATA = 256 * 1024
+"""What a job reserves for metadata before the file is walked: up to 1 MiB stored as it is (a
+camera's EXIF and XMP, an ICC profile) and, for a loader that inflates (PNG), 256 KiB inflated.
+A file with more has the rest reserved once its walk says how much (``ReservationTooSmall``)."""
+_INFLATING_LOADERS = frozenset({"png"})
+"""Loaders that inflate metadata (PNG's zTXt, iTXt, iCCP); an unknown format may be one."""
+
+
+def metadata_allowance(src: str | None, size: int) -> int:
+    """What a job reserves for a ``src`` file's metadata before it is walked (``USUAL_RAW_METADATA``,
+    never more than the file holds, and ``USUAL_INFLATED_METADATA`` for a loader that inflates)."""
+    inflated = USUAL_INFLATED_METADATA if src is None or src in _INFLATING_LOADERS else 0
+    return MetadataFacts(raw_bytes=min(size, USUAL_RAW_METADATA), inflated_bytes=inflated).held_bytes
+
+
+class ReservationTooSmall(Exception):
+    """The file's metadata needs more memory than its job reserved: ``needed`` bytes in all."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"metadata needs {needed} bytes")
+        self.needed = needed
 
 
 @dataclass(frozen=True)
@@ -46,6 +70,12 @@ class JobEstimate:
     """Pixels of the first frame the estimate assumed (``transform``'s ``max_source_area``)."""
     layout: PixelLayout
     """Bytes per decoded pixel the estimate assumed (``transform``'s ``max_layout``)."""
+    metadata_bytes: int = 0
+    """What the estimate holds for the loader's metadata (``transform``'s ``max_metadata``)."""
+
+    def with_metadata(self, needed: int) -> JobEstimate:
+        """This estimate with ``needed`` bytes for metadata instead of what it held."""
+        return replace(self, cost_bytes=self.cost_bytes - self.metadata_bytes + needed, metadata_bytes=needed)
 
 
 def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int, *,
@@ -55,7 +85,8 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
     Pure Python from the header, before any decoding: the bytes held (the whole file when
     ``buffered``, or when its loader maps the whole file anyway), a decoded frame (bands x
     bytes per sample x pixels, as the header declares them) for decoders that do not stream,
-    the encoder's working set for the (capped) output, and a fixed overhead. A header that
+    the encoder's working set for the (capped) output, what the loader may hold for metadata
+    (``metadata_allowance``), and a fixed overhead. A header that
     cannot be read here is assumed ``max_pixels`` large and of the widest layout. Raises
     UnprocessableImage when the header declares more than ``max_pixels`` pixels or a layout
     ``PixelLayout.check`` refuses, and UnsupportedMedia when the bytes are another format's.
@@ -90,5 +121,6 @@ def estimate_for_size(src: str | None, width: int, height: int, size: int, spec:
     held = size if buffered or src is None or src in _WHOLE_FILE_LOADERS else 0
     decode = 0 if src in _STREAMING_DECODERS else layout.pixel_bytes * width * height
     encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
-    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode,
-                       source_area=width * height, layout=layout)
+    metadata = metadata_allowance(src, size)
+    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode + metadata,
+                       source_area=width * height, layout=layout, metadata_bytes=metadata)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from mediasrv.images import sniff
 from mediasrv.images.layout import MAX_SAMPLE_BYTES, UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
 
-__all__ = ["header_dimensions", "header_layout"]
+__all__ = ["JpegFrameScanner", "header_dimensions", "header_layout", "is_jpeg_frame"]
 
 # ---------------------------------------------------------------------------- dimensions
 
@@ -52,7 +52,7 @@ def _jpeg_frame(b: bytes) -> tuple[int, int, int, int] | None:
         length = _be16(b, i + 1)
         if length < 2:
             return None
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+        if is_jpeg_frame(marker):
             # SOFn: length(2) precision(1) height(2) width(2) components(1)
             if i + 8 > n or length < 7:
                 return None
@@ -60,6 +60,57 @@ def _jpeg_frame(b: bytes) -> tuple[int, int, int, int] | None:
             components = b[i + 8] if i + 8 < n else 4  # unknown: the widest JPEG (CMYK)
             return (width, height, b[i + 3], components) if width and height else None
         i += 1 + length
+
+
+class JpegFrameScanner:
+    """A JPEG's first frame size from a stream of chunks, reading segment headers only.
+
+    An upload keeps only its first bytes, and a frame header may lie behind megabytes of APPn
+    metadata (7.3 MB of Adobe XMP in a real photograph): ``feed`` every chunk and ``frame`` is
+    (width, height) once the SOFn segment has gone by, without anything but the few bytes of
+    the next segment header being held. It gives up at the first scan or at anything that is
+    not a segment boundary (then ``frame`` stays None, as ``header_dimensions`` would say).
+    """
+
+    def __init__(self) -> None:
+        self.frame: tuple[int, int] | None = None
+        self._next = 2  # offset of the next marker: just after SOI
+        self._seen = 0  # bytes fed so far
+        self._tail = b""  # bytes from ``_next`` on, while a segment header is incomplete
+        self._done = False
+
+    def feed(self, chunk: bytes) -> None:
+        chunk_at, self._seen = self._seen, self._seen + len(chunk)
+        while not self._done and self._next < self._seen:
+            if self._next >= chunk_at:
+                header = chunk[self._next - chunk_at:self._next - chunk_at + 9]
+            else:  # begun in an earlier chunk, whose bytes from ``_next`` on are the tail
+                header = (self._tail + chunk)[:9]
+            if len(header) < 4 or (is_jpeg_frame(header[1]) and len(header) < 9):
+                self._tail = header  # every byte from ``_next`` to what was fed: wait for more
+                return
+            self._tail = b""
+            self._step(header)
+
+    def _step(self, header: bytes) -> None:
+        """One segment header (marker, length[, SOF fields]) at ``_next``."""
+        if header[0] != 0xFF or header[1] in (0xDA, 0xD9, 0x00, 0xFF):
+            self._done = True  # a scan, the end, or not a boundary (fill bytes are not expected)
+            return
+        if 0xD0 <= header[1] <= 0xD8 or header[1] == 0x01:
+            self._next += 2
+            return
+        if is_jpeg_frame(header[1]):
+            height, width = _be16(header, 5), _be16(header, 7)
+            self.frame = (width, height) if width and height else None
+            self._done = True
+            return
+        self._next += 2 + _be16(header, 2)
+
+
+def is_jpeg_frame(marker: int) -> bool:
+    """SOF0..SOF15, except DHT (C4), JPG (C8) and DAC (CC), which share the range."""
+    return 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)
 
 
 def _png_dimensions(b: bytes) -> tuple[int, int] | None:

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.images import allocator
 from mediasrv.images import pipeline as imaging  # FileInput and transform, under the name _with_file uses
-from mediasrv.images.cost import JobEstimate, estimate_cost, estimate_for_size
+from mediasrv.images.cost import JobEstimate, ReservationTooSmall, estimate_cost, estimate_for_size
 from mediasrv.images.layout import WORST_LAYOUTS
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import TransformSpec
@@ -116,8 +116,8 @@ def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: Tra
     """The real work, on a worker thread; tests inject another runner. The image may not
     decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
     try:
-        return imaging.transform(data, record.content_type, spec, max_pixels,
-                                 max_source_area=reserved.source_area, max_layout=reserved.layout)
+        return imaging.transform(data, record.content_type, spec, max_pixels, max_source_area=reserved.source_area,
+                                 max_layout=reserved.layout, max_metadata=reserved.metadata_bytes)
     finally:
         TRIM.after_job(reserved.source_area)
 
@@ -173,13 +173,21 @@ class ImageJobs:
                 # its format allows: the header says how wide its pixels really are.
                 prefix = await self._prefix(record)
                 estimate = estimate_cost(prefix, record.size, spec, self._max_pixels, buffered=buffered)
-            if not self.budget.fits_ever(estimate.cost_bytes):
-                raise UnprocessableImage(
-                    "The image is too large to process within this server's memory budget")
-            async with self.budget.reserve(estimate.cost_bytes):
-                return await self._run(record, spec, estimate)
+            try:
+                return await self._reserve_and_run(record, spec, estimate)
+            except ReservationTooSmall as short:
+                # More metadata than files usually carry (within its budget): reserved anew,
+                # in full, rather than topped up while holding the first reservation.
+                return await self._reserve_and_run(record, spec, estimate.with_metadata(short.needed))
         finally:
             self.pool.release(ticket)
+
+    async def _reserve_and_run(self, record: FileRecord, spec: TransformSpec,
+                               estimate: JobEstimate) -> tuple[bytes, str]:
+        if not self.budget.fits_ever(estimate.cost_bytes):
+            raise UnprocessableImage("The image is too large to process within this server's memory budget")
+        async with self.budget.reserve(estimate.cost_bytes):
+            return await self._run(record, spec, estimate)
 
     def weight(self, record: FileRecord, spec: TransformSpec) -> float:
         """How much of a client's fair share this job counts, from the size stored at upload."""

@@ -2,15 +2,16 @@
 
 ``STEPS`` is the whole pipeline, in order. Each step is a small function that reads what the
 earlier ones put in the ``Job`` and adds its own part, or stops the job with a typed error. The
-header steps decide everything that can be decided before a pixel is decoded (size, layout,
-output format); the decode steps (``DECODE_STEPS``) are the only ones that let libvips touch
-pixels, and a libvips error there means a corrupt file (422) or a missing decoder (415).
+header steps decide everything that can be decided before libvips is called (metadata budget,
+size, layout, output format, box, the decoder's shrink), in pure Python from the file's own
+structure; the decode steps (``DECODE_STEPS``) are the only ones that call libvips: the image is
+opened once, with the shrink already chosen, checked against what the header steps read, then
+decoded, and a libvips error there means a corrupt file (422) or a missing decoder (415).
 
-Shrink-on-load (the JPEG decoder's own 1/2, 1/4, 1/8 scale, libwebp's scaled decode, an
-embedded HEIF thumbnail through ``pyvips.Image.thumbnail_*``) means a large image is never
-decoded at full size when a small result is wanted; ``decode_shrink`` says how far, and why
-not further. Everything here is bytes in, bytes out, safe on a worker thread; nothing
-touches Tornado.
+Shrink-on-load (the JPEG decoder's own 1/2, 1/4, 1/8 scale, libwebp's scaled decode) means a
+large image is never decoded at full size when a small result is wanted; ``decode_shrink`` says
+how far, and why not further. Everything here is bytes in, bytes out, safe on a worker thread;
+nothing touches Tornado.
 """
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ from typing import Any
 import pyvips
 
 from mediasrv.core.errors import BadRequest, UnprocessableImage, UnsupportedMedia
-from mediasrv.images import probe, sniff, vips
-from mediasrv.images.cost import OUTPUT_MAX_PIXELS
+from mediasrv.images import metadata, probe, sniff, vips
+from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall
+from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import PixelLayout
+from mediasrv.images.metadata import MetadataFacts
 from mediasrv.images.probe import ImageInfo
 from mediasrv.images.spec import AUTO, FORMATS, TransformSpec, bounding_box, output_size
 
@@ -50,6 +53,12 @@ at least twice the target, then reduced."""
 
 # Loader options for the real decode: fail on truncated data instead of serving a grey tail.
 _LOAD_OPTIONS = "fail_on=truncated"
+_HEADER_BYTES = 512 * 1024
+"""What the pure-Python header readers are given of the file (a JPEG's frame header is found by
+``metadata``'s segment walk instead, however deep it lies)."""
+_SHRINKING_LOADERS = frozenset({"jpeg", "webp"})
+"""Formats whose decoder reduces on load: their header is read in pure Python, so the one open
+of the image can ask for the shrink; every other format is opened at full size straight away."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,21 @@ class FileInput:
     def head(self, n: int) -> bytes:
         return os.pread(self.fd, n, 0)
 
+    def read_at(self, offset: int, n: int) -> bytes:
+        return os.pread(self.fd, n, offset)
+
+    @property
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+
+def _reader(data: bytes | FileInput) -> tuple[metadata.ReadAt, int]:
+    """Random access to the input, for the pure-Python walks, and its size."""
+    if isinstance(data, FileInput):
+        return data.read_at, data.size
+    view = memoryview(data)
+    return (lambda offset, n: bytes(view[offset:offset + n])), len(data)
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -71,15 +95,15 @@ class Limits:
     caps: Mapping[str, int]
     max_source_area: int | None
     max_layout: PixelLayout | None
+    max_metadata: int | None = None
 
 
 @dataclass(frozen=True)
 class Header:
-    """What ``open_header`` read, before any pixel is decoded."""
+    """What the header says, before any pixel is decoded: read in pure Python for the formats
+    that shrink on load, else by libvips' one open."""
 
     info: ImageInfo
-    has_profile: bool
-    """An ICC profile is embedded: the decode converts to sRGB with it."""
     layout: PixelLayout
 
 
@@ -89,17 +113,18 @@ class Job:
 
     data: bytes | FileInput
     source: pyvips.Source | None
-    """The stored file as a libvips source (one serves the header and the decode: libvips
-    duplicates the descriptor and rewinds it between the two); None for bytes."""
+    """The stored file as a libvips source; None for bytes."""
     spec: TransformSpec
     limits: Limits
+    facts: MetadataFacts | None = None
     opened: Header | None = None
     fmt: str = ""
     box: tuple[int, int] = (0, 0)
     shrink: float = 1.0
     """The decoder's own reduction (``decode_shrink``): a JPEG factor 1, 2, 4 or 8, or the
-    inverse of libwebp's scale; 1 leaves shrink-on-load to libvips' thumbnail."""
+    inverse of libwebp's scale."""
     image: pyvips.Image | None = None
+    """The image: opened (header only) by ``read_header`` or ``open_image``, then decoded."""
     output: bytes = b""
 
     @property
@@ -118,19 +143,33 @@ class Job:
 # ---------------------------------------------------------------------------- header steps
 
 
-def open_header(job: Job) -> None:
-    """Header facts, whether an ICC profile is embedded, and the decoded pixel layout."""
-    image = probe.open_header(job.source if job.source is not None else job.data)
-    if image is None:
-        data = job.data
-        if sniff.looks_foreign(data.head(1024) if isinstance(data, FileInput) else data):
-            raise UnsupportedMedia()
-        raise UnprocessableImage("The file is not a readable image")
-    try:
-        job.opened = Header(probe.image_info(image), bool(image.get_typeof("icc-profile-data")),
-                            probe.decoded_layout(image))
-    except pyvips.Error:
-        raise UnprocessableImage("The image header cannot be read") from None
+def check_metadata(job: Job) -> None:
+    """Refuse an image whose metadata (text, EXIF, XMP, ICC) is over budget before libvips reads
+    a byte of it: a loader inflates and copies it all, whatever the picture's size. Within the
+    budget but beyond what the job reserved for it: ``ReservationTooSmall``, and the job
+    reserves the rest before it runs again."""
+    read_at, size = _reader(job.data)
+    job.facts = metadata.check_metadata(read_at, size, sniff.image_format(read_at(0, sniff.SNIFF_BYTES)))
+    reserved = job.limits.max_metadata
+    if reserved is not None and job.facts.held_bytes > reserved:
+        raise ReservationTooSmall(job.facts.held_bytes)
+
+
+def read_header(job: Job) -> None:
+    """Format, size, orientation and pixel layout. A JPEG or WebP whose header pure Python reads
+    is left unopened (``open_image`` opens it once, shrinking); anything else is opened here,
+    once, at full size, and libvips' header is the one used."""
+    head = job.data.head(_HEADER_BYTES) if isinstance(job.data, FileInput) else job.data[:_HEADER_BYTES]
+    fmt = sniff.image_format(head[:sniff.SNIFF_BYTES])
+    facts = job.facts or MetadataFacts()
+    dims = (facts.frame or header_dimensions(head)) if fmt in _SHRINKING_LOADERS else None
+    if fmt is not None and dims is not None:
+        job.opened = Header(ImageInfo(fmt, dims[0], dims[1], 1, facts.orientation), header_layout(head, fmt))
+        return
+    if fmt is None and sniff.looks_foreign(head):
+        raise UnsupportedMedia()
+    job.image = _open(job, 1.0)
+    job.opened = _opened_header(job.image)
 
 
 def check_pixels(job: Job) -> None:
@@ -161,9 +200,6 @@ def choose_format(job: Job) -> None:
         job.fmt = "jpeg"  # heif (HEVC) and tiff sources
 
 
-# ---------------------------------------------------------------------------- decode steps
-
-
 def fit_box(job: Job) -> None:
     """The box to fit into: the client's, or a smaller one of the same shape when the result
     would have more pixels than ``caps[fmt]`` allows."""
@@ -179,17 +215,42 @@ def fit_box(job: Job) -> None:
 
 
 def shrink_on_load(job: Job) -> None:
-    """How far the decoder itself reduces the image (see ``decode_shrink``)."""
-    job.shrink = decode_shrink(job.header.info, job.box, job.spec.fit)
+    """How far the decoder itself reduces the image (see ``decode_shrink``); 1 for an image
+    already opened (it has no decoder that shrinks)."""
+    job.shrink = 1.0 if job.image is not None else decode_shrink(job.header.info, job.box, job.spec.fit)
+
+
+# ---------------------------------------------------------------------------- decode steps
+
+
+def open_image(job: Job) -> None:
+    """The one libvips open of a JPEG or WebP, at the chosen shrink, checked against what pure
+    Python read of it: the same format, no more pixels than the shrink of the declared size
+    gives, a layout no wider, and libvips' orientation (the one the decode applies)."""
+    if job.image is not None:
+        return
+    image = _open(job, job.shrink)
+    real = _opened_header(image)
+    declared = job.header.info
+    scale = int(job.shrink)
+    if real.info.format != declared.format or \
+            image.width > -(-declared.width // scale) + 1 or image.height > -(-declared.height // scale) + 1:
+        raise UnprocessableImage("The image header is inconsistent")
+    job.opened = Header(ImageInfo(declared.format, declared.width, declared.height, real.info.pages,
+                                  real.info.orientation), real.layout)
+    check_pixels(job)
+    job.image = image
 
 
 def load(job: Job) -> None:
-    """Decode the first frame with shrink-on-load, auto-rotated, fitted inside the box (or
-    filling it, cropped around the centre, for ``fit=cover``)."""
-    data = job.source if job.source is not None else job.data
+    """Decode the first frame, auto-rotated, converted to sRGB with its ICC profile when it has
+    one, fitted inside the box (or filling it, cropped around the centre, for ``fit=cover``)."""
     info = job.header.info
-    target = _fitted(info, job.box) if job.spec.fit == "contain" else None
-    job.image = _load(data, info.format, job.box, job.header.has_profile, job.shrink, job.spec.fit, target)
+    # The decoder rounds a shrunk size (300 / 8 -> 38): fit to the size the full image gives,
+    # exactly, not to what the rounded one would (libwebp's scale rounds even at 1).
+    shrunk = job.shrink > 1 or info.format == "webp"
+    target = _fitted(info, job.box) if job.spec.fit == "contain" and shrunk else None
+    job.image = _thumbnail(job.pixels, job.box, job.spec.fit, target)
 
 
 def prepare(job: Job) -> None:
@@ -265,16 +326,18 @@ def save(job: Job) -> None:
 
 
 Step = Callable[[Job], None]
-HEADER_STEPS: tuple[Step, ...] = (open_header, check_pixels, choose_format)
-DECODE_STEPS: tuple[Step, ...] = (fit_box, shrink_on_load, load, prepare, save)
+HEADER_STEPS: tuple[Step, ...] = (check_metadata, read_header, check_pixels, choose_format, fit_box, shrink_on_load)
+DECODE_STEPS: tuple[Step, ...] = (open_image, load, prepare, save)
 STEPS: tuple[Step, ...] = HEADER_STEPS + DECODE_STEPS
-"""The pipeline: open header -> check pixels and layout -> choose format -> box ->
-shrink-on-load -> load -> prepare -> save."""
+"""The pipeline: metadata budget -> header (pure Python for JPEG and WebP, else libvips' one
+open) -> pixels and layout -> format -> box -> shrink-on-load -> open (JPEG, WebP: once, shrinking)
+-> load -> prepare -> save."""
 
 
 def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
               max_pixels: int, *, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
-              max_source_area: int | None = None, max_layout: PixelLayout | None = None) -> tuple[bytes, str]:
+              max_source_area: int | None = None, max_layout: PixelLayout | None = None,
+              max_metadata: int | None = None) -> tuple[bytes, str]:
     """Resize and/or convert one image; returns (output bytes, output content type).
 
     Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
@@ -282,8 +345,9 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     (422) when the first frame has more than ``max_pixels`` pixels (checked from the header
     before decoding), more than ``max_source_area`` pixels or bytes per pixel than ``max_layout``
     (what its memory was reserved for, see ``cost.estimate_cost``: the hard ceiling an estimate
-    error cannot pass), more channels or wider samples than ``PixelLayout.check`` allows, or the
-    file is corrupt or truncated. Only the first frame of an
+    error cannot pass), more channels or wider samples than ``PixelLayout.check`` allows, metadata
+    over ``metadata``'s budget, or the file is corrupt or truncated; ReservationTooSmall when its
+    metadata needs more than ``max_metadata`` bytes held. Only the first frame of an
     animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
     scaled down to ``caps[format]`` pixels when the result would be larger, converted to sRGB
     and stripped of metadata. The same input and spec always give the same bytes.
@@ -291,7 +355,7 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     if not vips.decodes(source_type):
         raise UnsupportedMedia()
     source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
-    job = Job(data, source, spec, Limits(max_pixels, caps, max_source_area, max_layout))
+    job = Job(data, source, spec, Limits(max_pixels, caps, max_source_area, max_layout, max_metadata))
     for step in HEADER_STEPS:
         step(job)
     try:
@@ -333,37 +397,41 @@ def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def _load(data: bytes | pyvips.Source, src_format: str, box: tuple[int, int], has_profile: bool,
-          shrink: float = 1.0, fit: str = "contain", target: tuple[int, int] | None = None) -> pyvips.Image:
-    width, height = box
-    options: dict[str, object] = {"height": height, "size": "down"}
+def _open(job: Job, shrink: float) -> pyvips.Image:
+    """The job's one libvips open (header only; pixels are decoded as they are asked for), with
+    the decoder's shrink; 422 when no allowed loader reads it, 415 for a foreign format."""
+    options = _LOAD_OPTIONS
+    if shrink > 1:
+        fmt = job.header.info.format
+        options += f",shrink={int(shrink)}" if fmt == "jpeg" else f",scale={1 / shrink!r}"
+    image = probe.open_header(job.source if job.source is not None else job.data, options)
+    if image is None:
+        data = job.data
+        if sniff.looks_foreign(data.head(1024) if isinstance(data, FileInput) else data):
+            raise UnsupportedMedia()
+        raise UnprocessableImage("The file is not a readable image")
+    return image
+
+
+def _opened_header(image: pyvips.Image) -> Header:
+    try:
+        return Header(probe.image_info(image), probe.decoded_layout(image))
+    except pyvips.Error:
+        raise UnprocessableImage("The image header cannot be read") from None
+
+
+def _thumbnail(image: pyvips.Image, box: tuple[int, int], fit: str,
+               target: tuple[int, int] | None) -> pyvips.Image:
+    """libvips' thumbnail of an opened image: resize, rotation, crop and colour handling."""
+    width, height = target or box
+    options: dict[str, object] = {"height": height, "size": "force" if target else "down"}
     if fit == "cover":
         options["crop"] = "centre"
-    if has_profile:
+    if image.get_typeof("icc-profile-data"):
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.
         options[vips.profile_option()] = "srgb"
-    if shrink > 1 or src_format == "webp":
-        # Our own shrink-on-load (see ``decode_shrink``; a WebP never goes through thumbnail's,
-        # which scales it all the way), then thumbnail's resize, rotation, crop and colour
-        # handling on the smaller image.
-        load_options = _LOAD_OPTIONS
-        if shrink > 1:
-            load_options += f",shrink={int(shrink)}" if src_format == "jpeg" else f",scale={1 / shrink!r}"
-        if isinstance(data, pyvips.Source):
-            image = pyvips.Image.new_from_source(data, load_options, access="sequential")
-        else:
-            image = pyvips.Image.new_from_buffer(data, load_options, access="sequential")
-        if target is not None:
-            # The decoder rounds the shrunk size (300 / 8 -> 38): fit to the size the full
-            # image gives (``target``), exactly, not to what the rounded one would.
-            width = target[0]
-            options.update(height=target[1], size="force")
-        return image.thumbnail_image(width, **options)
-    options["option_string"] = _LOAD_OPTIONS
-    if isinstance(data, pyvips.Source):
-        return pyvips.Image.thumbnail_source(data, width, **options)
-    return pyvips.Image.thumbnail_buffer(data, width, **options)
+    return image.thumbnail_image(width, **options)
 
 
 def _to_8bit_srgb(image: pyvips.Image) -> pyvips.Image:

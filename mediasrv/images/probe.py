@@ -31,16 +31,17 @@ class ImageInfo:
     """EXIF orientation (1..8); 5..8 swap width and height once the image is auto-rotated."""
 
 
-def open_header(data: bytes | pyvips.Source) -> pyvips.Image | None:
-    """Open the image lazily (header only); None when no allowed loader accepts it."""
+def open_header(data: bytes | pyvips.Source, options: str = "") -> pyvips.Image | None:
+    """Open the image lazily (header only) with these loader ``options``; None when no allowed
+    loader accepts it."""
     vips.configure()
     if isinstance(data, bytes | bytearray | memoryview) and not data:
         return None
     try:
         if isinstance(data, pyvips.Source):
-            image = pyvips.Image.new_from_source(data, "", access="sequential")
+            image = pyvips.Image.new_from_source(data, options, access="sequential")
         else:
-            image = pyvips.Image.new_from_buffer(data, "", access="sequential")
+            image = pyvips.Image.new_from_buffer(data, options, access="sequential")
     except pyvips.Error:
         return None
     loader = image.get("vips-loader") if image.get_typeof("vips-loader") else ""

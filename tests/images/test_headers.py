@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from mediasrv.images.headers import header_dimensions
+from mediasrv.images.headers import JpegFrameScanner, header_dimensions
 from tests.images.samples import decoded_size, rgb, solid
 
 
@@ -87,3 +87,29 @@ def test_header_dimensions_never_raises_on_garbage(jpeg_640: bytes, png_alpha: b
             result = header_dimensions(bytes(data))
             assert result is None or (result[0] > 0 and result[1] > 0)
 
+
+
+# ---------------------------------------------------------------------------- JpegFrameScanner
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 4096, 65_536, 10**9])
+def test_the_frame_scanner_finds_a_frame_behind_megabytes_of_segments_however_the_stream_is_cut(
+        piece: int) -> None:
+    jpeg = rgb(300, 200).jpegsave_buffer(keep="none")
+    app1 = b"\xff\xe1" + struct.pack(">H", 65_002) + b"x" * 65_000
+    data = jpeg[:2] + app1 * (40 if piece > 3 else 3) + jpeg[2:]
+    scanner = JpegFrameScanner()
+    for at in range(0, len(data), piece):
+        scanner.feed(data[at:at + piece])
+    assert scanner.frame == (300, 200)
+    assert len(scanner._tail) <= 9  # nothing but a segment header is ever held
+
+
+def test_the_frame_scanner_gives_up_at_a_scan_or_anything_that_is_not_a_segment() -> None:
+    jpeg = rgb(30, 20).jpegsave_buffer(keep="none")
+    sof = next(i for i in range(2, len(jpeg)) if jpeg[i] == 0xFF and jpeg[i + 1] == 0xC0)
+    no_frame = jpeg[:sof] + jpeg[sof + 2 + struct.unpack(">H", jpeg[sof + 2:sof + 4])[0]:]
+    for data in (no_frame, b"\xff\xd8garbage" + b"\x00" * 100, b"%PDF-1.7 not an image", jpeg[:sof + 5]):
+        scanner = JpegFrameScanner()
+        scanner.feed(data)
+        assert scanner.frame is None

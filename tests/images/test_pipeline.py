@@ -18,11 +18,10 @@ from mediasrv.images.pipeline import (
     Job,
     Limits,
     Step,
-    fit_box,
     load,
+    open_image,
     prepare,
     save,
-    shrink_on_load,
     transform,
 )
 from mediasrv.images.probe import ImageInfo, probe
@@ -253,7 +252,7 @@ def test_pixel_bomb_jpeg_is_refused_before_decoding(jpeg_bomb: bytes, decode_ste
     assert info.value.status == 422
     assert decode_steps_run == []  # refused from the header: no pixel was decoded
     _run(solid(64, 48, [10, 200, 30]).jpegsave_buffer(), width=10)  # the spy does see a decode
-    assert decode_steps_run[:2] == ["fit_box", "shrink_on_load"]
+    assert decode_steps_run[:2] == ["open_image", "load"]
 
 
 def test_pixel_bomb_png_is_refused_before_decoding(png_bomb: bytes, decode_steps_run: list[str]) -> None:
@@ -397,7 +396,8 @@ def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> 
 
 def test_the_pipeline_is_the_documented_list_of_steps() -> None:
     assert [step.__name__ for step in STEPS] == [
-        "open_header", "check_pixels", "choose_format", "fit_box", "shrink_on_load", "load", "prepare", "save"]
+        "check_metadata", "read_header", "check_pixels", "choose_format", "fit_box", "shrink_on_load",
+        "open_image", "load", "prepare", "save"]
     assert STEPS == HEADER_STEPS + DECODE_STEPS
 
 
@@ -408,10 +408,11 @@ def test_steps_run_one_by_one_fill_in_the_job_and_give_what_transform_gives() ->
     for step in HEADER_STEPS:
         step(job)
     assert job.header.info == ImageInfo("jpeg", 2000, 1500, 1) and job.fmt == "webp"
-    fit_box(job)
+    assert job.image is None  # a JPEG's header is read without libvips
     assert job.box == (115, 86)  # 200x150 is over the 10,000-pixel cap: the same shape, scaled down
-    shrink_on_load(job)
     assert job.shrink == 8  # 17.4x smaller: decoded at 250x188, then reduced to the box by 2.2
+    open_image(job)
+    assert (job.pixels.width, job.pixels.height) == (250, 187)  # opened once, at 1/8
     for step in (load, prepare, save):
         step(job)
     assert decoded_size(job.output) == (115, 86)

@@ -31,7 +31,7 @@ from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarg
 from mediasrv.core.files import content_types
 from mediasrv.core.ids import row_id
 from mediasrv.core.timeutil import now_iso
-from mediasrv.images.headers import header_dimensions
+from mediasrv.images.headers import JpegFrameScanner, header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store import errors as store_errors
 from store.base import BlobStore, BlobWriter, MetaStore, QuotaWithRecord
@@ -89,6 +89,8 @@ class Upload:
         self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
                                  IMAGE_HEAD_BYTES if content_type in TRANSFORMABLE_TYPES else 0))
+        self._frame: JpegFrameScanner | None = JpegFrameScanner() if content_type in (None, "image/jpeg") else None
+        """A JPEG's frame header may lie beyond ``_head`` (behind megabytes of XMP): found here."""
         self._pending = bytearray()
         """Body not yet handed to the writer: less than WRITE_BYTES (plus one chunk)."""
         self._committed = False
@@ -140,6 +142,8 @@ class Upload:
                 self._type = content_types.resolve_sniffed(self._head, self._allow)
             if self._type is not None and len(self._head) >= content_types.SNIFF_BYTES:
                 content_types.check_signature(self._type, self._head)
+        if self._frame is not None:
+            self._frame.feed(chunk)
         self._pending += chunk
         if len(self._pending) >= WRITE_BYTES:
             await self._write_pending()
@@ -285,6 +289,8 @@ class Upload:
         if self._type not in TRANSFORMABLE_TYPES:
             return None, None
         dims = header_dimensions(self._head)
+        if dims is None and self._type == "image/jpeg" and self._frame is not None:
+            dims = self._frame.frame
         if dims is None:
             return None, None
         width, height = dims
