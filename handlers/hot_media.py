@@ -40,7 +40,7 @@ from mediasrv.core.delivery.service import MediaDelivery
 from mediasrv.core.errors import ApiError
 from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.images.policy import SIGNATURE_PARAM
-from mediasrv.images.spec import TransformSpec, parse_transform
+from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
 from mediasrv.web.client_address import client_address
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.routespec import Route
@@ -171,10 +171,10 @@ class _HandOn(Exception):
 
 def _transform(query: str) -> TransformSpec | None:
     """The transform a query asks for; ``_HandOn`` for a signed one or one the handler refuses."""
-    arguments = httputil.parse_qs_bytes(query, keep_blank_values=True)
-    if SIGNATURE_PARAM in arguments:
-        raise _HandOn
     try:
+        arguments = query_arguments(query)
+        if SIGNATURE_PARAM in arguments:
+            raise _HandOn
         return parse_transform(arguments)
     except ApiError:
         raise _HandOn from None

@@ -26,7 +26,7 @@ from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.limits.ratelimit import Limit
 from mediasrv.images.pipeline import ENCODERS
 from mediasrv.images.policy import SIGNATURE_PARAM
-from mediasrv.images.spec import AUTO, FITS, TransformSpec, parse_transform
+from mediasrv.images.spec import AUTO, FITS, TransformSpec, parse_transform, query_arguments
 from mediasrv.images.vips import OUTPUT_TYPES
 from mediasrv.web.cors import CorsMode
 from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, ref, typed
@@ -110,7 +110,7 @@ class MediaHandler(ServeBase):
     """passthrough or resize (a transform asked for, valid or not): /metrics counts them apart."""
 
     async def get(self, key: str) -> None:
-        spec = parse_transform(self.request.query_arguments)
+        spec = parse_transform(query_arguments(self.request.query)) if self.request.query else None
         if spec is None:
             self.media_kind = "passthrough"
         await self.serve(key, spec)
@@ -198,10 +198,12 @@ def _media(ctx: DocContext, *, head: bool = False) -> Json:
         responses[status]["headers"]["Vary"] = vary
     responses.update({
         "400": error("Invalid width, height, format, fit or quality (INVALID_FORMAT, INVALID_FIT, "
-                     "INVALID_QUALITY, COVER_NEEDS_BOX), resize parameters on a non-image (NOT_AN_IMAGE), or "
+                     "INVALID_QUALITY, COVER_NEEDS_BOX), a parameter name written with a percent-escape "
+                     "(INVALID_PARAMETER_NAME), resize parameters on a non-image (NOT_AN_IMAGE), or "
                      "a transform the server's owner does not allow (TRANSFORM_NOT_ALLOWED, "
                      "TRANSFORM_SIGNATURE_REQUIRED, INVALID_TRANSFORM_SIGNATURE)."),
-        "422": error("The image cannot be processed (e.g. over the pixel limit)."),
+        "422": error("The image cannot be processed (e.g. over the pixel limit, or more metadata than a "
+                     "transform takes: IMAGE_METADATA_TOO_LARGE)."),
         "503": ref("ServerBusy", "responses")})
     parameters = [ref(name, "parameters") for name in ("FileId", "Width", "Height")]
     parameters += _transform_parameters(ctx)

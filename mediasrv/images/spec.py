@@ -7,6 +7,7 @@ build can write) asks libvips on first use, which ``init_vips`` at start-up has 
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -171,6 +172,21 @@ def _fit(args: Mapping[str, Sequence[str | bytes]]) -> str:
     if text.lower() not in FITS:
         raise BadRequest("'fit' must be contain or cover", code="INVALID_FIT")
     return text.lower()
+
+
+def query_arguments(query: str) -> dict[str, list[str]]:
+    """The arguments of a ``/m`` query string (name -> values), names as they are written.
+
+    A name spelt with a percent-escape or a ``+`` (``form%61t=auto``) is refused with 400
+    INVALID_PARAMETER_NAME: a cache in front keys on the query as written (the sidecar's nginx
+    reads ``format`` by its literal name to know which answers depend on Accept), so the server
+    must not read a parameter the cache cannot see. Values may be escaped as usual."""
+    for pair in query.split("&"):
+        name = pair.partition("=")[0]
+        if "%" in name or "+" in name:
+            raise BadRequest("Query parameter names must be written as they are, without percent-escapes or '+'",
+                             code="INVALID_PARAMETER_NAME")
+    return urllib.parse.parse_qs(query, keep_blank_values=True)
 
 
 def parse_transform(args: Mapping[str, Sequence[str | bytes]]) -> TransformSpec | None:

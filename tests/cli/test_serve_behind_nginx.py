@@ -646,6 +646,21 @@ def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_p
 
 
 @needs_hot_cache
+def test_an_escaped_parameter_name_is_refused_so_no_spelling_shares_a_cache_entry(
+        sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 25 finding 6: ``?form%61t=auto`` was format=auto to mediasrv but not to nginx's
+    cache key, so the first client's AVIF was cached and served to WebP-only and legacy clients.
+    mediasrv refuses a name it would read differently from the cache: 400, never cached."""
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "escaped@example.com", f"{base}.60")
+    for n, (query, accept) in enumerate((("form%61t=auto", "image/avif,image/webp"), ("form%61t=auto", "image/png"),
+                                         ("width=40&%66ormat=auto", "image/avif"), ("format+=auto", "image/avif"))):
+        got = request(sidecar.port, "GET", f"/m/{fid}?{query}", source=f"{base}.{61 + n}", headers={"Accept": accept})
+        assert got.status == 400, (query, got.status, got.headers)
+        assert got.json()["code"] == "INVALID_PARAMETER_NAME" and got.headers.get("x-cache-status") != "HIT"
+
+
+@needs_hot_cache
 def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 17: nginx keeps a public /m answer (original and resized variants alike) for a
     second, then asks mediasrv again with its ETag: a 304 keeps the copy (REVALIDATED, no body

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mediasrv.core.errors import BadRequest
-from mediasrv.images.spec import TransformSpec, parse_transform
+from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
 
 
 def test_parse_transform_absent_means_passthrough() -> None:
@@ -58,3 +58,18 @@ def test_cache_key_is_canonical() -> None:
     assert parse_transform({"width": ["0050"], "height": ["50"], "format": ["jpeg"]}).cache_key() == \
         parse_transform({"format": ["jpeg"], "height": ["50"], "width": ["50"]}).cache_key()
 
+
+
+@pytest.mark.parametrize("query", ["form%61t=auto", "width=20&%66ormat=webp", "format+=auto", "t%73ig=00",
+                                   "width%3D20"])
+def test_a_parameter_name_spelt_with_an_escape_is_refused(query: str) -> None:
+    """Issue 25 finding 6: a cache in front reads names as written; the server must too."""
+    with pytest.raises(BadRequest) as refused:
+        query_arguments(query)
+    assert refused.value.code == "INVALID_PARAMETER_NAME"
+
+
+def test_values_may_be_escaped_and_names_are_kept_as_written() -> None:
+    assert query_arguments("format=%61uto&width=20&v=a+b&flag") == {
+        "format": ["auto"], "width": ["20"], "v": ["a b"], "flag": [""]}
+    assert parse_transform(query_arguments("width=20&format=%77ebp")) == TransformSpec(20, None, "webp")

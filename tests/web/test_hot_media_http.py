@@ -111,6 +111,7 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
         ("GET", m, {"X-Api-Key": "nope"}), ("GET", f"{m}?width=0", {}), ("GET", f"{m}?width=20&tsig=00", {}),
         ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
         ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
+        ("GET", f"{m}?form%61t=png", {}), ("GET", f"{m}?width=20&t%73ig=00", {}),  # escaped names: 400
     ]
     for method, path, headers in hot + handed_on:
         before = len(asked)
