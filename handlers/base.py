@@ -1,7 +1,7 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
 Who may call each method of a route and which rate-limit counter it spends are declared once,
-in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.web.app``
+in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.assembly.app``
 hands each route its operations through ``BaseDeps.operations`` and ``prepare`` enforces both
 before any body is read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON
 ``{"error", "code"}``.
@@ -26,10 +26,8 @@ from typing import Any, ClassVar
 import orjson
 import tornado.web
 
-from mediasrv.core import ids
-from mediasrv.core.credentials.auth import Authenticator, Principal
-from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
-from mediasrv.core.errors import (
+from mediasrv.base import ids
+from mediasrv.base.errors import (
     ApiError,
     BadRequest,
     Forbidden,
@@ -37,10 +35,12 @@ from mediasrv.core.errors import (
     ServerBusy,
     StoreUnavailable,
     TooManyRequests,
-    for_store_error,
 )
+from mediasrv.core.credentials.auth import Authenticator, Principal
+from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
+from mediasrv.core.store_errors import for_store_error
 from mediasrv.web.client_address import client_address
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
@@ -80,7 +80,7 @@ class InFlight:
 
 @dataclass(frozen=True)
 class BaseDeps:
-    """What every handler needs, built once in ``mediasrv.web.app``."""
+    """What every handler needs, built once in ``mediasrv.assembly.app``."""
 
     auth: Authenticator
     limiter: RateLimiter

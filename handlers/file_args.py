@@ -11,11 +11,11 @@ from urllib.parse import unquote
 
 import tornado.web
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
+from mediasrv.base.timeutil import iso, parse_iso
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.service import MAX_NAME_CHARS
-from mediasrv.core.timeutil import iso, parse_iso
 
 DRAIN_LIMIT = 1024 * 1024
 """A refused upload's body up to this size is read and dropped before the answer (see files.py)."""

@@ -9,12 +9,13 @@ import tornado.web
 from handlers.base import BaseDeps, BaseHandler
 from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg, upload_type
 from handlers.paging import int_arg, page_args
-from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
+from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import Upload, failure_status
+from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
 from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
 from mediasrv.web.peer import unless_client_leaves

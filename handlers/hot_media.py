@@ -34,10 +34,10 @@ import tornado.web
 from tornado import httputil
 
 from handlers.serving import MediaHandler, ServeBase
-from mediasrv.core import ids
+from mediasrv.base import ids
+from mediasrv.base.errors import ApiError
 from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
-from mediasrv.core.errors import ApiError
 from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments

@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses with no behaviour beyond what a record needs: every backend
 (SQLite, MongoDB) reads and writes exactly these. Timestamps are ISO 8601 UTC strings with
-millisecond precision (``mediasrv.core.timeutil.iso``), so they sort and compare as text.
+millisecond precision (``mediasrv.base.timeutil.iso``), so they sort and compare as text.
 """
 from __future__ import annotations
 

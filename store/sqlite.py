@@ -416,7 +416,7 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
 
 
 def _now_iso() -> str:
-    """Now in the stored format (as ``mediasrv.core.timeutil.now_iso``, which store/ cannot import)."""
+    """Now in the stored format (as ``mediasrv.base.timeutil.now_iso``, which store/ cannot import)."""
     now = dt.datetime.now(dt.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 

@@ -25,13 +25,14 @@ import tornado.web
 from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
 
+from mediasrv.assembly.app import Runtime, make_app
+from mediasrv.assembly.stores import make_stores
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings import load as load_settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.cli.server import make_server
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, SmtpMailer
-from mediasrv.core.settings import Settings
-from mediasrv.core.stores import make_stores
-from mediasrv.core.timeutil import now_iso
-from mediasrv.web.app import Runtime, make_app
 from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 from tests.launcher import free_port
@@ -100,7 +101,7 @@ def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple
     env = {"MEDIASRV_DATA_DIR": str(tmp_path / "data"), "MEDIASRV_PUBLIC_URL": f"http://127.0.0.1:{port}",
            "MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_sink[1]}", "MEDIASRV_MAIL_FROM": "test@mediasrv.test",
            "MEDIASRV_BCRYPT_ROUNDS": "4", **app_env}
-    return Settings.from_env(env, port=port).validate()
+    return load_settings(env, port=port)
 
 
 @pytest.fixture

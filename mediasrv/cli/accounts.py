@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from mediasrv.core.admin import KEEP, AdminService
+from mediasrv.cli.users_admin import KEEP, AdminService
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 

@@ -17,16 +17,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from mediasrv.base.errors import ApiError
+from mediasrv.base.settings import Settings
 from mediasrv.cli import accounts
-from mediasrv.core import backup as backups
-from mediasrv.core.admin import AdminService
+from mediasrv.cli import backup as backups
+from mediasrv.cli.users_admin import AdminService
 from mediasrv.core.credentials.passwords import PasswordHasher
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import make_provider, normalize_hostname
-from mediasrv.core.errors import ApiError
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
-from mediasrv.core.settings import Settings
 
 SECRET_FIELDS = frozenset({"jwt_secret", "cloudflare_api_token"})
 URL_FIELDS = frozenset({"smtp_url", "mongodb_url"})
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from mediasrv.core.stores import open_stores  # the same stores `serve` opens
+    from mediasrv.assembly.stores import open_stores  # the same stores `serve` opens
 
     if args.command == "restore":
         manifest = await backups.restore(settings, args.source, force=args.force)

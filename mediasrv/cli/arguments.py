@@ -10,9 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings.help import help_text as settings_help_text
 from mediasrv.cli import upload
 from mediasrv.cli.sidecar import arguments as sidecar_arguments
-from mediasrv.core.settings import Settings
 from mediasrv.version import version
 
 ADMIN_COMMANDS = frozenset({"users", "invites", "usage", "domains", "backup", "restore", "config"})
@@ -26,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
     top.add_argument("--version", action="version", version=f"mediasrv {version()}")
     sub = top.add_subparsers(dest="command", required=True)
-    epilog = "environment variables:\n" + Settings.help_text()
+    epilog = "environment variables:\n" + settings_help_text(Settings)
     _server_parsers(sub, epilog)
     upload.add_parser(sub)
     sidecar_arguments.add_parsers(sub)

@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from mediasrv.base.settings import Settings, SettingsError, unknown_settings
+from mediasrv.base.settings import load as load_settings
 from mediasrv.cli.arguments import ADMIN_COMMANDS, parser
-from mediasrv.core.settings import Settings, SettingsError
 
 log = logging.getLogger("mediasrv")
 
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     from mediasrv.cli.logs import configure_logging
 
     listener = configure_logging(settings.log_level, settings.log_format)
-    for warning in Settings.unknown_names():
+    for warning in unknown_settings():
         log.warning("%s", warning)
     if args.command in ADMIN_COMMANDS:
         from mediasrv.cli import admin
@@ -50,9 +51,9 @@ def main(argv: list[str] | None = None) -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     """The validated settings, or exit status 2 with the reason on stderr."""
     try:
-        settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
+        settings = load_settings(host=getattr(args, "host", None), port=getattr(args, "port", None))
         if args.command == "serve":
-            from mediasrv.web.app import limited_routes
+            from mediasrv.assembly.app import limited_routes
 
             limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
     except (SettingsError, ValueError) as exc:
@@ -65,7 +66,7 @@ def _run_server_command(args: argparse.Namespace, settings: Settings,
                         configure_logging: Callable[[str], logging.handlers.QueueListener],
                         listener: logging.handlers.QueueListener) -> int:
     """serve, sweep, reconcile or migrate; exit status 1 with one line when it cannot start."""
-    from mediasrv.core.stores import StartupError
+    from mediasrv.base.errors import StartupError
 
     try:
         if args.command == "serve" and args.workers > 1:

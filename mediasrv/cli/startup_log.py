@@ -16,7 +16,7 @@ import os
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from mediasrv.version import version
 from store.base import LocalBlobFiles, LocalDatabase
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, month_period, period_key
 from mediasrv.core.files.service import effective_limits
 from mediasrv.core.invites import is_admin
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, month_period, period_key
 from store.base import MetaStore
 from store.models import User
 

@@ -23,13 +23,13 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from mediasrv.base.errors import BadRequest, Forbidden, Unauthorized
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, now, now_iso
 from mediasrv.core.credentials import tokens
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
-from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from mediasrv.core.invites import InviteService
 from mediasrv.core.mail import MailQueue, Message
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, now, now_iso
 from store.base import DuplicateError, MetaStore
 from store.models import User
 

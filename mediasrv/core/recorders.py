@@ -18,8 +18,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from mediasrv.core.ids import row_id
-from mediasrv.core.timeutil import now_iso, period_key
+from mediasrv.base.ids import row_id
+from mediasrv.base.tasks import Periodic
+from mediasrv.base.timeutil import now_iso, period_key
 from store.base import MetaStore
 from store.models import LogEntry, UsageCounts
 
@@ -127,13 +128,11 @@ class Flusher:
                  interval_s: float = 1.0, counters: dict[str, Pending] | None = None) -> None:
         self._meta = meta
         self._steps = steps
-        self._interval_s = interval_s
         self._counters = counters or {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._periodic = Periodic("flush", self.flush_now, interval_s, first_at_once=False, log=log)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._periodic.start()
 
     def pending(self) -> dict[str, int]:
         return {name: c.pending() for name, c in self._counters.items()}
@@ -149,8 +148,7 @@ class Flusher:
         """Finish the flush under way (never cut it: its batch would vanish), flush once more,
         all within ``timeout_s``; then log whatever could not be written as lost."""
         before = self.pending()
-        self._stopping.set()
-        final = asyncio.ensure_future(self._final(self._task))
+        final = asyncio.ensure_future(self._final())
         done, _ = await asyncio.wait({final}, timeout=timeout_s)
         if not done:
             final.cancel()
@@ -163,20 +161,11 @@ class Flusher:
         if any(left.values()):
             self._log_lost(left, "the metadata store refused the last flush")
 
-    async def _final(self, task: asyncio.Task[None] | None) -> None:
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def _final(self) -> None:
+        await self._periodic.stop(finish_step=True)  # a flush under way is never cut: its batch would vanish
         await self.flush_now()
 
     @staticmethod
     def _log_lost(counts: dict[str, int], why: str) -> None:
         log.error("shutdown: %s; lost (not written): %s", why,
                   ", ".join(f"{n} {name}" for name, n in counts.items()) or "unknown counts")
-
-    async def _loop(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
-            if not self._stopping.is_set():
-                await self.flush_now()

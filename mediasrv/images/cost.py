@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.base.errors import UnprocessableImage, UnsupportedMedia
 from mediasrv.images import sniff
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout

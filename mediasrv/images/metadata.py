@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mediasrv.core.errors import UnprocessableImage
+from mediasrv.base.errors import UnprocessableImage
 from mediasrv.images.headers import is_jpeg_frame
 
 __all__ = [

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyvips
 
-from mediasrv.core.errors import BadRequest, UnprocessableImage, UnsupportedMedia
+from mediasrv.base.errors import BadRequest, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import metadata, probe, sniff, vips
 from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall
 from mediasrv.images.headers import header_dimensions, header_layout

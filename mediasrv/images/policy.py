@@ -16,7 +16,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import TransformSpec
 
 __all__ = ["ANY_TRANSFORM", "SIGNATURE_PARAM", "TransformPolicy", "sign_transform"]

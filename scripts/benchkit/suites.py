@@ -591,7 +591,7 @@ CONTENT_TYPES = ("image/jpeg", "image/png", "application/pdf", "text/plain", "vi
 def _listing_records(user_id: str, count: int, now: dt.datetime) -> Iterator[object]:
     """``count`` deterministic FileRecords: 5 content types, sizes 1 kB..10 MB, 1/3 private,
     created evenly over the past year, names ``file-NNNNNN.<ext>``."""
-    from mediasrv.core.timeutil import iso
+    from mediasrv.base.timeutil import iso
     from store.models import FileRecord
 
     rng = random.Random(42)
@@ -621,7 +621,7 @@ async def _seed_listing(db: Path, count: int, now: dt.datetime, *, fast: bool) -
     """
     import bcrypt
 
-    from mediasrv.core.timeutil import iso
+    from mediasrv.base.timeutil import iso
     from store import sqlite as sqlite_store
     from store.models import FileQuery, FileRecord, User
 
@@ -704,7 +704,7 @@ def listing(ctx: Ctx) -> None:
     count = 10_000 if ctx.quick else 100_000
     data_dir, now = _listing_db(ctx, count)
     mid = now - dt.timedelta(days=180)
-    from mediasrv.core.timeutil import iso
+    from mediasrv.base.timeutil import iso
 
     window = {"createdAfter": iso(mid), "createdBefore": iso(mid + dt.timedelta(days=30))}
     deep_page = count // 100 - 10

@@ -359,7 +359,7 @@ def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: 
 def test_auto_registration_is_open_on_loopback_and_invite_on_a_public_address(data_dir: Path) -> None:
     out = cli(data_dir, "config")
     assert "MEDIASRV_REGISTRATION=auto" in out.stdout
-    from mediasrv.core.settings import Settings
+    from mediasrv.base.settings import Settings
 
     assert Settings(public_url="http://127.0.0.1:8080").registration_mode == "open"
     assert Settings(public_url="http://localhost:8080").registration_mode == "open"

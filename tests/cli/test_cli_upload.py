@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.cli.upload import UploadOptions, upload_all
 from mediasrv.cli.upload_manifest import collect, default_manifest
 from mediasrv.cli.upload_progress import NoProgress, wait_text
 from mediasrv.client import MediasrvClient
-from mediasrv.web.app import Runtime
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
 from tests.handlers.test_files_http import png

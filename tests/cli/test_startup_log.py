@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mediasrv.base.settings import Settings
 from mediasrv.cli.startup_log import mail_mode, public_url_warning
-from mediasrv.core.settings import Settings
 from mediasrv.version import version
 from tests.launcher import MEDIASRV, Server, base_env, free_port
 

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import period_key
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.credentials.apikeys import MAX_NAME_CHARS, ApiKeyService, looks_like_key
 from mediasrv.core.credentials.tokens import digest
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound
 from mediasrv.core.health import HealthCheck
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import period_key
 from store.models import UsageCounts
 from tests.core.conftest import Local
 

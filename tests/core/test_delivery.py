@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from mediasrv.base.errors import BadRequest, NotFound, RangeNotSatisfiable
+from mediasrv.base.timeutil import unix
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import MEMO_CHARS, HostRule, _memo_host, is_loopback, request_host
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
+from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget
 from mediasrv.core.delivery.service import CHUNK, MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable
 from mediasrv.core.recorders import UsageRecorder
-from mediasrv.core.timeutil import unix
-from mediasrv.images.jobs import ImageJobs, MemoryBudget
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import TransformSpec
 from store.base import Delivery

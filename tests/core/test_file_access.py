@@ -8,14 +8,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.settings import Settings
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.links import MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import FileService
-from mediasrv.core.settings import Settings
 from store.errors import StorageFull
 from store.fs import FsBlobStore
 from store.models import FileRecord

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core.errors import StoreUnavailable
+from mediasrv.base.errors import StoreUnavailable
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.sweep import MIN_ALLOWANCE, Sweeper, SweepPolicy
 from store import errors as store_errors

@@ -12,12 +12,15 @@ from typing import Any
 import pytest
 
 from handlers.routes import LIMITS
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
+from mediasrv.base.settings.help import help_text as settings_help_text
+from mediasrv.base.settings.model import DEFAULT_ALLOWED_CONTENT_TYPES
+from mediasrv.base.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from mediasrv.cli.secret import StartupError, load_secret
 from mediasrv.core import recorders
 from mediasrv.core.limits.ratelimit import WINDOW_S, Limit, RateLimiter
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
-from mediasrv.core.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
-from mediasrv.core.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from store.models import LogEntry, UsageCounts
 
 UTC = dt.UTC
@@ -155,7 +158,7 @@ ALL_VARS = {f.metadata["env"] for f in dataclasses.fields(Settings) if "env" in 
 
 
 def test_defaults_with_an_empty_environment() -> None:
-    s = Settings.from_env({}).validate()
+    s = load_settings({})
     assert s.data_dir == Path("./data")
     assert s.public_url == "http://127.0.0.1:8080"
     assert s.dashboard_url == "http://127.0.0.1:8080/"
@@ -207,7 +210,7 @@ def test_parsing_of_every_kind_of_value() -> None:
         "MEDIASRV_REDIRECT_ALLOWLIST": "https://app.example.com/, https://other.example.com",
         "MEDIASRV_BCRYPT_ROUNDS": "4",
     }
-    s = Settings.from_env(env, host="0.0.0.0", port=9000).validate()
+    s = load_settings(env, host="0.0.0.0", port=9000)
     assert s.data_dir == Path("/srv/media")
     assert s.public_url == "https://cdn.example.com"  # no trailing slash: links join cleanly
     assert s.dashboard_url == "https://cdn.example.com/"
@@ -231,13 +234,13 @@ def test_booleans(text: str, value: bool) -> None:
 
 def test_empty_values_mean_unset() -> None:
     env = dict.fromkeys(ALL_VARS, "  ")
-    s = Settings.from_env(env).validate()
-    assert s == Settings.from_env({}).validate()
+    s = load_settings(env)
+    assert s == load_settings({})
 
 
 def test_public_url_follows_host_and_port() -> None:
     assert Settings.from_env({}, host="10.1.2.3", port=8443).public_url == "http://10.1.2.3:8443"
-    s = Settings.from_env({}, host="::1", port=8080).validate()
+    s = load_settings({}, host="::1", port=8080)
     assert s.public_url == "http://[::1]:8080"
     assert Settings.from_env({"MEDIASRV_DASHBOARD_URL": "https://app.example.com/dash"}).dashboard_url == \
         "https://app.example.com/dash"
@@ -269,7 +272,7 @@ def test_public_url_follows_host_and_port() -> None:
 ])
 def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError) as info:
-        Settings.from_env({name: value}).validate()
+        load_settings({name: value})
     assert name in str(info.value)
     assert isinstance(info.value, ValueError)
 
@@ -277,12 +280,12 @@ def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: s
 @pytest.mark.parametrize("port", [0, -1, 65536, 70000])
 def test_port_out_of_range_is_refused(port: int) -> None:
     with pytest.raises(SettingsError, match="port"):
-        Settings.from_env({}, port=port).validate()
+        load_settings({}, port=port)
 
 
 def test_cloudflare_with_its_credentials_is_valid() -> None:
-    s = Settings.from_env({"MEDIASRV_DOMAIN_PROVIDER": "cloudflare", "CLOUDFLARE_API_TOKEN": "t",
-                           "CLOUDFLARE_ZONE_ID": "z"}).validate()
+    s = load_settings({"MEDIASRV_DOMAIN_PROVIDER": "cloudflare", "CLOUDFLARE_API_TOKEN": "t",
+                           "CLOUDFLARE_ZONE_ID": "z"})
     assert s.domain_provider == "cloudflare"
 
 
@@ -293,7 +296,7 @@ def test_settings_are_frozen() -> None:
 
 
 def test_help_text_lists_every_variable_once_with_a_description() -> None:
-    text = Settings.help_text()
+    text = settings_help_text(Settings)
     lines = [line for line in text.splitlines() if line.startswith("  ")]  # others are group headings
     assert len(lines) == len(ALL_VARS)
     for name in ALL_VARS:

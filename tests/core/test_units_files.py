@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from handlers.file_args import file_name
-from mediasrv.core.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.base.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import (
     NEVER_ALLOWED,
@@ -22,7 +23,6 @@ from mediasrv.core.files.content_types import (
     signature_bytes_needed,
 )
 from mediasrv.core.files.uploads import WRITE_BYTES, Upload, UploadLimits
-from mediasrv.core.timeutil import now_iso
 from store.fs import FsBlobStore
 from store.models import FileQuery, FileRecord, User
 from store.sqlite import SqliteMetaStore

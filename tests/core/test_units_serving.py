@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from mediasrv.base.errors import ServerBusy
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.caches import SWEEP_RECENT_S, FileCache, ResultCache
 from mediasrv.core.delivery.http_fields import (
@@ -26,7 +27,6 @@ from mediasrv.core.delivery.http_fields import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.core.errors import ServerBusy
 from mediasrv.images.slots import ResizePool
 from store.models import FileRecord
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from mediasrv.base.errors import StoreUnavailable
+from mediasrv.base.settings import Settings
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import StoreUnavailable
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.service import GUARD_MAX_AGE_S, FileService
 from mediasrv.core.files.uploads import WRITE_BYTES, Upload
-from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import MESSAGE, StoreGuard
 from store import errors as store_errors
 from store.models import User

@@ -23,8 +23,8 @@ from tornado.httpclient import HTTPResponse
 from handlers.base import BaseHandler
 from handlers.dashboard import DashboardHandler
 from handlers.routes import LIMITS
-from mediasrv.web import openapi
-from mediasrv.web.app import Runtime
+from mediasrv.assembly import openapi
+from mediasrv.assembly.app import Runtime
 from mediasrv.web.routespec import Route
 from tests.conftest import Api, body
 

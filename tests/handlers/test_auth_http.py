@@ -25,8 +25,8 @@ from tornado.httpclient import HTTPResponse
 from tornado.httputil import HTTPHeaders
 from tornado.simple_httpclient import HTTPStreamClosedError
 
+from mediasrv.base.settings import Settings
 from mediasrv.core.credentials import passwords
-from mediasrv.core.settings import Settings
 from tests.conftest import Api, body
 
 JWT_SECRET = "test-secret-" + "x" * 20  # the secret tests/conftest.py gives make_app

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from tornado.httpclient import HTTPResponse
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, parse_iso, unix
 from mediasrv.core.credentials.signing import UrlSigner
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, parse_iso, unix
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.core.limits.ratelimit import Limit, override
-from mediasrv.core.settings import Settings, SettingsError
 from tests.conftest import Api, body
 from tests.launcher import MEDIASRV, base_env
 

@@ -27,7 +27,7 @@ import tornado.web
 from PIL import Image
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.core.timeutil import parse_iso
+from mediasrv.base.timeutil import parse_iso
 from mediasrv.images import pipeline
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore

@@ -6,9 +6,9 @@ import zlib
 
 import pytest
 
-from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.base.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.core.delivery.jobs import PREFIX_BYTES
 from mediasrv.images.cost import OUTPUT_MAX_PIXELS, estimate_cost
-from mediasrv.images.jobs import PREFIX_BYTES
 from mediasrv.images.spec import TransformSpec
 from tests.images.samples import black_jpeg
 

@@ -21,16 +21,17 @@ import pytest
 import pyvips
 import tornado.web
 
+from mediasrv.assembly.app import Runtime, make_app
+from mediasrv.base.errors import ServerBusy
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
+from mediasrv.core.delivery.jobs import PREFIX_BYTES, MemoryBudget, run_transform
 from mediasrv.core.domains.providers import make_provider
-from mediasrv.core.errors import ServerBusy
 from mediasrv.core.mail import MailQueue, SmtpMailer
-from mediasrv.core.settings import Settings, SettingsError
 from mediasrv.images.allocator import TrimPolicy
-from mediasrv.images.jobs import PREFIX_BYTES, MemoryBudget, run_transform
 from mediasrv.images.pipeline import FileInput
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.vips import source_format
-from mediasrv.web.app import Runtime, make_app
 from store.base import Delivery
 from store.fs import FsBlobStore
 from store.models import FileRecord
@@ -236,7 +237,7 @@ def test_retry_after_and_memory_settings() -> None:
     for bad in ({"MEDIASRV_RESIZE_RETRY_AFTER": "0"}, {"MEDIASRV_RESIZE_RETRY_AFTER": "31"},
                 {"MEDIASRV_IMAGE_MEMORY_BYTES": "1000"}):
         with pytest.raises(SettingsError):
-            Settings.from_env(bad).validate()
+            load_settings(bad)
 
 
 # ---------------------------------------------------------------------------- over HTTP

@@ -15,9 +15,9 @@ import httpx
 import pytest
 import pyvips
 
+from mediasrv.assembly.app import Runtime
+from mediasrv.core.delivery.jobs import MemoryBudget
 from mediasrv.images import probe
-from mediasrv.images.jobs import MemoryBudget
-from mediasrv.web.app import Runtime
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb

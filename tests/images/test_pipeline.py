@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import pyvips
 
-from mediasrv.core.errors import ApiError, UnprocessableImage, UnsupportedMedia
+from mediasrv.base.errors import ApiError, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import pipeline
 from mediasrv.images.pipeline import (
     DECODE_STEPS,

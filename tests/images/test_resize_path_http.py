@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tornado.web
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from tests.conftest import Api, insert_file
 from tests.images.samples import black_jpeg
 from tests.images.test_jobs import (  # noqa: F401  (fixtures used by name)

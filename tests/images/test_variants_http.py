@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import pyvips
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.images.policy import sign_transform
 from mediasrv.images.spec import FORMATS, TransformSpec
-from mediasrv.web.app import Runtime
 from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from mediasrv.web.openapi import build_for_agents, build_openapi
+from mediasrv.assembly.openapi import build_for_agents, build_openapi
 
 SNAPSHOT = Path(__file__).with_name("route_documents.json")
 CASES: dict[str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core import timeutil
+from mediasrv.base import timeutil
 from store.base import DuplicateError, MetaStore, QuotaWithRecord
 from store.errors import StoreUnavailable
 from store.models import (

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.errors import TooManyRequests
+from mediasrv.base.errors import TooManyRequests
+from mediasrv.base.settings import Settings
 from mediasrv.core.files.service import FileService
 from mediasrv.core.limits.querygate import QueryGate
-from mediasrv.core.settings import Settings
 from store.models import ApiKey, FileQuery, FileRecord, User
 from store.sqlite import MIGRATIONS, SqliteMetaStore, _file_filters
 from tests.store.test_meta_contract import make_file, make_user, ts

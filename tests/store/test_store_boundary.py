@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core.errors import Conflict, NotFound, StoreUnavailable, for_store_error
+from mediasrv.base.errors import Conflict, NotFound, StoreUnavailable
+from mediasrv.core.store_errors import for_store_error
 from store import errors as store_errors
 from store.base import validate_key
 

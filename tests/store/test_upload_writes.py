@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files.uploads import WRITE_BYTES, Upload, UploadLimits
-from mediasrv.core.timeutil import now_iso
 from store.fs import FsBlobStore
 from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import tornado.web
 
+from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
-from mediasrv.core.settings import Settings
 from mediasrv.web.connections import default_max_connections
 from tests.cli.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 from tests.launcher import Server

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from mediasrv.assembly.app import Runtime
+from mediasrv.base.settings import Settings
 from mediasrv.core.invites import InviteService
-from mediasrv.core.settings import Settings
-from mediasrv.web.app import Runtime
 from tests.conftest import Api, ShiftableClock, body
 from tests.dnsserver import LocalDns
 

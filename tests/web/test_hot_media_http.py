@@ -22,8 +22,8 @@ import tornado.web
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 from tornado.netutil import bind_sockets
 
+from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
-from mediasrv.core.settings import Settings
 from mediasrv.web.accesslog import AccessLog
 from tests.conftest import Api, body
 

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from store.base import BlobWriter
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore

@@ -1,4 +1,4 @@
-"""The OpenAPI document and the for-agents discovery document (mediasrv.web.openapi)."""
+"""The OpenAPI document and the for-agents discovery document (mediasrv.assembly.openapi)."""
 from __future__ import annotations
 
 import copy
@@ -9,9 +9,9 @@ import orjson
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.assembly.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
+from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import FORMATS, parse_transform
-from mediasrv.web.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
 
 PUBLIC_URL = "https://media.example.test"
 TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mediasrv.base.settings import SettingsError
 from mediasrv.cli.sidecar import processes
 from mediasrv.cli.sidecar.arguments import add_parsers as add_parsers  # re-exported
 from mediasrv.cli.sidecar.nginx_conf import deploy_file
@@ -61,7 +62,11 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp, metrics=metrics)
+    try:
+        running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp, metrics=metrics)
+    except SettingsError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        parser.error(str(exc))
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))

@@ -19,8 +19,11 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from mediasrv.assembly.stores import metadata_is_shared
+from mediasrv.base.settings import Settings
 from mediasrv.cli.sidecar import nginx_conf, orphans
 from mediasrv.cli.sidecar.nginx_conf import BLOB_LOCATION, BODY_IDLE_MARGIN_S, Layout
+from mediasrv.core.housekeeping import process_role, reconciles_before_start
 from mediasrv.web.metrics_fanin import FanIn
 
 NGINX_STOP_S = 9.0
@@ -121,21 +124,15 @@ class Sidecar:
         self.env.setdefault("MEDIASRV_ACCEL_REDIRECT", BLOB_LOCATION)
         if metrics is not None:  # the sidecar listens there; each process on its socket
             self.env.pop("MEDIASRV_METRICS_PORT", None)
-        self.owner = (self.env.get("MEDIASRV_HOUSEKEEPING") or "").strip().lower() != "none"
-        """False when the operator gave MEDIASRV_HOUSEKEEPING=none: housekeeping is done elsewhere."""
-        self.reconciles = self.owner and not self.env.get("MEDIASRV_MONGODB_URL")
-        """`mediasrv reconcile` before start: embedded SQLite only (a shared MongoDB may have
-        uploads in flight from other hosts)."""
+        settings = Settings.from_env(self.env)
+        self.housekeeping = settings.housekeeping
+        """The operator's MEDIASRV_HOUSEKEEPING, which ``process_role`` hands out."""
+        self.reconciles = reconciles_before_start(settings.housekeeping, shared_store=metadata_is_shared(settings))
+        """`mediasrv reconcile` before start (``reconciles_before_start``)."""
 
     def role(self, index: int) -> str:
-        """MEDIASRV_HOUSEKEEPING of the index-th process, kept when it is started again.
-
-        The processes share one database: none of them reconciles counters at start (`mediasrv
-        reconcile` ran once before them), the first one sweeps, the others do neither.
-        MEDIASRV_HOUSEKEEPING=none given to the sidecar (housekeeping done elsewhere): all none,
-        and no reconcile.
-        """
-        return "sweep" if index == 0 and self.owner else "none"
+        """MEDIASRV_HOUSEKEEPING of the index-th process, kept when it is started again."""
+        return process_role(self.housekeeping, index)
 
     # --- start ------------------------------------------------------------------------
 

@@ -12,9 +12,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.credentials.tokens import digest
-from mediasrv.core.errors import BadRequest, NotFound
-from mediasrv.core.timeutil import now_iso
 from store.base import MetaStore
 from store.models import ApiKey
 

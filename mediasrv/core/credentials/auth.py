@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from mediasrv.base.errors import BadRequest, Forbidden, Unauthorized
 from mediasrv.core.credentials import apikeys
 from mediasrv.core.credentials.principals import CredentialLookups
 from mediasrv.core.credentials.tokens import JwtCodec, digest
-from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from store.base import MetaStore
 from store.models import User
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import bcrypt
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 
 T = TypeVar("T")
 

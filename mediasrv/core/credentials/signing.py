@@ -5,7 +5,7 @@ import base64
 import hashlib
 import hmac
 
-from mediasrv.core.timeutil import unix
+from mediasrv.base.timeutil import unix
 
 
 class UrlSigner:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
+from mediasrv.base.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.answer import Accel, BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
@@ -33,12 +35,10 @@ from mediasrv.core.delivery.http_fields import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.core.delivery.jobs import ImageJobs
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.recorders import UsageRecorder
-from mediasrv.core.timeutil import parse_iso
-from mediasrv.images.jobs import ImageJobs
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
 from mediasrv.images.spec import AUTO, TransformSpec
 from mediasrv.images.vips import TRANSFORMABLE_TYPES

@@ -11,9 +11,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from mediasrv.base.errors import Conflict, NotFound
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.providers import EXTERNAL_TLS, CloudflareProvider, DomainProvider, DomainStatus
-from mediasrv.core.errors import Conflict, NotFound
-from mediasrv.core.timeutil import now_iso
 from store.base import DuplicateError, MetaStore
 from store.models import CustomDomain
 

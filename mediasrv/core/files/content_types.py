@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.images import sniff as magic
 from mediasrv.images.sniff import SNIFF_BYTES as SNIFF_BYTES  # re-exported: the upload path reads them here
 from mediasrv.images.sniff import SNIFF_WINDOW as SNIFF_WINDOW

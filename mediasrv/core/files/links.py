@@ -4,10 +4,10 @@ from __future__ import annotations
 import datetime as dt
 from urllib.parse import urlencode
 
+from mediasrv.base.errors import BadRequest
+from mediasrv.base.timeutil import iso, unix
 from mediasrv.core.credentials.signing import UrlSigner
-from mediasrv.core.errors import BadRequest
 from mediasrv.core.files.service import FileService
-from mediasrv.core.timeutil import iso, unix
 from store.models import User
 
 DEFAULT_TTL_S, MIN_TTL_S, MAX_TTL_S = 3600, 60, 7 * 86400

@@ -14,16 +14,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from mediasrv.base.errors import Forbidden, NotFound
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
-from mediasrv.core.errors import Forbidden, NotFound
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.uploads import Upload, UploadLimits
 from mediasrv.core.limits.inflight import UploadsInFlight
 from mediasrv.core.limits.querygate import QueryGate
-from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.core.timeutil import now_iso
 from store.base import BlobStore, MetaStore, QuotaWithRecord
 from store.errors import StorageFull
 from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries

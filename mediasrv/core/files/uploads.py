@@ -27,10 +27,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
+from mediasrv.base.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.base.ids import row_id
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
-from mediasrv.core.ids import row_id
-from mediasrv.core.timeutil import now_iso
+from mediasrv.core.store_errors import for_store_error
 from mediasrv.images.headers import JpegFrameScanner, header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store import errors as store_errors

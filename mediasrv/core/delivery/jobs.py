@@ -21,7 +21,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 
-from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
+from mediasrv.base.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.images import allocator
 from mediasrv.images import pipeline as imaging  # FileInput and transform, under the name _with_file uses
 from mediasrv.images.cost import JobEstimate, ReservationTooSmall, estimate_cost, estimate_for_size

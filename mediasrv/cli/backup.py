@@ -32,8 +32,8 @@ from typing import Any
 
 import orjson
 
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import now_iso
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.version import version
 from store.base import BlobStore, MetaStore, Snapshots
 from store.errors import BlobNotFound
@@ -119,7 +119,7 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
     """Put a backup into DATA_DIR. Refuses a data directory with anything in it unless ``force``,
     which replaces the database, blobs, quarantine and secret. Stop the server first."""
     require_embedded(settings, "mediasrv restore")
-    from mediasrv.core.stores import open_stores  # the same store factory as `serve`
+    from mediasrv.assembly.stores import open_stores  # the same store factory as `serve`
 
     if not source.exists():
         raise BackupError(f"{source} does not exist")

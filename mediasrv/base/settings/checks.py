@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from mediasrv.core.settings import (
+from mediasrv.base.settings.model import (
     HOUSEKEEPING_ROLES,
     LOG_FORMATS,
     MAX_PUBLIC_MAX_AGE_S,

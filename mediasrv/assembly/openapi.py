@@ -402,4 +402,4 @@ def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
     }
 
 
-from mediasrv.web.for_agents import build_for_agents as build_for_agents  # noqa: E402  (re-exported)
+from mediasrv.assembly.for_agents import build_for_agents as build_for_agents  # noqa: E402  (re-exported)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mediasrv.core.setting_values import (
+from mediasrv.base.settings.values import (
     boolean,
     byte_size,
     number,
@@ -285,31 +285,6 @@ class Settings:
         if not settings.dashboard_url:
             derived["dashboard_url"] = derived["public_url"] + "/"
         return dataclasses.replace(settings, **derived)
-
-    def validate(self) -> Settings:
-        """Check ranges and combinations at start-up; raise SettingsError with a clear message."""
-        from mediasrv.core.settings_checks import CHECKS  # the checks need this module's constants
-
-        for check in CHECKS:
-            problem = check(self)
-            if problem:
-                raise SettingsError(problem)
-        return self
-
-    @classmethod
-    def help_text(cls) -> str:
-        """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
-        from mediasrv.core.settings_help import help_text  # imports this module
-
-        return help_text(cls)
-
-    @classmethod
-    def unknown_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
-        """A warning for each MEDIASRV_* variable nothing reads (a misspelt name is otherwise
-        silently ignored), with the nearest known name when one is close."""
-        from mediasrv.core.settings_help import unknown_names  # imports this module
-
-        return unknown_names(os.environ if environ is None else environ)
 
     @property
     def meta_backend(self) -> str:

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from mediasrv.base.errors import BadRequest, Conflict, NotFound
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, now_iso, parse_iso, period_key
 from mediasrv.core.accounts import new_user, normalize_email
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
-from mediasrv.core.errors import BadRequest, Conflict, NotFound
 from mediasrv.core.files.service import FileQuery, FileService, effective_limits
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, now_iso, parse_iso, period_key
 from store.base import DuplicateError, MetaStore
 from store.models import AccountPlan, User
 

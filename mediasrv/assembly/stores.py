@@ -6,7 +6,8 @@ same way with other values.
 """
 from __future__ import annotations
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
 from store.base import BlobStore, LocalDatabase, MetaStore
 from store.errors import StoreError
 from store.fs import FsBlobStore
@@ -40,6 +41,12 @@ def make_embedded(settings: Settings) -> tuple[SqliteMetaStore, FsBlobStore]:
     return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
 
 
+def metadata_is_shared(settings: Settings) -> bool:
+    """Whether the configured metadata store may be shared by processes on other machines (a
+    MongoDB), as opposed to one file of this machine's (SQLite)."""
+    return bool(settings.mongodb_url)
+
+
 def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
     return make_meta(settings), make_blobs(settings)
 
@@ -53,10 +60,6 @@ def describe(settings: Settings, which: str) -> str:
     if which == "blobs" and settings.s3_bucket:
         return f"MEDIASRV_S3_BUCKET={settings.s3_bucket}"
     return f"MEDIASRV_DATA_DIR={settings.data_dir}"
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 async def open_stores(settings: Settings,

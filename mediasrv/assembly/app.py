@@ -23,6 +23,8 @@ from handlers import routes as declared
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods
 from handlers.hot_media import HotMedia, hot_routes
 from handlers.reference import static_json
+from mediasrv.assembly.openapi import build_for_agents, build_openapi
+from mediasrv.base.settings import Settings
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.accounts import AccountService
@@ -34,6 +36,7 @@ from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
+from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
@@ -46,15 +49,12 @@ from mediasrv.core.limits.ratelimit import RateLimiter, override
 from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
-from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
 from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
-from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
 from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets

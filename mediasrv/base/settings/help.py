@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mediasrv.core.setting_values import shown_bytes, shown_number, shown_seconds
-from mediasrv.core.settings import OTHER_NAMES
+from mediasrv.base.settings.client import ClientSettings
+from mediasrv.base.settings.model import OTHER_NAMES, Settings
+from mediasrv.base.settings.values import shown_bytes, shown_number, shown_seconds
 
 
 def help_text(cls: type) -> str:
@@ -28,9 +29,6 @@ def help_text(cls: type) -> str:
 
 def unknown_names(env: Mapping[str, str]) -> list[str]:
     """The warnings of ``Settings.unknown_names``: server and client settings are both known."""
-    from mediasrv.core.client_settings import ClientSettings
-    from mediasrv.core.settings import Settings
-
     known = {f.metadata["env"] for c in (Settings, ClientSettings) for f in dataclasses.fields(c)
              if "env" in f.metadata} | OTHER_NAMES
     warnings = []

@@ -1,5 +1,5 @@
 """What the ``mediasrv upload`` client reads from the environment; the server's ``Settings``
-are in ``mediasrv.core.settings``."""
+are in ``mediasrv.base.settings``."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mediasrv.core.settings import _env
+from mediasrv.base.settings.model import _env
 
 
 @dataclass(frozen=True)
