@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from store.errors import Duplicate
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -60,9 +59,6 @@ from store.models import (
     UsageCounts,
     User,
 )
-
-DuplicateError = Duplicate
-"""The earlier name of ``store.errors.Duplicate``, kept for callers written before it."""
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -519,11 +515,6 @@ class LocalBlobFiles(Protocol):
     @property
     def root(self) -> Path:
         """The directory holding ``blobs/`` and ``quarantine/``."""
-
-    def local_path(self, key: str) -> Path | None:
-        """Where the blob's file would be (it may not exist), without any I/O; None for an
-        invalid key. For naming the file to others (an nginx sidecar, logs), never for opening
-        it: use ``open_for_read``."""
 
     def open_for_read(self, key: str) -> int:
         """A read-only descriptor of the committed blob, opened without following a symlink at

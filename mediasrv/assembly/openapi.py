@@ -13,7 +13,7 @@ Both builders return a fresh dict on every call; callers may cache or mutate it 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -64,13 +64,6 @@ _AUTH_TEXT = {
     OPTIONAL: "Authentication: none for public files. A private file needs the owner's "
               "credential (either header) or a valid signed URL (`expires` and `signature`).",
 }
-
-ROUTES: tuple[tuple[str, str], ...] = tuple((r.method, r.path) for r in declared.ROUTES)
-"""(METHOD, OpenAPI path) of every documented operation, in the documents' order."""
-
-RATE_LIMITS: Mapping[tuple[str, str], tuple[int, str]] = {
-    (r.method, r.path): (r.limit.per_minute, r.limit.key) for r in declared.ROUTES if r.limit}
-"""(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 
 _UNLIMITED_TEXT = "Not rate limited."
 

@@ -17,7 +17,8 @@ from mediasrv.base.timeutil import iso, now_iso, parse_iso, period_key
 from mediasrv.core.accounts import new_user, normalize_email
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
 from mediasrv.core.files.service import FileQuery, FileService, effective_limits
-from store.base import DuplicateError, MetaStore
+from store.base import MetaStore
+from store.errors import Duplicate
 from store.models import AccountPlan, User
 
 KEEP: Any = object()
@@ -54,7 +55,7 @@ class AdminService:
         user = new_user(self._settings, email, await self._hasher.hash(password), confirmed=confirmed)
         try:
             await self._meta.create_user(user)
-        except DuplicateError:
+        except Duplicate:
             raise Conflict(f"An account for {email} already exists", code="EMAIL_TAKEN") from None
         return user, generated
 

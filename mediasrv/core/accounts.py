@@ -30,7 +30,8 @@ from mediasrv.core.credentials import tokens
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
 from mediasrv.core.invites import InviteService
 from mediasrv.core.mail import MailQueue, Message
-from store.base import DuplicateError, MetaStore
+from store.base import MetaStore
+from store.errors import Duplicate
 from store.models import User
 
 log = logging.getLogger("mediasrv.accounts")
@@ -88,7 +89,7 @@ class AccountService:
         user = new_user(self._settings, email, password_hash)
         try:
             await self._meta.create_user(user)
-        except DuplicateError:
+        except Duplicate:
             await self._notify_existing(email)
             return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
         await self._send_confirmation(user, redirect_to)

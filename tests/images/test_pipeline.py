@@ -24,10 +24,10 @@ from mediasrv.images.pipeline import (
     save,
     transform,
 )
-from mediasrv.images.probe import ImageInfo, probe
+from mediasrv.images.probe import ImageInfo
 from mediasrv.images.spec import FORMATS, TransformSpec
 from mediasrv.images.vips import init_vips
-from tests.images.samples import black_jpeg, decode, decoded_size, rgb, solid
+from tests.images.samples import black_jpeg, decode, decoded_size, probe, rgb, solid
 
 MAX_PIXELS = 50_000_000
 MIB = 1024 * 1024

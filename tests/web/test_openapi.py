@@ -9,10 +9,15 @@ import orjson
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
-from mediasrv.assembly.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
+from handlers.routes import ROUTES as DECLARED
+from mediasrv.assembly.openapi import build_for_agents, build_openapi
 from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import FORMATS, parse_transform
 
+ROUTES = tuple((r.method, r.path) for r in DECLARED)
+"""(METHOD, OpenAPI path) of every declared operation, in the documents' order."""
+RATE_LIMITS = {(r.method, r.path): (r.limit.per_minute, r.limit.key) for r in DECLARED if r.limit}
+"""(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 PUBLIC_URL = "https://media.example.test"
 TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",
          "text/plain")

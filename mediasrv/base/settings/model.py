@@ -287,11 +287,6 @@ class Settings:
         return dataclasses.replace(settings, **derived)
 
     @property
-    def meta_backend(self) -> str:
-        """Where metadata lives: "mongodb" or "sqlite"."""
-        return "mongodb" if self.mongodb_url else "sqlite"
-
-    @property
     def registration_mode(self) -> str:
         """open, invite or closed; ``auto`` resolved: open while the public URL is a loopback
         address (only this machine can reach the server: development, tests), invite once it
@@ -305,11 +300,6 @@ class Settings:
         except ValueError:
             loopback = host == "localhost"
         return "open" if loopback else "invite"
-
-    @property
-    def blob_backend(self) -> str:
-        """Where blobs live: "s3" or "fs"."""
-        return "s3" if self.s3_bucket else "fs"
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
