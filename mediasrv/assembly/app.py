@@ -111,7 +111,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     """The Tornado application and the runtime pieces the caller starts and stops.
 
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
-    ``clock`` is the session tokens' time (tests move it forward instead of sleeping);
+    ``clock`` is the wall clock of the session tokens and the per-minute rate limits (tests move
+    it instead of sleeping);
     ``api_routes`` are the API's route rows (every handler module's, unless a test adds one)."""
     api_routes = limited_routes(settings, api_routes)
     # Credentials are looked up through a short-lived cache that this process's own writes
@@ -121,7 +122,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, users=shared_counters(meta))
+    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,
+                          users=shared_counters(meta))
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
