@@ -43,6 +43,8 @@ async def test_memory_counters_count_per_name_and_forget_old_windows() -> None:
     assert [await counters.add("a", 1, 120.0) for _ in range(3)] == [1, 2, 3]
     assert await counters.add("b", 1, 120.0) == 1
     assert await counters.add("a", 2, 180.0) == 1 and len(counters) == 1
+    assert (counters.peek("a", 2), counters.peek("a", 1), counters.peek("b", 2)) == (1, 0, 0)
+    assert counters.count(("media", "10.0.0.1"), 2) == 1  # the limiter's own keys: (counter, address)
 
 
 @pytest.mark.parametrize("users", [None, MemoryCounters], ids=["own-table", "memory-counters"])
