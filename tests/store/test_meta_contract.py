@@ -143,9 +143,10 @@ async def test_set_password_bumps_token_version(meta: MetaStore) -> None:
     await meta.set_password("u1", "h2", ts(20))
     user = await meta.get_user("u1")
     assert user is not None
-    assert (user.password_hash, user.token_version, user.updated_at) == ("h2", 2, ts(20))
+    assert (user.password_hash, user.token_version, user.credential_epoch, user.updated_at) == ("h2", 2, 2, ts(20))
     other = await meta.get_user("u2")
     assert other is not None and other.token_version == 0 and other.password_hash == "h0"
+    assert other.credential_epoch == 0
 
 
 async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
@@ -204,6 +205,7 @@ async def test_disabling_an_account_ends_its_session_tokens(meta: MetaStore) -> 
     assert await meta.set_disabled("u1", None, NOW)
     user = await meta.get_user("u1")
     assert user is not None and user.disabled_at is None and user.token_version == 2
+    assert user.credential_epoch == 0  # keys and signed links only pause while it is disabled
     assert not await meta.set_disabled("nobody", ts(50), NOW)
 
 
@@ -337,6 +339,9 @@ async def test_api_key_round_trip_and_lookup(meta: MetaStore) -> None:
     key = make_key("u1", "k1", ts(1), name=None)
     await meta.create_api_key(key)
     assert await meta.get_api_key_by_hash("hash-k1") == key
+    later = make_key("u1", "k3", ts(3), credential_epoch=4)
+    await meta.create_api_key(later)
+    assert await meta.get_api_key_by_hash("hash-k3") == later
     assert await meta.get_api_key_by_hash("hash-other") is None
     with pytest.raises(DuplicateError):
         await meta.create_api_key(make_key("u1", "k2", ts(2), key_hash="hash-k1"))
@@ -605,6 +610,27 @@ async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> 
     assert user is not None and (user.storage_bytes, user.files_count) == (50, 1)
     other = await meta.get_user("u2")
     assert other is not None and (other.storage_bytes, other.files_count) == (0, 0)
+
+
+async def test_unpublish_makes_public_files_private_and_republish_only_those(meta: MetaStore) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` takes an account's public files offline;
+    ``users enable --republish`` brings back exactly those, never a file uploaded private."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for file_id, public in (("p1", True), ("p2", True), ("private", False)):
+        await add_file(meta, "u1", file_id, is_public=public)
+    await add_file(meta, "u2", "other", is_public=True)
+    assert await meta.unpublish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private", "other"])}
+    assert states == {"p1": (False, True), "p2": (False, True), "private": (False, False), "other": (True, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 0
+    assert (await meta.list_files("u1", FileQuery(is_public=False), 0, 10))[1] == 3
+    assert await meta.unpublish_files("u1") == 0  # twice: nothing more to change
+    assert await meta.republish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private"])}
+    assert states == {"p1": (True, False), "p2": (True, False), "private": (False, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 2
+    assert await meta.republish_files("u1") == 0 and await meta.unpublish_files("nobody") == 0
 
 
 async def test_get_files_across_chunks(meta: MetaStore) -> None:
