@@ -25,6 +25,7 @@ import orjson
 
 from mediasrv.core.credentials import tokens
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
+from mediasrv.core.credentials.renewal import replace_password
 from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from mediasrv.core.invites import InviteService
 from mediasrv.core.mail import MailQueue, Message
@@ -141,7 +142,7 @@ class AccountService:
                             reused_by)
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         user = await self._meta.get_user(found[0])
-        if user is None or not user.email_verified_at or user.disabled_at:
+        if user is None or not user.email_verified_at or user.disabled_at or not _same_version(found[1], user):
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         return await self._session(user)
 
@@ -174,40 +175,25 @@ class AccountService:
             raise BadRequest("token is invalid, used or expired", code="INVALID_TOKEN")
         user_id = found[0]
         at = now_iso()
-        # The new password also ends every access token (token_version moves on).
-        await self._meta.set_password(user_id, await self._hasher.hash(password), at)
-        await self._meta.revoke_tokens("refresh", user_id)
-        await self._meta.revoke_tokens("reset", user_id)  # older reset links must not work any more
+        # Every session, refresh token, older reset link, API key and signed URL ends with it.
+        revoked = await replace_password(self._meta, user_id, await self._hasher.hash(password), at)
         await self._meta.revoke_tokens("confirm", user_id)  # and a pending registration's link
-        revoked = await self._revoke_api_keys(user_id, at)
         await self._meta.mark_email_verified(user_id, at)  # the reset link proved the address
         user = await self._meta.get_user(user_id)
         if user is not None:
             self._mail.submit(Message(to=user.email, subject="Your password was changed", text=(
                 "The password of your account was changed with a reset link.\n\n"
-                f"Every session and every API key made before the change has been ended ({revoked} "
-                "API key(s) revoked): log in again, and make new API keys for your scripts.\n"
+                f"Every session, API key and signed link made before the change has been ended ({revoked} "
+                "API key(s) revoked): log in again, and make new API keys and links for your scripts.\n"
                 "If you did not do this, reset your password again at once.\n")))
         return {"message": "Your password has been changed. Log in with the new password."}
-
-    async def _revoke_api_keys(self, user_id: str, at: str) -> int:
-        """Revoke every API key of the user: a key made by whoever held the account before the
-        reset must not outlive it. Returns how many were revoked."""
-        revoked = 0
-        while True:
-            keys, _total = await self._meta.list_api_keys(user_id, 0, 100)
-            if not keys:
-                return revoked
-            done = [await self._meta.revoke_api_key(user_id, key.id, at) for key in keys]
-            if not any(done):
-                return revoked  # revoked meanwhile by someone else: nothing left to do
-            revoked += sum(done)
 
     async def _session(self, user: User) -> Session:
         access, expires_at = self._jwt.issue(user.id, user.token_version)
         refresh = tokens.new_opaque_token()
         refresh_expiry = now() + dt.timedelta(seconds=self._settings.refresh_token_ttl_s)
-        await self._meta.put_token("refresh", tokens.digest(refresh), user.id, iso(refresh_expiry))
+        await self._meta.put_token("refresh", tokens.digest(refresh), user.id, iso(refresh_expiry),
+                                   _refresh_data(user))
         body = {
             "user": {"id": user.id, "email": user.email, "created_at": user.created_at,
                      "updated_at": user.updated_at},
@@ -282,6 +268,23 @@ def new_user(settings: Settings, email: str, password_hash: str, *, confirmed: b
     stamp = iso(created)
     return User(id=str(uuid.uuid4()), email=email, password_hash=password_hash, created_at=stamp,
                 updated_at=stamp, email_verified_at=stamp if confirmed else None, trial_ends_at=trial_end)
+
+
+def _refresh_data(user: User) -> str:
+    """What a refresh token carries: the token_version of the account it was issued under (the
+    one its access token carries), so a token issued by a login or refresh in flight while the
+    password changed or the account was disabled never works, not even after ``enable``."""
+    return orjson.dumps({"ver": user.token_version}).decode()
+
+
+def _same_version(data: str | None, user: User) -> bool:
+    """Whether a refresh token was issued under the account's current token_version. A token
+    issued before tokens carried it has no data: it is still retired with every other refresh
+    token of the account at each change (``revoke_tokens``), as it always was."""
+    if data is None:
+        return True
+    version = orjson.loads(data).get("ver")
+    return isinstance(version, int) and version == user.token_version
 
 
 def _confirm_data(data: str | None) -> str | None:
