@@ -5,11 +5,14 @@ Responses never tell whether an e-mail has an account beyond what the interface 
 gets the same 201 shape and a notice goes to the address instead; forgot-password answers
 the same for every address; every password check costs one bcrypt run.
 
-Who holds an address: the first registration chooses the password, and only its link confirms
-it. A later registration of a pending address never replaces that password nor sends a second
-activating link (whoever clicks the one link would otherwise activate whichever password its
-sender chose); the address gets a notice pointing to forgot-password, whose reset proves the
-mailbox, sets the password, and ends every session and API key made before it.
+Who holds an address: nobody who has not read its mailbox ever chooses its password. A first
+registration's link confirms that registration's password (GET confirms, as the operator
+contract fixes; its e-mail says not to open it unless you registered). A second registration of
+a pending address contests it: the pending password is dropped (``NO_PASSWORD``), every earlier
+confirmation link dies, and the mailbox gets a link that asks for the password (the reset page,
+which confirms the address too). Before, the first registration's link stayed the one that
+worked: a squatter who registered the address first had their password activated by the
+victim opening it, even after the victim had registered too (issue 25 finding 3).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 
 from mediasrv.core.credentials import tokens
-from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
+from mediasrv.core.credentials.passwords import NO_PASSWORD, PasswordHasher, validate_password
 from mediasrv.core.credentials.renewal import replace_password
 from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from mediasrv.core.invites import InviteService
@@ -90,7 +93,7 @@ class AccountService:
         try:
             await self._meta.create_user(user)
         except DuplicateError:
-            await self._notify_existing(email)
+            await self._registered_again(email)
             return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
         await self._send_confirmation(user, redirect_to)
         return {"message": REGISTERED, "user": {"id": user.id, "email": email}}
@@ -235,25 +238,41 @@ class AccountService:
         link = self._link("/auth/confirm", token)
         self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
             f"Welcome! Confirm your e-mail address by opening this link:\n\n{link}\n\n"
-            "The link works once and expires in 48 hours.\n")))
+            "The link works once and expires in 48 hours. If you did not ask for an account, "
+            "ignore this e-mail and do not open the link: it would confirm an account whose "
+            "password someone else chose.\n")))
 
-    async def _notify_existing(self, email: str) -> None:
-        """A second registration: a notice to the address, never a second activating link."""
+    async def _registered_again(self, email: str) -> None:
+        """A registration of an address that has an account: never a second activating link."""
         user = await self._meta.get_user_by_email(email)
         if user is None:
             return
         if not user.email_verified_at:
-            self._mail.submit(Message(to=email, subject="Your registration is waiting for confirmation", text=(
-                "Someone asked to register this e-mail address again, while an earlier registration "
-                "of it is still waiting for confirmation.\n\n"
-                "If you started the earlier registration, open the link in its e-mail. If you did "
-                "not, or you forgot the password you chose, do not open that link: set your own "
-                "password with POST /auth/forgot-password (the dashboard's 'Forgot password'), "
-                "which also confirms the address.\n")))
+            await self._contest(user)
             return
         self._mail.submit(Message(to=email, subject="Someone tried to register with your address", text=(
             "Someone tried to create an account with this e-mail address, which already has one.\n"
             "If it was you, log in, or reset your password with POST /auth/forgot-password.\n")))
+
+    async def _contest(self, user: User) -> None:
+        """A pending address registered again: two parties may have chosen passwords, and only
+        the mailbox tells them apart. Drop the pending password (so a link that escaped the
+        revocation, made by a registration racing this one, confirms an account nobody can log
+        in to), kill every confirmation link, and send the mailbox a link that asks for the
+        password (the reset page: it sets one and confirms the address)."""
+        await self._meta.set_password(user.id, NO_PASSWORD, now_iso())
+        await self._meta.revoke_tokens("confirm", user.id)
+        token = tokens.new_opaque_token()
+        await self._meta.put_token("reset", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL))
+        link = self._link("/auth/reset-password", token)
+        self._mail.submit(Message(to=user.email, subject="Choose your password to finish registering", text=(
+            "This e-mail address was registered again while an earlier registration of it was still "
+            "waiting for confirmation. So that nobody who cannot read this mailbox chooses the "
+            "account's password, the earlier confirmation link no longer works and no password "
+            "given at registration will be used.\n\n"
+            f"To finish, choose your password here (this also confirms the address):\n\n{link}\n\n"
+            "The link works once and expires in 48 hours (the token in it can also be sent to POST "
+            "/auth/reset-password). If you did not ask for an account, ignore this e-mail.\n")))
 
     def _link(self, path: str, token: str) -> str:
         return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"

@@ -24,18 +24,14 @@ from mediasrv.core.admin import AdminService
 from mediasrv.core.credentials import passwords
 from mediasrv.core.credentials.passwords import PasswordHasher
 from mediasrv.core.settings import Settings
-from tests.backends.fixtures import new_database
 from tests.conftest import Api, body
 
 PASSWORD = "s3cret-pass"
 
 
-@pytest.fixture(params=["sqlite", "mongo"])
-def app_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    env = {"MEDIASRV_RATE_LIMIT_SCALE": "20", "MEDIASRV_CREDENTIAL_CACHE_TTL": "0"}
-    if request.param == "mongo":
-        env["MEDIASRV_MONGODB_URL"] = request.getfixturevalue("mongoeco").url(new_database())
-    return env
+@pytest.fixture
+def app_env(meta_backend_env: dict[str, str]) -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "20", "MEDIASRV_CREDENTIAL_CACHE_TTL": "0", **meta_backend_env}
 
 
 @pytest.fixture
