@@ -136,7 +136,8 @@ class UserStore(Protocol):
     async def mark_email_verified(self, user_id: str, at: str) -> None: ...
 
     async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
-        """Replace the hash and bump token_version, retiring every earlier session token."""
+        """Replace the hash and bump token_version and credential_epoch in one write, retiring
+        every earlier session token, refresh token, API key and signed URL."""
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None: ...
 
@@ -148,8 +149,10 @@ class UserStore(Protocol):
         ``email_contains``: only addresses containing it (a literal, case-insensitive)."""
 
     async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
-        """Disable an account (``disabled_at`` a time; token_version moves on, so its session
-        tokens stop) or enable it again (None); False when there is no such account."""
+        """Disable an account (``disabled_at`` a time) or enable it again (None); either way
+        token_version moves on, so its session and refresh tokens stop for good (credential_epoch
+        stays: its API keys and signed URLs pause while it is disabled). False when there is no
+        such account."""
 
     async def delete_user(self, user_id: str) -> bool:
         """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
@@ -251,6 +254,15 @@ class FileStore(Protocol):
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Delete the user's record and release its quota in one step; the deleted record or None."""
+
+    async def unpublish_files(self, user_id: str) -> int:
+        """Make every public file of the account private and mark it ``withheld`` (an operator's
+        ``users disable --unpublish``), in one write; how many. Serving notices it as it notices
+        a delete: through the record cache's bound, or at once where nginx revalidates."""
+
+    async def republish_files(self, user_id: str) -> int:
+        """Make the account's withheld files public again and clear the mark (``users enable
+        --republish``); files its owner uploaded private stay private. How many."""
 
     async def count_files(self) -> int:
         """How many file records exist (each references one blob); the sweep's yardstick."""

@@ -34,6 +34,11 @@ class User:
     """Per-account file count limit set by an operator; None: the server-wide MEDIASRV_FILE_COUNT_LIMIT."""
     disabled_at: str | None = None
     """Set by an operator (``mediasrv users disable``): the account's sessions and keys stop."""
+    credential_epoch: int = 0
+    """Bumped with every new password (reset, ``users set-password``), with token_version.
+    API keys and signed URLs carry the epoch they were made under and stop once it moves on.
+    Unlike token_version, disabling and enabling leave it alone: an account's keys and links
+    pause while it is disabled and work again once it is enabled."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class ApiKey:
     created_at: str
     last_used_at: str | None = None
     revoked_at: str | None = None
+    credential_epoch: int = 0
+    """The owner's ``User.credential_epoch`` when the key was made: a newer password ends it."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class FileRecord:
     blob_key: str
     width: int | None = None
     height: int | None = None
+    withheld: bool = False
+    """Made private by an operator (``users disable --unpublish``), not by its owner: only
+    these are made public again by ``users enable --republish``."""
 
 
 @dataclass(frozen=True)

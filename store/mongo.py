@@ -433,7 +433,7 @@ class MongoMetaStore:
         async with self._op() as db:
             await db["users"].update_one({"_id": user_id}, {
                 "$set": {"password_hash": password_hash, "updated_at": to_date(at)},
-                "$inc": {"token_version": 1}})
+                "$inc": {"token_version": 1, "credential_epoch": 1}})
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
         async with self._op() as db:
@@ -602,6 +602,19 @@ class MongoMetaStore:
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
         return await self._page("files", _file_filter(user_id, query), offset, limit, _file)
+
+    async def unpublish_files(self, user_id: str) -> int:
+        """One update_many (sent twice, it finds nothing more to change)."""
+        async with self._op() as db:
+            result: UpdateResult = await db["files"].update_many(
+                {"user_id": user_id, "is_public": True}, {"$set": {"is_public": False, "withheld": True}})
+        return result.modified_count
+
+    async def republish_files(self, user_id: str) -> int:
+        async with self._op() as db:
+            result: UpdateResult = await db["files"].update_many(
+                {"user_id": user_id, "withheld": True}, {"$set": {"is_public": True, "withheld": False}})
+        return result.modified_count
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Release the file's quota once (marked by its file_id), then delete the record by its

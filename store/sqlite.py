@@ -237,6 +237,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             used_at TEXT)""",
         "CREATE INDEX invites_created ON invites (created_at DESC, id DESC)",
     ),
+    (
+        # Issue 25 finding 2: a new password ends the API keys and signed URLs made before it
+        # (each carries the account's credential epoch); an operator can take an account's
+        # public files offline and bring exactly those back (withheld).
+        "ALTER TABLE users ADD COLUMN credential_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE api_keys ADD COLUMN credential_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE files ADD COLUMN withheld INTEGER NOT NULL DEFAULT 0 CHECK (withheld IN (0, 1))",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -330,7 +338,7 @@ def _first_column(row: Row) -> Any:
 def _file(row: Row) -> FileRecord:
     """Booleans are stored as 0/1."""
     values = dict(row)
-    values["is_public"] = bool(values["is_public"])
+    values["is_public"], values["withheld"] = bool(values["is_public"]), bool(values["withheld"])
     return FileRecord(**values)
 
 
@@ -1032,8 +1040,8 @@ class SqliteMetaStore:
                           (at, at, user_id))
 
     async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
-        await self._write(_execute, "UPDATE users SET password_hash = ?, "
-                          "token_version = token_version + 1, updated_at = ? WHERE id = ?",
+        await self._write(_execute, "UPDATE users SET password_hash = ?, token_version = token_version + 1, "
+                          "credential_epoch = credential_epoch + 1, updated_at = ? WHERE id = ?",
                           (password_hash, at, user_id))
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
@@ -1168,6 +1176,17 @@ class SqliteMetaStore:
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         return await self._write(_delete_file, user_id, file_id)
 
+    async def unpublish_files(self, user_id: str) -> int:
+        """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""
+        changed: int = await self._write(_execute, "UPDATE files SET is_public = 0, withheld = 1 "
+                                         "WHERE user_id = ? AND is_public = 1", (user_id,))
+        return changed
+
+    async def republish_files(self, user_id: str) -> int:
+        changed: int = await self._write(_execute, "UPDATE files SET is_public = 1, withheld = 0 "
+                                         "WHERE user_id = ? AND withheld = 1", (user_id,))
+        return changed
+
     async def count_files(self) -> int:
         return await self._read(lambda conn: conn.execute("SELECT count(*) FROM files").fetchone()[0])
 
@@ -1248,7 +1267,7 @@ class SqliteMetaStore:
             for row in rows:
                 values = dict(row)
                 if table == "files":
-                    values["is_public"] = bool(values["is_public"])
+                    values["is_public"], values["withheld"] = bool(values["is_public"]), bool(values["withheld"])
                 elif table == "logs":
                     values["metadata"] = orjson.loads(values["metadata"])
                 out.append(values)
@@ -1266,6 +1285,7 @@ class SqliteMetaStore:
             values = dict(row)
             if table == "files":
                 values["is_public"] = int(values["is_public"])
+                values["withheld"] = int(values.get("withheld", False))  # absent in older dumps
             elif table == "logs":
                 values["metadata"] = orjson.dumps(values["metadata"]).decode()
             prepared.append(values)

@@ -94,6 +94,17 @@ def app_env() -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(params=["sqlite", "mongo"])
+def meta_backend_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings that run a test's app on each metadata backend in turn: SQLite (none), then a
+    fresh database of the session's mongoeco server. A module's ``app_env`` adds them."""
+    if request.param == "sqlite":
+        return {}
+    from tests.backends.fixtures import new_database
+
+    return {"MEDIASRV_MONGODB_URL": request.getfixturevalue("mongoeco").url(new_database())}
+
+
 @pytest.fixture
 def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple[Sink, int],
              app_env: dict[str, str]) -> Settings:

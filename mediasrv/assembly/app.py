@@ -41,7 +41,7 @@ from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.links import SignedLinks
+from mediasrv.core.files.links import LinkCheck, SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
 from mediasrv.core.invites import AdminInvites, InviteService
@@ -148,7 +148,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
-        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
+        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images,
+        links=LinkCheck(signer, lookups.user),
         usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
         public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
         accel_prefix=settings.accel_redirect, policy=transform_policy(settings))

@@ -40,12 +40,11 @@ async def run_users(admin: AdminService, files: FileService, args: argparse.Name
         print(f"confirmed {user.email} at {user.email_verified_at}")
         return 0
     if action in ("disable", "enable"):
-        user = await admin.set_enabled(args.email, action == "enable")
-        print(f"{action}d {user.email}" + (f" at {user.disabled_at}" if user.disabled_at else ""))
-        return 0
+        return await _set_enabled(admin, args)
     if action == "set-password":
-        user, generated = await admin.set_password(args.email, password)
-        print(f"new password set for {user.email}; every session of the account ended")
+        user, generated, revoked = await admin.set_password(args.email, password)
+        print(f"new password set for {user.email}; every session, refresh token, API key ({revoked} revoked) "
+              "and signed URL of the account made before it ended")
         _print_generated(generated)
         return 0
     if action == "delete":
@@ -92,6 +91,20 @@ async def _list(admin: AdminService, args: argparse.Namespace) -> int:
               f"{'yes' if user.disabled_at else 'no':<8} {user.files_count:>7} {user.storage_bytes:>14}")
     shown_to = (args.page - 1) * args.limit + len(users)
     print(f"{shown_to - len(users) + (1 if users else 0)}-{shown_to} of {total} accounts", file=sys.stderr)
+    return 0
+
+
+async def _set_enabled(admin: AdminService, args: argparse.Namespace) -> int:
+    """disable [--unpublish] / enable [--republish]: the account first (no upload or session
+    starts afterwards), then its files."""
+    enabling = args.action == "enable"
+    user = await admin.set_enabled(args.email, enabling)
+    print(f"{args.action}d {user.email}" + (f" at {user.disabled_at}" if user.disabled_at else ""))
+    if not enabling and args.unpublish:
+        print(f"{await admin.unpublish(args.email)} public file(s) made private (withheld); "
+              "'users enable --republish' publishes them again")
+    if enabling and args.republish:
+        print(f"{await admin.republish(args.email)} withheld file(s) public again")
     return 0
 
 

@@ -133,11 +133,20 @@ def _account_parsers(sub: Any, epilog: str) -> None:
     create.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
     create.add_argument("--confirmed", action="store_true", help="mark the e-mail address confirmed at once")
     for name, text in (("confirm", "mark an account's e-mail address confirmed"),
-                       ("disable", "stop an account: its sessions and API keys are refused (403), no login"),
-                       ("enable", "let a disabled account in again"),
                        ("show", "print an account's plan and counters as JSON")):
         actions.add_parser(name, help=text).add_argument("email")
-    password = actions.add_parser("set-password", help="set a new password; every session of the account ends")
+    disable = actions.add_parser("disable", help="stop an account: no login, its sessions and refresh tokens end, "
+                                                 "its API keys and signed URLs are refused until it is enabled")
+    disable.add_argument("email")
+    disable.add_argument("--unpublish", action="store_true",
+                         help="also take its public files offline (made private, within 2 s on every process "
+                              "and the nginx sidecar); 'enable --republish' brings them back")
+    enable = actions.add_parser("enable", help="let a disabled account in again (old sessions stay ended)")
+    enable.add_argument("email")
+    enable.add_argument("--republish", action="store_true",
+                        help="make the files 'disable --unpublish' took offline public again")
+    password = actions.add_parser("set-password", help="set a new password; every session, refresh token, API key "
+                                                      "and signed URL of the account made before it ends")
     password.add_argument("email")
     password.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
     delete = actions.add_parser("delete", help="delete an account with all its files and their bytes")

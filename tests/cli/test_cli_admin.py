@@ -8,7 +8,8 @@ import json
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -316,6 +317,73 @@ def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_
     assert login(s.url, "friend@example.com").status_code == 200
     out = cli(data_dir, "users", "list", "--json")
     assert [json.loads(line)["email"] for line in out.stdout.splitlines()] == ["friend@example.com"]
+    assert s.terminate()[0] == 0
+
+
+RECORD_CACHE_S = 2.0
+"""How long a process may serve a file's record from its cache (``FileCache``'s ttl): the bound
+within which another process's change of the file (a delete, an unpublish) is seen."""
+
+
+def _until(status: int, fetch: Callable[[], httpx.Response], within: float) -> float:
+    """Seconds until ``fetch`` answers ``status``; AssertionError past ``within``."""
+    start = time.monotonic()
+    while (r := fetch()).status_code != status:
+        assert time.monotonic() - start < within, f"still {r.status_code} after {within} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_set_password_and_disable_end_keys_links_and_take_public_files_offline(
+        tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    """Issue 25 finding 2. Before: after ``users set-password`` the account's API keys and signed
+    URLs kept working (docs/operations.md said keys end), a disabled account's signed URLs kept
+    opening its private files, and ``disable --unpublish`` did not exist (public files stayed
+    online). Now a new password ends keys and links; disabling pauses them (``enable`` resumes
+    them) and with --unpublish takes the public files offline within the record cache's bound,
+    hot path included; ``enable --republish`` brings back exactly those."""
+    assert cli(data_dir, "users", "create", "owner@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
+    auth = {"Authorization": f"Bearer {login(s.url, 'owner@example.com').json()['session']['access_token']}"}
+    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    uploaded = [httpx.post(f"{s.url}/files{query}", content=data, timeout=10,
+                           headers={"X-Api-Key": key, "Content-Type": "text/plain"}).json()["file"]["file_id"]
+                for query, data in (("?isPublic=false", b"private"), ("", b"public"))]
+    private, public = uploaded
+    link = httpx.post(f"{s.url}/files/{private}/signed-url", json={"expires_in": 600}, headers=auth,
+                      timeout=10).json()["url"]
+
+    def key_status() -> int:
+        return httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code
+
+    def anonymous(path: str) -> Callable[[], httpx.Response]:
+        return lambda: httpx.get(f"{s.url}{path}", timeout=10)
+
+    assert [anonymous(f"/m/{public}")().content for _ in range(3)] == [b"public"] * 3  # cached, then hot
+    assert anonymous(link.replace(s.url, ""))().content == b"private"
+
+    out = cli(data_dir, "users", "disable", "owner@example.com", "--unpublish")
+    assert out.returncode == 0, out.stderr
+    assert "1 public file(s) made private" in out.stdout
+    assert anonymous(link.replace(s.url, ""))().status_code == 404
+    assert key_status() == 403
+    assert _until(404, anonymous(f"/m/{public}"), RECORD_CACHE_S + 0.5) <= RECORD_CACHE_S + 0.5
+    assert anonymous(f"/d/{public}")().status_code == 404
+
+    out = cli(data_dir, "users", "enable", "owner@example.com", "--republish")
+    assert out.returncode == 0 and "1 withheld file(s) public again" in out.stdout, out
+    _until(200, anonymous(f"/m/{public}"), RECORD_CACHE_S + 0.5)
+    assert key_status() == 200 and anonymous(link.replace(s.url, ""))().status_code == 200  # paused, not ended
+    shown = {f["file_id"]: f["is_public"] for f in httpx.get(f"{s.url}/files", headers={"X-Api-Key": key},
+                                                              timeout=10).json()["files"]}
+    assert shown == {private: False, public: True}  # the private upload stayed private
+
+    out = cli(data_dir, "users", "set-password", "owner@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
+    assert out.returncode == 0 and "API key (1 revoked)" in out.stdout, out
+    assert key_status() == 401
+    assert anonymous(link.replace(s.url, ""))().status_code == 404
+    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401
     assert s.terminate()[0] == 0
 
 

@@ -688,6 +688,31 @@ def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(side
 
 
 @needs_hot_cache
+def test_unpublish_takes_a_hot_cached_file_offline_within_the_cache_bound(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` (an operator's command, another process)
+    makes an account's public files private; nginx's cached copies (original and variant) end at
+    their next revalidation, which reads the record from the store: within CACHE_VALID_S plus
+    nginx's whole-second clock of the command. Before, the option did not exist."""
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "offline@example.com", f"{base}.149", token_source=next(sources))
+    urls = (f"/m/{fid}", f"/m/{fid}?width=40")
+    for url in urls:
+        assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+                for _ in range(2)] == ["MISS", "HIT"]
+    done = subprocess.run([str(MEDIASRV), "users", "disable", "offline@example.com", "--unpublish"],
+                          env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 public file(s) made private" in done.stdout, done
+    bound = nginx_conf.CACHE_VALID_S + 1 + 1  # validity, nginx's whole-second clock, a margin for this machine
+    unpublished = time.monotonic()
+    for url in urls:
+        while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
+            assert r.status == 200 and time.monotonic() - unpublished < bound, "an unpublished file stays in the cache"
+            time.sleep(0.1)
+    assert r.json()["code"] == "FILE_NOT_FOUND"
+
+
+@needs_hot_cache
 def test_cached_variants_count_against_the_per_address_limit(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 18 item 4: a resized variant answered from nginx's cache is counted as any /m
     (4 a minute per address here): the 5th from one address is 429 though the copy is there."""

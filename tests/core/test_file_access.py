@@ -65,7 +65,8 @@ async def test_another_users_file_cannot_be_read_signed_or_deleted(local: Local,
     assert (await files.describe(owner, record.file_id))["file_id"] == record.file_id
     link = await links.create(owner, record.file_id, MIN_TTL_S)
     query = parse_qs(urlsplit(link["url"]).query)
-    assert SIGNER.verify(record.file_id, query["expires"][0], query["signature"][0])
+    assert SIGNER.verify(record.file_id, query["expires"][0], query["signature"][0],
+                         epoch=owner.credential_epoch)
     assert link["download_url"].split("?")[0].endswith(f"/d/{record.file_id}")
 
     assert await files.delete(owner, record.file_id)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from mediasrv.base import timeutil
-from store.base import DuplicateError, MetaStore, QuotaWithRecord
-from store.errors import StoreUnavailable
+from store.base import MetaStore, QuotaWithRecord
+from store.errors import Duplicate, StoreUnavailable
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -117,9 +117,9 @@ async def test_user_round_trip(meta: MetaStore) -> None:
 
 async def test_duplicate_email_and_id_are_rejected(meta: MetaStore) -> None:
     original = await add_user(meta, "u1", email="same@example.com")
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u2", email="same@example.com"))
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u1", email="other@example.com"))
     assert await meta.get_user("u2") is None
     assert await meta.get_user_by_email("same@example.com") == original
@@ -143,9 +143,10 @@ async def test_set_password_bumps_token_version(meta: MetaStore) -> None:
     await meta.set_password("u1", "h2", ts(20))
     user = await meta.get_user("u1")
     assert user is not None
-    assert (user.password_hash, user.token_version, user.updated_at) == ("h2", 2, ts(20))
+    assert (user.password_hash, user.token_version, user.credential_epoch, user.updated_at) == ("h2", 2, 2, ts(20))
     other = await meta.get_user("u2")
     assert other is not None and other.token_version == 0 and other.password_hash == "h0"
+    assert other.credential_epoch == 0
 
 
 async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
@@ -204,6 +205,7 @@ async def test_disabling_an_account_ends_its_session_tokens(meta: MetaStore) -> 
     assert await meta.set_disabled("u1", None, NOW)
     user = await meta.get_user("u1")
     assert user is not None and user.disabled_at is None and user.token_version == 2
+    assert user.credential_epoch == 0  # keys and signed links only pause while it is disabled
     assert not await meta.set_disabled("nobody", ts(50), NOW)
 
 
@@ -254,7 +256,7 @@ async def test_invites_work_once_until_they_expire(meta: MetaStore) -> None:
     invites, total = await meta.list_invites(0, 2)
     assert total == 3 and [i.id for i in invites] == ["i2", "i1"]  # newest first
     assert invites[0].used_at == NOW and invites[1].used_at is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_invite(Invite(id="i9", code_hash="c1", created_at=ts(9), expires_at=ts(2000)))
 
 
@@ -291,7 +293,7 @@ async def test_token_expiry_and_kind(meta: MetaStore) -> None:
 async def test_duplicate_token_hash_is_rejected(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("reset", "t1", "u1", ts(2000))
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.put_token("reset", "t1", "u1", ts(3000))
 
 
@@ -337,8 +339,11 @@ async def test_api_key_round_trip_and_lookup(meta: MetaStore) -> None:
     key = make_key("u1", "k1", ts(1), name=None)
     await meta.create_api_key(key)
     assert await meta.get_api_key_by_hash("hash-k1") == key
+    later = make_key("u1", "k3", ts(3), credential_epoch=4)
+    await meta.create_api_key(later)
+    assert await meta.get_api_key_by_hash("hash-k3") == later
     assert await meta.get_api_key_by_hash("hash-other") is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_api_key(make_key("u1", "k2", ts(2), key_hash="hash-k1"))
 
 
@@ -421,7 +426,7 @@ async def test_quota_with_record_reserves_and_inserts_as_one(meta: MetaStore) ->
     stored = {r.file_id for r, ok in zip(records, taken, strict=True) if ok}
     assert {f.file_id for f in (await meta.list_files("u1", FileQuery(), 0, 100))[0]} == stored
     assert not await meta.insert_file_within_quota(make_file("u1", "over-count", size=1), None, 3)
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.insert_file_within_quota(make_file("u1", sorted(stored)[0], id="another", size=1), None, None)
     user = await meta.get_user("u1")
     assert user is not None and (user.storage_bytes, user.files_count) == (300, 3)
@@ -449,7 +454,7 @@ async def test_file_round_trip_and_duplicate_file_id(meta: MetaStore) -> None:
     assert stored == record
     assert stored is not None and stored.is_public is True
     assert await meta.get_file("nope") is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.insert_file(make_file("u1", "f1", id="another-id"))
 
 
@@ -607,6 +612,27 @@ async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> 
     assert other is not None and (other.storage_bytes, other.files_count) == (0, 0)
 
 
+async def test_unpublish_makes_public_files_private_and_republish_only_those(meta: MetaStore) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` takes an account's public files offline;
+    ``users enable --republish`` brings back exactly those, never a file uploaded private."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for file_id, public in (("p1", True), ("p2", True), ("private", False)):
+        await add_file(meta, "u1", file_id, is_public=public)
+    await add_file(meta, "u2", "other", is_public=True)
+    assert await meta.unpublish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private", "other"])}
+    assert states == {"p1": (False, True), "p2": (False, True), "private": (False, False), "other": (True, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 0
+    assert (await meta.list_files("u1", FileQuery(is_public=False), 0, 10))[1] == 3
+    assert await meta.unpublish_files("u1") == 0  # twice: nothing more to change
+    assert await meta.republish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private"])}
+    assert states == {"p1": (True, False), "p2": (True, False), "private": (False, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 2
+    assert await meta.republish_files("u1") == 0 and await meta.unpublish_files("nobody") == 0
+
+
 async def test_get_files_across_chunks(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     present = {f"f{n}": make_file("u1", f"f{n}") for n in (0, 499, 500, 1234)}
@@ -666,7 +692,7 @@ async def test_domain_hostname_unique_across_users(meta: MetaStore) -> None:
     await add_user(meta, "u2")
     mine = make_domain("u1", "media.example.com")
     await meta.put_domain(mine)
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.put_domain(make_domain("u2", "media.example.com"))
     assert await meta.get_domain_by_hostname("media.example.com") == mine
     assert await meta.get_domain("u2") is None
@@ -776,7 +802,7 @@ async def test_reopening_twice_keeps_data_and_schema(meta: MetaStore,
     third = await reopen(second, meta_factory)
     try:
         await check_everything(third, seeded)
-        with pytest.raises(DuplicateError):  # the unique indexes survived too
+        with pytest.raises(Duplicate):  # the unique indexes survived too
             await third.create_user(make_user("u9", email="u1@example.com"))
     finally:
         await third.close()
@@ -838,7 +864,7 @@ async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
 
 async def test_email_unique_ignores_case(meta: MetaStore) -> None:
     await add_user(meta, "u1", email="a@example.com")
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u2", email="A@Example.com"))
 
 

@@ -114,6 +114,38 @@ async def test_migration_indexes_the_files_of_an_older_database(tmp_path: Path, 
                            "ON f.id = r.file_pk WHERE f.id IS NULL").fetchone()[0] == 0
 
 
+async def test_migration_gives_older_accounts_keys_and_files_their_first_epoch(tmp_path: Path,
+                                                                              io_loop: Any) -> None:
+    """The step of issue 25: rows of the release before it read as epoch 0 (their keys keep
+    working) and not withheld, and both can change afterwards."""
+    path = tmp_path / "meta.sqlite3"
+    with sqlite3.connect(path) as raw:  # a database as the release before the step left it
+        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+        for step in MIGRATIONS[:-1]:
+            for statement in step:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")
+        raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
+                    "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
+        raw.execute("INSERT INTO api_keys (id, user_id, key_prefix, key_hash, created_at) "
+                    "VALUES ('k1', 'u1', 'msk_x', 'hash-k1', ?)", (ts(1),))
+        raw.execute("INSERT INTO files (id, user_id, file_id, content_type, size, is_public, created_at, "
+                    "blob_key) VALUES ('id1', 'u1', 'f1', 'image/png', 1, 1, ?, 'b1')", (ts(2),))
+    meta = await _open(path)
+    try:
+        user, key = await meta.get_user("u1"), await meta.get_api_key_by_hash("hash-k1")
+        record = await meta.get_file("f1")
+        assert user is not None and key is not None and record is not None
+        assert (user.credential_epoch, key.credential_epoch, record.is_public, record.withheld) == (0, 0, True, False)
+        await meta.set_password("u1", "h2", ts(3))
+        assert await meta.unpublish_files("u1") == 1
+        user, record = await meta.get_user("u1"), await meta.get_file("f1")
+        assert user is not None and record is not None
+        assert (user.credential_epoch, record.is_public, record.withheld) == (1, False, True)
+    finally:
+        await meta.close()
+
+
 class GatedMeta:
     """A metadata store whose list_files waits for the test; counts concurrent lists per user."""
 

@@ -22,6 +22,7 @@ import tornado.web
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 from tornado.netutil import bind_sockets
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
 from mediasrv.web.accesslog import AccessLog
@@ -30,6 +31,8 @@ from tests.conftest import Api, body
 VARYING = {"Date", "X-Request-Id"}
 """Fields that differ between any two answers."""
 JPEG = pyvips.Image.black(64, 48).jpegsave_buffer()
+RECORD_CACHE_S = 2.0
+"""The app's record cache (``FileCache``) keeps a record this long after the store read."""
 
 
 @pytest.fixture
@@ -134,6 +137,30 @@ async def test_the_per_address_limit_is_exact_through_the_hot_path(api: Api, ask
     refused = await api.call("GET", f"/m/{file_id}")
     assert refused.code == 429 and refused.headers["RateLimit-Limit"] == "5"
     assert int(refused.headers["Retry-After"]) >= 1 and body(refused)["code"] == "RATE_LIMITED"
+
+
+async def test_an_unpublished_file_leaves_the_hot_path_within_the_record_cache_bound(
+        api: Api, asked: list[str], stores: tuple[Any, Any], runtime: Runtime,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` (another process, writing to the store)
+    makes a hot public file private; this process's hot path stops answering it once its cached
+    record is older than the record cache's life, and the handler path then answers 404."""
+    file_id, token = await _public_jpeg(api)
+    m = f"/m/{file_id}"
+    assert (await api.call("GET", m)).code == 200  # record and bytes cached
+    before = len(asked)
+    assert (await api.call("GET", m)).code == 200 and len(asked) == before  # answered hot
+    user_id = body(await api.call("GET", "/profile", token=token))["user"]["id"]
+    assert await stores[0].unpublish_files(user_id) == 1
+    before = len(asked)
+    cache = runtime.file_cache
+    moved = cache._clock() + RECORD_CACHE_S  # the cache's clock past its entries' life, not a sleep
+    monkeypatch.setattr(cache, "_clock", lambda: moved)
+    for path in (m, f"{m}?width=20", f"/d/{file_id}"):
+        r = await api.call("GET", path)
+        assert r.code == 404 and body(r)["code"] == "FILE_NOT_FOUND", (path, r.code)
+    assert asked[before:] == [m, f"{m}?width=20", f"/d/{file_id}"]  # none of them hot
+    assert (await api.call("GET", m, token=token)).code == 200  # its owner still has it
 
 
 TEXT_LINE = re.compile(r"\S+ \[\d+\] INFO mediasrv\.access: (?P<status>\d+) (?P<method>\S+) (?P<path>\S+) "

@@ -21,7 +21,6 @@ from urllib.parse import quote
 
 from mediasrv.base.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
 from mediasrv.base.timeutil import parse_iso
-from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.answer import Accel, BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
@@ -38,6 +37,7 @@ from mediasrv.core.delivery.http_fields import (
 from mediasrv.core.delivery.jobs import ImageJobs
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import needs_sandbox, shown_inline
+from mediasrv.core.files.links import LinkCheck
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
 from mediasrv.images.spec import AUTO, TransformSpec
@@ -84,13 +84,13 @@ class MediaDelivery:
     """
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, *, files: FileCache, results: ResultCache,
-                 bodies: BlobCache, images: ImageJobs, signer: UrlSigner, usage: UsageRecorder,
+                 bodies: BlobCache, images: ImageJobs, links: LinkCheck, usage: UsageRecorder,
                  hosts: HostRule, public_cache: str, accel_prefix: str = "",
                  policy: TransformPolicy = ANY_TRANSFORM) -> None:
         self._meta, self._blobs = meta, blobs
         self.files, self.results, self.bodies = files, results, bodies
         self.usage = usage
-        self._images, self._signer, self._hosts = images, signer, hosts
+        self._images, self._links, self._hosts = images, links, hosts
         self._public_cache = public_cache
         """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
         self._accel_prefix = accel_prefix
@@ -195,7 +195,7 @@ class MediaDelivery:
             if record is None:
                 raise _not_found()
             self.files.put(record, generation)  # not if a delete ran meanwhile
-        if not await self._hosts.serves(request.host, record.user_id) or not self._may_read(record, request):
+        if not await self._hosts.serves(request.host, record.user_id) or not await self._may_read(record, request):
             raise _not_found()
         return record
 
@@ -225,10 +225,12 @@ class MediaDelivery:
         for key in keys:
             self.files.refreshed(key, found.get(key), generation)
 
-    def _may_read(self, record: FileRecord, request: MediaRequest) -> bool:
-        """Public files to anyone; private ones to their owner, or with a valid signed link."""
-        return (record.is_public or owns(request.user_id, record)
-                or self._signer.verify(record.file_id, request.expires, request.signature))
+    async def _may_read(self, record: FileRecord, request: MediaRequest) -> bool:
+        """Public files to anyone; private ones to their owner, or with a signed link that still
+        holds (``LinkCheck``: its owner's epoch, an enabled owner)."""
+        if record.is_public or owns(request.user_id, record):
+            return True
+        return await self._links.opens(record, request.expires, request.signature)
 
     async def _stored(self, record: FileRecord, request: MediaRequest) -> MediaAnswer:
         """The stored bytes: sent by nginx when it can, else from memory or in chunks."""
