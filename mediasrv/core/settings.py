@@ -98,8 +98,12 @@ class Settings:
                                             repr=False)
     s3_session_token: str | None = _env("AWS_SESSION_TOKEN", "S3 session token (temporary credentials)",
                                         default=None, repr=False)
-    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included; "
-                               "an upload part of up to 8 MiB is one call), seconds", default=5.0)
+    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included), "
+                               "seconds, plus the time its bytes take at S3_MIN_RATE", default=5.0)
+    s3_min_rate_bytes: int = _env("MEDIASRV_S3_MIN_RATE", "slowest transfer to or from S3 given time, bytes "
+                                  "per second: a call carrying N bytes (an upload part of up to 8 MiB, a "
+                                  "read) may take S3_TIMEOUT + N / this; slower is an outage (503)",
+                                  default=1024 * 1024)
     public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
                            "(default http://HOST:PORT)", default="")
     smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "
@@ -352,7 +356,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "max_uploads_per_user": whole_number, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
-    "s3_timeout_s": number, "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
+    "s3_timeout_s": number, "s3_min_rate_bytes": byte_size,
+    "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
     "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
     "allowed_formats": _formats, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
     "reservation_ttl_s": whole_number,

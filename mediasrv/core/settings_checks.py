@@ -210,6 +210,8 @@ def _check_backends(s: Settings) -> str | None:
         return "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together"
     if not math.isfinite(s.s3_timeout_s) or not 0.1 <= s.s3_timeout_s <= 300:
         return f"MEDIASRV_S3_TIMEOUT must be from 0.1 to 300 seconds, not {s.s3_timeout_s}"
+    if s.s3_min_rate_bytes < 1024:
+        return f"MEDIASRV_S3_MIN_RATE must be at least 1024 (1 KiB) bytes per second, not {s.s3_min_rate_bytes}"
     return None
 
 
