@@ -147,6 +147,8 @@ class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
     delivers_urls = True
+    writer_buffer_bytes = PART_SIZE
+    """``WriteBuffers``: a writer gathers up to a part before it sends it."""
 
     def __init__(self, config: S3Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
