@@ -234,9 +234,9 @@ class Settings:
                                      "progress at once, per process (one more: 429 TOO_MANY_UPLOADS)",
                                      default=16)
     upload_buffer_bytes: int = _env("MEDIASRV_UPLOAD_BUFFER_BYTES", "memory all uploads in progress in one "
-                                    "process may hold at once (each takes what it may hold: on S3 about 10 MiB, "
-                                    "on files about 2 MiB, a small one twice its size); one more: 503 "
-                                    "UPLOADS_BUSY with Retry-After", default=256 * 1024 * 1024)
+                                    "process may hold at once (each takes the most it may hold: a large one about "
+                                    "10 MiB on S3, 2 MiB on files, a small one a few times its size); one more: "
+                                    "503 UPLOADS_BUSY with Retry-After", default=256 * 1024 * 1024)
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
