@@ -160,7 +160,8 @@ async def test_a_body_that_trickles_fails_once_it_falls_behind_the_slowest_rate(
         s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
     """S3 answers at once, then sends the body 2 KiB a second: each read gets a few bytes in
     time, so only the allowance of the whole body (MEDIASRV_S3_MIN_RATE, here 1 MiB/s) ends it.
-    Before, a streamed read of this 1 MiB blob went on for eight and a half minutes."""
+    Before, a streamed read of this 1 MiB blob had no bound but the body's own end (1 MiB at
+    2 KiB/s: eight and a half minutes)."""
     store = store_for(s3_proxy, bucket, min_rate=MiB)
     await store.open()
     try:
