@@ -17,7 +17,7 @@ from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, 
 from mediasrv.core.files.uploads import Upload, failure_status
 from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
-from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
+from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, json_body, json_response, ref, typed
 from mediasrv.web.peer import unless_client_leaves
 from mediasrv.web.routespec import ANY, Route, per_user
 
@@ -220,7 +220,11 @@ def _upload(ctx: DocContext) -> Json:
                              "type cannot be recognised (octet-stream), an image too large to "
                              "decode, or an invalid file name (INVALID_FILE_NAME)."),
                 "403": error("The trial has ended, or the storage or file count limit is reached."),
-                "413": error("File too large; code FILE_TOO_LARGE.")}}
+                "413": error("File too large; code FILE_TOO_LARGE."),
+                "503": {**error("Try again after Retry-After seconds: the storage is unavailable "
+                                "(STORE_UNAVAILABLE), or the uploads in progress hold all the memory "
+                                "the server gives uploads (UPLOADS_BUSY)."),
+                        "headers": header_refs(**{"Retry-After": "RetryAfter"})}}}
 
 
 def _query(name: str, description: str, schema: Json) -> Json:

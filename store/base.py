@@ -7,7 +7,7 @@ aggregates it uses. ``BlobStore`` is one protocol. What only some backends can d
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
 backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile``, ``HitCounters``
 and ``Leases`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
-``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
+``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files), ``WriteBuffers`` (S3).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
 Every method takes explicit keys, never request state, so one contract suite
@@ -513,7 +513,18 @@ class BlobStore(Lifecycle, Protocol):
         """Delete quarantined blobs quarantined more than ``older_than_s`` ago; the number."""
 
 
-# -- optional capability of a blob store ----------------------------------------------------
+# -- optional capabilities of a blob store --------------------------------------------------
+
+@runtime_checkable
+class WriteBuffers(Protocol):
+    """A blob store whose writers keep bytes in memory between writes (S3: a part is gathered
+    whole before it is sent). What an upload holds is then more than what it is writing: the
+    uploads' memory budget (``mediasrv.core.limits.buffers``) counts it."""
+
+    @property
+    def writer_buffer_bytes(self) -> int:
+        """The most one writer keeps between writes, besides the write in progress."""
+
 
 @runtime_checkable
 class LocalBlobFiles(Protocol):

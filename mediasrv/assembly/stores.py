@@ -31,7 +31,8 @@ def make_blobs(settings: Settings) -> BlobStore:
         return S3BlobStore(S3Config(
             bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
             access_key_id=settings.s3_access_key_id, secret_access_key=settings.s3_secret_access_key,
-            session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s))
+            session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s,
+            min_rate=settings.s3_min_rate_bytes))
     return make_embedded(settings)[1]
 
 

@@ -133,6 +133,24 @@ async def test_a_graceful_stop_hands_over_at_once(mongo: MongoMetaStore) -> None
     await b.lease.stop()
 
 
+async def test_a_process_that_never_held_the_lease_leaves_the_holders_lease_when_it_stops(
+        mongo: MongoMetaStore) -> None:
+    """b competed and was refused (a holds the lease); b stops gracefully. Its drop must not
+    take a's lease with it: a third process would then take it at once, and two would sweep and
+    reconcile while a still believes itself the holder (issue 25 finding 4)."""
+    clock = Clock()
+    a, b, c = Process(mongo, "a", clock), Process(mongo, "b", clock), Process(mongo, "c", clock)
+    assert await a.lease.renew_once() and not await b.lease.renew_once()
+    await b.lease.stop()
+    doc = await mongo._db["leases"].find_one({"_id": "housekeeping"})
+    assert doc is not None and doc["holder"] == "a"
+    assert not await c.lease.renew_once()  # nobody takes it while a holds it
+    await settle()
+    assert (a.lease.held, a.running, c.running) == (True, 1, 0)
+    await a.lease.stop()
+    await c.lease.stop()
+
+
 class Hung:
     """A store that takes the request and never answers (a half-open connection); the clock goes
     on meanwhile."""

@@ -269,6 +269,8 @@ def test_public_url_follows_host_and_port() -> None:
     ("MEDIASRV_S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
     ("MEDIASRV_PUBLIC_MAX_AGE", "-1"), ("MEDIASRV_PUBLIC_MAX_AGE", "99999999999"),
     ("MEDIASRV_PUBLIC_IMMUTABLE", "sometimes"),
+    ("MEDIASRV_S3_MIN_RATE", "100"), ("MEDIASRV_S3_MIN_RATE", "fast"),
+    ("MEDIASRV_UPLOAD_BUFFER_BYTES", "1MiB"), ("MEDIASRV_UPLOAD_BUFFER_BYTES", "-1"),
 ])
 def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError) as info:

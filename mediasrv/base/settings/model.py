@@ -39,6 +39,8 @@ HOUSEKEEPING_ROLES = ("full", "sweep", "none")
 REGISTRATION_MODES = ("auto", "open", "invite", "closed")
 """MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
 LOG_FORMATS = ("text", "json")
+MIN_UPLOAD_BUFFER_BYTES = 16 * 1024 * 1024
+"""MEDIASRV_UPLOAD_BUFFER_BYTES below this would refuse every large upload to S3 (about 10 MiB each)."""
 MAX_UNIX_SOCKET_PATH = 107
 """sun_path holds 108 bytes with the terminating NUL (Linux)."""
 OTHER_NAMES = frozenset({"MEDIASRV_WORKERS", "MEDIASRV_NGINX_WORKERS", "MEDIASRV_NGINX_RESOLVER",
@@ -98,8 +100,12 @@ class Settings:
                                             repr=False)
     s3_session_token: str | None = _env("AWS_SESSION_TOKEN", "S3 session token (temporary credentials)",
                                         default=None, repr=False)
-    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included; "
-                               "an upload part of up to 8 MiB is one call), seconds", default=5.0)
+    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included), "
+                               "seconds, plus the time its bytes take at S3_MIN_RATE", default=5.0)
+    s3_min_rate_bytes: int = _env("MEDIASRV_S3_MIN_RATE", "slowest transfer to or from S3 given time, bytes "
+                                  "per second: a call carrying N bytes (an upload part of up to 8 MiB, a "
+                                  "read) may take S3_TIMEOUT + N / this; slower is an outage (503)",
+                                  default=1024 * 1024)
     public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
                            "(default http://HOST:PORT)", default="")
     smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "
@@ -227,6 +233,10 @@ class Settings:
     max_uploads_per_user: int = _env("MEDIASRV_MAX_UPLOADS_PER_USER", "uploads one account may have in "
                                      "progress at once, per process (one more: 429 TOO_MANY_UPLOADS)",
                                      default=16)
+    upload_buffer_bytes: int = _env("MEDIASRV_UPLOAD_BUFFER_BYTES", "memory all uploads in progress in one "
+                                    "process may hold at once (each takes the most it may hold: a large one about "
+                                    "10 MiB on S3, 2 MiB on files, a small one a few times its size); one more: "
+                                    "503 UPLOADS_BUSY with Retry-After", default=256 * 1024 * 1024)
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
@@ -314,10 +324,11 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
     "metrics_port": whole_number, "metrics_host": str.strip, "metrics_socket": lambda v: Path(v).expanduser(),
     "max_connections_per_ip": whole_number,
-    "max_uploads_per_user": whole_number, "image_memory_bytes": byte_size,
+    "max_uploads_per_user": whole_number, "upload_buffer_bytes": byte_size, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
-    "s3_timeout_s": number, "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
+    "s3_timeout_s": number, "s3_min_rate_bytes": byte_size,
+    "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
     "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
     "allowed_formats": _formats, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
     "reservation_ttl_s": whole_number,

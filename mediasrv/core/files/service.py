@@ -20,11 +20,12 @@ from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.files.uploads import Upload, UploadLimits, memory_bound
+from mediasrv.core.limits.buffers import UploadBuffers
 from mediasrv.core.limits.inflight import UploadsInFlight
 from mediasrv.core.limits.querygate import QueryGate
 from mediasrv.core.storeguard import StoreGuard
-from store.base import BlobStore, MetaStore, QuotaWithRecord
+from store.base import BlobStore, MetaStore, QuotaWithRecord, WriteBuffers
 from store.errors import StorageFull
 from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries
 from store.models import FileRecord, User
@@ -68,6 +69,8 @@ class FileService:
         self._aborts: set[asyncio.Future[None]] = set()
         self._one_write = isinstance(meta, QuotaWithRecord)
         self.in_flight = UploadsInFlight(settings.max_uploads_per_user)
+        self.buffers = UploadBuffers(settings.upload_buffer_bytes)
+        self._writer_buffer = blobs.writer_buffer_bytes if isinstance(blobs, WriteBuffers) else 0
 
     def abort_later(self, upload: Upload) -> None:
         """Drop a disconnected client's upload (its partial blob, its reservation) in the
@@ -105,10 +108,17 @@ class FileService:
                            declared_size: int | None, limits: UploadLimits, allow: AllowList) -> Upload:
         """An upload whose quota is reserved (when its size is declared, unless the body is small
         and the store takes its quota with its record) and whose blob writer is open (unless the
-        body is small); 503 first if the database changed under the server (``require_store``)."""
+        body is small); 503 first if the database changed under the server (``require_store``),
+        or if it would hold more memory than MEDIASRV_UPLOAD_BUFFER_BYTES leaves (UploadsBusy)."""
         await self.require_store()
         self.in_flight.take(user.id)  # 429 past MEDIASRV_MAX_UPLOADS_PER_USER open at once
-        ended = _once(functools.partial(self.in_flight.give, user.id))
+        try:  # 503 past MEDIASRV_UPLOAD_BUFFER_BYTES held by all uploads: before anything is reserved
+            give_buffers = self.buffers.take(memory_bound(
+                limits.cap_bytes if declared_size is None else declared_size, self._writer_buffer))
+        except BaseException:
+            self.in_flight.give(user.id)
+            raise
+        ended = _once(functools.partial(_both, functools.partial(self.in_flight.give, user.id), give_buffers))
         upload = Upload(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
                         allow, one_write=self._one_write, on_end=ended)
         try:
@@ -191,6 +201,11 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
     }
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
+    first()
+    second()
 
 
 def _once(call: Callable[[], None]) -> Callable[[], None]:

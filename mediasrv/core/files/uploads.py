@@ -65,6 +65,17 @@ def new_file_id() -> str:
 
 WRITE_BYTES = 1024 * 1024
 """Body bytes gathered before one write to the blob store (one executor hop, not sixteen)."""
+BODY_CHUNK_BYTES = 64 * 1024
+"""The most Tornado hands ``feed`` at once (its HTTP/1 ``chunk_size``)."""
+
+
+def memory_bound(size: int, writer_buffer_bytes: int) -> int:
+    """The most an upload of at most ``size`` bytes holds in memory at once, for the uploads'
+    budget (``mediasrv.core.limits.buffers``): the body gathered for the next write (WRITE_BYTES
+    and one chunk past it; a small body whole), the copy of it being written, and what the
+    blob writer keeps between writes (``store.base.WriteBuffers``: on S3 the part it fills)."""
+    pending = min(size, WRITE_BYTES + BODY_CHUNK_BYTES)
+    return 2 * pending + min(size, writer_buffer_bytes)
 
 
 class Upload:
@@ -77,7 +88,8 @@ class Upload:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
-        other checks together). ``on_end``: called once, when the upload is stored or aborted."""
+        other checks together). ``on_end``: called once, when the upload is stored, or aborted
+        and its buffers dropped."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -261,8 +273,13 @@ class Upload:
         if self._done:
             return
         self._done = True
-        self._ended()
         self._pending = bytearray()
+        try:
+            await self._undo()
+        finally:
+            self._ended()  # the writer's buffer is dropped too (its abort waits for a write in progress)
+
+    async def _undo(self) -> None:
         if self._unsure:
             return
         if self._reserved is not None:  # first: a blob store that hangs must not hold the quota

@@ -42,5 +42,9 @@ class MemoryCounters:
     async def add(self, name: str, window: int, window_end_s: float) -> int:
         return self.count(name, window)
 
+    def counts(self) -> dict[Hashable, int]:
+        """A copy of the current window's counts (what /metrics and tests look at)."""
+        return dict(self._counts)
+
     def __len__(self) -> int:
         return len(self._counts)

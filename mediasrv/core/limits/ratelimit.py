@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
@@ -105,6 +105,10 @@ class RateLimiter:
         counting nothing: a caller that then answers counts it with ``hit``, one that hands the
         request on leaves the counting to whoever answers."""
         return self._local.peek((route, key), int(self._clock() // WINDOW_S)) < self._ip[route]
+
+    def counts(self) -> dict[Hashable, int]:
+        """The counts kept in this process in the current window, by (counter, key)."""
+        return self._local.counts()
 
     def __len__(self) -> int:
         return len(self._local)
