@@ -7,14 +7,14 @@ import logging
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg, upload_type
+from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg
 from handlers.paging import int_arg, page_args
 from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
-from mediasrv.core.files.uploads import Upload, failure_status
+from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
 from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
 from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, json_body, json_response, ref, typed
@@ -40,7 +40,7 @@ class FilesBase(BaseHandler):
 class FilesHandler(FilesBase):
     """POST streams an upload into the blob store; GET lists the caller's files."""
 
-    upload: Upload | None = None
+    upload: UploadSession | None = None
     failure: ApiError | None = None
 
     async def prepare(self) -> None:
@@ -60,54 +60,43 @@ class FilesHandler(FilesBase):
             self.failure = failure_status(exc)
 
     async def _start_upload(self) -> None:
-        """Every check the headers allow, then the quota reservation and the blob writer."""
+        """The request's upload fields, parsed, for the file service to admit (``admit``)."""
         assert self.principal is not None
-        user = self.principal.user
-        require_active_trial(user)
-        declared_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
-        if declared_type == "multipart/form-data":
-            raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
-                             "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
-                             "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
-        content_type = upload_type(declared_type, self.request.query_arguments.get("type", []), self.allow)
-        is_public = bool_arg(self, "isPublic", default=True) is not False  # absent: public
-        name = file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", []))
-        limits = self.files.limits_for(user)
-        declared = content_length(self.request.headers)
-        too_large = f"File too large: the limit is {limits.cap_bytes} bytes"
-        if declared is not None and declared > limits.cap_bytes:
-            raise PayloadTooLarge(too_large)
-        http_limits.set_body_limit(self.request.connection, limits.cap_bytes, PayloadTooLarge.code, too_large)
-        self.upload = await self.files.start_upload(user, content_type, name, is_public, declared, limits,
-                                                    self.allow)
+        named = self.request.query_arguments.get("type", [])
+        if len(named) > 1:
+            raise BadRequest("type is given more than once", code="INVALID_QUERY")
+        request = UploadRequest(
+            declared_type=content_types.normalize(self.request.headers.get_list("Content-Type")),
+            named_type=named[0].decode("latin-1") if named else None,
+            name=file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", [])),
+            is_public=bool_arg(self, "isPublic", default=True) is not False,  # absent: public
+            declared_size=content_length(self.request.headers))
+        self.upload = await self.files.admit(self.principal.user, request)
+        cap = self.upload.body_limit
+        http_limits.set_body_limit(self.request.connection, cap, PayloadTooLarge.code,
+                                   f"File too large: the limit is {cap} bytes")
 
     async def data_received(self, chunk: bytes) -> None:
         if self.upload is None or self.failure is not None:
             return
         try:
             await self.upload.feed(chunk)
-        except Exception as exc:
-            self.failure = failure_status(exc)
-            await self.upload.abort()
+        except ApiError as exc:  # the session has undone the upload: answer once the body is read
+            self.failure = exc
 
     async def post(self) -> None:
         if self.failure is not None:
             raise self.failure
         assert self.upload is not None
         self.request_size = self.upload.received
-        try:
-            record = await unless_client_leaves(self.request.connection, self.upload.finish(),
-                                                self.on_connection_close)
-        except Exception as exc:
-            await self.upload.abort()
-            raise failure_status(exc) from exc
+        record = await unless_client_leaves(self.request.connection, self.upload.finish(), self.on_connection_close)
         render = await self.files.renderer(record.user_id)
         self.write_json({"file": render(record), "message": "File uploaded"}, 201)
 
     def on_connection_close(self) -> None:
-        """A client gone mid-body: drop its partial blob and reservation."""
+        """A client gone mid-body: its upload is abandoned (partial blob and reservation go)."""
         if self.upload is not None:
-            self.files.abort_later(self.upload)
+            self.upload.abandon()
             log.warning("upload aborted: the client disconnected after %d bytes", self.upload.received)
         super().on_connection_close()
 

@@ -118,3 +118,29 @@ def resolve_sniffed(head: bytes, allow: AllowList) -> str:
                          "see /reference/allowed-content-types", code="CONTENT_TYPE_NOT_ALLOWED")
     raise BadRequest("The type of this application/octet-stream upload could not be recognised from its "
                      "bytes; send the file's real MIME type as Content-Type", code="UNRECOGNIZED_CONTENT")
+
+
+def stored_type(declared: str, named: str | None, allow: AllowList) -> str | None:
+    """The type an upload is stored as; None: taken from its first bytes.
+
+    ``declared`` is its Content-Type (normalised); ``named`` the ``type`` query parameter, if
+    any. Content-Type names the type, unless it is application/octet-stream (what generated
+    clients always send): then ``type`` may name it, and without one the bytes tell. A
+    multipart body is refused with a hint: the body is the file's own bytes.
+    """
+    if declared == "multipart/form-data":
+        raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
+                         "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
+                         "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
+    if named is None:
+        return None if declared == OCTET_STREAM else allow.require(declared)
+    wanted = named.split(";", 1)[0].strip().lower()
+    if declared not in (OCTET_STREAM, wanted):
+        raise BadRequest(f"The type query parameter ({wanted}) and Content-Type ({declared}) differ: send the "
+                         "file's type in one of them, or the same in both", code="INVALID_CONTENT_TYPE")
+    if wanted == OCTET_STREAM:
+        return None
+    if wanted not in allow:
+        raise BadRequest(f"Content type {wanted!r} is not allowed; see /reference/allowed-content-types",
+                         code="CONTENT_TYPE_NOT_ALLOWED")
+    return wanted
