@@ -11,7 +11,6 @@ from handlers.file_args import bool_arg, content_length, drainable, file_name, s
 from handlers.paging import int_arg, page_args
 from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
-from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
 from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
@@ -29,11 +28,10 @@ BULK_DELETE_MAX = 100
 
 class FilesBase(BaseHandler):
     files: FileService
-    allow: AllowList
 
-    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, files: FileService) -> None:  # type: ignore[override]
         super().initialize(base)
-        self.files, self.allow = files, allow
+        self.files = files
 
 
 @tornado.web.stream_request_body
@@ -60,21 +58,24 @@ class FilesHandler(FilesBase):
             self.failure = failure_status(exc)
 
     async def _start_upload(self) -> None:
-        """The request's upload fields, parsed, for the file service to admit (``admit``)."""
+        """The file service admits the upload (``admit``), reading its fields from here."""
         assert self.principal is not None
+        self.upload = await self.files.admit(self.principal.user, self._upload_request)
+        cap = self.upload.body_limit
+        http_limits.set_body_limit(self.request.connection, cap, PayloadTooLarge.code,
+                                   f"File too large: the limit is {cap} bytes")
+
+    def _upload_request(self) -> UploadRequest:
+        """What this request says of its upload: headers and query parsed, nothing judged."""
         named = self.request.query_arguments.get("type", [])
         if len(named) > 1:
             raise BadRequest("type is given more than once", code="INVALID_QUERY")
-        request = UploadRequest(
+        return UploadRequest(
             declared_type=content_types.normalize(self.request.headers.get_list("Content-Type")),
             named_type=named[0].decode("latin-1") if named else None,
             name=file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", [])),
             is_public=bool_arg(self, "isPublic", default=True) is not False,  # absent: public
             declared_size=content_length(self.request.headers))
-        self.upload = await self.files.admit(self.principal.user, request)
-        cap = self.upload.body_limit
-        http_limits.set_body_limit(self.request.connection, cap, PayloadTooLarge.code,
-                                   f"File too large: the limit is {cap} bytes")
 
     async def data_received(self, chunk: bytes) -> None:
         if self.upload is None or self.failure is not None:
@@ -115,7 +116,7 @@ class FilesHandler(FilesBase):
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")
-        if ctype is not None and ctype not in self.allow:
+        if ctype is not None and ctype not in self.files.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
         return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
@@ -155,9 +156,9 @@ class SignedUrlHandler(FilesBase):
 
     links: SignedLinks
 
-    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList,  # type: ignore[override]
+    def initialize(self, base: BaseDeps, files: FileService,  # type: ignore[override]
                    links: SignedLinks) -> None:
-        super().initialize(base, files, allow)
+        super().initialize(base, files)
         self.links = links
 
     async def post(self, file_id: str) -> None:

@@ -74,7 +74,7 @@ class FileService:
         self.buffers = UploadBuffers(settings.upload_buffer_bytes)
         self._writer_buffer = blobs.writer_buffer_bytes if isinstance(blobs, WriteBuffers) else 0
 
-    def abort_later(self, undo: Awaitable[None]) -> None:
+    def abort_later(self, undo: Awaitable[None]) -> None:  # the sessions' ``in_background``
         """Run an abandoned upload's undo (its partial blob, its reservation) in the background;
         ``drain_aborts`` lets shutdown wait for it before the stores close."""
         task = asyncio.ensure_future(undo)
@@ -106,11 +106,14 @@ class FileService:
             await self._guard.recent(GUARD_MAX_AGE_S)
             self._guard.require()
 
-    async def admit(self, user: User, request: UploadRequest) -> UploadSession:
+    async def admit(self, user: User, read_request: Callable[[], UploadRequest]) -> UploadSession:
         """Whether this upload may start, decided before a byte of its body is read, and its
-        session: the account's trial (403), the stored type (``content_types.stored_type``: 400,
-        415), a declared size over the account's cap (413), then ``start_upload``."""
+        session, in this order: the account's trial (403, before anything else: the operator
+        contract), the request's own fields (``read_request``, the transport's parser: 400), the
+        stored type (``content_types.stored_type``: 400, 415), a declared size over the account's
+        cap (413), then ``start_upload`` (quota, memory, the blob writer)."""
         require_active_trial(user)
+        request = read_request()
         content_type = stored_type(request.declared_type, request.named_type, self.allow)
         limits = self.limits_for(user)
         if request.declared_size is not None and request.declared_size > limits.cap_bytes:

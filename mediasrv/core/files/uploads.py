@@ -115,7 +115,7 @@ class UploadSession:
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
                  allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
                  on_end: Callable[[], None] | None = None,
-                 in_background: Callable[[Awaitable[None]], None] = asyncio.ensure_future) -> None:
+                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
