@@ -23,6 +23,28 @@ from tests.images.test_jobs import (  # noqa: F401  (fixtures used by name)
 )
 
 
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
+async def test_a_304_for_a_variant_never_made_here_runs_no_transform(
+        api: Api, stores: Any, runtime: Runtime, runner: GatedRunner, private: bool) -> None:
+    """Issue 26: a revalidation of a variant this process never rendered (a private file's, or
+    a public one not in the result cache: another process or a restart made the client's copy)
+    is a 304 from the validators alone, on the full path as on the in-memory one."""
+    runner.finish.set()
+    login = await api.user(f"rev-{'private' if private else 'public'}@example.com")
+    owner = {"Authorization": f"Bearer {login['session']['access_token']}"}
+    fid = await insert_file(stores, login["user"]["id"], black_jpeg(64, 64), "image/jpeg", width=64, height=64,
+                            public=not private)
+    etag = f'"{fid}-w10-h-f"'  # the variant's validator: the file and the normalised spec alone
+    before, inputs = runtime.images.transforms_run, len(runner.inputs)
+    r = await api.call("GET", f"/m/{fid}?width=10", headers={"If-None-Match": etag, **(owner if private else {})})
+    assert r.code == 304, r.body
+    assert r.headers["ETag"] == etag
+    assert runtime.images.transforms_run == before and len(runner.inputs) == inputs  # nothing rendered
+    r = await api.call("GET", f"/m/{fid}?width=10", headers=owner if private else {})
+    assert r.code == 200 and r.headers["ETag"] == etag and runtime.images.transforms_run == before + 1
+
+
 def _serving_deps(app: tornado.web.Application) -> Any:
     return next(rule.target_kwargs["deps"] for rule in app.wildcard_router.rules
                 if "deps" in rule.target_kwargs)
