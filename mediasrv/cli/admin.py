@@ -12,8 +12,6 @@ import asyncio
 import dataclasses
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -27,11 +25,7 @@ from mediasrv.core.errors import ApiError
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 from mediasrv.core.settings import Settings
-
-SECRET_FIELDS = frozenset({"jwt_secret", "cloudflare_api_token"})
-URL_FIELDS = frozenset({"smtp_url", "mongodb_url"})
-"""URLs that may carry a password in their user-info part."""
-MASK = "********"
+from mediasrv.core.settings_help import shown_value
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -139,35 +133,9 @@ def describe_settings(settings: Settings) -> str:
         name = f.metadata.get("env")
         if not name:
             continue
-        value = getattr(settings, f.name)
-        shown = _shown(f.name, value)
-        note = "  # default" if value == getattr(defaults, f.name) else ""
-        lines.append(f"{name}={shown}{note}")
+        note = "  # default" if getattr(settings, f.name) == getattr(defaults, f.name) else ""
+        lines.append(f"{name}={shown_value(settings, f.name)}{note}")
     return "\n".join(lines)
-
-
-def _shown(name: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if name in SECRET_FIELDS:
-        return MASK
-    if name in URL_FIELDS:
-        return _mask_url(str(value))
-    if name == "rate_limits":
-        return ", ".join(f"{key}={per_minute}" for key, per_minute in value)
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))
 
 
 def _is_period(text: str) -> bool:

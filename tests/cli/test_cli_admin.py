@@ -153,15 +153,29 @@ def test_domains_approve_and_reject(tmp_path: Path, data_dir: Path, server: list
     assert s.terminate()[0] == 0
 
 
+SECRETS = {"MEDIASRV_JWT_SECRET": "jwt" + "k" * 40, "CLOUDFLARE_API_TOKEN": "cf-token-123",
+           "AWS_SECRET_ACCESS_KEY": "aws-secret-key-4711", "AWS_SESSION_TOKEN": "aws-session-token-4712",
+           "MEDIASRV_PROXY_SECRET": "proxy-secret-4713-abcdef", "MEDIASRV_TRANSFORM_KEY": "transform" + "t" * 40}
+"""Every secret setting, each with a value the output must not contain (issue 25 finding 7:
+the AWS secret key, the proxy secret and the transform key were printed in clear)."""
+URLS_WITH_PASSWORDS = {"MEDIASRV_SMTP_URL": "smtp://mailer:hunter22@mail:25",
+                       "MEDIASRV_MONGODB_URL": "mongodb://db:mongo-pw-1@db.internal:27017/media",
+                       "MEDIASRV_S3_ENDPOINT_URL": "http://minio:s3-pw-2@minio.internal:9000",
+                       "MEDIASRV_CLOUDFLARE_API_URL": "https://proxy:cf-pw-3@cf.internal/client/v4"}
+
+
 def test_config_masks_secrets(data_dir: Path) -> None:
-    secret = "k" * 40
-    out = cli(data_dir, "config", MEDIASRV_JWT_SECRET=secret, MEDIASRV_SMTP_URL="smtp://mailer:hunter22@mail:25",
-              CLOUDFLARE_API_TOKEN="cf-token-123", MEDIASRV_TRUST_PROXY="true")
+    out = cli(data_dir, "config", **SECRETS, **URLS_WITH_PASSWORDS, AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+              MEDIASRV_S3_BUCKET="media", MEDIASRV_TRUST_PROXY="true")
     assert out.returncode == 0, out.stderr
-    assert secret not in out.stdout and "hunter22" not in out.stdout and "cf-token-123" not in out.stdout
+    for value in (*SECRETS.values(), "hunter22", "mongo-pw-1", "s3-pw-2", "cf-pw-3"):
+        assert value not in out.stdout, value
     lines = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    assert lines["MEDIASRV_JWT_SECRET"] == "********"
+    for name in SECRETS:
+        assert lines[name] == "********", name
     assert lines["MEDIASRV_SMTP_URL"] == "smtp://mailer:********@mail:25"
+    assert lines["MEDIASRV_MONGODB_URL"] == "mongodb://db:********@db.internal:27017/media"
+    assert lines["AWS_ACCESS_KEY_ID"] == "AKIDEXAMPLE"  # an identifier, as a user name: shown
     assert lines["MEDIASRV_TRUST_PROXY"] == "true"
     assert lines["MEDIASRV_DATA_DIR"] == str(data_dir)
     assert lines["MEDIASRV_RESIZE_SLOTS"] == "10  # default"

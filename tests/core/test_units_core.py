@@ -310,6 +310,41 @@ def test_help_text_lists_every_variable_once_with_a_description() -> None:
     assert contract <= ALL_VARS
 
 
+def test_every_secret_looking_setting_is_marked_secret_and_every_url_masks_its_password() -> None:
+    """Issue 25 finding 7: `mediasrv config` printed AWS_SECRET_ACCESS_KEY, MEDIASRV_PROXY_SECRET and
+    MEDIASRV_TRANSFORM_KEY because a list apart from the declarations named two secrets only. The
+    declarations carry the mark now; a new variable named like a secret cannot be left unmarked."""
+    from mediasrv.core.client_settings import ClientSettings
+    from mediasrv.core.settings import SECRET, URL_WITH_PASSWORD
+
+    identifiers = {"AWS_ACCESS_KEY_ID"}  # shown, as a user name is: which credentials are in use
+    links = {"MEDIASRV_PUBLIC_URL", "MEDIASRV_DASHBOARD_URL"}  # in every link anyway: no password there
+    for cls in (Settings, ClientSettings):
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            if name in identifiers or name in links:
+                assert "shown" not in f.metadata, name
+            elif name.endswith("_URL"):
+                assert f.metadata.get("shown") == URL_WITH_PASSWORD, name
+            elif name.rpartition("_")[2] in ("SECRET", "TOKEN", "KEY", "PASSWORD") or "SECRET" in name:
+                assert f.metadata.get("shown") == SECRET and not f.repr, name
+
+
+def test_shown_values_mask_secrets_and_url_passwords() -> None:
+    from mediasrv.core.settings_help import shown_value
+
+    s = Settings.from_env({"MEDIASRV_TRANSFORM_KEY": "t" * 40, "MEDIASRV_SMTP_URL": "smtp://u:pw@h:25",
+                           "MEDIASRV_S3_ENDPOINT_URL": "http://minio:9000", "MEDIASRV_PROXY_SECRET": "p" * 20})
+    assert shown_value(s, "transform_key") == shown_value(s, "proxy_secret") == "********"
+    assert shown_value(s, "smtp_url") == "smtp://u:********@h:25"
+    assert shown_value(s, "s3_endpoint_url") == "http://minio:9000"  # no password: as it is
+    assert shown_value(s, "jwt_secret") == ""  # unset
+    assert "t" * 40 not in repr(s) and "p" * 20 not in repr(s)
+    # A URL Python cannot split (a port that is no number) shows nothing rather than its password.
+    bad = dataclasses.replace(s, smtp_url="smtp://u:pw@h:x[")
+    assert "pw" not in shown_value(bad, "smtp_url")
+
+
 # ---------------------------------------------------------------------------- timeutil
 
 def test_iso_has_millisecond_precision_and_z() -> None:
