@@ -34,6 +34,9 @@ CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
 MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
 MAX_PUBLIC_MAX_AGE_S = 365 * 86400
+MAX_RATE_LIMIT_SCALE = 1_000_000.0
+"""MEDIASRV_RATE_LIMIT_SCALE's ceiling: with it the largest limit (``setting_values.MAX_RATE_LIMIT``
+times this) stays an exact integer everywhere a limit is published or counted."""
 HOUSEKEEPING_ROLES = ("full", "sweep", "none")
 """MEDIASRV_HOUSEKEEPING: what one process does besides serving (see ``Settings.housekeeping``)."""
 REGISTRATION_MODES = ("auto", "open", "invite", "closed")
