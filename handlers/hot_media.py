@@ -84,12 +84,12 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
     """The server's delegate in front of the application (``make_server``)."""
 
     def __init__(self, app: tornado.web.Application, delivery: MediaDelivery, routes: Mapping[str, HotRoute], *,
-                 limiter: RateLimiter, trust_proxy: bool, proxy_hops: int) -> None:
+                 limiter: RateLimiter, trust_proxy: bool, proxy_hops: int, proxy_secret: str | None) -> None:
         self.app = app
         self.wildcard_router = app.wildcard_router
         """The application's routes, for ``RequestLimits`` (which paths exist)."""
         self._delivery, self._routes, self._limiter = delivery, dict(routes), limiter
-        self._trust_proxy, self._hops = trust_proxy, proxy_hops
+        self._trust_proxy, self._hops, self._secret = trust_proxy, proxy_hops, proxy_secret
         self._cors: CorsPolicy | None = app.settings.get("cors")
         self._date = (0, "")
 
@@ -118,7 +118,7 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
             spec = _transform(query) if route.transforms and query else None
         except _HandOn:
             return None
-        client = client_address(headers, remote_ip, trust_proxy=self._trust_proxy, hops=self._hops)
+        client = client_address(headers, remote_ip, trust_proxy=self._trust_proxy, secret=self._secret, hops=self._hops)
         limit = route.limit
         if limit is not None and not self._limiter.would_allow(limit.name, client):
             return None

@@ -137,11 +137,12 @@ class Settings:
                                          "that may make invite codes from the dashboard (unset: none; "
                                          "`mediasrv invites create` always can)", default=())
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
-                             "X-Real-IP (only behind a proxy you run)", default=False)
+                             "X-Real-IP of requests that carry PROXY_SECRET (only behind a proxy you run; "
+                             "needs PROXY_SECRET)", default=False)
     proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
-                                    "sends in X-Mediasrv-Proxy-Secret; without it no other X-Mediasrv-* "
-                                    "request header is believed (the sidecar sets one per start)",
-                                    default=None, shown=SECRET)
+                                    "sends in X-Mediasrv-Proxy-Secret; a request without it is the peer's own "
+                                    "(no forwarded address, no X-Mediasrv-* header believed); the sidecar sets "
+                                    "one per start", default=None, shown=SECRET)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
     domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "

@@ -123,6 +123,10 @@ def _check_safety(s: Settings) -> str | None:
         return f"MEDIASRV_QUARANTINE_GRACE must be 0 or more, not {s.quarantine_grace_s}"
     if not 1 <= s.proxy_hops <= 32:
         return f"MEDIASRV_PROXY_HOPS must be from 1 to 32, not {s.proxy_hops}"
+    if s.trust_proxy and s.proxy_secret is None:
+        return ("MEDIASRV_TRUST_PROXY=true needs MEDIASRV_PROXY_SECRET: a forwarded client address is believed "
+                "only from requests that carry it in X-Mediasrv-Proxy-Secret, which your proxy sets "
+                "(`mediasrv sidecar` sets both)")
     if s.proxy_secret is not None and not re.fullmatch(r"[A-Za-z0-9._~-]{16,256}", s.proxy_secret):
         return ("MEDIASRV_PROXY_SECRET must be 16 to 256 letters, digits or ._~- (it goes into an HTTP "
                 "header and nginx's configuration as it is)")

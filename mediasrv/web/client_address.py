@@ -1,18 +1,40 @@
-"""Who sent a request: the socket's peer, or behind proxies we run, the address they saw."""
+"""Who sent a request: the socket's peer, or behind our own proxy the address it saw.
+
+One rule for the handler path, the hot path (``handlers.hot_media``) and the request id: a
+request is from our proxy only with MEDIASRV_TRUST_PROXY and the secret the proxy and this
+server share (MEDIASRV_PROXY_SECRET in ``X-Mediasrv-Proxy-Secret``, docs/internal-headers.md).
+Without it, a forwarded address is the client's own word: anyone who reaches a process's port
+directly (the sidecar's processes listen on loopback) could pick the address its per-address
+limits count.
+"""
 from __future__ import annotations
+
+import hmac
 
 from tornado.httputil import HTTPHeaders
 
+PROXY_SECRET_HEADER = "X-Mediasrv-Proxy-Secret"
 
-def client_address(headers: HTTPHeaders, remote_ip: str | None, *, trust_proxy: bool, hops: int) -> str:
-    """The socket's peer, or behind trusted proxies the address the outermost one saw.
+
+def from_our_proxy(headers: HTTPHeaders, *, trust_proxy: bool, secret: str | None) -> bool:
+    """Whether the request carries our proxy's secret (and proxies are trusted at all)."""
+    if not (trust_proxy and secret):
+        return False
+    sent = headers.get(PROXY_SECRET_HEADER, "")
+    return bool(sent) and hmac.compare_digest(sent.encode(), secret.encode())
+
+
+def client_address(headers: HTTPHeaders, remote_ip: str | None, *, trust_proxy: bool, secret: str | None,
+                   hops: int) -> str:
+    """The socket's peer, or for a request from our proxy (``from_our_proxy``) the address the
+    outermost trusted proxy saw.
 
     Each proxy appends the address it received the request from to X-Forwarded-For, so with
     ``hops`` proxies the client is that many entries from the right; anything further left was
     sent by the client and is not believed. X-Real-Ip, which a client can send too, counts only
     when no X-Forwarded-For arrived at all (a proxy that sets only X-Real-Ip).
     """
-    if trust_proxy:
+    if from_our_proxy(headers, trust_proxy=trust_proxy, secret=secret):
         forwarded = [h.strip() for value in headers.get_list("X-Forwarded-For")
                      for h in value.split(",") if h.strip()]
         if forwarded:

@@ -162,6 +162,8 @@ def test_host_and_port_are_settings_and_the_flags_win(tmp_path: Path) -> None:
      "from 1 to 1000000000 requests per minute"),
     ("MEDIASRV_RATE_LIMIT_SCALE", "1e20", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
     ("MEDIASRV_RATE_LIMIT_SCALE", "1e308", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
+    # Issue 25 finding 8e: a forwarded address is believed only beside the proxy's secret.
+    ("MEDIASRV_TRUST_PROXY", "true", "MEDIASRV_TRUST_PROXY=true needs MEDIASRV_PROXY_SECRET"),
 ])
 def test_bad_values_are_one_line_in_the_operators_words(tmp_path: Path, name: str, value: str, message: str) -> None:
     out = subprocess.run([MEDIASRV, "serve"], capture_output=True, text=True, timeout=30,

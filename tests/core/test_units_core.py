@@ -205,7 +205,7 @@ def test_parsing_of_every_kind_of_value() -> None:
         "MEDIASRV_MAX_IMAGE_PIXELS": "1000000", "MEDIASRV_RATE_LIMIT_SCALE": "2.5",
         "MEDIASRV_ALLOWED_CONTENT_TYPES": " Image/PNG, text/plain ,,", "MEDIASRV_LOG_LEVEL": "debug",
         "MEDIASRV_REDIRECT_ALLOWLIST": "https://app.example.com/, https://other.example.com",
-        "MEDIASRV_BCRYPT_ROUNDS": "4",
+        "MEDIASRV_BCRYPT_ROUNDS": "4", "MEDIASRV_PROXY_SECRET": "p" * 20,
     }
     s = Settings.from_env(env, host="0.0.0.0", port=9000).validate()
     assert s.data_dir == Path("/srv/media")
