@@ -41,11 +41,11 @@ from mediasrv.core.errors import ApiError
 from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform
-from mediasrv.web.client_address import client_address
+from mediasrv.web.client_address import PROXY_SECRET_HEADER, client_address
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.routespec import Route
 
-HANDED_ON = ("Authorization", "X-Api-Key", "Range", "If-Range", "X-Mediasrv-Proxy-Secret", "Content-Length",
+HANDED_ON = ("Authorization", "X-Api-Key", "Range", "If-Range", PROXY_SECRET_HEADER, "Content-Length",
              "Transfer-Encoding")
 """A request carrying any of these fields goes to the handler: credentials, byte ranges, our
 proxy's headers and a body are its business."""
