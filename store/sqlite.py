@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import orjson
 
 from store.base import MIGRATION_TABLES
-from store.errors import Duplicate, StorageFull, StoreUnavailable
+from store.errors import DamagedDatabase, Duplicate, StorageFull, StoreUnavailable
 from store.groupcommit import Call, GroupCommit
 from store.models import (
     AccountPlan,
@@ -727,6 +727,27 @@ def copy_database(source: Path, dest: Path) -> None:
     """Copy a database file that no server is using (``mediasrv restore``) to a new file at
     ``dest``; through SQLite's backup API, so a damaged source fails here rather than later."""
     _snapshot(Path(source), Path(dest))
+
+
+def checked_snapshot(db: Path) -> tuple[list[str], int]:
+    """``snapshot_contents`` of a snapshot file that passes SQLite's integrity check, read
+    without writing anything beside it (read-only, immutable: no journal, no lock file);
+    ``DamagedDatabase`` naming the first problem otherwise (``mediasrv restore`` checks a
+    backup's database with it before writing anything)."""
+    uri = f"{Path(db).resolve().as_uri()}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA integrity_check(5)")]
+            if problems != ["ok"]:
+                raise DamagedDatabase(f"it fails SQLite's integrity check: {'; '.join(problems)}")
+            keys = [row[0] for row in conn.execute("SELECT DISTINCT blob_key FROM files ORDER BY blob_key")]
+            files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # not a database, or not one with our tables
+        raise DamagedDatabase(f"it cannot be read as a mediasrv database: {exc}") from None
+    return keys, files
 
 
 def snapshot_contents(db: Path) -> tuple[list[str], int]:

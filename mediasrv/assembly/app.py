@@ -164,7 +164,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
     app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter,
-                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops)
+                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops,
+                                         proxy_secret=settings.proxy_secret)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})

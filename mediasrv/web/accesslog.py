@@ -26,10 +26,9 @@ import time
 from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote_plus
 
-import orjson
 import tornado.web
 
-from mediasrv.web.loglines import StampClock, printable
+from mediasrv.web.loglines import StampClock, json_text, printable
 
 LOGGER = "mediasrv.access"
 BATCH_S = 0.02
@@ -126,8 +125,8 @@ class AccessLog:
                 "time": stamp, "level": level, "logger": LOGGER, "pid": self._pid, "status": e.status,
                 "method": e.method, "path": target, "duration_s": round(e.seconds, 4), "bytes": e.sent,
                 "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent}
-            return orjson.dumps(out).decode() + "\n"
-        agent = orjson.dumps(e.user_agent).decode() if e.user_agent is not None else "-"
+            return json_text(out) + "\n"
+        agent = json_text(e.user_agent) if e.user_agent is not None else "-"
         return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
                 f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
                 f"request_id={e.request_id or '-'} ua={agent}\n")

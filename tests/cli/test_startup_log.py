@@ -155,6 +155,13 @@ def test_host_and_port_are_settings_and_the_flags_win(tmp_path: Path) -> None:
     ("MEDIASRV_PORT", "http", "MEDIASRV_PORT='http': expected a whole number"),
     ("MEDIASRV_PORT", "70000", "(--port or MEDIASRV_PORT) must be from 1 to 65535, not 70000"),
     ("MEDIASRV_LOG_FORMAT", "xml", "MEDIASRV_LOG_FORMAT must be text or json, not 'xml'"),
+    # Issue 25 finding 8d: these three stopped the server with a traceback (orjson's 64-bit
+    # range while rendering the documents, float infinity in the limiter).
+    ("MEDIASRV_RATE_LIMITS", "media=99999999999999999999999",
+     "MEDIASRV_RATE_LIMITS='media=99999999999999999999999': 'media=99999999999999999999999': a limit must be "
+     "from 1 to 1000000000 requests per minute"),
+    ("MEDIASRV_RATE_LIMIT_SCALE", "1e20", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
+    ("MEDIASRV_RATE_LIMIT_SCALE", "1e308", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
 ])
 def test_bad_values_are_one_line_in_the_operators_words(tmp_path: Path, name: str, value: str, message: str) -> None:
     out = subprocess.run([MEDIASRV, "serve"], capture_output=True, text=True, timeout=30,

@@ -208,7 +208,7 @@ def test_parsing_of_every_kind_of_value() -> None:
         "MEDIASRV_MAX_IMAGE_PIXELS": "1000000", "MEDIASRV_RATE_LIMIT_SCALE": "2.5",
         "MEDIASRV_ALLOWED_CONTENT_TYPES": " Image/PNG, text/plain ,,", "MEDIASRV_LOG_LEVEL": "debug",
         "MEDIASRV_REDIRECT_ALLOWLIST": "https://app.example.com/, https://other.example.com",
-        "MEDIASRV_BCRYPT_ROUNDS": "4",
+        "MEDIASRV_BCRYPT_ROUNDS": "4", "MEDIASRV_PROXY_SECRET": "p" * 20,
     }
     s = load_settings(env, host="0.0.0.0", port=9000)
     assert s.data_dir == Path("/srv/media")
@@ -313,6 +313,41 @@ def test_help_text_lists_every_variable_once_with_a_description() -> None:
                 "MEDIASRV_CLOUDFLARE_API_URL", "MEDIASRV_RESIZE_SLOTS", "MEDIASRV_MAX_IMAGE_PIXELS",
                 "MEDIASRV_RATE_LIMIT_SCALE", "MEDIASRV_ALLOWED_CONTENT_TYPES"}
     assert contract <= ALL_VARS
+
+
+def test_every_secret_looking_setting_is_marked_secret_and_every_url_masks_its_password() -> None:
+    """Issue 25 finding 7: `mediasrv config` printed AWS_SECRET_ACCESS_KEY, MEDIASRV_PROXY_SECRET and
+    MEDIASRV_TRANSFORM_KEY because a list apart from the declarations named two secrets only. The
+    declarations carry the mark now; a new variable named like a secret cannot be left unmarked."""
+    from mediasrv.base.settings.model import SECRET, URL_WITH_PASSWORD
+    from mediasrv.base.settings.client import ClientSettings
+
+    identifiers = {"AWS_ACCESS_KEY_ID"}  # shown, as a user name is: which credentials are in use
+    links = {"MEDIASRV_PUBLIC_URL", "MEDIASRV_DASHBOARD_URL"}  # in every link anyway: no password there
+    for cls in (Settings, ClientSettings):
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            if name in identifiers or name in links:
+                assert "shown" not in f.metadata, name
+            elif name.endswith("_URL"):
+                assert f.metadata.get("shown") == URL_WITH_PASSWORD, name
+            elif name.rpartition("_")[2] in ("SECRET", "TOKEN", "KEY", "PASSWORD") or "SECRET" in name:
+                assert f.metadata.get("shown") == SECRET and not f.repr, name
+
+
+def test_shown_values_mask_secrets_and_url_passwords() -> None:
+    from mediasrv.base.settings.help import shown_value
+
+    s = Settings.from_env({"MEDIASRV_TRANSFORM_KEY": "t" * 40, "MEDIASRV_SMTP_URL": "smtp://u:pw@h:25",
+                           "MEDIASRV_S3_ENDPOINT_URL": "http://minio:9000", "MEDIASRV_PROXY_SECRET": "p" * 20})
+    assert shown_value(s, "transform_key") == shown_value(s, "proxy_secret") == "********"
+    assert shown_value(s, "smtp_url") == "smtp://u:********@h:25"
+    assert shown_value(s, "s3_endpoint_url") == "http://minio:9000"  # no password: as it is
+    assert shown_value(s, "jwt_secret") == ""  # unset
+    assert "t" * 40 not in repr(s) and "p" * 20 not in repr(s)
+    # A URL Python cannot split (a port that is no number) shows nothing rather than its password.
+    bad = dataclasses.replace(s, smtp_url="smtp://u:pw@h:x[")
+    assert "pw" not in shown_value(bad, "smtp_url")
 
 
 # ---------------------------------------------------------------------------- timeutil

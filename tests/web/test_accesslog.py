@@ -3,6 +3,7 @@ client, user, method, path (secrets redacted), status, bytes, duration, request 
 agent, as text or JSON; back-pressure at WARNING, failures at ERROR (issue 19 item 3)."""
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -84,6 +85,37 @@ async def test_json_lines(api: Api, access: tuple[AccessLog, io.StringIO]) -> No
     assert entry == {"level": "INFO", "logger": "mediasrv.access", "status": 404, "method": "GET",
                      "path": "/m/no-such-file?width=10", "bytes": len(r.body), "client": "127.0.0.1",
                      "user": None, "request_id": r.headers["X-Request-Id"], "user_agent": "probe \"1\"\tx"}
+
+
+C1_AGENT = b"probe\x85forged line\x9b[31m red\xe2\x80\xa8\xa0"
+"""A User-Agent with C1 controls (NEL, CSI), the UTF-8 bytes of U+2028 and a no-break space:
+Tornado reads a header as Latin-1, so each byte 0x80..0x9F is a C1 control character in the
+string (C0 controls and DEL it refuses with a 400)."""
+
+
+@pytest.fixture
+def port(http_server: Any, http_server_port: tuple[Any, int]) -> int:
+    return http_server_port[1]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_control_characters_of_a_user_agent_never_reach_a_line(
+        api: Api, port: int, access: tuple[AccessLog, io.StringIO], log_format: str) -> None:
+    """Issue 25 finding 8f: orjson escapes U+0000..U+001F only, so a User-Agent's C1 characters
+    (U+0085 NEXT LINE, U+009B CSI...) were written raw into the text and the JSON lines."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /ping HTTP/1.1\r\nHost: x\r\nUser-Agent: " + C1_AGENT + b"\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    assert (await reader.read()).startswith(b"HTTP/1.1 200 ")
+    writer.close()
+    [line] = written(access)
+    assert line.isprintable(), repr(line)  # printable non-ASCII (â, ¨) stays as it is
+    sent = C1_AGENT.decode("latin-1")
+    if log_format == "json":
+        assert json.loads(line)["user_agent"] == sent  # escaped, not lost
+    else:
+        match = TEXT_LINE.fullmatch(line)
+        assert match is not None and json.loads(match["ua"]) == sent
 
 
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "login=1"}])
@@ -183,3 +215,15 @@ def test_secret_query_values_are_redacted(uri: str, logged: str) -> None:
 ])
 def test_levels(status: int, busy: bool, level: int) -> None:
     assert level_of(status, busy) == level
+
+
+def test_every_json_line_escapes_what_is_not_printable() -> None:
+    """The other log lines (``LineFormatter``'s JSON) go through the same escaping."""
+    from mediasrv.web.loglines import LineFormatter, json_text
+
+    tricky = "a\x85b\u2028c\u202ed\U000e0001e\u00e9"  # NEL, LINE SEPARATOR, RLO, a tag character, é
+    assert json_text(tricky) == '"a\\u0085b\\u2028c\\u202ed\\udb40\\udc01e\u00e9"'
+    assert json.loads(json_text(tricky)) == tricky
+    record = logging.LogRecord("mediasrv", logging.INFO, __file__, 1, "host %s", (tricky,), None)
+    line = LineFormatter("json").format(record)
+    assert line.isprintable() and json.loads(line)["msg"] == f"host {tricky}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 _WHOLE = re.compile(r"[+-]?[0-9][0-9_]*")
 _SIZE = re.compile(r"([0-9][0-9_]*)\s*([A-Za-z]*)")
@@ -17,6 +18,12 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "
           "t": 1024**4, "tib": 1024**4}
 """Size suffixes (any case), all binary: ``64M`` and ``64MiB`` are both 67108864. ``MB`` is
 refused rather than guessed (decimal or binary?)."""
+MASK = "********"
+"""What an operator sees in place of a secret (``mediasrv config``, the start-up log)."""
+MAX_RATE_LIMIT = 1_000_000_000
+"""The largest per-minute number MEDIASRV_RATE_LIMITS takes (16 million a second: no limit in
+effect). With MEDIASRV_RATE_LIMIT_SCALE's ceiling (``settings.MAX_RATE_LIMIT_SCALE``) a scaled
+limit stays below 2**53, so it is exact in a JSON document, nginx's lua counter and a float."""
 _ROUTE_KEY = re.compile(r"(?:[A-Z]+ /\S*|[a-z][a-z0-9_.]*)")
 
 
@@ -81,8 +88,8 @@ def rate_limits(text: str) -> tuple[tuple[str, int], ...]:
             per_minute = whole_number(count)
         except ValueError:
             raise ValueError(f"{part!r}: {count.strip()!r} is not a whole number of requests per minute") from None
-        if per_minute < 1:
-            raise ValueError(f"{part!r}: a limit must be at least 1 request per minute")
+        if not 1 <= per_minute <= MAX_RATE_LIMIT:
+            raise ValueError(f"{part!r}: a limit must be from 1 to {MAX_RATE_LIMIT} requests per minute")
         pairs.append((key, per_minute))
     return tuple(pairs)
 
@@ -107,3 +114,17 @@ def shown_seconds(value: float) -> str:
             count = int(value // size)
             return f"{shown_number(value)} = {count} {unit}{'s' if count != 1 else ''}"
     return shown_number(value)
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the password of its user-info part replaced by ``MASK``
+    (``smtp://user:********@host:25``); a URL without a password as it is."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL Python can split: nothing shown rather than a secret
+        return MASK
+    if password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))

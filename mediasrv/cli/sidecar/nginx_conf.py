@@ -56,7 +56,7 @@ def proxy_headers(secret: str, **internal: str) -> str:
     """The proxy_set_header lines of a location: what nginx tells mediasrv about the client,
     the shared secret, the request id, and each internal header cleared unless ``internal``
     sets it (Counted="media", Cache="1")."""
-    lines = ['Connection ""', "Host $http_host", "X-Forwarded-For $remote_addr", "X-Real-IP $remote_addr",
+    lines = ['Connection ""', "Host $mediasrv_host", "X-Forwarded-For $remote_addr", "X-Real-IP $remote_addr",
              "X-Forwarded-Proto $scheme", 'X-Forwarded-Host ""', f'{SECRET_HEADER} "{secret}"',
              f"{REQUEST_ID_HEADER} $request_id"]
     for name in INTERNAL_REQUEST_HEADERS:
