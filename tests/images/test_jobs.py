@@ -433,6 +433,26 @@ def test_stored_types_name_the_decoder_families_the_estimate_knows() -> None:
         ["jpeg", "png", "heif", "heif", "gif", "webp", "tiff", None]
 
 
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_MAX_IMAGE_PIXELS": "5000"}])
+async def test_a_stored_size_over_a_lowered_pixel_limit_is_refused_before_the_file_is_touched(
+        api: Api, app: tornado.web.Application, stores: Any, runtime: Runtime, runner: GatedRunner) -> None:
+    """Issue 26: the limit may have been lowered since the upload recorded the size. The stored
+    size alone refuses it: no slot kept, no blob opened or read, no transform (the pipeline's
+    own header check would refuse it too, but only after all of that)."""
+    runner.finish.set()
+    user_id = await _user_id(api)
+    fid = await insert_file(stores, user_id, black_jpeg(100, 100), "image/jpeg", width=100, height=100)
+    inputs = len(runner.inputs)
+    r = await api.call("GET", f"/m/{fid}?width=10")
+    assert r.code == 422, r.body
+    assert "100x100" in body(r)["error"]
+    recording: RecordingBlobs = app.settings["recording_blobs"]
+    assert len(runner.inputs) == inputs  # never handed to the worker
+    assert recording.opened_for_read == [] and recording.read_ranges == [] and recording.read_all_calls == []
+    assert runtime.pool.in_use == 0 and runtime.images.budget.used == 0
+
+
 @pytest.mark.parametrize("local_blobs", [False])
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_IMAGE_MEMORY_BYTES": str(64 * MIB)}])
 async def test_a_job_that_can_never_fit_the_budget_is_422_without_reading_it(
