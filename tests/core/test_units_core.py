@@ -319,8 +319,8 @@ def test_every_secret_looking_setting_is_marked_secret_and_every_url_masks_its_p
     """Issue 25 finding 7: `mediasrv config` printed AWS_SECRET_ACCESS_KEY, MEDIASRV_PROXY_SECRET and
     MEDIASRV_TRANSFORM_KEY because a list apart from the declarations named two secrets only. The
     declarations carry the mark now; a new variable named like a secret cannot be left unmarked."""
-    from mediasrv.base.settings.model import SECRET, URL_WITH_PASSWORD
     from mediasrv.base.settings.client import ClientSettings
+    from mediasrv.base.settings.model import SECRET, URL_WITH_PASSWORD
 
     identifiers = {"AWS_ACCESS_KEY_ID"}  # shown, as a user name is: which credentials are in use
     links = {"MEDIASRV_PUBLIC_URL", "MEDIASRV_DASHBOARD_URL"}  # in every link anyway: no password there
