@@ -116,6 +116,8 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
         ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
         ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
         ("GET", f"{m}?form%61t=png", {}), ("GET", f"{m}?width=20&t%73ig=00", {}),  # escaped names: 400
+        ("GET", m, {"X-Mediasrv-Proxy-Secret": "anything"}),  # our proxy's: the handler's trust rule decides
+        ("GET", f"{m}?width=20", {"X-Mediasrv-Proxy-Secret": "anything", "X-Mediasrv-Counted": "media"}),
     ]
     for method, path, headers in hot + handed_on:
         before = len(asked)
