@@ -15,7 +15,7 @@ import httpx
 import pytest
 import pyvips
 
-from mediasrv.images import probe
+from mediasrv.images import jpeg, probe
 from mediasrv.images.jobs import MemoryBudget
 from mediasrv.web.app import Runtime
 from tests.cli.test_server import ServerTestCase
@@ -34,14 +34,20 @@ def _xmp_photo() -> bytes:
 
 @contextlib.contextmanager
 def _opens_counted(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Count libvips opens of an image (the pipeline's only way in)."""
+    """Count the opens of an image by its decoders (the pipeline's only ways in): libvips' with
+    its loader options, libjpeg-turbo's as "libjpeg-turbo 1/<scale>"."""
     opened: list[str] = []
-    real = probe.open_header
+    real, real_jpeg = probe.open_header, jpeg.decode
 
     def counted(data: Any, options: str = "") -> Any:
         opened.append(options)
         return real(data, options)
+
+    def counted_jpeg(data: bytes, frame: Any, width: int, height: int, shrink: int) -> Any:
+        opened.append(f"libjpeg-turbo 1/{shrink}")
+        return real_jpeg(data, frame, width, height, shrink)
     monkeypatch.setattr(probe, "open_header", counted)
+    monkeypatch.setattr(jpeg, "decode", counted_jpeg)
     yield opened
 
 
@@ -92,9 +98,9 @@ async def test_a_photo_with_7_mb_of_xmp_is_served_with_its_metadata_reserved(
     assert r.code == 200, r.body
     assert pyvips.Image.new_from_buffer(r.body, "").width == 300
     # The usual allowance first; the walk found 7.3 MB, so the job was reserved again, in full,
-    # with twice that held for metadata, before libvips opened the file (once, shrinking).
+    # with twice that held for metadata, before the file was decoded (once, at 1/4: 300x200).
     assert len(costs) == 2 and costs[1] - costs[0] >= 2 * 7_000_000 - 2 * MIB  # less the usual 2 MiB
-    assert opened == ["fail_on=truncated,shrink=2"]
+    assert opened == ["libjpeg-turbo 1/4"]
     assert runtime.images.budget.used == 0
 
 
