@@ -123,7 +123,10 @@ def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: Tra
                                  max_layout=reserved.layout, max_metadata=reserved.metadata_bytes,
                                  max_decode_bytes=reserved.decode_bytes)
     finally:
-        TRIM.after_job(reserved.source_area)
+        # An in-memory JPEG decode's large buffers (the frame, the coefficients) are mappings of
+        # their own (allocator.MMAP_THRESHOLD_BYTES), returned when freed: nothing to trim but
+        # what a small job leaves (at most once a second), however large its source.
+        TRIM.after_job(0 if reserved.decode_bytes else reserved.source_area)
 
 
 TRIM = allocator.TrimPolicy()

@@ -19,6 +19,7 @@ runs with less reserved for it than it needs.
 from __future__ import annotations
 
 import io
+import mmap
 
 import pyvips
 import simplejpeg
@@ -38,11 +39,12 @@ def decodable(frame: JpegFrame | None) -> bool:
         len(frame.components) in (1, 3)
 
 
-def decode(data: bytes, frame: JpegFrame, width: int, height: int, shrink: int) -> pyvips.Image | None:
+def decode(data: bytes | mmap.mmap, frame: JpegFrame, width: int, height: int, shrink: int) -> pyvips.Image | None:
     """The JPEG decoded at 1/``shrink`` (ceil(width / shrink) x ceil(height / shrink), as
     libjpeg rounds), as an 8-bit sRGB or grey libvips image over the decoded array; None when
     libjpeg-turbo does not decode it cleanly (a warning, a truncated stream, another size than
-    the header said): libvips then decides, as it did before."""
+    the header said): libvips then decides, as it did before. ``data`` may be the file mapped:
+    nothing here keeps a view of it."""
     grey = len(frame.components) == 1
     want = (-(-width // shrink), -(-height // shrink))
     try:
