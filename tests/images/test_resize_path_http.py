@@ -114,26 +114,47 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
     assert deps.usage.pending() - counted == 1 + 5
 
 
-def test_shrink_on_load_leaves_a_factor_of_two_to_the_final_resize() -> None:
-    """The decoder's own (box-like) scaling stops at twice the target: see MIN_FINAL_REDUCE and
-    tests/images/test_quality.py for what decoding all the way down costs in quality."""
+def test_shrink_on_load_decodes_a_jpeg_at_thumbors_scale_and_a_webp_at_twice_the_target() -> None:
+    """A JPEG decodes at the floor, the smallest DCT scale still at least the target's size (what
+    Pillow's ``draft`` and so thumbor pick); a WebP at a power of two leaving a factor of 2 to
+    Lanczos3. See shrink.MIN_FINAL_REDUCE, and tests/images/test_quality.py for the guard."""
     from mediasrv.images.pipeline import decode_shrink
     from mediasrv.images.probe import ImageInfo
 
     photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
-    assert decode_shrink(photo, (400, 10_000_000)) == 4  # 1000x750, then Lanczos3 by 2.5
-    assert decode_shrink(photo, (250, 10_000_000)) == 8  # 500x375, then by 2
-    assert decode_shrink(photo, (500, 10_000_000)) == 4
-    assert decode_shrink(photo, (800, 10_000_000)) == 2
-    assert decode_shrink(photo, (2000, 10_000_000)) == 1
-    assert decode_shrink(photo, (400, 400), "cover") == 2  # filling 400x400 takes 3000 -> 400
+    assert decode_shrink(photo, (400, 10_000_000)) == 8  # 500x375, then Lanczos3 by 1.25
+    assert decode_shrink(photo, (250, 10_000_000)) == 8  # libjpeg's smallest scale
+    assert decode_shrink(photo, (500, 10_000_000)) == 8  # exactly the target
+    assert decode_shrink(photo, (501, 10_000_000)) == 4
+    assert decode_shrink(photo, (800, 10_000_000)) == 4
+    assert decode_shrink(photo, (2000, 10_000_000)) == 2
+    assert decode_shrink(photo, (2001, 10_000_000)) == 1
+    assert decode_shrink(photo, (400, 400), "cover") == 4  # filling 400x400 takes 3000 -> 400
     rotated = ImageInfo(format="jpeg", width=4000, height=3000, pages=1, orientation=6)  # shown 3000x4000
-    assert decode_shrink(rotated, (400, 10_000_000)) == 2  # 3000 / 400 / 2 = 3.75
+    assert decode_shrink(rotated, (400, 10_000_000)) == 4  # 3000 / 400 = 7.5
     webp = ImageInfo(format="webp", width=4000, height=3000, pages=1)
     assert decode_shrink(webp, (400, 10_000_000)) == 4  # libwebp scales to 1000x750, not 400 wide
     assert decode_shrink(webp, (100, 10_000_000)) == 16  # beyond the JPEG decoder's 8
     assert decode_shrink(webp, (3000, 10_000_000)) == 1.0
     assert decode_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
+
+
+def test_the_jpeg_scale_is_the_one_pillows_draft_picks() -> None:
+    import io
+
+    from PIL import Image
+
+    from mediasrv.images.pipeline import decode_shrink
+    from mediasrv.images.probe import ImageInfo
+    from tests.images.samples import rgb
+
+    data = rgb(1000, 750).jpegsave_buffer()
+    for width in (60, 124, 125, 126, 249, 250, 251, 400, 499, 500, 501, 999, 1000):
+        height = round(750 * width / 1000)
+        picture = Image.open(io.BytesIO(data))
+        picture.draft("RGB", (width, height))
+        ours = decode_shrink(ImageInfo("jpeg", 1000, 750, 1), (width, 10_000_000))
+        assert picture.size == (-(-1000 // int(ours)), -(-750 // int(ours))), width
 
 
 @pytest.mark.parametrize("orientation", [1, 6])
