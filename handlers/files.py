@@ -12,7 +12,15 @@ from handlers.paging import int_arg, page_args
 from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
-from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
+from mediasrv.core.files.service import (
+    DEFAULT_SORT,
+    FILE_SORTS,
+    KINDS,
+    MAX_NAME_CHARS,
+    FileQuery,
+    FileService,
+    require_active_trial,
+)
 from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
 from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
@@ -116,13 +124,20 @@ class FilesHandler(FilesBase):
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")
+        ctype = None if ctype is None else content_types.canonical(ctype)
         if ctype is not None and ctype not in self.files.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
+        sort = single_arg(self, "sort") or DEFAULT_SORT  # empty: the default, as an empty q is no search
+        if sort not in FILE_SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(FILE_SORTS)}", code="INVALID_QUERY")
+        kind = single_arg(self, "kind") or None  # empty: every kind (a form's "All kinds")
+        if kind is not None and kind not in KINDS:
+            raise BadRequest(f"kind must be one of {', '.join(KINDS)}", code="INVALID_QUERY")
         return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
                          is_public=bool_arg(self, "isPublic", default=None),
                          created_after=time_arg(self, "createdAfter"),
-                         created_before=time_arg(self, "createdBefore"))
+                         created_before=time_arg(self, "createdBefore"), kind=kind, sort=sort)
 
 
 class FileHandler(FilesBase):
@@ -233,10 +248,18 @@ def _list_files(ctx: DocContext) -> Json:
         _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),
         _query("createdAfter", "created_at >= this ISO 8601 value", typed("string", format="date-time")),
         _query("createdBefore", "created_at <= this ISO 8601 value", typed("string", format="date-time")),
+        _query("kind", "files of one kind: image, video and audio by their type's first part; document "
+                       "(PDF, text, Office and OpenDocument files...), archive (zip, tar, gzip, 7z...), and "
+                       "other for the rest; empty: every kind", typed("string", enum=list(KINDS))),
+        _query("sort", "the order: created, name or size, ascending, or descending with a leading `-`; "
+                       "ties by id. `name` compares names case-insensitively, files without a name "
+                       "first. The server sorts all matching files, then pages them",
+               typed("string", enum=list(FILE_SORTS), default=DEFAULT_SORT)),
     ]
     return {"parameters": params,
-            "responses": {"200": json_response("Matching files, newest first.", "FilePage"),
-                          "400": error("Invalid filter, page or limit (e.g. a type not allowed).")}}
+            "responses": {"200": json_response("Matching files, in `sort`'s order (newest first by default).",
+                                               "FilePage"),
+                          "400": error("Invalid filter, sort, page or limit (e.g. a type not allowed).")}}
 
 
 def _get_file(ctx: DocContext) -> Json:
