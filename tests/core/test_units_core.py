@@ -19,6 +19,7 @@ from mediasrv.base.settings.model import DEFAULT_ALLOWED_CONTENT_TYPES
 from mediasrv.base.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from mediasrv.cli.secret import StartupError, load_secret
 from mediasrv.core import recorders
+from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.limits.ratelimit import WINDOW_S, Limit, RateLimiter
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from store.models import LogEntry, UsageCounts
@@ -193,8 +194,11 @@ def test_default_allowed_types_include_the_contract_list_and_no_executables() ->
     assert required <= set(DEFAULT_ALLOWED_CONTENT_TYPES)
     for t in DEFAULT_ALLOWED_CONTENT_TYPES:
         assert t == t.lower() and t.count("/") == 1
-        assert not any(word in t for word in ("executable", "msdownload", "x-sh", "javascript", "html",
+        assert not any(word in t for word in ("executable", "msdownload", "x-sh", "javascript", "xhtml",
                                               "x-elf", "java-archive", "x-msi", "mach-binary", "octet-stream"))
+    # HTML is listed (issue 31), and, like every type not shown in place, served as a sandboxed attachment.
+    assert "text/html" in DEFAULT_ALLOWED_CONTENT_TYPES
+    assert not shown_inline("text/html") and needs_sandbox("text/html")
 
 
 def test_parsing_of_every_kind_of_value() -> None:

@@ -863,7 +863,8 @@ async def test_signed_url_for_a_private_file(api: Api, settings: Settings) -> No
     bad = [
         f"expires={expires}&signature={flipped}",                    # altered signature
         f"expires={int(expires) + 1}&signature={signature}",         # altered expiry
-        f"expires={past}&signature={signer.sign(fid, past, epoch=0)}",        # correctly signed, expired
+        f"expires={past}&signature={signature}",                     # expiry moved into the past
+        f"expires={past}&signature={signer.sign(fid, past, epoch=1)}",        # expired, other epoch
         f"expires={expires}",                                        # no signature
         f"signature={signature}",                                    # no expiry
     ]
@@ -874,6 +875,19 @@ async def test_signed_url_for_a_private_file(api: Api, settings: Settings) -> No
     # The same signature does not open another private file.
     g = await uploaded(api, token, b"other secret", query="?isPublic=false")
     r = await api.call("GET", f"/m/{g['file_id']}?expires={expires}&signature={signature}")
+    assert r.code == 404
+    # A link its owner made, once expired, says so (issue 31): 410 LINK_EXPIRED, not "File not found".
+    for route in ("m", "d"):
+        r = await api.call("GET", f"/{route}/{fid}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
+        assert r.code == 410, (route, r.body)
+        assert body(r) == {"error": "This link has expired; ask the file's owner for a new one",
+                           "code": "LINK_EXPIRED"}
+        assert "no-store" in r.headers["Cache-Control"]
+        # ...but only for the file it was made for: another file's id is still 404.
+        r = await api.call("GET", f"/{route}/{g['file_id']}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
+        assert r.code == 404
+    r = await api.call("DELETE", f"/files/{fid}", token=token)  # a deleted file is 404, link or not
+    r = await api.call("GET", f"/m/{fid}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
     assert r.code == 404
     # Only the owner can sign; unknown ids are 404.
     r = await api.call("POST", f"/files/{fid}/signed-url", token=other, json={"expires_in": 120})

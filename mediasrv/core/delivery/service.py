@@ -37,7 +37,7 @@ from mediasrv.core.delivery.http_fields import (
 )
 from mediasrv.core.delivery.jobs import ImageJobs
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import needs_sandbox, shown_inline
+from mediasrv.core.files.content_types import download_name, needs_sandbox, shown_inline
 from mediasrv.core.files.links import LinkCheck
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
@@ -326,10 +326,8 @@ class MediaDelivery:
         headers["Accept-Ranges"] = "bytes"
         if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
-        if request.attachment:
-            headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
-        elif not shown_inline(content_type):
-            headers["Content-Disposition"] = "attachment"
+        if request.attachment or not shown_inline(content_type):  # /d, or a type never shown in place
+            headers["Content-Disposition"] = _disposition(record.name, record.file_id, record.content_type)
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
 
@@ -472,6 +470,13 @@ def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None)
                 headers[f"X-Mediasrv-{name}"] = value
     del headers["Accept-Ranges"]  # nginx's (file) or S3's (object) is sent
     answer.accel = accel
+
+
+@lru_cache(maxsize=4096)
+def _disposition(name: str | None, file_id: str, content_type: str) -> str:
+    """Content-Disposition of a download (memoised: hot downloads transliterate once): the
+    file's name, or ``<file_id>.<ext>`` for a file uploaded without one."""
+    return content_disposition(name, download_name(file_id, content_type))
 
 
 @lru_cache(maxsize=4096)

@@ -46,6 +46,37 @@ def needs_sandbox(content_type: str) -> bool:
     return not (content_type.startswith(UNSANDBOXED_PREFIXES) or content_type == "application/pdf")
 
 
+EXTENSIONS: dict[str, str] = {
+    "image/jpeg": ".jpg", "image/png": ".png", "image/gif": ".gif", "image/webp": ".webp", "image/avif": ".avif",
+    "image/heic": ".heic", "image/heif": ".heif", "image/tiff": ".tiff", "image/bmp": ".bmp",
+    "image/svg+xml": ".svg", "image/x-icon": ".ico",
+    "video/mp4": ".mp4", "video/webm": ".webm", "video/quicktime": ".mov", "video/ogg": ".ogv",
+    "video/x-matroska": ".mkv", "video/x-msvideo": ".avi",
+    "audio/mpeg": ".mp3", "audio/ogg": ".ogg", "audio/wav": ".wav", "audio/webm": ".weba", "audio/aac": ".aac",
+    "audio/flac": ".flac", "audio/mp4": ".m4a",
+    "application/pdf": ".pdf", "text/plain": ".txt", "text/csv": ".csv", "text/markdown": ".md",
+    "application/json": ".json", "application/rtf": ".rtf", "text/html": ".html",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": ".xlsx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
+    "application/msword": ".doc", "application/vnd.ms-excel": ".xls", "application/vnd.ms-powerpoint": ".ppt",
+    "application/vnd.oasis.opendocument.text": ".odt", "application/vnd.oasis.opendocument.spreadsheet": ".ods",
+    "application/vnd.oasis.opendocument.presentation": ".odp", "application/vnd.oasis.opendocument.graphics": ".odg",
+    "application/epub+zip": ".epub",
+    "application/zip": ".zip", "application/gzip": ".gz", "application/x-tar": ".tar",
+    "application/x-7z-compressed": ".7z", "application/vnd.rar": ".rar", "application/x-bzip2": ".bz2",
+    "application/x-xz": ".xz", "application/zstd": ".zst",
+    "application/xml": ".xml", "text/xml": ".xml", "application/atom+xml": ".atom", "application/rss+xml": ".rss",
+}
+"""The file name extension of a stored type (our table, not the machine's ``/etc/mime.types``:
+the same name on every server). A type not here gets none."""
+
+
+def download_name(file_id: str, content_type: str) -> str:
+    """What a file uploaded without a name downloads as: ``<file_id>.<ext>`` from its type."""
+    return file_id + EXTENSIONS.get(content_type, "")
+
+
 NEVER_ALLOWED = frozenset({
     "application/x-msdownload", "application/x-dosexec", "application/x-executable", "application/x-elf",
     "application/x-mach-binary", "application/vnd.microsoft.portable-executable", "application/x-sh",
