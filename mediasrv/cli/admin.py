@@ -141,8 +141,10 @@ def describe_settings(settings: Settings) -> str:
             continue
         value = getattr(settings, f.name)
         shown = _shown(f.name, value)
-        note = "  # default" if value == getattr(defaults, f.name) else ""
-        lines.append(f"{name}={shown}{note}")
+        notes = ["default"] if value == getattr(defaults, f.name) else []
+        if f.name == "registration":  # auto means open or invite: say which, and why
+            notes.append(f"effective: {settings.registration_explained}")
+        lines.append(f"{name}={shown}" + (f"  # {'; '.join(notes)}" if notes else ""))
     return "\n".join(lines)
 
 

@@ -315,6 +315,17 @@ class Settings:
         return dataclasses.replace(settings, **derived)
 
     @property
+    def registration_explained(self) -> str:
+        """The effective registration mode and why, for ``mediasrv config`` and the start-up log:
+        ``invite (MEDIASRV_REGISTRATION=auto, and the public URL https://media.example.com is
+        not a loopback address)``."""
+        mode = self.registration_mode
+        if self.registration != "auto":
+            return f"{mode} (MEDIASRV_REGISTRATION={self.registration})"
+        where = "a loopback address: only this machine reaches it" if mode == "open" else "not a loopback address"
+        return f"{mode} (MEDIASRV_REGISTRATION=auto, and the public URL {self.public_url} is {where})"
+
+    @property
     def registration_mode(self) -> str:
         """open, invite or closed; ``auto`` resolved: open while the public URL is a loopback
         address (only this machine can reach the server: development, tests), invite once it
