@@ -379,9 +379,10 @@ async def test_a_file_without_a_name_downloads_as_its_id_and_its_types_extension
     shown in place) carry the same name as /d's."""
     token, user_id = await _login(api)
     docx = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-    for ctype, data, ext in (("image/png", _encode(Image.new("L", (4, 3)), "PNG"), ".png"), ("text/plain", b"words", ".txt"),
-                             ("application/pdf", b"%PDF-1.4\n%%EOF", ".pdf"), (docx, b"PK\x03\x04" + bytes(40), ".docx"),
-                             ("application/zip", b"PK\x03\x04" + bytes(40), ".zip")):
+    zipped = b"PK\x03\x04" + bytes(40)
+    for ctype, data, ext in (("image/png", _encode(Image.new("L", (4, 3)), "PNG"), ".png"),
+                             ("text/plain", b"words", ".txt"), ("application/pdf", b"%PDF-1.4\n%%EOF", ".pdf"),
+                             (docx, zipped, ".docx"), ("application/zip", zipped, ".zip")):
         fid = (await _upload(api, token, data, ctype))["file_id"]
         r = await _get(api, f"/d/{fid}")
         assert r.code == 200 and _disposition(r) == (fid + ext, fid + ext), ctype
