@@ -48,6 +48,16 @@ class FilesHandler(FilesBase):
 
     upload: UploadSession | None = None
     failure: ApiError | None = None
+    stored_id: str | None = None
+
+    @property
+    def access_extra(self) -> tuple[tuple[str, str | int], ...]:  # type: ignore[override]
+        """An upload's access line names the file stored and the body bytes received (a refused
+        one: the bytes received before it was refused)."""
+        if self.upload is None:
+            return ()
+        received: tuple[tuple[str, str | int], ...] = (("received_bytes", self.upload.received),)
+        return ((("file_id", self.stored_id),) if self.stored_id else ()) + received
 
     async def prepare(self) -> None:
         try:
@@ -99,6 +109,7 @@ class FilesHandler(FilesBase):
         assert self.upload is not None
         self.request_size = self.upload.received
         record = await unless_client_leaves(self.request.connection, self.upload.finish(), self.on_connection_close)
+        self.stored_id = record.file_id
         render = await self.files.renderer(record.user_id)
         self.write_json({"file": render(record), "message": "File uploaded"}, 201)
 

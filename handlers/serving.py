@@ -85,6 +85,11 @@ class ServeBase(BaseHandler):
             self.set_status(answer.status)
         for name, value in answer.headers.items():
             self.set_header(name, value)
+        if answer.accel is not None:  # the access line says what nginx sends, not the empty 200 it gets
+            accel = answer.accel
+            self.relayed = (accel.status, accel.length)
+            self.access_extra = (("sent_by", "nginx"),) + ((("range", accel.content_range.removeprefix("bytes ")),)
+                                                           if accel.content_range else ())
         if answer.stream is not None:
             await self._stream(answer.stream)
             return

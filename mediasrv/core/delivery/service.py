@@ -13,6 +13,7 @@ Hot path: a cached public file costs no await beyond the host check, and no exec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable
@@ -263,7 +264,7 @@ class MediaDelivery:
         window = _window(request, etag, modified, record.size)
         self.usage.origin_read(record.user_id)
         if accel is not None:
-            _redirect(answer, accel, window)
+            _redirect(answer, accel, window, record.size, request.head)
             return answer
         start, end = _select(answer, window, record.size)
         if request.head:
@@ -451,11 +452,16 @@ def _select(answer: MediaAnswer, window: tuple[int, int] | None, size: int) -> t
     return start, end
 
 
-def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None) -> None:
+def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None, size: int, head: bool) -> None:
     """nginx sends the blob; everything that decides whether and how to answer (auth, limits,
     privacy, 304, 416, counting) ran here. A file: nginx's sendfile answers the Range itself.
     An S3 object: nginx fetches the presigned URL, asking S3 for the range decided here
-    (If-Range included), and never passes the client's headers on."""
+    (If-Range included), and never passes the client's headers on. ``answer.accel`` keeps what
+    was decided (status, length, range) for the access log: mediasrv itself sends nginx an
+    empty 200."""
+    start, end = window or (0, size)
+    accel = dataclasses.replace(accel, status=206 if window else 200, length=0 if head else end - start,
+                                content_range=f"bytes {start}-{end - 1}/{size}" if window else None)
     headers = answer.headers
     headers["X-Accel-Redirect"] = accel.uri
     if accel.upstream is not None:
