@@ -7,7 +7,15 @@ import logging
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg
+from handlers.file_args import (
+    DRAIN_LIMIT,
+    bool_arg,
+    content_length,
+    drainable,
+    file_name,
+    single_arg,
+    time_arg,
+)
 from handlers.paging import int_arg, page_args
 from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
@@ -74,6 +82,9 @@ class FilesHandler(FilesBase):
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
             self.failure = failure_status(exc)
+            if not bodyless:  # the connection's limit is still the API's (64 KiB): let the body be drained
+                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
+                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
 
     async def _start_upload(self) -> None:
         """The file service admits the upload (``admit``), reading its fields from here."""

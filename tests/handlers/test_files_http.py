@@ -919,3 +919,31 @@ async def test_refused_listing_keeps_the_connection_alive(api: Api, port: int) -
         assert status == 200
     finally:
         raw.close()
+
+
+@env(MEDIASRV_RATE_LIMIT_SCALE="0.1")  # 3 uploads a minute
+async def test_a_refused_upload_of_a_few_hundred_kib_is_its_refusal_not_a_413(api: Api, port: int) -> None:
+    """Found with issue 31 item 8: an upload refused before it starts (429 here; 401 and 403
+    alike) was drained to answer on a kept-alive connection, but under the API's 64 KiB body
+    limit: a body past it got 413 REQUEST_TOO_LARGE, and the next request on the connection a
+    reset. `mediasrv upload` then recorded a rate-limited file as refused for its size."""
+    token = await token_for(api)
+    for _ in range(3):
+        assert (await upload(api, token, b"x" * 10)).code == 201
+    data = b"y" * 300_000
+    raw = await Raw.open(port)
+    try:
+        for _ in range(2):  # the same connection answers again
+            await raw.send(post_head(len(data), token) + data)
+            status, headers, reply = await raw.response()
+            assert status == 429, reply
+            assert orjson.loads(reply)["code"] == "RATE_LIMITED" and int(headers["retry-after"]) >= 1
+        for body_size in (0, 1024 * 1024):
+            await raw.send(post_head(body_size, None) + b"z" * body_size)
+            status, _, reply = await raw.response()
+            assert status == 401, reply
+        await raw.send(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = await raw.response()
+        assert status == 200
+    finally:
+        raw.close()
