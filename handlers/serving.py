@@ -160,6 +160,9 @@ def _serving(ctx: DocContext, *, head: bool, download: bool) -> Json:
         "304": ref("NotModified", "responses"),
         "404": error("No such file, or a private file without the owner's credential or a valid "
                      "signature."),
+        "410": error("A signed link of this private file, made by its owner, past its `expires` "
+                     "(LINK_EXPIRED): ask the owner for a new one. A link altered or made for another "
+                     "file is 404."),
         "416": ref("RangeNotSatisfiable", "responses"),
     }
 
