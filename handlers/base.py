@@ -121,6 +121,10 @@ class BaseHandler(tornado.web.RequestHandler):
     access log writes it at WARNING, not ERROR."""
     bytes_sent = 0
     """Body bytes handed to the connection (none for HEAD), for the access log."""
+    relayed: tuple[int, int] | None = None
+    """(status, body bytes) of an answer nginx completes (X-Accel-Redirect), for the access log."""
+    access_extra: tuple[tuple[str, str | int], ...] = ()
+    """Fields the access line adds after the usual ones (``mediasrv.web.accesslog``)."""
     request_id: str | None = None
     """This request's id: nginx's (from our proxy) or a new one; echoed in X-Request-Id and in
     the access log line, so a client's report finds the request's lines."""

@@ -119,7 +119,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
-    usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    usage, key_usage = UsageRecorder(), KeyUsageRecorder()
+    activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,

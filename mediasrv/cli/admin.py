@@ -133,8 +133,11 @@ def describe_settings(settings: Settings) -> str:
         name = f.metadata.get("env")
         if not name:
             continue
-        note = "  # default" if getattr(settings, f.name) == getattr(defaults, f.name) else ""
-        lines.append(f"{name}={shown_value(settings, f.name)}{note}")
+        value = getattr(settings, f.name)
+        notes = ["default"] if value == getattr(defaults, f.name) else []
+        if f.name == "registration":  # auto means open or invite: say which, and why
+            notes.append(f"effective: {settings.registration_explained}")
+        lines.append(f"{name}={shown_value(settings, f.name)}" + (f"  # {'; '.join(notes)}" if notes else ""))
     return "\n".join(lines)
 
 

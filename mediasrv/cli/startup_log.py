@@ -83,6 +83,7 @@ def log_startup(settings: Settings, meta: object, blobs: object) -> None:
     log.info("metadata: %s; blobs: %s", meta_text, blob_text, extra=extra)
     log.info("mail: %s", mail_mode(settings), extra=extra)
     log.info("public URL %s", settings.public_url, extra=extra)
+    log.info("registration: %s", settings.registration_explained, extra=extra)
     warning = public_url_warning(settings)
     if warning:
         log.warning("%s", warning, extra=extra)

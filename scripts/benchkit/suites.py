@@ -728,7 +728,7 @@ async def _seed_listing(db: Path, count: int, now: dt.datetime, *, fast: bool) -
 
     from mediasrv.base.timeutil import iso
     from store import sqlite as sqlite_store
-    from store.models import FileQuery, FileRecord, User
+    from store.models import FileQuery, User
 
     store = sqlite_store.SqliteMetaStore(db)
     await store.open()
@@ -739,13 +739,13 @@ async def _seed_listing(db: Path, count: int, now: dt.datetime, *, fast: bool) -
                     email_verified_at=stamp)
         await store.create_user(user)
         records = _listing_records(user.id, count, now)
-        sql = sqlite_store._insert_sql("files", FileRecord)
+        sql = sqlite_store.FILE_INSERT_SQL
         while True:
             batch = [r for _, r in zip(range(5000), records, strict=False)]
             if not batch:
                 break
             if fast:
-                await store._write(sqlite_store._execute_many, sql, [sqlite_store._params(r) for r in batch])
+                await store._write(sqlite_store._execute_many, sql, [sqlite_store._file_params(r) for r in batch])
             else:
                 await asyncio.gather(*(store.insert_file(r) for r in batch))  # type: ignore[arg-type]
         await store.reconcile_usage()

@@ -124,6 +124,14 @@ def test_ping_through_nginx_and_sigterm_exits_zero(sidecar: Sidecar) -> None:
     assert sidecar.proc.wait(20) == 0
     log = sidecar.log.read_text()
     assert log.count("INFO mediasrv: stopped") == 2, log[-3000:]  # both processes drained
+    # Issue 31 item 5: the sidecar's own lines have the UTC time and the pid, as every other line.
+    own = [line for line in log.splitlines() if "mediasrv.sidecar" in line]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert own and all(re.fullmatch(rf"{stamp} \[{sidecar.proc.pid}\] [A-Z]+ mediasrv\.sidecar: .+", line)
+                       for line in own), own
+    assert any(f"nginx on 127.0.0.1:{sidecar.port} in front of 2 mediasrv processes" in line for line in own)
+    assert own[-1].endswith("INFO mediasrv.sidecar: stopped (exit status 0)")
+    assert "mediasrv sidecar:" not in log  # no line without them
 
 
 def test_per_address_limit_is_exact_through_nginx(sidecar: Sidecar) -> None:
@@ -497,6 +505,13 @@ def test_access_lines_of_nginx_and_mediasrv_share_the_request_id(tmp_path: Path)
     assert "s3cret-value" not in side.log.read_text()
     assert [by_id[i]["nginx.access"]["bytes"] for i in ids[:2]] == [6, 6]  # nginx sent the file
     assert all("mediasrv.access" in by_id[i] for i in ids[:2])  # after mediasrv decided
+    # ...and mediasrv's line says what it decided and who sent it (issue 31), not "200, 0 bytes".
+    assert [(by_id[i]["mediasrv.access"]["status"], by_id[i]["mediasrv.access"]["bytes"],
+             by_id[i]["mediasrv.access"]["sent_by"]) for i in ids[:2]] == [(200, 6, "nginx")] * 2
+    upload = next(e for e in entries if e.get("logger") == "mediasrv.access" and e.get("file_id") == fid)
+    assert upload["received_bytes"] == len(b"logged") and upload["status"] == 201
+    sidecar_lines = [e for e in entries if e.get("logger") == "mediasrv.sidecar"]
+    assert sidecar_lines and all(e["pid"] == side.proc.pid and e["time"].endswith("Z") for e in sidecar_lines)
     over = [e for e in entries if e.get("logger") == "nginx.access" and e["status"] == 429]
     assert over and over[0]["level"] == "WARNING"
     if views[1].headers.get("x-cache-status") == "HIT":
@@ -1112,7 +1127,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     assert 'proxy_set_header X-Mediasrv-Counted "";' in text  # cleared at server level
 
 
-def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
+def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """MEDIASRV_NGINX_REAL_IP_FROM: the client address from the balancer's X-Forwarded-For (the
     simulated cluster, tests/cluster, shows the per-address limits exact behind one)."""
     script = _script_module()
@@ -1120,8 +1135,11 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
     lines = script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2, 10.1.2.3/16"})
     assert lines.split() == ["set_real_ip_from", "10.0.0.2/32;", "set_real_ip_from", "10.1.0.0/16;",
                              "real_ip_header", "X-Forwarded-For;"]
-    with pytest.raises(SystemExit, match="MEDIASRV_NGINX_REAL_IP_FROM"):
+    with pytest.raises(SystemExit) as stopped:
         script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2; evil"})
+    assert stopped.value.code == 1
+    assert [(r.name, r.levelname) for r in caplog.records if "MEDIASRV_NGINX_REAL_IP_FROM" in r.getMessage()] == [
+        ("mediasrv.sidecar", "ERROR")]
     sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     text = sidecar.render(media_limit=4)

@@ -22,7 +22,8 @@ from tests.conftest import Api, body
 TEXT_LINE = re.compile(
     r"(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \[(?P<pid>\d+)\] (?P<level>[A-Z]+) mediasrv\.access: "
     r"(?P<status>\d{3}) (?P<method>[A-Z]+) (?P<path>\S+) (?P<ms>\d+\.\d)ms (?P<bytes>\d+)B "
-    r"client=(?P<client>\S+) user=(?P<user>\S+) request_id=(?P<request_id>\S+) ua=(?P<ua>.*)")
+    r"client=(?P<client>\S+) user=(?P<user>\S+) request_id=(?P<request_id>\S+) "
+    r'ua=(?P<ua>"(?:[^"\\]|\\.)*"|-)(?P<extra>(?: [a-z_]+=\S+)*)')
 PROXY_SECRET = "proxy-secret-0123456789"
 PNG = pyvips.Image.black(40, 30).pngsave_buffer()
 
@@ -72,6 +73,50 @@ async def test_a_text_line_says_who_did_what(api: Api, access: tuple[AccessLog, 
     headed = next(p for p in parsed if p["method"] == "HEAD")
     assert headed["bytes"] == "0" and headed["request_id"] == head.headers["X-Request-Id"]
     assert len({p["request_id"] for p in parsed}) == len(parsed)  # one id per request
+
+
+def extras(line: dict[str, str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in line["extra"].split())
+
+
+async def test_an_upload_line_names_the_file_and_the_bytes_received(api: Api,
+                                                                    access: tuple[AccessLog, io.StringIO]) -> None:
+    """Issue 31 item 5: which file an upload made, and how much of its body arrived (a refused
+    one included), so an operator can follow a file from its access line."""
+    token = (await api.user("up@example.com"))["session"]["access_token"]
+    stored = await api.call("POST", "/files", body=b"x" * 1234, token=token, headers={"Content-Type": "text/plain"})
+    refused = await api.call("POST", "/files", body=b"MZ" + bytes(300), token=token,
+                             headers={"Content-Type": "image/png"})
+    assert stored.code == 201 and refused.code == 400
+    parsed = [m.groupdict() for m in map(TEXT_LINE.fullmatch, written(access)) if m]
+    posts = [p for p in parsed if p["method"] == "POST" and p["path"] == "/files"]
+    assert [(p["status"], extras(p)) for p in posts] == [
+        ("201", {"file_id": body(stored)["file"]["file_id"], "received_bytes": "1234"}),
+        ("400", {"received_bytes": "302"})]
+    assert all(extras(p) == {} for p in parsed if p not in posts)  # other lines add nothing
+
+
+@pytest.mark.parametrize("log_format", ["json"])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_ACCEL_REDIRECT": "/_blobs/"}])
+async def test_an_x_accel_line_says_what_nginx_sends(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
+    """Issue 31 item 5: behind nginx, mediasrv hands it an empty 200 and nginx sends the bytes;
+    the line is the answer decided here (206 and the range's length), marked as sent by nginx,
+    not "200, 0 bytes"."""
+    token = (await api.user("accel@example.com"))["session"]["access_token"]
+    data = b"0123456789" * 10
+    fid = body(await api.call("POST", "/files", body=data, token=token,
+                              headers={"Content-Type": "text/plain"}))["file"]["file_id"]
+    whole = await api.call("GET", f"/m/{fid}")
+    part = await api.call("GET", f"/d/{fid}", headers={"Range": "bytes=10-29"})
+    head = await api.call("HEAD", f"/m/{fid}")
+    assert whole.code == part.code == head.code == 200 and whole.body == part.body == b""  # nginx completes them
+    lines = [json.loads(line) for line in written(access)]
+    served = [(e["status"], e["method"], e["bytes"], e.get("sent_by"), e.get("range")) for e in lines
+              if e["path"].startswith(("/m/", "/d/"))]
+    assert served == [(200, "GET", 100, "nginx", None), (206, "GET", 20, "nginx", "10-29/100"),
+                      (200, "HEAD", 0, "nginx", None)]
+    upload = next(e for e in lines if e["method"] == "POST" and e["path"] == "/files")
+    assert (upload["file_id"], upload["received_bytes"]) == (fid, 100)
 
 
 @pytest.mark.parametrize("log_format", ["json"])

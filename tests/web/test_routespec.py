@@ -169,7 +169,7 @@ TODAYS_TABLE = [
     ("/files/bulk-delete", "BulkDeleteHandler"), ("/files/([^/]+)/signed-url", "SignedUrlHandler"),
     ("/files/([^/]+)", "FileHandler"), ("/settings", "SettingsHandler"), ("/usage", "UsageHandler"),
     ("/admin/invites", "AdminInvitesHandler"),
-    ("/logs", "LogsHandler"), ("/profile", "ProfileHandler"),
+    ("/usage/daily", "DailyUsageHandler"), ("/logs", "LogsHandler"), ("/profile", "ProfileHandler"),
     ("/reference/allowed-content-types", "StaticJsonHandler"), ("/reference/for-agents", "StaticJsonHandler"),
     ("/reference/openapi.json", "StaticJsonHandler"), ("/reference", "ReferencePageHandler"),
     ("/m/([^/]+)", "MediaHandler"), ("/d/([^/]+)", "DownloadHandler"),

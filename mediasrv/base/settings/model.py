@@ -23,13 +23,31 @@ from mediasrv.base.settings.values import (
 )
 
 DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
+    # images (SVG is served as an attachment under the sandbox CSP: it may carry scripts)
     "image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "image/heic", "image/heif",
     "image/tiff", "image/bmp", "image/svg+xml", "image/x-icon",
-    "video/mp4", "video/webm", "video/quicktime", "video/ogg", "video/x-matroska",
+    # video and audio
+    "video/mp4", "video/webm", "video/quicktime", "video/ogg", "video/x-matroska", "video/x-msvideo",
     "audio/mpeg", "audio/ogg", "audio/wav", "audio/webm", "audio/aac", "audio/flac", "audio/mp4",
-    "application/pdf", "application/json", "application/zip", "application/gzip",
-    "application/x-tar", "text/plain", "text/csv", "text/markdown",
+    # documents: PDF and text; Office, OpenDocument and EPUB files; HTML, as an attachment under the sandbox CSP
+    "application/pdf", "text/plain", "text/csv", "text/markdown", "application/json", "application/rtf",
+    "text/html",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/msword", "application/vnd.ms-excel", "application/vnd.ms-powerpoint",
+    "application/vnd.oasis.opendocument.text", "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation", "application/vnd.oasis.opendocument.graphics",
+    "application/epub+zip",
+    # archives
+    "application/zip", "application/gzip", "application/x-tar", "application/x-7z-compressed",
+    "application/vnd.rar", "application/x-bzip2", "application/x-xz", "application/zstd",
 )
+"""What a self-hosted file host accepts out of the box (issue 31): media, documents and
+archives. Nothing here runs on the service's origin: every type but raster media, PDF and
+plain text is served as an attachment under ``Content-Security-Policy: sandbox``
+(``mediasrv.core.files.content_types.shown_inline``, ``needs_sandbox``); JavaScript is not
+listed. Executables are never accepted (``content_types.NEVER_ALLOWED``), whatever the list says."""
 CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
 MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
@@ -310,6 +328,17 @@ class Settings:
         if not settings.dashboard_url:
             derived["dashboard_url"] = derived["public_url"] + "/"
         return dataclasses.replace(settings, **derived)
+
+    @property
+    def registration_explained(self) -> str:
+        """The effective registration mode and why, for ``mediasrv config`` and the start-up log:
+        ``invite (MEDIASRV_REGISTRATION=auto, and the public URL https://media.example.com is
+        not a loopback address)``."""
+        mode = self.registration_mode
+        if self.registration != "auto":
+            return f"{mode} (MEDIASRV_REGISTRATION={self.registration})"
+        where = "a loopback address: only this machine reaches it" if mode == "open" else "not a loopback address"
+        return f"{mode} (MEDIASRV_REGISTRATION=auto, and the public URL {self.public_url} is {where})"
 
     @property
     def registration_mode(self) -> str:

@@ -15,9 +15,11 @@ from urllib.parse import urlsplit, urlunsplit
 _WHOLE = re.compile(r"[+-]?[0-9][0-9_]*")
 _SIZE = re.compile(r"([0-9][0-9_]*)\s*([A-Za-z]*)")
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3,
-          "t": 1024**4, "tib": 1024**4}
-"""Size suffixes (any case), all binary: ``64M`` and ``64MiB`` are both 67108864. ``MB`` is
-refused rather than guessed (decimal or binary?)."""
+          "t": 1024**4, "tib": 1024**4, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+"""Size suffixes (any case). ``KiB``, ``MiB``... and the short ``K``, ``M``, ``G``, ``T`` are
+binary (``64M`` and ``64MiB`` are both 67108864); ``kB``, ``MB``, ``GB``, ``TB`` are decimal,
+as the SI and IEC define them (``64MB`` is 64000000). ``mediasrv config`` shows the bytes
+each setting came to."""
 MASK = "********"
 """What an operator sees in place of a secret (``mediasrv config``, the start-up log)."""
 MAX_RATE_LIMIT = 1_000_000_000
@@ -39,11 +41,12 @@ def whole_number(text: str) -> int:
 
 
 def byte_size(text: str) -> int:
-    """Bytes: a whole number, or one with a binary suffix (``64MiB``, ``64M``, ``256 KiB``)."""
+    """Bytes: a whole number, or one with a unit (``64MiB``, ``64M``, ``256 KiB``, ``64MB``):
+    every size a setting or a command option takes is read here."""
     match = _SIZE.fullmatch(text.strip())
     unit = _UNITS.get(match.group(2).lower()) if match else None
     if match is None or unit is None:
-        raise ValueError("expected a whole number of bytes, such as 67108864 or 64MiB")
+        raise ValueError("expected a whole number of bytes, such as 67108864, 64MiB or 64MB")
     return whole_number(match.group(1)) * unit
 
 

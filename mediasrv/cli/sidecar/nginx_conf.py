@@ -12,7 +12,6 @@ import ipaddress
 import math
 import os
 import pwd
-import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +115,9 @@ def real_ip(env: dict[str, str]) -> str:
     try:
         networks = [str(ipaddress.ip_network(entry, strict=False)) for entry in given]
     except ValueError as exc:
-        sys.exit(f"mediasrv sidecar: MEDIASRV_NGINX_REAL_IP_FROM: {exc}")
+        from mediasrv.cli.sidecar.logs import fail  # the sidecar's line shape; this module stays stdlib-only
+
+        fail(f"MEDIASRV_NGINX_REAL_IP_FROM: {exc}")
     if not networks:
         return ""
     return "".join(f"set_real_ip_from {n};\n        " for n in networks) + "real_ip_header X-Forwarded-For;"

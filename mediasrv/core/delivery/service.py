@@ -13,6 +13,7 @@ Hot path: a cached public file costs no await beyond the host check, and no exec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from mediasrv.core.delivery.http_fields import (
 )
 from mediasrv.core.delivery.jobs import ImageJobs
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import needs_sandbox, shown_inline
+from mediasrv.core.files.content_types import download_name, needs_sandbox, shown_inline
 from mediasrv.core.files.links import LinkCheck
 from mediasrv.core.recorders import UsageRecorder
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
@@ -263,7 +264,7 @@ class MediaDelivery:
         window = _window(request, etag, modified, record.size)
         self.usage.origin_read(record.user_id)
         if accel is not None:
-            _redirect(answer, accel, window)
+            _redirect(answer, accel, window, record.size, request.head)
             return answer
         start, end = _select(answer, window, record.size)
         if request.head:
@@ -326,10 +327,8 @@ class MediaDelivery:
         headers["Accept-Ranges"] = "bytes"
         if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
-        if request.attachment:
-            headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
-        elif not shown_inline(content_type):
-            headers["Content-Disposition"] = "attachment"
+        if request.attachment or not shown_inline(content_type):  # /d, or a type never shown in place
+            headers["Content-Disposition"] = _disposition(record.name, record.file_id, record.content_type)
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
 
@@ -453,11 +452,16 @@ def _select(answer: MediaAnswer, window: tuple[int, int] | None, size: int) -> t
     return start, end
 
 
-def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None) -> None:
+def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None, size: int, head: bool) -> None:
     """nginx sends the blob; everything that decides whether and how to answer (auth, limits,
     privacy, 304, 416, counting) ran here. A file: nginx's sendfile answers the Range itself.
     An S3 object: nginx fetches the presigned URL, asking S3 for the range decided here
-    (If-Range included), and never passes the client's headers on."""
+    (If-Range included), and never passes the client's headers on. ``answer.accel`` keeps what
+    was decided (status, length, range) for the access log: mediasrv itself sends nginx an
+    empty 200."""
+    start, end = window or (0, size)
+    accel = dataclasses.replace(accel, status=206 if window else 200, length=0 if head else end - start,
+                                content_range=f"bytes {start}-{end - 1}/{size}" if window else None)
     headers = answer.headers
     headers["X-Accel-Redirect"] = accel.uri
     if accel.upstream is not None:
@@ -472,6 +476,13 @@ def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None)
                 headers[f"X-Mediasrv-{name}"] = value
     del headers["Accept-Ranges"]  # nginx's (file) or S3's (object) is sent
     answer.accel = accel
+
+
+@lru_cache(maxsize=4096)
+def _disposition(name: str | None, file_id: str, content_type: str) -> str:
+    """Content-Disposition of a download (memoised: hot downloads transliterate once): the
+    file's name, or ``<file_id>.<ext>`` for a file uploaded without one."""
+    return content_disposition(name, download_name(file_id, content_type))
 
 
 @lru_cache(maxsize=4096)
