@@ -17,7 +17,7 @@ from __future__ import annotations
 import gzip
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -44,6 +44,7 @@ from mediasrv.web.client_address import client_address, from_our_proxy
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.http_limits import MAX_JSON_BYTES
+from mediasrv.web.request_facts import RequestFacts, RequestLog
 from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route
 
 log = logging.getLogger("mediasrv.http")
@@ -90,6 +91,8 @@ class BaseDeps:
     """With trust_proxy: how many proxies of ours append to X-Forwarded-For."""
     proxy_secret: str | None = None
     """With trust_proxy: what our proxy sends in X-Mediasrv-Proxy-Secret (docs/internal-headers.md)."""
+    cors_policy: CorsPolicy | None = None
+    """The cross-origin policy (MEDIASRV_CORS_ORIGINS), shared with the hot path."""
     operations: Mapping[str, Route] = field(default_factory=lambda: MappingProxyType({}))
     """This route's operations by HTTP method, from its route rows; a method not in it needs no
     credential and spends no counter (OPTIONS, the dashboard, unknown routes)."""
@@ -119,8 +122,12 @@ class BaseHandler(tornado.web.RequestHandler):
     busy = False
     """Set when the answer is back-pressure (a busy 503 with Retry-After), not a failure: the
     access log writes it at WARNING, not ERROR."""
+    media_kind: str | None = None
+    """For /m: passthrough or resize, counted apart by /metrics."""
     bytes_sent = 0
     """Body bytes handed to the connection (none for HEAD), for the access log."""
+    _unflushed = 0
+    """Body bytes written but not yet flushed (dropped by ``clear`` when an error replaces them)."""
     relayed: tuple[int, int] | None = None
     """(status, body bytes) of an answer nginx completes (X-Accel-Redirect), for the access log."""
     access_extra: tuple[tuple[str, str | int], ...] = ()
@@ -138,6 +145,7 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.request_id is None:
             self.request_id = self._proxy_request_id() or ids.request_id()
             self.set_header(REQUEST_ID_HEADER, self.request_id)
+            self.set_cors_headers()  # the first set_default_headers ran before ``base`` was here
 
     def _proxy_request_id(self) -> str | None:
         """The id our nginx gave this request ($request_id), when it came through it."""
@@ -148,10 +156,35 @@ class BaseHandler(tornado.web.RequestHandler):
             return sent
         return None
 
-    def flush(self, include_footers: bool = False) -> Any:
+    def write(self, chunk: str | bytes | dict[str, Any]) -> None:
+        """Counted for the request's facts (Tornado keeps its buffer private); JSON leaves
+        through ``write_json``, so a dict here is a mistake."""
+        if isinstance(chunk, dict):
+            raise TypeError("BaseHandler.write takes bytes or text; use write_json")
+        super().write(chunk)
         if self.request.method != "HEAD":
-            self.bytes_sent += sum(map(len, self._write_buffer))
+            self._unflushed += len(chunk) if isinstance(chunk, bytes) else len(chunk.encode())
+
+    def clear(self) -> None:
+        super().clear()
+        self._unflushed = 0
+
+    def flush(self, include_footers: bool = False) -> Any:
+        self.bytes_sent += self._unflushed
+        self._unflushed = 0
         return super().flush(include_footers)
+
+    def request_facts(self) -> RequestFacts:
+        """What this request was, for the access log and /metrics (``RequestLog``)."""
+        request, relayed = self.request, self.relayed
+        status, sent = relayed if relayed is not None else (self.get_status(), self.bytes_sent)
+        received = self.request_size if self.request_size is not None else len(request.body or b"")
+        return RequestFacts(
+            method=request.method or "-", uri=request.uri or "/", route=self.base.path, status=status,
+            seconds=request.request_time(), received=received, sent=sent, client=self.client_ip(),
+            user=self.principal.user.id if self.principal is not None else None, request_id=self.request_id,
+            user_agent=request.headers.get("User-Agent"), media_kind=self.media_kind, busy=self.busy,
+            store_error=self.store_error, extra=self.access_extra)
 
     def _uncount(self) -> None:
         if self._counted:
@@ -166,12 +199,12 @@ class BaseHandler(tornado.web.RequestHandler):
         """Also run again by ``send_error`` (via ``clear``), so error answers get them too."""
         self.set_header("X-Content-Type-Options", "nosniff")
         self.clear_header("Server")
-        if self.request_id is not None:  # not yet on the first call, from __init__
-            self.set_header(REQUEST_ID_HEADER, self.request_id)
         if self.private:
             self.set_header("Cache-Control", PRIVATE_NO_STORE)
             self.set_header("Vary", CREDENTIAL_VARY)
-        self.set_cors_headers()
+        if self.request_id is not None:  # not yet on the first call, from __init__ (see initialize)
+            self.set_header(REQUEST_ID_HEADER, self.request_id)
+            self.set_cors_headers()
 
     def add_vary(self, name: str) -> None:
         """Add ``name`` to the response's Vary (one more field line), keeping what is there."""
@@ -193,7 +226,7 @@ class BaseHandler(tornado.web.RequestHandler):
     _cors_private = False
 
     def set_cors_headers(self) -> None:
-        policy: CorsPolicy | None = self.application.settings.get("cors")
+        policy = self.base.cors_policy
         if policy is None:
             return
         if policy.varies(self.cors):
@@ -212,7 +245,7 @@ class BaseHandler(tornado.web.RequestHandler):
         """A CORS preflight, or a plain OPTIONS: the methods (and headers) this route takes."""
         methods = implemented_methods(type(self))
         origin = self.request.headers.get("Origin")
-        policy: CorsPolicy | None = self.application.settings.get("cors")
+        policy = self.base.cors_policy
         if policy is None or not origin or "Access-Control-Request-Method" not in self.request.headers:
             self.set_header("Allow", ", ".join([*methods, "OPTIONS"]))
         else:
@@ -349,6 +382,14 @@ class BaseHandler(tornado.web.RequestHandler):
         if self.principal.key_id:
             meta["api_key_id"] = self.principal.key_id
         return meta
+
+
+def request_logger(requests: RequestLog) -> Callable[[tornado.web.RequestHandler], None]:
+    """The application's ``log_function``: each finished handler's facts to ``requests``."""
+    def log_function(handler: tornado.web.RequestHandler) -> None:
+        assert isinstance(handler, BaseHandler), handler  # every route's handler is one
+        requests.record(handler.request_facts())
+    return log_function
 
 
 def implemented_methods(cls: type[tornado.web.RequestHandler]) -> list[str]:

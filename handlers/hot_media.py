@@ -21,14 +21,14 @@ Nothing is counted or changed before that decision, so a request handed on is th
 alone. What the answer carries is what ``handlers.serving`` sends for the same request (a test
 compares the two field by field): the delivery service's headers, ``Date``, ``X-Request-Id``,
 ``X-Content-Type-Options`` and the public CORS headers. The access log and ``/metrics`` see it
-through the application's ``log_function``, like any other request.
+as the same ``RequestFacts`` record a handler gives, through the same ``RequestLog``.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import tornado.web
 from tornado import httputil
@@ -43,6 +43,7 @@ from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
 from mediasrv.web.client_address import PROXY_SECRET_HEADER, client_address
 from mediasrv.web.cors import CorsPolicy
+from mediasrv.web.request_facts import RequestFacts, RequestLog
 from mediasrv.web.routespec import Route
 
 HANDED_ON = ("Authorization", "X-Api-Key", "Range", "If-Range", PROXY_SECRET_HEADER, "Content-Length",
@@ -84,13 +85,14 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
     """The server's delegate in front of the application (``make_server``)."""
 
     def __init__(self, app: tornado.web.Application, delivery: MediaDelivery, routes: Mapping[str, HotRoute], *,
-                 limiter: RateLimiter, trust_proxy: bool, proxy_hops: int, proxy_secret: str | None) -> None:
+                 limiter: RateLimiter, requests: RequestLog, cors: CorsPolicy | None, trust_proxy: bool,
+                 proxy_hops: int, proxy_secret: str | None) -> None:
         self.app = app
         self.wildcard_router = app.wildcard_router
         """The application's routes, for ``RequestLimits`` (which paths exist)."""
         self._delivery, self._routes, self._limiter = delivery, dict(routes), limiter
         self._trust_proxy, self._hops, self._secret = trust_proxy, proxy_hops, proxy_secret
-        self._cors: CorsPolicy | None = app.settings.get("cors")
+        self._cors, self._requests = cors, requests
         self._date = (0, "")
 
     def start_request(self, server_conn: object,
@@ -137,7 +139,7 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
         if limit is not None:
             self._limiter.hit(limit.name, client, per_ip=True)
         kind = None if not route.transforms else "passthrough" if spec is None else "resize"
-        return _Answered(start_line, headers, remote_ip, client, route, kind, answer, self._fields(answer, headers))
+        return _Answered(start_line, headers, client, route, kind, answer, self._fields(answer, headers))
 
     def _fields(self, answer: MediaAnswer, request_headers: httputil.HTTPHeaders) -> httputil.HTTPHeaders:
         fields = httputil.HTTPHeaders(answer.headers)
@@ -159,10 +161,8 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
         return self._date[1]
 
     def log(self, answered: _Answered) -> None:
-        """The access log and /metrics, through the application's hook like any request."""
-        hook = self.app.settings.get("log_function")
-        if hook is not None:
-            hook(cast(tornado.web.RequestHandler, answered))  # reads only what ``_Answered`` has
+        """The access log and /metrics, through the same ``RequestLog`` as the handlers."""
+        self._requests.record(answered.facts())
 
 
 class _HandOn(Exception):
@@ -215,7 +215,7 @@ class _Message(httputil.HTTPMessageDelegate):
         answer = answered.answer
         self._conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", answer.status,
                                                             httputil.responses.get(answer.status, "Unknown")),
-                                 answered._headers, answer.body or b"")
+                                 answered.fields, answer.body or b"")
         self._conn.finish()
         answered.done()
         self._hot.log(answered)
@@ -226,38 +226,24 @@ class _Message(httputil.HTTPMessageDelegate):
 
 
 class _Answered:
-    """A hot answer, and what the access log and ``/metrics`` read of a handler for it: the
-    request's facts (``request`` is this object itself), the status, the route's declared path
-    (``base.path``), the /m kind, the bytes sent and the response's fields (``_headers``)."""
+    """A hot answer: what goes out (``fields`` and the answer's body) and what it was, for the
+    access log and ``/metrics`` (``facts``, the same record a handler gives)."""
 
-    busy = False
-    store_error = False
-    principal = None
-    request_size = 0
-    body = b""
-
-    def __init__(self, start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders, remote_ip: str | None,
-                 client: str, route: HotRoute, kind: str | None, answer: MediaAnswer,
-                 fields: httputil.HTTPHeaders) -> None:
-        self.request = self
-        self.method, self.uri, self.headers = start_line.method, start_line.path, headers
-        self.remote_ip = remote_ip
-        self._client, self.base, self.media_kind, self.answer = client, route, kind, answer
-        self._headers = fields
-        self.request_id = fields["X-Request-Id"]
-        self.bytes_sent = 0 if answer.body is None else len(answer.body)
+    def __init__(self, start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders, client: str,
+                 route: HotRoute, kind: str | None, answer: MediaAnswer, fields: httputil.HTTPHeaders) -> None:
+        self._start_line, self._headers_in, self._client = start_line, headers, client
+        self.route, self.media_kind, self.answer, self.fields = route, kind, answer, fields
         self._start = time.time()
         self._end: float | None = None
 
     def done(self) -> None:
         self._end = time.time()
 
-    def get_status(self) -> int:
-        return self.answer.status
-
-    def client_ip(self) -> str:
-        return self._client
-
-    def request_time(self) -> float:
-        return (self._end or time.time()) - self._start
-
+    def facts(self) -> RequestFacts:
+        answer, start_line = self.answer, self._start_line
+        sent = 0 if answer.body is None or start_line.method == "HEAD" else len(answer.body)
+        return RequestFacts(
+            method=start_line.method, uri=start_line.path, route=self.route.path, status=answer.status,
+            seconds=(self._end or time.time()) - self._start, received=0, sent=sent, client=self._client,
+            user=None, request_id=self.fields["X-Request-Id"], user_agent=self._headers_in.get("User-Agent"),
+            media_kind=self.media_kind, busy=False, store_error=False, extra=())

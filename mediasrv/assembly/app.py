@@ -13,14 +13,14 @@ import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import tornado.web
 
 from handlers import dashboard
 from handlers import routes as declared
-from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods
+from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods, request_logger
 from handlers.hot_media import HotMedia, hot_routes
 from handlers.reference import static_json
 from mediasrv.assembly.openapi import build_for_agents, build_openapi
@@ -56,6 +56,7 @@ from mediasrv.images.spec import FORMATS
 from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.reference_page import render_reference
+from mediasrv.web.request_facts import RequestLog
 from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets
 from store.base import BlobStore, MetaStore
@@ -80,6 +81,8 @@ class Runtime:
     files: FileService
     file_cache: FileCache | None = None
     results: ResultCache | None = None
+    requests: RequestLog = field(default_factory=RequestLog)
+    """Every answered request's facts: the access log and /metrics subscribe (``serve``)."""
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
@@ -126,9 +129,10 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,
                           users=shared_counters(meta))
     inflight = InFlight()
+    cors, requests = CorsPolicy.from_origins(settings.cors_origins), RequestLog()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
-                    proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret)
+                    proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret, cors_policy=cors)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
                               jwt_codec, mail)
     domains = DomainService(meta, domain_provider)
@@ -163,16 +167,16 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
-        cors=CorsPolicy.from_origins(settings.cors_origins))
-    app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter,
-                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops,
-                                         proxy_secret=settings.proxy_secret)
+        log_function=request_logger(requests))
+    app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter, requests=requests,
+                                         cors=cors, trust_proxy=settings.trust_proxy,
+                                         proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
-                          file_cache=file_cache, results=results)
+                          file_cache=file_cache, results=results, requests=requests)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:

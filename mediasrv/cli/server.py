@@ -45,7 +45,7 @@ from mediasrv.web.connections import (
     raise_fd_limit,
 )
 from mediasrv.web.http_limits import HEADER_READ_LIMIT, MAX_JSON_BYTES, BufferBudget, RequestLimits
-from mediasrv.web.metrics import Metrics, chain, metrics_app
+from mediasrv.web.metrics import Metrics, metrics_app
 from store.base import AccountReconcile, BlobStore, Draining, Leases, LocalDatabase, MetaStore
 from store.errors import StoreError
 
@@ -144,7 +144,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     app, runtime = make_app(settings, meta=meta, blobs=blobs, mail=mail,
                             domain_provider=make_provider(settings), jwt_secret=secret)
     access_log = AccessLog(fmt=settings.log_format)
-    app.settings["log_function"] = access_log
+    runtime.requests.subscribe(access_log)
     server = make_server(app, settings)
     metrics_server = None
     where = f"{settings.host}:{settings.port}"
@@ -223,7 +223,7 @@ def start_metrics(app: tornado.web.Application, runtime: Runtime,
     sidecar reads it); counts every public request."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
                              "libvips": vips.libvips_info()})
-    app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
+    runtime.requests.subscribe(recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     if settings.metrics_port is not None:
         metrics_server.listen(settings.metrics_port, settings.metrics_host)

@@ -10,11 +10,12 @@ a slow stderr (a stalled supervisor pipe) never stalls a request.
 A line says: time (UTC), level, pid, status, method, the path with the values of secret query
 parameters (signatures, tokens, expiry, keys) replaced by ``REDACTED``, duration, bytes of body
 sent, client address (through the trusted proxies), user id, request id and user agent; then
-what the handler adds (``access_extra``): an upload's ``file_id`` and ``received_bytes``.
+what the handler adds (``RequestFacts.extra``): an upload's ``file_id`` and ``received_bytes``.
+The facts are a ``mediasrv.web.request_facts.RequestFacts``, the same record ``/metrics`` reads.
 
 An answer that nginx completes (X-Accel-Redirect: mediasrv sends headers only) is logged as
 the answer decided here, not as the empty 200 mediasrv handed nginx: its status (206 for a
-range) and body length (``relayed``), with ``sent_by=nginx`` and the range in ``access_extra``.
+range) and body length, with ``sent_by=nginx`` and the range among the extra fields.
 
 Levels: answers below 400 and client errors at INFO; back-pressure (429, a busy 503 with
 Retry-After) at WARNING; every other 5xx at ERROR, so an error alert means a failure.
@@ -31,9 +32,8 @@ import time
 from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote_plus
 
-import tornado.web
-
 from mediasrv.web.loglines import StampClock, json_text, printable
+from mediasrv.web.request_facts import RequestFacts
 
 LOGGER = "mediasrv.access"
 BATCH_S = 0.02
@@ -45,22 +45,11 @@ _LEVEL_NAMES = {logging.INFO: "INFO", logging.WARNING: "WARNING", logging.ERROR:
 
 
 class Entry(NamedTuple):
-    """What the loop hands the writer thread: the request's facts, nothing formatted yet."""
+    """What the loop hands the writer thread: when, at which level, and the request's facts."""
 
     when: float
     level: int
-    status: int
-    method: str
-    uri: str
-    seconds: float
-    sent: int
-    client: str
-    user: str | None
-    request_id: str | None
-    user_agent: str | None
-    extra: tuple[tuple[str, str | int], ...] = ()
-    """What the handler adds (``access_extra``): an upload's file id and bytes received, the
-    body nginx sends for an X-Accel-Redirect answer."""
+    facts: RequestFacts
 
 
 def level_of(status: int, busy: bool) -> int:
@@ -97,25 +86,12 @@ class AccessLog:
         self._clock = StampClock()
         self._log = logging.getLogger(LOGGER)  # getLogger takes logging's module lock per call
 
-    def __call__(self, handler: tornado.web.RequestHandler) -> None:
-        """Read the request's facts on the loop (cheap); the writer thread formats them."""
-        status = handler.get_status()
-        level = level_of(status, getattr(handler, "busy", False))
+    def __call__(self, facts: RequestFacts) -> None:
+        """Queue the request's facts on the loop (cheap); the writer thread formats them."""
+        level = level_of(facts.status, facts.busy)
         if self._thread is None or not self._log.isEnabledFor(level):
             return
-        request = handler.request
-        principal = getattr(handler, "principal", None)
-        client_ip = getattr(handler, "client_ip", None)
-        relayed = getattr(handler, "relayed", None)  # X-Accel-Redirect: nginx sends what was decided here
-        if relayed is not None:
-            status, sent = relayed
-        else:
-            sent = getattr(handler, "bytes_sent", 0)
-        self._lines.put(Entry(
-            time.time(), level, status, request.method or "-", request.uri or "/", request.request_time(),
-            sent, client_ip() if client_ip else request.remote_ip or "-",
-            principal.user.id if principal is not None else None, getattr(handler, "request_id", None),
-            request.headers.get("User-Agent"), getattr(handler, "access_extra", ())))
+        self._lines.put(Entry(time.time(), level, facts))
 
     def start(self) -> None:
         if self._thread is None:
@@ -132,19 +108,20 @@ class AccessLog:
 
     def format(self, e: Entry) -> str:
         """One line (with its newline), text or JSON."""
-        stamp, level, target = self._clock.stamp(e.when), _LEVEL_NAMES[e.level], safe_target(e.uri)
+        f = e.facts
+        stamp, level, target = self._clock.stamp(e.when), _LEVEL_NAMES[e.level], safe_target(f.uri)
         if self._json:
             out: dict[str, Any] = {
-                "time": stamp, "level": level, "logger": LOGGER, "pid": self._pid, "status": e.status,
-                "method": e.method, "path": target, "duration_s": round(e.seconds, 4), "bytes": e.sent,
-                "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent,
-                **dict(e.extra)}
+                "time": stamp, "level": level, "logger": LOGGER, "pid": self._pid, "status": f.status,
+                "method": f.method, "path": target, "duration_s": round(f.seconds, 4), "bytes": f.sent,
+                "client": f.client, "user": f.user, "request_id": f.request_id, "user_agent": f.user_agent,
+                **dict(f.extra)}
             return json_text(out) + "\n"
-        agent = json_text(e.user_agent) if e.user_agent is not None else "-"
-        extra = "".join(f" {name}={printable(str(value))}" for name, value in e.extra)
-        return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
-                f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
-                f"request_id={e.request_id or '-'} ua={agent}{extra}\n")
+        agent = json_text(f.user_agent) if f.user_agent is not None else "-"
+        extra = "".join(f" {name}={printable(str(value))}" for name, value in f.extra)
+        return (f"{stamp} [{self._pid}] {level} {LOGGER}: {f.status} {printable(f.method)} {printable(target)} "
+                f"{1000 * f.seconds:.1f}ms {f.sent}B client={printable(f.client)} user={f.user or '-'} "
+                f"request_id={f.request_id or '-'} ua={agent}{extra}\n")
 
     def _write_forever(self) -> None:
         while True:

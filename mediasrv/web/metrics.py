@@ -1,7 +1,7 @@
 """Prometheus metrics, served by ``GET /metrics`` on a loopback listener of its own.
 
-The request path pays one dict lookup and three increments per request (in the access-log
-hook, after the response went out): the per-(route, method, status) children of the counter
+The request path pays one dict lookup and three increments per request (a ``RequestLog``
+sink, after the response went out): the per-(route, method, status) children of the counter
 and histogram are cached here, so no label set is built per request. Everything else (resize
 slots in use and refusals, cache hits and misses, store errors) is kept as plain integers by
 the parts that own it and read only when Prometheus scrapes, by a custom collector.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import platform
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import tornado.ioloop
@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from mediasrv.version import version
+from mediasrv.web.request_facts import RequestFacts
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 UNMATCHED = "unmatched"
@@ -45,7 +46,7 @@ def route_label(path: str) -> str:
 
 
 class Metrics:
-    """One registry per application (tests build many); ``observe`` is the access-log hook."""
+    """One registry per application (tests build many); ``observe`` subscribes to its ``RequestLog``."""
 
     def __init__(self, app: tornado.web.Application, sources: dict[str, Any]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -56,7 +57,8 @@ class Metrics:
         self._bytes_in = Counter("mediasrv_http_request_bytes", "Request body bytes received",
                                  registry=self.registry)
         self._bytes_out = Counter("mediasrv_http_response_bytes",
-                                  "Response body bytes sent (by Content-Length)", registry=self.registry)
+                                  "Response body bytes sent (nginx's, for an answer it completes)",
+                                  registry=self.registry)
         self._store_errors = Counter("mediasrv_store_errors",
                                      "Requests answered 503/507 because a store failed", registry=self.registry)
         self._media = Counter("mediasrv_media_requests", "Answers of /m by kind (passthrough: the stored "
@@ -73,33 +75,27 @@ class Metrics:
         Info("mediasrv_build", "The running mediasrv", registry=self.registry).info(
             {"version": version(), "python": platform.python_version()})
 
-    def observe(self, handler: tornado.web.RequestHandler) -> None:
-        request = handler.request
-        status = handler.get_status()
-        base = getattr(handler, "base", None)
-        key = (getattr(base, "path", ""), request.method or "", status)
+    def observe(self, facts: RequestFacts) -> None:
+        """Count one answered request (a ``RequestLog`` sink)."""
+        key = (facts.route, facts.method, facts.status)
         children = self._children.get(key)
         if children is None:
             children = self._new_children(key)
         children[0].inc()
-        children[1].observe(request.request_time())
-        kind = getattr(handler, "media_kind", None)
+        children[1].observe(facts.seconds)
+        kind = facts.media_kind
         if kind is not None:
-            media = self._media_children.get((kind, status))
+            media = self._media_children.get((kind, facts.status))
             if media is None:  # bounded: 2 kinds x statuses
-                media = self._media_children[(kind, status)] = (self._media.labels(kind, str(status)),
-                                                                self._media_latency.labels(kind))
+                media = self._media_children[(kind, facts.status)] = (self._media.labels(kind, str(facts.status)),
+                                                                      self._media_latency.labels(kind))
             media[0].inc()
-            media[1].observe(request.request_time())
-        size = getattr(handler, "request_size", None)
-        if size is None:
-            size = len(request.body) if request.body else 0
-        if size:
-            self._bytes_in.inc(size)
-        sent = handler._headers.get("Content-Length")  # Tornado has no public getter; set by finish()
-        if sent and status != 304 and request.method != "HEAD":
-            self._bytes_out.inc(int(sent))
-        if getattr(handler, "store_error", False):
+            media[1].observe(facts.seconds)
+        if facts.received:
+            self._bytes_in.inc(facts.received)
+        if facts.sent:
+            self._bytes_out.inc(facts.sent)
+        if facts.store_error:
             self._store_errors.inc()
 
     def _new_children(self, key: tuple[str, str, int]) -> tuple[Any, Any]:
@@ -174,10 +170,3 @@ def metrics_app(metrics: Metrics) -> tornado.web.Application:
 
 def _quiet(handler: tornado.web.RequestHandler) -> None:
     """Scrapes are not logged: one every few seconds would drown the access log."""
-
-
-def chain(*hooks: Callable[[tornado.web.RequestHandler], None]) -> Callable[[tornado.web.RequestHandler], None]:
-    def log_function(handler: tornado.web.RequestHandler) -> None:
-        for hook in hooks:
-            hook(handler)
-    return log_function

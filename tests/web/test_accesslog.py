@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import pyvips
-import tornado.web
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.web.accesslog import AccessLog, level_of, safe_target
 from store.errors import StoreUnavailable
 from tests.conftest import Api, body
@@ -34,12 +34,12 @@ def log_format() -> str:
 
 
 @pytest.fixture
-def access(app: tornado.web.Application, log_format: str) -> Iterator[tuple[AccessLog, io.StringIO]]:
+def access(runtime: Runtime, log_format: str) -> Iterator[tuple[AccessLog, io.StringIO]]:
     """The server's access log writing to a buffer, at the server's default level (INFO)."""
     out = io.StringIO()
     log = AccessLog(stream=out, fmt=log_format)
     log.start()
-    app.settings["log_function"] = log
+    runtime.requests.subscribe(log)
     logging.getLogger("mediasrv.access").setLevel(logging.INFO)
     yield log, out
     logging.getLogger("mediasrv.access").setLevel(logging.NOTSET)

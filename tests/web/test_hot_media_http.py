@@ -14,6 +14,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ from mediasrv.assembly.app import Runtime
 from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
 from mediasrv.web.accesslog import AccessLog
+from mediasrv.web.request_facts import RequestFacts
 from tests.conftest import Api, body
 
 VARYING = {"Date", "X-Request-Id"}
@@ -92,8 +94,11 @@ def _fields(response: HTTPResponse) -> list[tuple[str, str]]:
 
 
 async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base: str, asked: list[str],
-                                                             settings: Settings) -> None:
+                                                             settings: Settings, runtime: Runtime) -> None:
+    """...and what the access log and /metrics are told of them is the same record too."""
     file_id, _ = await _public_jpeg(api)
+    told: list[RequestFacts] = []
+    runtime.requests.subscribe(told.append)
     hot_base = settings.public_url
     m, d = f"/m/{file_id}", f"/d/{file_id}"
     etag = (await _fetch(hot_base, "GET", m, {})).headers["ETag"]
@@ -121,10 +126,15 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
     ]
     for method, path, headers in hot + handed_on:
         before = len(asked)
+        told.clear()
         got = await _fetch(hot_base, method, path, headers)
         went_hot = len(asked) == before
         want = await _fetch(cold_base, method, path, headers)
         assert (got.code, _fields(got), got.body) == (want.code, _fields(want), want.body), (method, path, headers)
+        hot_facts, cold_facts = told
+        assert (replace(hot_facts, seconds=0, request_id=None) == replace(cold_facts, seconds=0, request_id=None)
+                ), (method, path, headers)
+        assert hot_facts.request_id == got.headers["X-Request-Id"]
         assert went_hot == ((method, path, headers) in hot), (method, path, headers)
         assert got.headers.get("X-Request-Id") and got.headers["X-Request-Id"] != want.headers["X-Request-Id"]
         assert "Date" in got.headers
@@ -171,13 +181,13 @@ TEXT_LINE = re.compile(r"\S+ \[\d+\] INFO mediasrv\.access: (?P<status>\d+) (?P<
                        r"ua=(?P<ua>.*)")
 
 
-async def test_hot_answers_reach_the_access_log(api: Api, app: tornado.web.Application, asked: list[str]) -> None:
+async def test_hot_answers_reach_the_access_log(api: Api, runtime: Runtime, asked: list[str]) -> None:
     file_id, _ = await _public_jpeg(api)
     assert (await api.call("GET", f"/m/{file_id}")).code == 200  # caches the record and the bytes
     out = io.StringIO()
     access = AccessLog(stream=out)
     access.start()
-    app.settings["log_function"] = access
+    runtime.requests.subscribe(access)
     logging.getLogger("mediasrv.access").setLevel(logging.INFO)
     try:
         before = len(asked)

@@ -16,8 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mediasrv.assembly.app import Runtime
 from mediasrv.version import version
-from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.metrics import Metrics, chain, route_label
+from mediasrv.web.metrics import Metrics, route_label
 from tests.conftest import Api, body
 from tests.launcher import Server, free_port
 
@@ -32,7 +31,7 @@ def app_env() -> dict[str, str]:
 @pytest.fixture
 def metrics(app: tornado.web.Application, runtime: Runtime) -> Metrics:
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
-    app.settings["log_function"] = chain(AccessLog(), recorder.observe)
+    runtime.requests.subscribe(recorder.observe)
     return recorder
 
 

@@ -33,8 +33,7 @@ from mediasrv.cli.sidecar import processes
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.limits.ratelimit import scaled_limit
 from mediasrv.core.mail import MailQueue, SmtpMailer
-from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.metrics import Metrics, chain
+from mediasrv.web.metrics import Metrics
 from mediasrv.web.openapi_parts import DocContext, Json, json_response
 from mediasrv.web.routespec import ANY, Route, path_regex, per_user
 from tests.conftest import Api, ShiftableClock, body
@@ -160,7 +159,7 @@ def runtime_and_app(settings: Settings, stores: tuple[Any, Any], io_loop: Any,
 @pytest.fixture
 def metrics(app: tornado.web.Application, runtime: Runtime) -> Metrics:
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results})
-    app.settings["log_function"] = chain(AccessLog(), recorder.observe)
+    runtime.requests.subscribe(recorder.observe)
     return recorder
 
 
