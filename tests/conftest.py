@@ -70,10 +70,14 @@ def smtp_sink() -> Iterator[tuple[Sink, int]]:
 
 
 class ShiftableClock:
-    """Wall-clock time plus an offset a test moves forward, so no test sleeps for tokens to expire."""
+    """Wall-clock time plus an offset a test moves forward, so no test sleeps for tokens to expire.
+
+    It starts at the beginning of the current minute: the per-minute rate-limit windows are
+    clock minutes, so a test that spends a limit and expects its refusal has the whole minute
+    (started at xx:59.99, the refusal fell in the next window and the test failed under load)."""
 
     def __init__(self) -> None:
-        self.offset = 0.0
+        self.offset = -(time.time() % 60)
 
     def __call__(self) -> float:
         return time.time() + self.offset

@@ -14,7 +14,6 @@ import logging
 import re
 import sqlite3
 import threading
-import time
 import urllib.parse
 import uuid
 from typing import Any
@@ -27,7 +26,7 @@ from tornado.simple_httpclient import HTTPStreamClosedError
 
 from mediasrv.base.settings import Settings
 from mediasrv.core.credentials import passwords
-from tests.conftest import Api, body
+from tests.conftest import Api, ShiftableClock, body
 
 JWT_SECRET = "test-secret-" + "x" * 20  # the secret tests/conftest.py gives make_app
 PASSWORD = "s3cret-pass"
@@ -357,10 +356,10 @@ async def test_foreign_redirect_to_is_400(api: Api, settings: Settings, redirect
 
 # --- login -------------------------------------------------------------------------------------
 
-async def test_login_returns_user_session_and_working_jwt(api: Api) -> None:
+async def test_login_returns_user_session_and_working_jwt(api: Api, clock: ShiftableClock) -> None:
     email = _email()
     await api.user(email)
-    before = int(time.time())
+    before = int(clock())  # the app's clock
     r = await _login(api, email.upper())  # addresses compare case-insensitively
     assert r.code == 200, r.body
     assert "no-store" in r.headers.get("Cache-Control", "")
@@ -374,7 +373,7 @@ async def test_login_returns_user_session_and_working_jwt(api: Api) -> None:
     assert set(session) >= {"access_token", "refresh_token", "expires_in", "expires_at", "token_type"}
     assert session["token_type"] == "bearer"
     assert isinstance(session["expires_in"], int) and session["expires_in"] > 0
-    assert before + session["expires_in"] - 2 <= session["expires_at"] <= int(time.time()) + session["expires_in"] + 2
+    assert before + session["expires_in"] - 2 <= session["expires_at"] <= int(clock()) + session["expires_in"] + 2
     assert isinstance(session["refresh_token"], str) and len(session["refresh_token"]) >= 32
     assert session["refresh_token"] != session["access_token"]
     claims = _claims_of(session["access_token"])
@@ -537,11 +536,11 @@ async def test_reset_password_rejects_bad_tokens(api: Api) -> None:
 
 # --- JWT checks (checklist 6-8) ----------------------------------------------------------------
 
-async def test_crafted_tokens_are_rejected_with_one_body(api: Api) -> None:
+async def test_crafted_tokens_are_rejected_with_one_body(api: Api, clock: ShiftableClock) -> None:
     login = await api.user(_email())
     good = login["session"]["access_token"]
     base = _claims_of(good)
-    now = int(time.time())
+    now = int(clock())  # the app's clock
 
     # The crafting helper is right: a hand-signed copy of the real claims is accepted.
     assert (await api.call("GET", "/auth/api-keys", token=_craft(base))).code == 200

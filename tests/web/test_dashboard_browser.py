@@ -14,7 +14,6 @@ import asyncio
 import io
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -377,7 +376,7 @@ async def test_expired_access_token_is_refreshed_silently(api: Api, settings: Se
         seen: list[tuple[str, int]] = []
         page.on("response", lambda r: seen.append((r.request.method + " " + r.url.split("?")[0]
                                                    .replace(settings.public_url, ""), r.status)))
-        clock.advance(expires_at - time.time() + 10)  # the access token is now past exp + leeway
+        clock.advance(expires_at - clock() + 10)  # the access token is now past exp + leeway
         await page.get_by_role("link", name="API keys").click()
         await expect(page.get_by_role("heading", name="API keys")).to_be_visible()
         await expect(page.get_by_text("No API keys yet.")).to_be_visible()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import io
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +24,7 @@ from mediasrv.base.settings import Settings
 from store.base import BlobWriter
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
-from tests.conftest import Api, body
+from tests.conftest import Api, ShiftableClock, body
 
 JWT_SECRET = "test-secret-" + "x" * 20  # the secret tests/conftest.py gives make_app
 PRIVATE = "private, no-store"
@@ -122,9 +121,9 @@ async def test_401_carries_a_bearer_challenge(api: Api) -> None:
     assert r.code == 401 and "WWW-Authenticate" in r.headers
 
 
-async def test_an_expired_access_token_is_told_apart(api: Api) -> None:
+async def test_an_expired_access_token_is_told_apart(api: Api, clock: ShiftableClock) -> None:
     login = await _login(api)
-    now = int(time.time())
+    now = int(clock())  # the app's clock
     expired = jwt.encode({"sub": login["user"]["id"], "ver": 0, "iat": now - 120, "exp": now - 30,
                           "iss": "mediasrv", "typ": "access"}, JWT_SECRET, algorithm="HS256")
     r = await api.call("GET", "/files", token=expired)
