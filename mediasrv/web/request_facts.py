@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestFacts:
-    """One answered request, as the client saw it."""
+    """One answered request, as the client saw it. Built once, after the answer, and not
+    changed after (not frozen only because a frozen init costs twice as much per request)."""
 
     method: str
     uri: str
