@@ -190,6 +190,15 @@ for (const name of ['keydown', 'pointerdown']) {
   document.addEventListener(name, () => { interacted = true; }, { capture: true, once: true });
 }
 
+// The skip link focuses <main> itself: following its #main would change the router's hash.
+const skip = document.querySelector('a.skip');
+if (skip) {
+  skip.addEventListener('click', (event) => {
+    event.preventDefault();
+    document.getElementById('main').focus();
+  });
+}
+
 /** Move the focus to the view just shown in `main` (its h1), unless the page just loaded. */
 export function focusView(main) {
   if (!interacted) return;

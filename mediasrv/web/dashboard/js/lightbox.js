@@ -1,6 +1,6 @@
 // The lightbox: one file of the gallery over the page, large, with the previous and next files a
 // key away (ArrowLeft / ArrowRight, Home / End; Escape closes and the focus goes back to the
-// file's card). Images come as srcset variants of /m sized to the screen, with the file's
+// file's card). Images come as a variant of /m sized to the screen, with the file's
 // placeholder underneath while they load; video, audio, PDF and text play or show in place; a
 // type the browser cannot show gets its tile and a download. A private file is shown through a
 // signed URL (made when it is shown), never with the session token in a URL.
@@ -34,9 +34,10 @@ async function stage(file) {
     if (under) box.append(under);
     const img = h('img', { alt: label, decoding: 'async' });
     if (RESIZABLE.has(file.content_type)) {
-      img.srcset = WIDTHS.map((w) => `${withParams(src, { width: w })} ${w}w`).join(', ');
-      img.sizes = '92vw';
-      img.src = withParams(src, { width: 1280 });
+      // One width, the screen's in device pixels on a step (not a srcset: the server never
+      // enlarges, and a srcset would then show a small image smaller than it is).
+      const want = Math.ceil(window.innerWidth * 0.92 * (window.devicePixelRatio || 1));
+      img.src = withParams(src, { width: WIDTHS.find((w) => w >= want) || WIDTHS[WIDTHS.length - 1] });
     } else {
       img.src = src;
     }
