@@ -10,19 +10,32 @@ import asyncio
 import io
 import json
 import os
+import random
 import re
 import time
 import urllib.parse
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from mediasrv.base.settings import Settings
 from tests.conftest import Api, ShiftableClock, body
-from tests.web.test_dashboard_browser import (  # noqa: F401 (artifacts, app_env, local_dns: fixtures)
-    _token, _wait_clipboard, app_env, artifacts, browser_page, expect, local_dns, log_in, pdf_document, picture,
+from tests.web import test_dashboard_browser as dashboard
+from tests.web.test_dashboard_browser import (
+    _token,
+    _wait_clipboard,
+    browser_page,
+    expect,
+    log_in,
+    pdf_document,
+    picture,
     upload,
 )
+
+# The browser tests' fixtures: screenshots outside the checkout, a local DNS, a rate-limit scale.
+artifacts = dashboard.artifacts
+local_dns = dashboard.local_dns
+app_env = dashboard.app_env
 
 COLORS = [(220, 90, 40), (40, 130, 70), (30, 90, 190), (200, 40, 120), (240, 200, 40), (90, 60, 160),
           (20, 160, 170), (120, 120, 120), (250, 120, 90), (60, 60, 60), (150, 200, 90), (10, 60, 110)]
@@ -30,12 +43,36 @@ COLORS = [(220, 90, 40), (40, 130, 70), (30, 90, 190), (200, 40, 120), (240, 200
 # A ThumbHash made by evanw/thumbhash's reference encoder (rgbaToThumbHash) from a 40x30 image:
 # the left half orange, the right half blue.
 ORANGE_BLUE_HASH = "nRgKrZZ/dXlniHh3h3iHh4+H+JiI"
+COLUMNS = "g => getComputedStyle(g).gridTemplateColumns.split(' ').length"
+OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+
+
+def landscape(seed: int) -> bytes:
+    """A 640x480 picture of a sky, a sun and hills (its colours from ``seed``), so a gallery's
+    screenshot looks like one: people judge the design from it."""
+    rng = random.Random(seed)
+    top, bottom = COLORS[seed % len(COLORS)], COLORS[(seed * 5 + 3) % len(COLORS)]
+    image = Image.new("RGB", (640, 480))
+    draw = ImageDraw.Draw(image)
+    for y in range(480):
+        t = y / 479
+        draw.line([(0, y), (639, y)], fill=tuple(int(a + (b - a) * t) for a, b in zip(top, bottom, strict=True)))
+    sx, sy, r = rng.randint(120, 520), rng.randint(90, 200), rng.randint(36, 70)
+    draw.ellipse((sx - r, sy - r, sx + r, sy + r), fill=(255, 240, 200))
+    for layer in range(3):
+        base = 260 + layer * 70
+        shade = tuple(max(0, int(c * (0.55 - layer * 0.15))) for c in bottom)
+        points = [(0, 480)] + [(x, base - rng.randint(0, 90 - layer * 20)) for x in range(0, 700, 80)] + [(640, 480)]
+        draw.polygon(points, fill=shade)
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
 
 
 async def gallery_files(api: Api, token: str) -> list[dict]:
     """Twelve pictures (one private), a PDF, a text file and an archive; newest last."""
-    files = [await upload(api, token, f"photo-{i:02d}.png", "image/png", picture(c, f"photo {i}"), public=i != 3)
-             for i, c in enumerate(COLORS)]
+    files = [await upload(api, token, f"photo-{i:02d}.png", "image/png", landscape(i), public=i != 3)
+             for i in range(len(COLORS))]
     files.append(await upload(api, token, "report.pdf", "application/pdf", pdf_document()))
     files.append(await upload(api, token, "notes.txt", "text/plain", b"Shopping list\n- bread\n"))
     files.append(await upload(api, token, "backup.zip", "application/zip", b"PK\x03\x04" + b"z" * 300))
@@ -56,12 +93,13 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
     files = await gallery_files(api, token)
     newest_first = [f["name"] for f in reversed(files)]
     async with browser_page(settings.public_url, viewport=(1440, 1000)) as (page, problems):
+        await page.emulate_media(reduced_motion="reduce")  # no fades: screenshots show the end state
         await page.goto("/#/login")
         await log_in(page, email)
         names = page.locator("ul.grid li.file a.file-name")
         await expect(names).to_have_text(newest_first)
         # Dense: more than 4 columns on a wide screen.
-        columns = await page.locator("ul.grid").evaluate("g => getComputedStyle(g).gridTemplateColumns.split(' ').length")
+        columns = await page.locator("ul.grid").evaluate(COLUMNS)
         assert columns > 4, columns
         # Pictures through srcset variants of /m; one tap stop per card to preview, and a menu.
         await all_thumbnails_loaded(page, 12)
@@ -94,6 +132,7 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
         # The width asked for is the screen's (in device pixels, on a step); never enlarged.
         lightbox_src = await shown.get_attribute("src") or ""
         assert re.fullmatch(rf"/m/{files[11]['file_id']}\?width=(1280|1600|2048)", lightbox_src), lightbox_src
+        await expect(page.locator(".lightbox-image")).to_have_class(re.compile("loaded"))
         await page.screenshot(path=str(artifacts / "gallery-lightbox-1440.png"))
         await page.keyboard.press("ArrowRight")
         await expect(page.locator("#lightbox-title")).to_have_text("photo-10.png")
@@ -157,12 +196,13 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
 
     # A phone: two columns, nothing wider than the screen.
     async with browser_page(settings.public_url, viewport=(390, 844)) as (page, problems):
+        await page.emulate_media(reduced_motion="reduce")
         await page.goto("/#/login")
         await log_in(page, email)
         await expect(page.locator("ul.grid li.file")).to_have_count(len(files))
-        columns = await page.locator("ul.grid").evaluate("g => getComputedStyle(g).gridTemplateColumns.split(' ').length")
+        columns = await page.locator("ul.grid").evaluate(COLUMNS)
         assert columns == 2
-        assert await page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth") == 0
+        assert await page.evaluate(OVERFLOW) == 0
         for y in range(0, 4000, 600):  # lazy thumbnails load as they come into view
             await page.evaluate(f"() => window.scrollTo(0, {y})")
         await all_thumbnails_loaded(page, 12)
@@ -172,6 +212,7 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
         await expect(page.get_by_role("img", name="Preview of photo-08.png")).to_be_visible()
         await page.get_by_role("button", name="Next file").click()
         await expect(page.locator("#lightbox-title")).to_have_text("photo-07.png")
+        await expect(page.locator(".lightbox-image")).to_have_class(re.compile("loaded"))
         await page.screenshot(path=str(artifacts / "gallery-lightbox-390.png"))
         assert problems == []
 
@@ -233,8 +274,8 @@ async def test_placeholder_shows_under_a_thumbnail_until_it_loads(api: Api, sett
         canvas = page.locator("li.file .thumb-placeholder")
         await expect(canvas).to_have_count(1)
         pixels = await canvas.evaluate("""c => { const x = c.getContext('2d');
-            return [[...x.getImageData(1, c.height >> 1, 1, 1).data], [...x.getImageData(c.width - 2, c.height >> 1, 1, 1).data],
-                    c.width, c.height]; }""")
+            const at = (px) => [...x.getImageData(px, c.height >> 1, 1, 1).data];
+            return [at(1), at(c.width - 2), c.width, c.height]; }""")
         left, right, width, height = pixels
         assert (width, height) == (32, 23)  # the hash's 4:3 shape, 32 px on the long side
         assert left[0] > 150 and left[2] < 100, left  # orange
