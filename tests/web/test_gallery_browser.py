@@ -465,3 +465,36 @@ async def test_no_focus_frame_on_load_and_focus_moves_to_the_view(api: Api, sett
         assert await heading.evaluate(outline) == "none"
         assert problems == []
 
+
+
+async def test_lightbox_goes_on_into_the_next_page(api: Api, settings: Settings) -> None:
+    """50 files are two pages of 48: → on the last file of the first page shows the first file
+    of the second (and the grid turns with it); ← goes back."""
+    email = "pages@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    for i in range(50):
+        await upload(api, token, f"note-{i:02d}.txt", "text/plain", f"note {i}\n".encode())
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await expect(page.locator("ul.grid li.file")).to_have_count(48)
+        await page.get_by_role("link", name="Preview note-02.txt").click()  # the 48th, newest first
+        await expect(page.locator(".lightbox-count")).to_have_text("48 of 50")
+        await page.keyboard.press("ArrowRight")
+        await expect(page.locator("#lightbox-title")).to_have_text("note-01.txt")
+        await expect(page.locator(".lightbox-count")).to_have_text("49 of 50")
+        await expect(page.locator("pre.lightbox-text")).to_have_text("note 1\n")
+        await page.keyboard.press("ArrowRight")
+        await page.keyboard.press("ArrowRight")  # the very last file: it stays
+        await expect(page.locator("#lightbox-title")).to_have_text("note-00.txt")
+        await expect(page.locator(".lightbox-count")).to_have_text("50 of 50")
+        await page.keyboard.press("ArrowLeft")
+        await page.keyboard.press("ArrowLeft")
+        await expect(page.locator("#lightbox-title")).to_have_text("note-02.txt")
+        await expect(page.locator(".lightbox-count")).to_have_text("48 of 50")
+        await page.keyboard.press("Escape")
+        await expect(page.get_by_text("Page 1 of 2 (50 total)")).to_be_visible()
+        focused = await page.evaluate("() => document.activeElement.getAttribute('aria-label')")
+        assert focused == "Preview note-02.txt"
+        assert problems == []

@@ -4,6 +4,7 @@
 import { api } from './api.js';
 import { FORMATS, snippet } from './copyas.js';
 import { confirmAction, copyText } from './dom.js';
+import { toast } from './toast.js';
 
 const SIGNED_FOR_S = 3600;
 
@@ -28,6 +29,8 @@ export function fileMenuItems(file, { say, removed, details = true }) {
   const copy = async (text, what) => {
     const ok = await copyText(text);
     say(ok ? `Copied the ${what} of ${name}: ${text}` : `Copying failed; the ${what} is ${text}`, ok ? 'info' : 'error');
+    toast(ok ? `Copied the ${what.replace(/ \(.*\)$/, '')}` : 'Copying failed: see the message at the top',
+      ok ? 'info' : 'error');
   };
   const viewUrl = async () => (file.is_public ? file.public_url : (await signFile(file)).url);
   const guarded = (work) => async () => {

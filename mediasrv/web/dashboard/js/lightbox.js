@@ -58,8 +58,11 @@ async function stage(file) {
 /**
  * Show `files[index]` in the lightbox. `say` reports (copy, delete); `removed(file)` runs after
  * a delete from the lightbox; `returnFocus(file)` gives the element to focus when it closes.
+ * `pages` (optional) goes on past the page's ends: {offset(), total(), next(), prev()}, where
+ * next and prev load the neighbouring page and resolve its files (null at the ends).
  */
-export function openLightbox(files, index, { say, removed, returnFocus }) {
+export function openLightbox(shownFiles, index, { say, removed, returnFocus, pages = null }) {
+  let files = shownFiles;
   let at = index;
   let token = 0; // the file shown: a late answer for another one is dropped
   const title = h('h2', { class: 'lightbox-title', id: 'lightbox-title' });
@@ -77,18 +80,28 @@ export function openLightbox(files, index, { say, removed, returnFocus }) {
       details, menuSlot, close),
     h('div', { class: 'lightbox-body' }, prev, body, next));
 
-  async function show(i) {
-    at = (i + files.length) % files.length;
+  async function show(wanted) {
+    let i = wanted;
     token += 1;
     const mine = token;
+    if (pages && (i < 0 || i >= files.length) && pages.total() > files.length) {
+      // Past the page's end: the next (or previous) page, and no wrapping round at the very ends.
+      const more = i < 0 ? await pages.prev() : await pages.next();
+      if (mine !== token) return;
+      if (!more || !more.length) return;
+      files = [...more];
+      i = i < 0 ? files.length - 1 : 0;
+    }
+    at = (i + files.length) % files.length;
     const file = files[at];
     const name = displayName(file);
     title.textContent = name;
-    counter.textContent = `${at + 1} of ${files.length}`;
+    counter.textContent = pages ? `${pages.offset() + at + 1} of ${pages.total()}` : `${at + 1} of ${files.length}`;
     facts.textContent = ` · ${formatBytes(file.size)} · ${formatDate(file.created_at)}${file.is_public ? '' : ' · Private'}`;
     details.href = `#/file/${encodeURIComponent(file.file_id)}`;
-    prev.disabled = files.length < 2;
-    next.disabled = files.length < 2;
+    const many = files.length > 1 || (pages && pages.total() > 1);
+    prev.disabled = !many;
+    next.disabled = !many;
     menuSlot.replaceChildren(menuButton(`Actions for ${name}`, fileMenuItems(file, {
       say, details: false,
       removed: (gone) => {

@@ -135,11 +135,21 @@ export function filesView({ rerender }) {
     load();
   };
 
+  // The lightbox goes on into the next and previous pages (the grid follows it).
+  const turn = async (step) => {
+    const page = state.page + step;
+    if (page < 1 || (page - 1) * PAGE_SIZE >= state.total) return null;
+    state.page = page;
+    await load();
+    return state.items;
+  };
   const preview = (file) => openLightbox([...state.items], state.items.indexOf(file), {
     say, removed, returnFocus: (shown) => {
       const li = cards.get(shown.file_id);
       return li && li.isConnected ? li.querySelector('.thumb-link') : null;
     },
+    pages: { offset: () => (state.page - 1) * PAGE_SIZE, total: () => state.total, next: () => turn(1),
+      prev: () => turn(-1) },
   });
 
   function card(file) {
