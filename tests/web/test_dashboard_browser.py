@@ -516,6 +516,7 @@ async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remov
         # ...said for a person, with the list of what is accepted, on the same columns as the others.
         await expect(tool.locator(".upload-note")).to_contain_text(
             "This file's type (application/x-msdownload) is not accepted; allowed types are images (JPEG, PNG")
+        await expect(tool.locator(".upload-note")).to_contain_text("documents (PDF, DOCX, XLSX, PPTX, ODT, …)")
         assert await tool.locator(".upload-note").evaluate("n => n.getBoundingClientRect().left") == \
             await flaky.locator(".upload-note").evaluate("n => n.getBoundingClientRect().left")
         await expect(tool.get_by_role("button", name="Retry upload of tool.exe")).to_be_visible()

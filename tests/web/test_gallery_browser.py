@@ -24,6 +24,7 @@ from tests.web import test_dashboard_browser as dashboard
 from tests.web.test_dashboard_browser import (
     _token,
     _wait_clipboard,
+    assert_accessible,
     browser_page,
     expect,
     log_in,
@@ -115,6 +116,7 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
         # Fewer buttons: per card, a preview link, the name, a selection box and one menu button.
         card_buttons = await page.locator("li.file").first.locator("button").count()
         assert card_buttons == 1
+        await assert_accessible(page)
         await page.mouse.move(5, 5)
         await page.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
         await page.evaluate("() => window.scrollTo(0, 0)")
@@ -160,6 +162,7 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
         await expect(page.locator("#lightbox-title")).to_have_text("photo-03.png")
         private_src = await page.get_by_role("img", name="Preview of photo-03.png").get_attribute("src") or ""
         assert private_src.startswith(f"/m/{files[3]['file_id']}?expires=") and "signature=" in private_src
+        await assert_accessible(page)
         # Escape closes it; the focus is back on the card of the file last shown.
         await page.keyboard.press("Escape")
         await expect(page.locator("dialog.lightbox")).to_have_count(0)

@@ -32,6 +32,12 @@ const SHORT = { 'vnd.openxmlformats-officedocument.wordprocessingml.document': '
   'x-msvideo': 'AVI', mpeg: 'MP3', 'x-7z-compressed': '7Z', 'vnd.rar': 'RAR', 'x-bzip2': 'BZ2', 'x-tar': 'TAR',
   'x-xz': 'XZ', gzip: 'GZ', zstd: 'ZST' };
 
+const PER_KIND = 5;
+// The names people know first, shown before the rest of their kind.
+const FAMILIAR = ['JPEG', 'PNG', 'GIF', 'WEBP', 'HEIC', 'MP4', 'MOV', 'WEBM', 'MP3', 'WAV', 'FLAC', 'PDF', 'DOCX',
+  'XLSX', 'PPTX', 'ODT', 'TXT', 'ZIP', '7Z', 'RAR', 'TAR', 'GZ'];
+const rank = (name) => (FAMILIAR.includes(name) ? FAMILIAR.indexOf(name) : FAMILIAR.length);
+
 /** "images (JPEG, PNG, ...), documents (PDF, DOCX, ...)": the allowed list, for a person. */
 export function describeTypes(types) {
   const byKind = new Map();
@@ -42,7 +48,10 @@ export function describeTypes(types) {
     if (!byKind.has(kind)) byKind.set(kind, []);
     if (!byKind.get(kind).includes(name)) byKind.get(kind).push(name);
   }
-  return [...byKind].map(([kind, names]) => `${KIND_NAMES[kind]} (${names.join(', ')})`).join(', ');
+  // A few names per kind: a sentence a person reads, not the whole list (GET /reference/...).
+  return [...byKind].map(([kind, all]) => [kind, [...all].sort((a, b) => rank(a) - rank(b))])
+    .map(([kind, names]) => `${KIND_NAMES[kind]} (${names.slice(0, PER_KIND).join(', ')}`
+    + `${names.length > PER_KIND ? ', …' : ''})`).join(', ');
 }
 
 /** The sentence a failed row shows. `allowed` is the server's list of types, or null. */
