@@ -603,6 +603,8 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         await page.get_by_role("button", name="Copy signed URL", exact=True).click()
         signed = await _wait_clipboard(page, "signature=")
         assert signed.startswith(photo["public_url"] + "?expires=")
+        await page.get_by_role("button", name="Copy as Markdown").click()
+        assert await _wait_clipboard(page, "![") == f"![harbour.png]({photo['public_url']})"
 
         # The resized-link helper: its link answers an image of that size and format.
         await page.get_by_label("Width (px)").fill("200")
@@ -658,6 +660,10 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         assert src is not None and src.startswith(f"/m/{pdf['file_id']}?expires=") and "signature=" in src
         await expect(page.locator("dl.facts")).to_contain_text("Private")
         await expect(page.get_by_role("button", name="Copy public URL")).to_have_count(0)
+        await page.get_by_role("button", name="Copy as HTML").click()  # a link, signed for the chosen time
+        html = await _wait_clipboard(page, "<a href=")
+        signed_link = rf'{re.escape(pdf["public_url"])}\?expires=\d+&amp;signature=[^"]+'
+        assert re.fullmatch(rf'<a href="{signed_link}">report.pdf</a>', html), html
         download = page.get_by_role("link", name="Download report.pdf")
         assert "/d/" in (await download.get_attribute("href") or "")
 
