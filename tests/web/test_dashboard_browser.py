@@ -217,16 +217,18 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
 
         # Copy the public URL of one file; the clipboard holds exactly the API's URL.
         card = page.locator("li.file", has_text="ocean.png")
-        await card.get_by_role("button", name="Copy public URL").click()
+        await card.get_by_role("button", name="Actions for ocean.png").click()
+        await page.get_by_role("menuitem", name="Copy public URL").click()
         await expect(page.get_by_role("status").first).to_contain_text("Copied the public URL of ocean.png")
         assert await clipboard(page) == listed[0]["public_url"]
-        await card.get_by_role("button", name="Copy signed URL").click()
+        await card.get_by_role("button", name="Actions for ocean.png").click()
+        await page.get_by_role("menuitem", name="Copy signed URL").click()
         signed = await _wait_clipboard(page, "signature=")
         assert signed.startswith(listed[0]["public_url"] + "?expires=")
 
         # Search filters the grid.
         await page.get_by_label("Search").fill("forest")
-        await page.get_by_role("button", name="Apply filters").click()
+        await page.get_by_role("button", name="Search", exact=True).click()
         await expect(page.locator("ul.grid li.file")).to_have_count(1)
         await page.get_by_role("button", name="Clear filters").click()
         await expect(page.locator("ul.grid li.file")).to_have_count(5)
@@ -282,7 +284,8 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
 
         # Delete one file, then bulk-delete the rest.
         await page.get_by_role("link", name="Files").click()
-        await page.locator("li.file", has_text="sunset.png").get_by_role("button", name="Delete").click()
+        await page.get_by_role("button", name="Actions for sunset.png").click()
+        await page.get_by_role("menuitem", name="Delete").click()
         await page.get_by_role("dialog").get_by_role("button", name="Delete").click()
         await expect(page.locator("ul.grid li.file")).to_have_count(4)
         await page.get_by_label("Select all on this page").check()
@@ -355,7 +358,11 @@ async def test_keyboard_only_login_upload_and_cancelled_delete(api: Api, setting
         await page.get_by_label("Search").focus()
         await page.keyboard.press("Enter")  # submits the filter form: the grid reloads
         await expect(page.locator("ul.grid li.file")).to_have_count(1)
-        await tab_to(page, "li.file button.danger")
+        await tab_to(page, "li.file button.menu-button")
+        await page.keyboard.press("Enter")  # opens the card's menu on its first item
+        await expect(page.get_by_role("menuitem", name="Open details")).to_be_focused()
+        await page.keyboard.press("End")
+        await expect(page.get_by_role("menuitem", name="Delete")).to_be_focused()
         await page.keyboard.press("Enter")
         await expect(page.get_by_role("dialog")).to_be_visible()
         await page.keyboard.press("Escape")  # cancels: nothing is deleted
@@ -457,7 +464,7 @@ async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settin
             match = re.fullmatch(r"waiting (\d+) s: rate limit", await note.inner_text())
             assert match, await note.inner_text()
             # Each finished file is already in the grid (its first page), not after the batch.
-            await expect(page.locator("ul.grid li.file")).to_have_count(min(24, await done.count()))
+            await expect(page.locator("ul.grid li.file")).to_have_count(min(48, await done.count()))
             if rounds == 1:
                 await expect(page.locator(".upload-pause")).to_contain_text("resuming by itself in")
                 # The countdown follows the page's clock.
@@ -475,7 +482,7 @@ async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settin
         assert statuses.count(201) == 60
         names = await all_names(api, await _token(api, email))
         assert sorted(names) == [f"drop-{i:02d}.txt" for i in range(60)]  # all arrived, none twice
-        await expect(page.locator("ul.grid li.file")).to_have_count(24)
+        await expect(page.locator("ul.grid li.file")).to_have_count(48)
         assert problems == []
 
 
@@ -505,7 +512,12 @@ async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remov
 
         # A refused type fails at once with the server's reason; Remove takes the row away.
         await expect(tool).to_have_attribute("data-state", "failed")
-        await expect(tool.locator(".upload-note")).to_contain_text("not allowed")
+        # ...said for a person, with the list of what is accepted, on the same columns as the others.
+        await expect(tool.locator(".upload-note")).to_contain_text(
+            "This file's type (application/x-msdownload) is not accepted; allowed types are images (JPEG, PNG")
+        await expect(tool.locator(".upload-note")).to_contain_text("documents (PDF, DOCX, XLSX, PPTX, ODT, …)")
+        assert await tool.locator(".upload-note").evaluate("n => n.getBoundingClientRect().left") == \
+            await flaky.locator(".upload-note").evaluate("n => n.getBoundingClientRect().left")
         await expect(tool.get_by_role("button", name="Retry upload of tool.exe")).to_be_visible()
         await tool.get_by_role("button", name="Remove tool.exe from the uploads").click()
         await expect(tool).to_have_count(0)
@@ -569,8 +581,8 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         await page.goto("/#/login")
         await log_in(page, email)
 
-        # A click on the thumbnail opens the file view: the image through /m/<id>?width=.
-        await page.get_by_role("img", name="harbour.png").click()
+        # The file's name opens the file view: the image through /m/<id>?width=.
+        await page.get_by_role("link", name="harbour.png", exact=True).click()
         await expect(page.get_by_role("heading", name="harbour.png")).to_be_visible()
         assert page.url.endswith(f"#/file/{photo['file_id']}")
         preview = page.get_by_role("img", name="Preview of harbour.png")
@@ -590,6 +602,8 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         await page.get_by_role("button", name="Copy signed URL", exact=True).click()
         signed = await _wait_clipboard(page, "signature=")
         assert signed.startswith(photo["public_url"] + "?expires=")
+        await page.get_by_role("button", name="Copy as Markdown").click()
+        assert await _wait_clipboard(page, "![") == f"![harbour.png]({photo['public_url']})"
 
         # The resized-link helper: its link answers an image of that size and format.
         await page.get_by_label("Width (px)").fill("200")
@@ -645,6 +659,10 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         assert src is not None and src.startswith(f"/m/{pdf['file_id']}?expires=") and "signature=" in src
         await expect(page.locator("dl.facts")).to_contain_text("Private")
         await expect(page.get_by_role("button", name="Copy public URL")).to_have_count(0)
+        await page.get_by_role("button", name="Copy as HTML").click()  # a link, signed for the chosen time
+        html = await _wait_clipboard(page, "<a href=")
+        signed_link = rf'{re.escape(pdf["public_url"])}\?expires=\d+&amp;signature=[^"]+'
+        assert re.fullmatch(rf'<a href="{signed_link}">report.pdf</a>', html), html
         download = page.get_by_role("link", name="Download report.pdf")
         assert "/d/" in (await download.get_attribute("href") or "")
 
@@ -674,20 +692,20 @@ async def test_sort_and_filter_by_kind(api: Api, settings: Settings) -> None:
         page_names = page.locator("ul.grid li.file a.file-name")
         names = ["d-paper.pdf", "c-archive.zip", "a-notes.txt", "b-photo.png"]  # newest first
         await expect(page_names).to_have_text(names)
-        await page.get_by_label("Sort by").select_option("oldest")
+        await page.get_by_label("Sort by").select_option("Oldest first")
         await expect(page_names).to_have_text(names[::-1])
-        await page.get_by_label("Sort by").select_option("name")
+        await page.get_by_label("Sort by").select_option("Name, A to Z")
         await expect(page_names).to_have_text(sorted(names))
-        await page.get_by_label("Sort by").select_option("largest")
+        await page.get_by_label("Sort by").select_option("Largest first")
         sizes = sorted(((len(d), n) for n, _, d in uploaded), reverse=True)
         await expect(page_names).to_have_text([n for _, n in sizes])
-        await page.get_by_label("Kind").select_option("image")
+        await page.get_by_label("Images").check()
         await expect(page_names).to_have_text(["b-photo.png"])
-        await page.get_by_label("Kind").select_option("document")
+        await page.get_by_label("Documents").check()
         await expect(page_names).to_have_text([n for _, n in sizes if n in ("d-paper.pdf", "a-notes.txt")])
-        await page.get_by_label("Kind").select_option("other")
+        await page.get_by_label("Archives").check()
         await expect(page_names).to_have_text(["c-archive.zip"])
-        await page.get_by_label("Kind").select_option("video")
+        await page.get_by_label("Video").check()
         await expect(page.get_by_text("No file matches these filters.")).to_be_visible()
         await page.get_by_role("button", name="Clear filters").click()
         await expect(page_names).to_have_text(names)
@@ -713,8 +731,10 @@ async def test_activity_fits_a_phone_screen(api: Api, settings: Settings, artifa
         assert await page.evaluate(overflow) == 0
         await page.get_by_role("img", name="a-rather-long-file-name-for-a-small-screen.png").click()
         preview = page.get_by_role("img", name="Preview of a-rather-long-file-name-for-a-small-screen.png")
-        await expect(preview).to_be_visible()
+        await expect(preview).to_be_visible()  # in the lightbox
         assert await page.evaluate(overflow) == 0
+        await page.keyboard.press("Escape")
+        await expect(page.locator("dialog.lightbox")).to_have_count(0)
         await page.get_by_role("link", name="Activity").click()
         await expect(page.get_by_role("heading", name="Activity")).to_be_visible()
         await expect(page.locator("td code", has_text="/files").first).to_be_visible()

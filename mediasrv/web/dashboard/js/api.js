@@ -8,6 +8,10 @@
 //   uploaded file cannot read this origin's storage. The dashboard's own CSP allows only its
 //   own scripts, and views write untrusted text with textContent, never innerHTML.
 // A 401 triggers one silent POST /auth/refresh and one retry; if that fails the session ends.
+// Tabs share the session (tabsession.js): one tab refreshes, every tab logs out together.
+import {
+  askLeaderToRefresh, connectTabs, endEverywhere, isLeader, leave, resumeSession, shareSession,
+} from './tabsession.js';
 
 const REFRESH_KEY = 'mediasrv.refresh_token';
 
@@ -28,16 +32,19 @@ export function onSessionEnd(listener) {
   sessionListeners.add(listener);
 }
 
-function startSession(session) {
+function startSession(session, { shared = true } = {}) {
   access = session.access_token;
   sessionStorage.setItem(REFRESH_KEY, session.refresh_token);
+  if (shared) shareSession({ access_token: session.access_token, refresh_token: session.refresh_token });
 }
 
-function endSession() {
+/** The session ended: here only (another tab said so), or in every tab (`everywhere`). */
+function endSession({ everywhere = true, reason = 'ended' } = {}) {
   const had = access !== null || sessionStorage.getItem(REFRESH_KEY) !== null;
   access = null;
   sessionStorage.removeItem(REFRESH_KEY);
-  if (had) sessionListeners.forEach((listener) => listener());
+  if (everywhere) endEverywhere(reason); else leave();
+  if (had) sessionListeners.forEach((listener) => listener(reason));
 }
 
 export function hasSession() {
@@ -96,6 +103,7 @@ export async function login(email, password) {
 export async function logout() {
   const token = sessionStorage.getItem(REFRESH_KEY);
   access = null;
+  endEverywhere('logout');
   sessionStorage.clear(); // everything this tab kept for the dashboard
   if (token) {
     try {
@@ -106,10 +114,31 @@ export async function logout() {
   }
 }
 
+connectTabs({
+  adopt: (session) => startSession(session, { shared: false }),
+  ended: (reason) => endSession({ everywhere: false, reason }),
+  current: () => {
+    const token = sessionStorage.getItem(REFRESH_KEY);
+    return access && token ? { access_token: access, refresh_token: token } : null;
+  },
+  refreshHere: () => refresh(),
+});
+
+/** At page load: the session another tab has, else this tab's own (a reload refreshes it). */
+export async function resume() {
+  if (await resumeSession(sessionStorage.getItem(REFRESH_KEY) !== null) === 'lead') await refresh();
+}
+
 /** Trade the refresh token for a new session; concurrent callers share one request. */
 export function refresh() {
   if (!refreshing) {
     refreshing = (async () => {
+      if (!isLeader()) { // the leading tab refreshes, and every tab gets the new session
+        const failed = access;
+        const session = await askLeaderToRefresh(failed);
+        if (session) return;
+        if (!isLeader()) throw new ApiError(0, { error: 'Another dashboard tab did not answer; reload the page' });
+      }
       const token = sessionStorage.getItem(REFRESH_KEY);
       if (!token) {
         endSession();

@@ -1,7 +1,7 @@
 // The dashboard's router: hash routes (#/files, ...) so no page path can collide with an API
 // route, plus the one real path the reset e-mail links to (/auth/reset-password?token=...).
-import { api, hasSession, logout, onSessionEnd, refresh } from './api.js';
-import { announce, confirmAction, enterView } from './dom.js';
+import { api, hasSession, logout, onSessionEnd, resume } from './api.js';
+import { announce, confirmAction, enterView, focusView } from './dom.js';
 import {
   checkEmailView, confirmUsedView, confirmedView, forgotView, loginView, registerView, resetView,
 } from './views/auth.js';
@@ -58,7 +58,7 @@ function show(title, build, loggedIn) {
     else link.removeAttribute('aria-current');
   }
   main.replaceChildren(...nodes.flat().filter(Boolean));
-  main.focus({ preventScroll: true });
+  focusView(main);
 }
 
 async function whoAmI() {
@@ -121,11 +121,12 @@ document.getElementById('logout').addEventListener('click', async () => {
   go('#/login');
 });
 
-onSessionEnd(() => {
+onSessionEnd((reason) => {
   email = null;
   isAdmin = null;
   resetFilesState();
-  announce('Your session has ended. Log in again.', 'error', '#/login');
+  announce(reason === 'logout' ? 'You logged out in another tab.' : 'Your session has ended. Log in again.',
+    reason === 'logout' ? 'info' : 'error', '#/login');
   go('#/login');
 });
 
@@ -150,9 +151,9 @@ if (location.pathname === '/auth/reset-password') {
 
 window.addEventListener('hashchange', render);
 
-// A reload of a logged-in tab: trade the stored refresh token for a fresh access token first.
-if (hasSession() && location.pathname === '/') {
-  refresh().catch(() => {}).finally(render);
+// At load: the session of another open tab, or (a reload) this tab's own refresh token.
+if (location.pathname === '/') {
+  resume().catch(() => {}).finally(render);
 } else {
   render();
 }

@@ -182,3 +182,29 @@ export function pager({ page, limit, total }, go, label) {
     h('span', {}, `Page ${page} of ${pages} (${total} total)`),
     h('button', { type: 'button', disabled: page >= pages, onclick: () => go(page + 1) }, 'Next page'));
 }
+
+// Focus after a view change: on the view's heading, so a screen reader starts there and the
+// keyboard goes on from it; not at page load (nothing is outlined before the person acts).
+let interacted = false;
+for (const name of ['keydown', 'pointerdown']) {
+  document.addEventListener(name, () => { interacted = true; }, { capture: true, once: true });
+}
+
+// The skip link focuses <main> itself: following its #main would change the router's hash.
+const skip = document.querySelector('a.skip');
+if (skip) {
+  skip.addEventListener('click', (event) => {
+    event.preventDefault();
+    document.getElementById('main').focus();
+  });
+}
+
+/** Move the focus to the view just shown in `main` (its h1), unless the page just loaded. */
+export function focusView(main) {
+  if (!interacted) return;
+  const heading = main.querySelector('h1');
+  if (heading) {
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+  }
+}

@@ -198,7 +198,7 @@ export class UploadQueue {
     } else if (TRANSIENT.has(r.status)) {
       await this.transientFailure(row, r);
     } else {
-      Object.assign(row, { state: 'failed', message: failureMessage(r) });
+      Object.assign(row, { state: 'failed', message: failureMessage(r), code: (r.body && r.body.code) || null });
     }
   }
 

@@ -1,6 +1,7 @@
 // One file (#/file/<file_id>): a preview where the browser can show the type (an image resized
 // through /m/<id>?width=, PDF, video, audio, the start of a text file), a download otherwise,
-// the record's fields, copy buttons (public, download, signed, a resized link) and delete.
+// the record's fields, copy buttons (public, download, signed, a resized link; as Markdown, HTML
+// or BBCode) and delete.
 //
 // Previews load from this origin's /m path (what the dashboard's CSP allows). A private file's
 // preview uses a signed URL (POST /files/{id}/signed-url): the session token never goes in a URL,
@@ -9,6 +10,7 @@ import { api, fetchTextHead } from '../api.js';
 import {
   announce, confirmAction, copyText, errorBox, field, formatBytes, formatDate, h, select, statusFor,
 } from '../dom.js';
+import { FORMATS, snippet } from '../copyas.js';
 import { RESIZABLE, kindOf, previewOf } from '../kinds.js';
 
 const PREVIEW_STEPS = [320, 480, 640, 800, 1024, 1280, 1600, 2048];
@@ -118,6 +120,15 @@ export function fileView({ id, go }) {
       }
     };
     const button = (label, onclick) => h('button', { type: 'button', onclick }, label);
+    // Copy as Markdown, HTML or BBCode: the public URL, or a signed one for the chosen time.
+    const copyAs = async (format, label) => {
+      try {
+        const url = file.is_public ? file.public_url : (await sign(Number(expiry.input.value))).url;
+        await copy(snippet(format, file, url), label);
+      } catch (e) {
+        say(e.message, 'error');
+      }
+    };
     return h('section', { class: 'card', 'aria-labelledby': 'links-title' },
       h('h2', { id: 'links-title' }, 'Links'),
       h('div', { class: 'row' },
@@ -125,6 +136,8 @@ export function fileView({ id, go }) {
         file.is_public ? button('Copy download URL', () => copy(file.public_download_url, 'download URL')) : null,
         button('Copy signed URL', () => copySigned('view')),
         button('Copy signed download URL', () => copySigned('download'))),
+      h('div', { class: 'row' }, ...FORMATS.filter(([format]) => format !== 'url').map(([format, label]) =>
+        button(`Copy as ${label}`, () => copyAs(format, label)))),
       h('div', { class: 'row-form' }, expiry.wrap));
   }
 

@@ -1,6 +1,8 @@
-// API keys: create (the key is shown once, with a copy button), list, revoke.
+// API keys: create (the key is shown once, with a copy button and its uploader configurations),
+// list, revoke; and a key made for ShareX or Flameshot with its configuration in one step.
 import { api } from '../api.js';
 import { busy, confirmAction, copyText, errorBox, field, formatDate, h, pager, statusFor } from '../dom.js';
+import { configurationButtons, uploadersCard } from '../uploaders.js';
 
 export function keysView() {
   const announce = statusFor();
@@ -60,6 +62,8 @@ export function keysView() {
       h('h2', {}, `API key ${key.name ? `“${key.name}” ` : ''}created`),
       h('p', { id: 'key-once', class: 'warning' }, 'Copy it now: this is the only time the full key is shown.'),
       secret.wrap,
+      h('p', { class: 'muted' }, 'Use it in an uploader: its configuration holds this key.'),
+      configurationButtons(key.key),
       h('div', { class: 'row' }, copyButton, h('button', { type: 'button', onclick: () => {
         created.hidden = true;
         created.replaceChildren();
@@ -93,5 +97,6 @@ export function keysView() {
     h('section', { class: 'card' }, form, error.el, created),
     table,
     pagerSlot,
+    uploadersCard({ announce, created: load }),
   ];
 }

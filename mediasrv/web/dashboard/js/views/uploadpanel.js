@@ -3,6 +3,7 @@
 // and Remove. The queue outlives the view (uploads go on while you look at another page); this
 // card draws it whenever the Files view is shown.
 import { formatBytes, formatDuration, h } from '../dom.js';
+import { allowedTypes, failureText } from '../uploadmessages.js';
 
 function rowNote(queue, row) {
   switch (row.state) {
@@ -22,7 +23,7 @@ function rowNote(queue, row) {
       return seconds >= 1 ? `Done in ${formatDuration(seconds)}` : 'Done';
     }
     case 'failed':
-      return `Failed: ${row.message}`;
+      return failureText(row);
     default:
       return 'Cancelled';
   }
@@ -95,7 +96,7 @@ export function uploadPanel(queue, prefs) {
     h('p', {}, 'Drag and drop files here, or '),
     h('label', { for: 'upload-input', class: 'button-like' }, 'Choose files to upload'), input,
     h('label', { for: 'upload-public', class: 'inline' }, isPublic, ' Upload as public'));
-  const section = h('section', { class: 'card', 'aria-labelledby': 'upload-title' },
+  const section = h('section', { class: 'card upload-card', 'aria-labelledby': 'upload-title' },
     h('h2', { id: 'upload-title' }, 'Upload'), zone, tools, pause, list);
 
   const views = new Map();
@@ -122,6 +123,7 @@ export function uploadPanel(queue, prefs) {
   };
   queue.rows.forEach(addRow);
   refresh();
+  allowedTypes().then(() => { if (section.isConnected) refresh(); }); // a refused type's row names the list
 
   const unsubscribe = queue.subscribe((event, row) => {
     // Events come later than the synchronous render that inserts this card, so a card not in

@@ -1,4 +1,4 @@
-// Usage (counters and a small inline-SVG bar chart) and the activity log.
+// Usage (counters and an inline-SVG bar chart of the server's daily counts) and the activity log.
 import { api } from '../api.js';
 import { errorBox, formatBytes, formatDate, h, pager } from '../dom.js';
 
@@ -24,7 +24,8 @@ export function barChart(points, title) {
     const x = pad.left + i * slot + slot * 0.15;
     const y = height - pad.bottom - barHeight;
     return [
-      svg('rect', { x, y, width: slot * 0.7, height: Math.max(barHeight, value ? 1 : 0), rx: 2, class: 'bar' },
+      svg('rect', { x, y, width: slot * 0.7, height: Math.max(barHeight, value ? 1 : 0), rx: 2,
+        class: i === points.length - 1 ? 'bar today' : 'bar' },
         svg('title', {}, `${label}: ${value}`)),
       value ? svg('text', { x: x + slot * 0.35, y: y - 4, 'text-anchor': 'middle', class: 'bar-value' }, value) : null,
       svg('text', { x: x + slot * 0.35, y: height - 10, 'text-anchor': 'middle', class: 'bar-label' }, label),
@@ -37,37 +38,32 @@ export function barChart(points, title) {
   ...bars);
 }
 
-function perDay(logs) {
-  const days = [];
-  const today = new Date();
-  for (let i = DAYS - 1; i >= 0; i -= 1) {
-    const d = new Date(today.getFullYear(), today.getMonth(), today.getDate() - i);
-    days.push([d, 0]);
-  }
-  for (const entry of logs) {
-    const t = new Date(entry.created_at);
-    const day = days.find(([d]) => d.getFullYear() === t.getFullYear() && d.getMonth() === t.getMonth()
-      && d.getDate() === t.getDate());
-    if (day) day[1] += 1;
-  }
-  return days.map(([d, n]) => [`${d.getDate()}/${d.getMonth() + 1}`, n]);
+/** "28/11" for the server's UTC day "2026-11-28". */
+function dayLabel(date) {
+  const [, month, day] = date.split('-');
+  return `${Number(day)}/${Number(month)}`;
 }
 
 export function usageView() {
   const error = errorBox();
   const stats = h('dl', { class: 'stats' });
   const chart = h('figure', { class: 'card' }, h('p', { class: 'muted' }, 'Loading…'));
-  Promise.all([api('GET', '/usage'), api('GET', '/logs', { query: { page: 1, limit: 100 } })])
-    .then(([usage, logs]) => {
+  // The counts per day are the server's (GET /usage/daily): every request of the day, however
+  // many, not the latest page of the activity log.
+  Promise.all([api('GET', '/usage'), api('GET', '/usage/daily', { query: { days: DAYS } })])
+    .then(([usage, daily]) => {
       const items = [
         ['Storage', formatBytes(usage.storage_bytes)], ['Files', usage.files_count],
         ['Origin reads', usage.origin_reads], ['Image operations', usage.image_ops],
       ];
       stats.replaceChildren(...items.map(([k, v]) => h('div', { class: 'stat' }, h('dt', {}, k), h('dd', {}, v))));
+      const points = daily.days.map((day) => [dayLabel(day.date), day.api_requests]);
+      const total = daily.days.reduce((sum, day) => sum + day.api_requests, 0);
       chart.replaceChildren(
-        barChart(perDay(logs.logs), `API requests per day, last ${DAYS} days`),
-        h('figcaption', {}, `API requests per day over the last ${DAYS} days (from your latest ${logs.logs.length} `
-          + `logged requests). Period: ${formatDate(usage.period_start)} to ${formatDate(usage.period_end)}.`));
+        barChart(points, `API requests per day, last ${DAYS} days`),
+        h('figcaption', {}, `API requests per day over the last ${DAYS} days (UTC days), ${total.toLocaleString()} `
+          + `in all, counted by the server. This month: ${formatDate(usage.period_start)} to `
+          + `${formatDate(usage.period_end)}.`));
     })
     .catch((e) => error.show(e.message));
   return [h('h1', {}, 'Usage'), error.el, stats, chart];
