@@ -150,6 +150,7 @@ class Flusher:
         self._meta = meta
         self._steps = steps
         self._counters = counters or {}
+        self._lock = asyncio.Lock()
         self._periodic = Periodic("flush", self.flush_now, interval_s, first_at_once=False, log=log)
 
     def start(self) -> None:
@@ -159,11 +160,15 @@ class Flusher:
         return {name: c.pending() for name, c in self._counters.items()}
 
     async def flush_now(self) -> None:
-        for step in self._steps:
-            try:
-                await step(self._meta)
-            except Exception as exc:  # a store outage must not kill the loop; next round retries
-                log.warning("flush failed (%s); will retry", type(exc).__name__)
+        """One flush at a time: a second caller (a test, the shutdown) waits for the one under
+        way, whose batch is still unsent, rather than sending that batch a second time (the
+        SQLite store does not deduplicate batches, so it would be counted twice)."""
+        async with self._lock:
+            for step in self._steps:
+                try:
+                    await step(self._meta)
+                except Exception as exc:  # a store outage must not kill the loop; next round retries
+                    log.warning("flush failed (%s); will retry", type(exc).__name__)
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Finish the flush under way (never cut it: its batch would vanish), flush once more,

@@ -576,6 +576,32 @@ async def test_flusher_keeps_going_when_one_step_fails_and_flushes_at_stop() -> 
     await flusher.stop()  # idempotent
 
 
+async def test_two_flushes_at_once_send_a_batch_once() -> None:
+    """A flush started while the periodic one waits on the store does not send the same
+    counts again (the SQLite store does not deduplicate batches: 2 requests counted as 4)."""
+    class SlowMeta:
+        def __init__(self) -> None:
+            self.sent: list[dict[Any, UsageCounts]] = []
+            self.release = asyncio.Event()
+
+        async def add_usage(self, deltas: dict[Any, UsageCounts], *, batch_id: str | None = None) -> None:
+            self.sent.append(deltas)
+            await self.release.wait()
+
+    usage, meta = UsageRecorder(), SlowMeta()
+    flusher = Flusher(meta, [usage.flush])  # type: ignore[arg-type]
+    usage.api_request("u")
+    usage.api_request("u")
+    first = asyncio.ensure_future(flusher.flush_now())
+    await asyncio.sleep(0)  # the first flush is waiting on the store
+    second = asyncio.ensure_future(flusher.flush_now())
+    await asyncio.sleep(0)
+    meta.release.set()
+    await asyncio.gather(first, second)
+    assert len(meta.sent) == 1
+    assert sum(c.api_requests for (_, day), c in meta.sent[0].items() if len(day) == 10) == 2
+
+
 # ---------------------------------------------------------------------------- the JWT secret file
 
 def test_secret_is_generated_once_with_mode_0600(tmp_path: Path) -> None:
