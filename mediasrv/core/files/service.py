@@ -128,14 +128,7 @@ class FileService:
         body is small); 503 first if the database changed under the server (``require_store``),
         or if it would hold more memory than MEDIASRV_UPLOAD_BUFFER_BYTES leaves (UploadsBusy)."""
         await self.require_store()
-        self.in_flight.take(user.id)  # 429 past MEDIASRV_MAX_UPLOADS_PER_USER open at once
-        try:  # 503 past MEDIASRV_UPLOAD_BUFFER_BYTES held by all uploads: before anything is reserved
-            give_buffers = self.buffers.take(memory_bound(
-                limits.cap_bytes if declared_size is None else declared_size, self._writer_buffer))
-        except BaseException:
-            self.in_flight.give(user.id)
-            raise
-        ended = _once(functools.partial(_both, functools.partial(self.in_flight.give, user.id), give_buffers))
+        ended = self.upload_slots(user.id, limits.cap_bytes if declared_size is None else declared_size)
         upload = UploadSession(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
                                self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later)
         try:
@@ -144,6 +137,23 @@ class FileService:
             ended()
             raise
         return upload
+
+    @property
+    def default_cap(self) -> int:
+        """The server's upload cap (an account may have a lower one)."""
+        return self._settings.max_upload_size_bytes
+
+    def upload_slots(self, user_id: str, size: int) -> Callable[[], None]:
+        """Take one of the account's open uploads (429 past MEDIASRV_MAX_UPLOADS_PER_USER) and the
+        memory a body of at most ``size`` bytes holds (503 past MEDIASRV_UPLOAD_BUFFER_BYTES), for
+        one request's body; what it returns gives both back (once, however often it is called)."""
+        self.in_flight.take(user_id)
+        try:  # before anything is reserved
+            give_buffers = self.buffers.take(memory_bound(size, self._writer_buffer))
+        except BaseException:
+            self.in_flight.give(user_id)
+            raise
+        return _once(functools.partial(_both, functools.partial(self.in_flight.give, user_id), give_buffers))
 
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""
