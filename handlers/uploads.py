@@ -46,7 +46,6 @@ log = logging.getLogger("mediasrv.uploads")
 TUS_VERSION = "1.0.0"
 TUS_EXTENSIONS = ("creation", "creation-with-upload", "termination", "checksum", "expiration")
 OFFSET_STREAM = "application/offset+octet-stream"
-UPLOADS_PATH = "/uploads"
 
 
 class TusError(ApiError):
@@ -198,7 +197,7 @@ class UploadsHandler(StreamedTus):
         assert self.principal is not None
         upload = await self.resumable.create(self.principal.user, self._creation)
         self.created = upload.file_id
-        self.set_header("Location", f"{UPLOADS_PATH}/{upload.file_id}")
+        self.set_header("Location", f"{self.base.path}/{upload.file_id}")  # /uploads/<file_id>
         self.set_header("Upload-Expires", _http_date(upload.expires_at))
         if self.has_body():
             self.checked_stream()
@@ -296,7 +295,8 @@ def _header(name: str, description: str, schema: Json, required: bool = False) -
     return {"name": name, "in": "header", "required": required, "schema": schema, "description": description}
 
 
-_TUS = _header("Tus-Resumable", f"the protocol version: {TUS_VERSION} (another: 412)", typed("string", enum=[TUS_VERSION]))
+_TUS = _header("Tus-Resumable", f"the protocol version: {TUS_VERSION} (another: 412)",
+               typed("string", enum=[TUS_VERSION]))
 
 
 def _create(ctx: DocContext) -> Json:
@@ -368,13 +368,13 @@ def _terminate(ctx: DocContext) -> Json:
 # ---------------------------------------------------------------------------- routes
 
 ROUTES: tuple[Route, ...] = (
-    Route("POST", UPLOADS_PATH, ANY, UploadsHandler, "uploads", "createUpload",
+    Route("POST", "/uploads", ANY, UploadsHandler, "uploads", "createUpload",
           "Create a resumable upload (tus 1.0), optionally with its first chunk", _create,
           per_user("uploads.create", 30)),
-    Route("HEAD", UPLOADS_PATH + "/{id}", ANY, UploadHandler, "uploads", "getUploadOffset",
+    Route("HEAD", "/uploads/{id}", ANY, UploadHandler, "uploads", "getUploadOffset",
           "The offset of a resumable upload (tus)", _offset, per_user("uploads.head", 600)),
-    Route("PATCH", UPLOADS_PATH + "/{id}", ANY, UploadHandler, "uploads", "patchUpload",
+    Route("PATCH", "/uploads/{id}", ANY, UploadHandler, "uploads", "patchUpload",
           "Append a chunk to a resumable upload (tus)", _patch, per_user("uploads.patch", 6000)),
-    Route("DELETE", UPLOADS_PATH + "/{id}", ANY, UploadHandler, "uploads", "terminateUpload",
+    Route("DELETE", "/uploads/{id}", ANY, UploadHandler, "uploads", "terminateUpload",
           "End an unfinished resumable upload (tus termination)", _terminate, per_user("uploads.delete", 60)),
 )

@@ -19,10 +19,11 @@ Doc = dict[str, Any]
 
 async def lock(db: Any, file_id: str, offset: int, holder: str, now: dt.datetime,
                until: dt.datetime) -> Doc | None:
-    return await db[COLLECTION].find_one_and_update(
+    found: Doc | None = await db[COLLECTION].find_one_and_update(
         {"_id": file_id, "offset": offset,
          "$or": [{"lock": None}, {"lock": holder}, {"locked_until": {"$lt": now}}]},
         {"$set": {"lock": holder, "locked_until": until}}, return_document=ReturnDocument.AFTER)
+    return found
 
 
 async def renew(db: Any, file_id: str, holder: str, until: dt.datetime) -> bool:

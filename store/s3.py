@@ -582,8 +582,13 @@ class _Partial:
 async def _drop_partial(client: Any, bucket: str, key: str, upload_id: str | None) -> None:
     """Abort the multipart upload and delete the marker and every tail object."""
     if upload_id is not None:
-        with _translated(key), contextlib.suppress(BlobNotFound):
-            await client.abort_multipart_upload(Bucket=bucket, Key=PREFIX + key, UploadId=upload_id)
+        try:
+            with _translated(key), contextlib.suppress(BlobNotFound):
+                await client.abort_multipart_upload(Bucket=bucket, Key=PREFIX + key, UploadId=upload_id)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, ClientError) and _code(cause) == "NoSuchUpload"):  # gone already
+                raise
     with _translated(key):
         page = await client.list_objects_v2(Bucket=bucket, Prefix=f"{RESUMABLE}{key}/")
     for item in page.get("Contents", []):

@@ -137,7 +137,7 @@ async def test_a_body_cut_mid_patch_keeps_what_arrived(api: Api, http_server_por
     assert r.code == 201, r.body
     path = r.headers["Location"]
     sent = 2 * MIB
-    reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[1])
+    _reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[1])
     writer.write((f"PATCH {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nTus-Resumable: 1.0.0\r\n"
                   f"Upload-Offset: 0\r\nContent-Type: application/offset+octet-stream\r\n"
                   f"Content-Length: {len(data)}\r\n\r\n").encode() + data[:sent])

@@ -38,7 +38,7 @@ from mediasrv.base.timeutil import iso
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import OCTET_STREAM, stored_type
 from mediasrv.core.files.service import FileService, require_active_trial
-from mediasrv.core.files.uploads import Progress, UploadSession, failure_status, memory_bound, new_file_id
+from mediasrv.core.files.uploads import Progress, UploadSession, failure_status, new_file_id
 from store import errors as store_errors
 from store.base import BlobStore, MetaStore, ResumableBlobs, ResumableWriter
 from store.models import FileRecord, ResumableUpload, User
@@ -53,7 +53,8 @@ CHECKSUMS: dict[str, Callable[[], Any]] = {"sha1": hashlib.sha1, "sha256": hashl
 
 
 class ChecksumMismatch(ApiError):
-    status, code, message = 460, "CHECKSUM_MISMATCH", "The chunk's checksum does not match its bytes; nothing of it was kept"
+    status, code = 460, "CHECKSUM_MISMATCH"
+    message = "The chunk's checksum does not match its bytes; nothing of it was kept"
 
 
 class UploadGone(ApiError):

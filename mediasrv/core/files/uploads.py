@@ -280,7 +280,7 @@ class UploadSession:
         try:
             await self._feed(chunk)
         except Exception as exc:
-            if not (self._resumable and not isinstance(exc, ApiError)):  # resumable: a store failure ends the request only
+            if not (self._resumable and not isinstance(exc, ApiError)):  # resumable: a store failure ends the request
                 await self.abort()
             raise failure_status(exc) from exc
 
