@@ -129,9 +129,26 @@ class StreamedTus(TusBase):
         except KNOWN_FAILURES as exc:
             headers = self.request.headers
             bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
-            if not (bodyless or drainable(headers)):
+            if not (bodyless or self._drains_chunk() or drainable(headers)):
                 raise
-            self.failure = failure_status(exc)  # answered once the small body is read (as POST /files)
+            self.failure = failure_status(exc)  # answered once the body is read (as POST /files)
+
+    def _drains_chunk(self) -> bool:
+        """A chunk refused before it was read (409, 404, 410...) from an authenticated client is
+        read up to the caller's cap and dropped, so its tus status reaches the client: answering
+        before the body would cut the connection under the client's feet (a reset, not a 409)."""
+        if self.principal is None:
+            return False
+        cap = self.resumable.max_size(self.principal.user)
+        try:
+            declared = content_length(self.request.headers)
+        except ApiError:
+            return False
+        if declared is not None and declared > cap:
+            return False
+        http_limits.set_body_limit(self.request.connection, cap, "FILE_TOO_LARGE",
+                                   f"File too large: the limit is {cap} bytes")
+        return True
 
     async def start(self) -> None:
         raise NotImplementedError
