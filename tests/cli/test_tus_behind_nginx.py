@@ -103,7 +103,7 @@ def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, s
     r = request(side.port, "POST", "/uploads", headers=auth(token, **{"Upload-Length": str(len(data))}))
     path = r.headers["location"]
     stream = {"Content-Type": "application/offset+octet-stream"}
-    wrong = base64.b64encode(hashlib.md5(b"nope").digest()).decode()  # noqa: S324  (tus's md5, not security)
+    wrong = base64.b64encode(hashlib.md5(b"nope").digest()).decode()
     r = request(side.port, "PATCH", path, body=data[:MIB], headers=auth(token, **stream, **{
         "Upload-Offset": "0", "Upload-Checksum": f"md5 {wrong}"}))
     assert r.status == 460 and r.json()["code"] == "CHECKSUM_MISMATCH"
@@ -134,7 +134,7 @@ def test_cap_anonymous_and_refused_bytes(tus_sidecar: tuple[Sidecar, str, str]) 
     assert r.status == 204 and r.headers["tus-max-size"] == str(30 * MIB)
 
 
-def test_resumable_upload_through_nginx_to_s3(moto, tmp_path: Path) -> None:  # noqa: ANN001
+def test_resumable_upload_through_nginx_to_s3(moto, tmp_path: Path) -> None:
     from tests.backends.fixtures import moto_endpoint, new_bucket
     from tests.backends.servers import S3_ENV
 

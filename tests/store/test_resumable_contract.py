@@ -4,6 +4,7 @@ blob contract's ``store`` fixture)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -11,9 +12,9 @@ from store.base import AccountReconcile, BlobStore, MetaStore, ResumableBlobs
 from store.errors import Duplicate
 from store.models import ResumableUpload
 from store.s3 import PART_SIZE
+from tests.store.conftest import MetaFactory
 from tests.store.test_blob_contract import backend, payload, read_bytes, store  # noqa: F401  (fixtures)
 from tests.store.test_meta_contract import add_user, make_file, reopen, ts
-from tests.store.conftest import MetaFactory
 
 MIB = 1024 * 1024
 
@@ -111,7 +112,7 @@ async def test_a_blob_written_across_writers_and_checkpoints(store: BlobStore) -
     data = payload(2 * PART_SIZE + 3 * MIB + 17)
     cuts = [0, 3 * MIB, 3 * MIB + 1, PART_SIZE + 5, 2 * PART_SIZE + MIB, len(data)]
     state, offset = "", 0
-    for start, end in zip(cuts, cuts[1:], strict=False):
+    for start, end in itertools.pairwise(cuts):
         writer = await store.resume_writer("k1", state, offset)
         for i in range(start, end, 256 * 1024):
             await writer.write(data[i:min(end, i + 256 * 1024)])
