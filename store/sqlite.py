@@ -248,10 +248,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (
         # Issue 27: resumable uploads (tus). One row per upload in progress; its quota is
-        # reserved on the account (users.storage_bytes, files_count) while the row exists.
+        # reserved on the account (users.storage_bytes, files_count) while the row exists. No
+        # foreign key: a deleted account's uploads stay until their expiry drops their bytes.
         """CREATE TABLE uploads (
             file_id TEXT PRIMARY KEY,
-            user_id TEXT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL,
             length INTEGER NOT NULL CHECK (length >= 0),
             offset INTEGER NOT NULL CHECK (offset >= 0 AND offset <= length),
             created_at TEXT NOT NULL,
