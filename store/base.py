@@ -337,10 +337,10 @@ class ResumableStore(Protocol):
         """Move the end of ``lock`` on; False when it is no longer held by ``lock``."""
 
     async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
-                             progress: str, blob_state: str, expires_at: str) -> bool:
-        """Record bytes up to ``offset`` as acknowledged, with the state that goes with them, and
-        give the lock up; only while ``lock`` holds it at ``offset_before`` (else False, nothing
-        changed)."""
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
+        """Record bytes up to ``offset`` as acknowledged, with the state that goes with them
+        (``head`` None: unchanged), and give the lock up; only while ``lock`` holds it at
+        ``offset_before`` (else False, nothing changed)."""
 
     async def unlock_upload(self, file_id: str, lock: str) -> None:
         """Give the lock up without moving the offset (nothing when ``lock`` does not hold it)."""

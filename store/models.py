@@ -181,6 +181,9 @@ class ResumableUpload:
     """The type the client named (checked against the bytes); None: taken from the first bytes."""
     is_public: bool = True
     progress: str = ""
+    head: bytes = b""
+    """The first bytes (up to 256 KiB), which the checks at the end read again: apart from
+    ``progress`` so that it is written only while it grows."""
     blob_state: str = ""
     lock: str | None = None
     locked_until: str | None = None

@@ -179,6 +179,7 @@ def _log(doc: Doc) -> LogEntry:
 
 
 def _upload(doc: Doc) -> ResumableUpload:
+    doc = {**doc, "head": bytes(doc.get("head") or b"")}
     return _record(ResumableUpload, doc, _UPLOAD_DATES, id_field="file_id")
 
 
@@ -711,9 +712,11 @@ class MongoMetaStore:
         return renewed
 
     async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
-                             progress: str, blob_state: str, expires_at: str) -> bool:
-        fields = {"offset": offset, "progress": progress, "blob_state": blob_state,
-                  "expires_at": to_date(expires_at)}
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
+        fields: Doc = {"offset": offset, "progress": progress, "blob_state": blob_state,
+                       "expires_at": to_date(expires_at)}
+        if head is not None:
+            fields["head"] = bytes(head)
         attempts = [False, True]
 
         async def write(db: Any) -> bool:

@@ -261,6 +261,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             content_type TEXT,
             is_public INTEGER NOT NULL CHECK (is_public IN (0, 1)),
             progress TEXT NOT NULL,
+            head BLOB NOT NULL,
             blob_state TEXT NOT NULL,
             lock TEXT,
             locked_until TEXT)""",
@@ -652,6 +653,22 @@ def _lock_upload(conn: sqlite3.Connection, file_id: str, offset: int, lock: str,
     return _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM uploads WHERE file_id = ?", (file_id,), _upload)
 
 
+def _renew_upload_lock(conn: sqlite3.Connection, file_id: str, lock: str, until: str) -> int:
+    return _execute(conn, "UPDATE uploads SET locked_until = ? WHERE file_id = ? AND lock = ?", (until, file_id, lock))
+
+
+def _unlock_upload(conn: sqlite3.Connection, file_id: str, lock: str) -> int:
+    return _execute(conn, "UPDATE uploads SET lock = NULL, locked_until = NULL WHERE file_id = ? AND lock = ?",
+                    (file_id, lock))
+
+
+VOLATILE_WRITES: frozenset[Callable[..., Any]] = frozenset({_lock_upload, _renew_upload_lock, _unlock_upload})
+"""Writes a crash may lose (an upload's lock: it ends at ``locked_until`` anyway). A batch of only
+these commits without the WAL's fsync (``synchronous = NORMAL``: still atomic and in order, so a
+later durable commit, such as the advance that releases the lock, makes it durable too): a
+resumable upload's PATCH then pays one fsync of the metadata, not two."""
+
+
 def _delete_upload(conn: sqlite3.Connection, file_id: str) -> ResumableUpload | None:
     found = _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM uploads WHERE file_id = ?", (file_id,), _upload)
     if found is not None:
@@ -1027,8 +1044,12 @@ class SqliteMetaStore:
             batch = self._commit_some(self._thread_conn(write=True), batch)
 
     def _commit_some(self, conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
-        """One transaction over ``batch``; the calls left over when it was lost midway."""
+        """One transaction over ``batch``; the calls left over when it was lost midway. A batch
+        of volatile writes only (``VOLATILE_WRITES``) commits without fsync."""
+        volatile = all(call.item[0] in VOLATILE_WRITES for call in batch)
         try:
+            if volatile:
+                conn.execute("PRAGMA synchronous = NORMAL")
             self._require_same_file()
             self._begin_write(conn)
             for i, call in enumerate(batch):
@@ -1046,6 +1067,10 @@ class SqliteMetaStore:
             for call in batch:
                 if call.error is None:
                     call.fail(exc)
+        finally:
+            if volatile:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         return []
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
@@ -1264,23 +1289,21 @@ class SqliteMetaStore:
         return await self._write(_lock_upload, file_id, offset, lock, now, until)
 
     async def renew_upload_lock(self, file_id: str, lock: str, until: str) -> bool:
-        changed: int = await self._write(_execute, "UPDATE uploads SET locked_until = ? WHERE file_id = ? "
-                                         "AND lock = ?", (until, file_id, lock))
+        changed: int = await self._write(_renew_upload_lock, file_id, lock, until)
         return changed > 0
 
     async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
-                             progress: str, blob_state: str, expires_at: str) -> bool:
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
         """Committed (WAL fsynced, ``synchronous = FULL``) before it returns: an offset answered
         to the client survives a crash."""
         changed: int = await self._write(
-            _execute, "UPDATE uploads SET offset = ?, progress = ?, blob_state = ?, expires_at = ?, lock = NULL, "
-            "locked_until = NULL WHERE file_id = ? AND lock = ? AND offset = ?",
-            (offset, progress, blob_state, expires_at, file_id, lock, offset_before))
+            _execute, "UPDATE uploads SET offset = ?, progress = ?, head = coalesce(?, head), blob_state = ?, "
+            "expires_at = ?, lock = NULL, locked_until = NULL WHERE file_id = ? AND lock = ? AND offset = ?",
+            (offset, progress, head, blob_state, expires_at, file_id, lock, offset_before))
         return changed > 0
 
     async def unlock_upload(self, file_id: str, lock: str) -> None:
-        await self._write(_execute, "UPDATE uploads SET lock = NULL, locked_until = NULL WHERE file_id = ? "
-                          "AND lock = ?", (file_id, lock))
+        await self._write(_unlock_upload, file_id, lock)
 
     async def delete_upload(self, file_id: str) -> ResumableUpload | None:
         return await self._write(_delete_upload, file_id)

@@ -21,7 +21,8 @@ MIB = 1024 * 1024
 
 def make_upload(user_id: str, file_id: str, length: int = 1000, **fields: object) -> ResumableUpload:
     values: dict[str, object] = {"offset": 0, "created_at": ts(0), "expires_at": ts(3600), "name": "big.bin",
-                                 "content_type": None, "is_public": False, "progress": "{}", "blob_state": ""}
+                                 "content_type": None, "is_public": False, "progress": "{}", "head": b"",
+                                 "blob_state": ""}
     values.update(fields)
     return ResumableUpload(file_id=file_id, user_id=user_id, length=length, **values)  # type: ignore[arg-type]
 
@@ -53,17 +54,21 @@ async def test_one_lock_at_a_time_and_only_at_the_offset(meta: MetaStore) -> Non
     taken = await meta.lock_upload("f1", 0, "b", ts(31), ts(46))  # expired: another takes it over
     assert taken is not None and taken.lock == "b"
     assert not await meta.advance_upload("f1", "a", 0, 100, "p", "s", ts(4000))  # the old holder cannot move it
-    assert await meta.advance_upload("f1", "b", 0, 100, "p", "s", ts(4000))
+    assert await meta.advance_upload("f1", "b", 0, 100, "p", "s", ts(4000), head=b"\x89PNG\x00first")
     after = await meta.get_upload("f1")
     assert after is not None
     assert (after.offset, after.progress, after.blob_state, after.expires_at, after.lock) == (100, "p", "s", ts(4000),
                                                                                               None)
+    assert after.head == b"\x89PNG\x00first"
     assert not await meta.advance_upload("f1", "b", 0, 200, "p", "s", ts(4000))  # unlocked now
     assert await meta.lock_upload("f1", 100, "c", ts(50), ts(65)) is not None
     await meta.unlock_upload("f1", "someone else")
     assert (await meta.get_upload("f1")).lock == "c"  # type: ignore[union-attr]
     await meta.unlock_upload("f1", "c")
     assert (await meta.get_upload("f1")).lock is None  # type: ignore[union-attr]
+    assert await meta.lock_upload("f1", 100, "d", ts(60), ts(75)) is not None
+    assert await meta.advance_upload("f1", "d", 100, 150, "q", "t", ts(4100))  # head None: kept as it was
+    assert (await meta.get_upload("f1")).head == b"\x89PNG\x00first"  # type: ignore[union-attr]
 
 
 async def test_of_many_lockers_at_once_one_wins(meta: MetaStore) -> None:

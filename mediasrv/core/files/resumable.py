@@ -151,7 +151,8 @@ class ResumableUploads:
         now = self._now()
         upload = ResumableUpload(file_id=file_id, user_id=user.id, length=request.length, offset=0, created_at=now,
                                  expires_at=self._now(self._expiry_s), name=request.name, content_type=content_type,
-                                 is_public=request.is_public, progress=Progress().text(), blob_state="")
+                                 is_public=request.is_public, progress=Progress().text(), head=b"",
+                                 blob_state="")
         try:
             await self._meta.create_upload(upload)
         except Exception as exc:
@@ -190,16 +191,23 @@ class ResumableUploads:
         """Lock the upload at ``offset`` and build its session for this request's bytes: 404,
         410, 409 (another offset, or another request writing it), 413 (past Upload-Length)."""
         require_active_trial(user)
-        upload = await self._owned(user, file_id)
-        if upload.offset != offset:
-            raise Conflict(f"Upload-Offset is {offset}, the upload is at {upload.offset}", code="OFFSET_MISMATCH")
-        if body_length is not None and offset + body_length > upload.length:
-            raise PayloadTooLarge(f"The chunk goes past Upload-Length ({upload.length})", code="UPLOAD_LENGTH_EXCEEDED")
         lock = secrets.token_hex(12)
-        locked = await self._meta.lock_upload(file_id, offset, lock, self._now(), self._now(LOCK_S))
-        if locked is None:
-            raise Conflict("Another request is writing this upload, or its offset moved; ask for the offset "
-                           "again (HEAD)", code="OFFSET_MISMATCH")
+        try:  # first, as the common case needs nothing else: the answer to why not comes after
+            locked = await self._meta.lock_upload(file_id, offset, lock, self._now(), self._now(LOCK_S))
+        except ValueError:
+            raise upload_not_found() from None
+        if locked is None or locked.user_id != user.id or locked.expires_at < self._now() or (
+                body_length is not None and offset + body_length > locked.length):
+            if locked is not None:
+                await self._unlock(file_id, lock)
+            upload = await self._owned(user, file_id)  # 404, 410
+            if upload.offset != offset:
+                raise Conflict(f"Upload-Offset is {offset}, the upload is at {upload.offset}", code="OFFSET_MISMATCH")
+            if body_length is not None and offset + body_length > upload.length:
+                raise PayloadTooLarge(f"The chunk goes past Upload-Length ({upload.length})",
+                                      code="UPLOAD_LENGTH_EXCEEDED")
+            raise Conflict("Another request is writing this upload; ask for the offset again (HEAD)",
+                           code="OFFSET_MISMATCH")
         try:
             remaining = locked.length - locked.offset
             ended = self._files.upload_slots(user.id, remaining if body_length is None else body_length)
@@ -218,7 +226,7 @@ class ResumableUploads:
         session = UploadSession(self._meta, self._blobs, user, locked.content_type, locked.name,  # type: ignore[arg-type]
                                 locked.is_public, locked.length, self._files.limits_for(user), self._files.allow,
                                 one_write=False, on_end=ended, in_background=self._files.abort_later,
-                                file_id=file_id, resumed=Progress.parse(locked.progress), writer=writer,
+                                file_id=file_id, resumed=Progress.parse(locked.progress, locked.head), writer=writer,
                                 reserved=locked.length, before_undo=forget)
         return Patch(self, locked, lock, session, writer, checksum)
 
@@ -362,7 +370,8 @@ class Patch:
             state = await self._writer.checkpoint()
             moved = await self._uploads._meta.advance_upload(
                 upload.file_id, self._lock, upload.offset, progress.received, progress.text(), state,
-                self._uploads._now(self._uploads._expiry_s))
+                self._uploads._now(self._uploads._expiry_s),
+                head=progress.head if len(progress.head) != len(upload.head) else None)
         except Exception as exc:
             await self._let_go(rewind=True)
             raise failure_status(exc) from exc

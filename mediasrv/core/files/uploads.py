@@ -107,16 +107,18 @@ class Progress:
         if self.frame is not None:
             nxt, seen, tail, done, dims = self.frame
             frame = [nxt, seen, base64.b64encode(tail).decode(), done, list(dims) if dims else None]
-        return json.dumps({"received": self.received, "type": self.content_type,
-                           "head": base64.b64encode(self.head).decode(), "frame": frame}, separators=(",", ":"))
+        return json.dumps({"received": self.received, "type": self.content_type, "frame": frame},
+                          separators=(",", ":"))
 
     @classmethod
-    def parse(cls, text: str) -> Progress:
+    def parse(cls, text: str, head: bytes) -> Progress:
+        """``text`` (all but the first bytes: small, written with every chunk) and ``head``
+        (kept apart, written only while it grows)."""
         if not text:
-            return cls()
+            return cls(head=head)
         doc = json.loads(text)
         frame = doc.get("frame")
-        return cls(received=int(doc["received"]), content_type=doc.get("type"), head=base64.b64decode(doc["head"]),
+        return cls(received=int(doc["received"]), content_type=doc.get("type"), head=head,
                    frame=None if frame is None else (int(frame[0]), int(frame[1]), base64.b64decode(frame[2]),
                                                      bool(frame[3]), tuple(frame[4]) if frame[4] else None))
 
