@@ -26,12 +26,13 @@ from tests.conftest import Api, ShiftableClock, body
 MIB = 1024 * 1024
 T = TypeVar("T")
 CHUNK = 5 * MIB + 123  # not a multiple of S3's part size: tails are kept between PATCHes
+ORIGIN = "https://app.example"
 
 
 @pytest.fixture(params=["sqlite+files", "mongo+s3"])
 def app_env(request: pytest.FixtureRequest) -> dict[str, str]:
     env = {"MEDIASRV_STORAGE_LIMIT_BYTES": str(64 * MIB), "MEDIASRV_MAX_UPLOAD_SIZE_BYTES": str(40 * MIB),
-           "MEDIASRV_UPLOAD_EXPIRY": "3600"}
+           "MEDIASRV_UPLOAD_EXPIRY": "3600", "MEDIASRV_CORS_ORIGINS": ORIGIN}
     if request.param == "sqlite+files":
         return env
     from tests.backends import servers
@@ -320,3 +321,22 @@ async def test_creation_with_upload_and_uppy_metadata(api: Api) -> None:
     assert (await api.call("GET", f"/d/{fid}")).code in (401, 403, 404)
     r = await api.call("POST", "/uploads", token=token, headers={"Upload-Length": "5", "Tus-Resumable": "0.2.2"})
     assert r.code == 412 and r.headers["Tus-Version"] == "1.0.0"
+
+
+async def test_a_browser_page_on_an_allowed_origin_may_speak_tus(api: Api) -> None:
+    """tus-js-client in a page: the preflight allows the tus request headers and methods, and the
+    answers expose what the client must read (Location, Upload-Offset, Upload-Expires, Tus-*)."""
+    token = await login(api, "tus-cors@example.com")
+    r = await api.call("OPTIONS", "/uploads/some-id", headers={
+        "Origin": ORIGIN, "Access-Control-Request-Method": "PATCH",
+        "Access-Control-Request-Headers": "authorization, tus-resumable, upload-offset, content-type"})
+    assert r.code == 204 and r.headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert {"HEAD", "PATCH", "DELETE"} <= {m.strip() for m in r.headers["Access-Control-Allow-Methods"].split(",")}
+    allowed = {h.strip().lower() for h in r.headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"tus-resumable", "upload-offset", "upload-length", "upload-metadata", "upload-checksum"} <= allowed
+    r = await api.call("POST", "/uploads", token=token, headers={"Origin": ORIGIN, "Upload-Length": "10",
+                                                                  "Tus-Resumable": "1.0.0"})
+    assert r.code == 201
+    exposed = {h.strip().lower() for h in r.headers["Access-Control-Expose-Headers"].split(",")}
+    assert {"location", "upload-offset", "upload-length", "upload-expires", "tus-resumable", "tus-version",
+            "tus-extension", "tus-max-size", "tus-checksum-algorithm"} <= exposed
