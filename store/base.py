@@ -622,4 +622,10 @@ class ResumableBlobs(Protocol):
         one). Bytes past ``offset`` (written, never acknowledged) are dropped."""
 
     async def drop_partial(self, key: str, state: str) -> None:
-        """Remove a partial blob and everything it keeps; no error if it is gone."""
+        """Remove a partial blob and everything it keeps; no error if it is gone. With ``state``
+        "" (not known any more), what can be found by its key."""
+
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        """Keys of partial blobs begun (S3) or last written (files) more than ``older_than_s``
+        ago: the expiry drops those whose upload is gone (a crash between forgetting an upload
+        and dropping its bytes)."""

@@ -385,6 +385,28 @@ class FsBlobStore:
         finally:
             os.close(shard_fd)
 
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        return self._list_partials(self._clock() - float(older_than_s))
+
+    async def _list_partials(self, cutoff: float) -> AsyncGenerator[str, None]:
+        for key in await self._run(self._scan_partials_sync, cutoff):
+            yield key
+
+    def _scan_partials_sync(self, cutoff: float) -> list[str]:
+        found: list[str] = []
+        try:
+            shards = sorted(e.name for e in os.scandir(self._partial)
+                            if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        for shard in shards:
+            with os.scandir(self._partial / shard) as entries:
+                for entry in entries:
+                    if (_KEY_RE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)
+                            and entry.stat(follow_symlinks=False).st_mtime < cutoff):
+                        found.append(entry.name)
+        return sorted(found)
+
     # reading
 
     async def stat(self, key: str) -> BlobStat | None:

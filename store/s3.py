@@ -253,7 +253,36 @@ class S3BlobStore:
 
     async def drop_partial(self, key: str, state: str) -> None:
         validate_key(key)
-        await _drop_partial(self._s3(), self.config.bucket, key, _Partial.parse(state).upload_id)
+        upload_id = _Partial.parse(state).upload_id
+        client = self._s3()
+        if upload_id is None:  # not known: every multipart upload to that key
+            with _translated(key):
+                page = await client.list_multipart_uploads(Bucket=self.config.bucket, Prefix=PREFIX + key)
+            for upload in page.get("Uploads", []):
+                if upload["Key"] == PREFIX + key:
+                    await _drop_partial(client, self.config.bucket, key, upload["UploadId"])
+        await _drop_partial(client, self.config.bucket, key, upload_id)
+
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        """Keys whose marker (written with the first part) is older than that."""
+        return self._list_partials(self._clock() - float(older_than_s))
+
+    async def _list_partials(self, cutoff: float) -> AsyncGenerator[str, None]:
+        client = self._s3()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": RESUMABLE}
+            if token:
+                kwargs["ContinuationToken"] = token
+            with _translated():
+                page = await client.list_objects_v2(**kwargs)
+            for item in page.get("Contents", []):
+                key, _, name = item["Key"][len(RESUMABLE):].partition("/")
+                if name == MARKER and item["LastModified"].timestamp() < cutoff:
+                    yield key
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
 
     # reading
 

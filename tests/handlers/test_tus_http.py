@@ -340,3 +340,21 @@ async def test_a_browser_page_on_an_allowed_origin_may_speak_tus(api: Api) -> No
     exposed = {h.strip().lower() for h in r.headers["Access-Control-Expose-Headers"].split(",")}
     assert {"location", "upload-offset", "upload-length", "upload-expires", "tus-resumable", "tus-version",
             "tus-extension", "tus-max-size", "tus-checksum-algorithm"} <= exposed
+
+
+async def test_bytes_of_an_upload_forgotten_in_a_crash_are_dropped_by_the_expiry(
+        api: Api, runtime: Runtime, stores: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash between forgetting an upload (its state) and dropping its bytes leaves partial
+    bytes no upload names: the expiry's round drops them once they are old enough."""
+    from mediasrv.core.files import resumable
+
+    token = await login(api, "tus-orphan@example.com")
+    up = uploader(api, token, payload(9 * MIB, ZIP))
+    await off_loop(lambda: up.upload(stop_at=CHUNK))
+    fid = file_id_of(up.url)
+    assert await stores[0].delete_upload(fid) is not None  # the crash: state gone, bytes left
+    assert runtime.resumable is not None
+    assert await runtime.resumable.expire_once() == 0  # younger than an hour: could be starting
+    monkeypatch.setattr(resumable, "ORPHAN_AGE_S", -60.0)
+    assert await runtime.resumable.expire_once() == 1
+    await assert_no_partial(stores[1], fid)

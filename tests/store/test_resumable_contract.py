@@ -195,3 +195,18 @@ async def test_the_sweep_leaves_an_upload_in_progress_alone(store: BlobStore) ->
     await again.write(data[PART_SIZE + 10:])
     await again.commit()
     assert await read_bytes(store, "k6") == data
+
+
+async def test_partials_are_listed_by_age_and_dropped_by_key_alone(store: BlobStore) -> None:  # noqa: F811
+    """What the expiry does with bytes whose upload is gone: found by age, dropped without the
+    state that described them (S3: its multipart upload found by key)."""
+    assert isinstance(store, ResumableBlobs)
+    writer = await store.resume_writer("k7", "", 0)
+    await writer.write(payload(PART_SIZE + 100))
+    await writer.checkpoint()
+    await writer.close()
+    assert [k async for k in store.list_partials(3600)] == []  # too young
+    assert [k async for k in store.list_partials(-60)] == ["k7"]
+    await store.drop_partial("k7", "")
+    assert [k async for k in store.list_partials(-60)] == []
+    assert await store.sweep_temp(0) == 0  # no multipart upload or temp file left either

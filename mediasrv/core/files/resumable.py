@@ -48,6 +48,9 @@ LOCK_S = 15.0
 """How long a PATCH's lock lasts unless renewed (it is renewed every third of it while the
 PATCH runs): a host that died mid-PATCH keeps its upload locked this long at most."""
 EXPIRED_BATCH = 100
+ORPHAN_AGE_S = 3600.0
+"""Partial bytes without an upload are dropped once this old (never a live upload's: its state
+is written before its first byte and outlives its last)."""
 CHECKSUMS: dict[str, Callable[[], Any]] = {"sha1": hashlib.sha1, "sha256": hashlib.sha256, "md5": hashlib.md5}
 """Upload-Checksum algorithms (tus checksum extension), in the order Tus-Checksum-Algorithm lists."""
 
@@ -274,7 +277,22 @@ class ResumableUploads:
                 log.warning("could not end an expired resumable upload (%s); next round", exc.code)
         if ended:
             log.info("ended %d expired resumable uploads", ended)
-        return ended
+        return ended + await self._drop_orphans()
+
+    async def _drop_orphans(self) -> int:
+        """Partial bytes whose upload is gone (a crash between forgetting it and dropping them):
+        dropped once older than ORPHAN_AGE_S (an upload's state exists before its first byte)."""
+        dropped = 0
+        try:
+            async for key in self._blobs.list_partials(ORPHAN_AGE_S):
+                if await self._meta.get_upload(key) is None:
+                    await self._blobs.drop_partial(key, "")
+                    dropped += 1
+        except store_errors.StoreError as exc:
+            log.warning("could not drop orphaned partial uploads (%s); next round", type(exc).__name__)
+        if dropped:
+            log.info("dropped the bytes of %d resumable uploads that were already gone", dropped)
+        return dropped
 
 
 @dataclass(frozen=True)
