@@ -264,12 +264,14 @@ class S3BlobStore:
         await _drop_partial(client, self.config.bucket, key, upload_id)
 
     def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
-        """Keys whose marker (written with the first part) is older than that."""
+        """Keys with an object under ``resumable/<key>/`` (the marker, written with the first
+        part, or a tail) older than that."""
         return self._list_partials(self._clock() - float(older_than_s))
 
     async def _list_partials(self, cutoff: float) -> AsyncGenerator[str, None]:
         client = self._s3()
         token: str | None = None
+        seen = ""
         while True:
             kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": RESUMABLE}
             if token:
@@ -277,8 +279,9 @@ class S3BlobStore:
             with _translated():
                 page = await client.list_objects_v2(**kwargs)
             for item in page.get("Contents", []):
-                key, _, name = item["Key"][len(RESUMABLE):].partition("/")
-                if name == MARKER and item["LastModified"].timestamp() < cutoff:
+                key = item["Key"][len(RESUMABLE):].partition("/")[0]
+                if key != seen and item["LastModified"].timestamp() < cutoff:
+                    seen = key  # listed in key order: a key's objects come together
                     yield key
             if not page.get("IsTruncated"):
                 return

@@ -205,8 +205,13 @@ async def test_partials_are_listed_by_age_and_dropped_by_key_alone(store: BlobSt
     await writer.write(payload(PART_SIZE + 100))
     await writer.checkpoint()
     await writer.close()
+    small = await store.resume_writer("k8", "", 0)  # less than a part: S3 keeps a tail object only
+    await small.write(payload(1000))
+    await small.checkpoint()
+    await small.close()
     assert [k async for k in store.list_partials(3600)] == []  # too young
-    assert [k async for k in store.list_partials(-60)] == ["k7"]
+    assert [k async for k in store.list_partials(-60)] == ["k7", "k8"]
     await store.drop_partial("k7", "")
+    await store.drop_partial("k8", "")
     assert [k async for k in store.list_partials(-60)] == []
     assert await store.sweep_temp(0) == 0  # no multipart upload or temp file left either
