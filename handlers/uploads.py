@@ -212,14 +212,14 @@ class UploadsHandler(StreamedTus):
 
     async def start(self) -> None:
         assert self.principal is not None
+        with_body = self.has_body()
+        if with_body:
+            self.checked_stream()  # before anything is created or reserved
         upload = await self.resumable.create(self.principal.user, self._creation)
         self.created = upload.file_id
         self.set_header("Location", f"{self.base.path}/{upload.file_id}")  # /uploads/<file_id>
         self.set_header("Upload-Expires", _http_date(upload.expires_at))
-        if self.has_body():
-            self.checked_stream()
-            await self.begin(upload.file_id, 0)
-        elif upload.length == 0:
+        if with_body or upload.length == 0:
             await self.begin(upload.file_id, 0)
 
     def _creation(self) -> ResumableRequest:

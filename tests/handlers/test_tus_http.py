@@ -358,3 +358,11 @@ async def test_bytes_of_an_upload_forgotten_in_a_crash_are_dropped_by_the_expiry
     monkeypatch.setattr(resumable, "ORPHAN_AGE_S", -60.0)
     assert await runtime.resumable.expire_once() == 1
     await assert_no_partial(stores[1], fid)
+
+
+async def test_a_creation_body_of_another_type_creates_nothing(api: Api) -> None:
+    token = await login(api, "tus-create-415@example.com")
+    r = await api.call("POST", "/uploads", token=token, body=b"hello", headers={
+        "Tus-Resumable": "1.0.0", "Upload-Length": "5", "Content-Type": "text/plain"})
+    assert r.code == 415 and body(r)["code"] == "INVALID_CONTENT_TYPE" and "Location" not in r.headers
+    assert await usage(api, token) == (0, 0)
