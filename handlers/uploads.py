@@ -246,7 +246,12 @@ class UploadsHandler(StreamedTus):
         return ResumableRequest(length=length, declared_type=declared, name=name, is_public=public == b"true")
 
     async def post(self) -> None:
-        result = await self.end_patch()
+        try:
+            result = await self.end_patch()
+        except ApiError:
+            if self.created is None or self.chunk is None or self.chunk.upload_ended:
+                raise  # nothing created, or a refusal that ended it
+            result = None  # the first chunk failed (storage): the upload stands at 0, resumable
         offset = 0 if result is None else result.offset
         self.set_header("Upload-Offset", str(offset))
         self.set_status(201)

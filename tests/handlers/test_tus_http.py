@@ -366,3 +366,20 @@ async def test_a_creation_body_of_another_type_creates_nothing(api: Api) -> None
         "Tus-Resumable": "1.0.0", "Upload-Length": "5", "Content-Type": "text/plain"})
     assert r.code == 415 and body(r)["code"] == "INVALID_CONTENT_TYPE" and "Location" not in r.headers
     assert await usage(api, token) == (0, 0)
+
+
+async def test_a_first_chunk_that_fails_leaves_the_created_upload_at_zero(api: Api) -> None:
+    """creation-with-upload whose body fails its checksum: the upload exists (Location, offset
+    0, nothing of the body kept) and the client sends the chunk again with PATCH."""
+    token = await login(api, "tus-create-sum@example.com")
+    data = payload(MIB, ZIP)
+    wrong = base64.b64encode(hashlib.sha1(b"not these bytes").digest()).decode()
+    r = await api.call("POST", "/uploads", token=token, body=data, headers={
+        "Tus-Resumable": "1.0.0", "Upload-Length": str(len(data)), "Content-Type": "application/offset+octet-stream",
+        "Upload-Checksum": f"sha1 {wrong}"})
+    assert r.code == 201 and r.headers["Upload-Offset"] == "0", r.body
+    path = r.headers["Location"]
+    r = await api.call("PATCH", path, token=token, body=data, headers={
+        "Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"})
+    assert r.code == 204 and r.headers["Upload-Offset"] == str(len(data))
+    assert (await api.call("GET", f"/d/{file_id_of(path)}")).body == data

@@ -357,6 +357,11 @@ class Patch:
     def _session_ended(self) -> bool:
         return self._session.aborted
 
+    @property
+    def upload_ended(self) -> bool:
+        """The upload was ended by this request (its bytes refused): nothing of it is left."""
+        return self._session.aborted
+
     async def end(self) -> PatchResult:
         """The body is complete: 460 when its checksum does not match (nothing kept), the file
         when the last byte arrived, else the new offset, durable before it is returned."""
