@@ -377,6 +377,8 @@ class UploadCommandTest(ServerTestCase):
         server.kill()  # kill -9: the acknowledged offset must survive it
 
         again = self.serve(port=server.port)
+        head = self.client.head(again.url + url, headers={"X-Api-Key": key, "Tus-Resumable": "1.0.0"})
+        self.assertEqual(head.headers["Upload-Offset"], str(3 * 1024 * 1024))  # what the last 204 said
         code, summary, err = self.run_upload(*args, MEDIASRV_API_KEY=key)
         self.assertEqual(code, 0, err)
         self.assertEqual((summary["uploaded"], summary["failed"]), (1, 0))
