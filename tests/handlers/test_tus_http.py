@@ -11,7 +11,9 @@ import base64
 import hashlib
 import io
 import os
+import struct
 import uuid
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -383,3 +385,23 @@ async def test_a_first_chunk_that_fails_leaves_the_created_upload_at_zero(api: A
         "Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"})
     assert r.code == 204 and r.headers["Upload-Offset"] == str(len(data))
     assert (await api.call("GET", f"/d/{file_id_of(path)}")).body == data
+
+
+def png_header(width: int, height: int) -> bytes:
+    """The first bytes of a PNG of that size (signature and IHDR): what the checks read."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+
+
+async def test_an_image_too_large_is_refused_at_its_first_chunk(api: Api, stores: Any) -> None:
+    """The pixel limit is checked as soon as the first bytes tell the size: the first chunk of a
+    100000x100000 PNG ends the upload (400 IMAGE_TOO_LARGE), the rest is never sent."""
+    token = await login(api, "tus-pixels@example.com")
+    data = png_header(100_000, 100_000) + os.urandom(30 * MIB)
+    up = uploader(api, token, data, chunk=MIB, metadata={"filename": "huge.png", "filetype": "image/png"})
+    with pytest.raises(TusUploadFailed) as failed:
+        await off_loop(up.upload)
+    assert failed.value.status_code == 400 and b"IMAGE_TOO_LARGE" in failed.value.response_content
+    assert up.offset == 0  # refused at the first chunk
+    assert await usage(api, token) == (0, 0)
+    await assert_no_partial(stores[1], file_id_of(up.url))

@@ -190,6 +190,8 @@ class UploadSession:
         self._pending = bytearray()
         """Body not yet handed to the writer: less than WRITE_BYTES (plus one chunk)."""
         self._committed = False
+        self._sized = False
+        """Whether the pixel count was checked as soon as the header told it (``_feed``)."""
         self._finishing = False
         self._done = False
         self._unsure = False
@@ -299,6 +301,10 @@ class UploadSession:
                 content_types.check_signature(self._type, self._head)
         if self._frame is not None:
             self._frame.feed(chunk)
+        if not self._sized and self._type in TRANSFORMABLE_TYPES and (
+                len(self._head) >= self._head_wanted or (self._frame is not None and self._frame.frame is not None)):
+            self._sized = True  # an image too large is refused now, not after its whole body (again at the end)
+            self._check_dimensions()
         self._pending += chunk
         if len(self._pending) >= WRITE_BYTES:
             await self._write_pending()
