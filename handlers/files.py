@@ -7,12 +7,28 @@ import logging
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg
+from handlers.file_args import (
+    DRAIN_LIMIT,
+    bool_arg,
+    content_length,
+    drainable,
+    file_name,
+    single_arg,
+    time_arg,
+)
 from handlers.paging import int_arg, page_args
 from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
-from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
+from mediasrv.core.files.service import (
+    DEFAULT_SORT,
+    FILE_SORTS,
+    KINDS,
+    MAX_NAME_CHARS,
+    FileQuery,
+    FileService,
+    require_active_trial,
+)
 from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
 from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
@@ -40,6 +56,16 @@ class FilesHandler(FilesBase):
 
     upload: UploadSession | None = None
     failure: ApiError | None = None
+    stored_id: str | None = None
+
+    @property
+    def access_extra(self) -> tuple[tuple[str, str | int], ...]:  # type: ignore[override]
+        """An upload's access line names the file stored and the body bytes received (a refused
+        one: the bytes received before it was refused)."""
+        if self.upload is None:
+            return ()
+        received: tuple[tuple[str, str | int], ...] = (("received_bytes", self.upload.received),)
+        return ((("file_id", self.stored_id),) if self.stored_id else ()) + received
 
     async def prepare(self) -> None:
         try:
@@ -56,6 +82,9 @@ class FilesHandler(FilesBase):
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
             self.failure = failure_status(exc)
+            if not bodyless:  # the connection's limit is still the API's (64 KiB): let the body be drained
+                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
+                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
 
     async def _start_upload(self) -> None:
         """The file service admits the upload (``admit``), reading its fields from here."""
@@ -91,6 +120,7 @@ class FilesHandler(FilesBase):
         assert self.upload is not None
         self.request_size = self.upload.received
         record = await unless_client_leaves(self.request.connection, self.upload.finish(), self.on_connection_close)
+        self.stored_id = record.file_id
         render = await self.files.renderer(record.user_id)
         self.write_json({"file": render(record), "message": "File uploaded"}, 201)
 
@@ -116,13 +146,20 @@ class FilesHandler(FilesBase):
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")
+        ctype = None if ctype is None else content_types.canonical(ctype)
         if ctype is not None and ctype not in self.files.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
+        sort = single_arg(self, "sort") or DEFAULT_SORT  # empty: the default, as an empty q is no search
+        if sort not in FILE_SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(FILE_SORTS)}", code="INVALID_QUERY")
+        kind = single_arg(self, "kind") or None  # empty: every kind (a form's "All kinds")
+        if kind is not None and kind not in KINDS:
+            raise BadRequest(f"kind must be one of {', '.join(KINDS)}", code="INVALID_QUERY")
         return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
                          is_public=bool_arg(self, "isPublic", default=None),
                          created_after=time_arg(self, "createdAfter"),
-                         created_before=time_arg(self, "createdBefore"))
+                         created_before=time_arg(self, "createdBefore"), kind=kind, sort=sort)
 
 
 class FileHandler(FilesBase):
@@ -233,10 +270,18 @@ def _list_files(ctx: DocContext) -> Json:
         _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),
         _query("createdAfter", "created_at >= this ISO 8601 value", typed("string", format="date-time")),
         _query("createdBefore", "created_at <= this ISO 8601 value", typed("string", format="date-time")),
+        _query("kind", "files of one kind: image, video and audio by their type's first part; document "
+                       "(PDF, text, Office and OpenDocument files...), archive (zip, tar, gzip, 7z...), and "
+                       "other for the rest; empty: every kind", typed("string", enum=list(KINDS))),
+        _query("sort", "the order: created, name or size, ascending, or descending with a leading `-`; "
+                       "ties by id. `name` compares names case-insensitively, files without a name "
+                       "first. The server sorts all matching files, then pages them",
+               typed("string", enum=list(FILE_SORTS), default=DEFAULT_SORT)),
     ]
     return {"parameters": params,
-            "responses": {"200": json_response("Matching files, newest first.", "FilePage"),
-                          "400": error("Invalid filter, page or limit (e.g. a type not allowed).")}}
+            "responses": {"200": json_response("Matching files, in `sort`'s order (newest first by default).",
+                                               "FilePage"),
+                          "400": error("Invalid filter, sort, page or limit (e.g. a type not allowed).")}}
 
 
 def _get_file(ctx: DocContext) -> Json:

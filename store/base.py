@@ -245,7 +245,11 @@ class FileStore(Protocol):
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
-        """Matching files, newest first (ties by id), and the total count.
+        """Matching files in ``query.sort``'s order (``FILE_SORTS``: newest first by default;
+        ties by id in the same direction), and the total count. ``query.kind`` matches files
+        whose ``store.kinds.kind_of(content_type)`` is that kind. Every sort, with or without a
+        kind, is read through an index (an account of 100,000 files answers a page in
+        milliseconds).
 
         ``query.q`` is a literal (no wildcard or pattern character: ``%``, ``_``, ``*``, ``.``,
         quotes match themselves) searched case-insensitively as a substring of the name or of
@@ -303,7 +307,7 @@ class LogStore(Protocol):
 
 
 class UsageStore(Protocol):
-    """Monthly usage counters (origin reads, image operations)."""
+    """Usage counters (origin reads, image operations, API requests) per month and per day."""
 
     async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *,
                         batch_id: str | None = None) -> None:
@@ -311,6 +315,11 @@ class UsageStore(Protocol):
         ``batch_id`` (its first reply lost) counts once."""
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts: ...
+
+    async def daily_usage(self, user_id: str, first_day: str, last_day: str) -> dict[str, UsageCounts]:
+        """The counters of the days ``first_day``..``last_day`` (``YYYY-MM-DD``, inclusive) that
+        have any, by day. Daily counters are the periods of ten characters that ``add_usage``
+        was given (the monthly ones have seven)."""
 
 
 class ResumableStore(Protocol):

@@ -36,3 +36,7 @@ class StorageFull(StoreUnavailable):
 
     def __init__(self, message: str = "storage full") -> None:
         super().__init__(message)
+
+
+class DamagedDatabase(StoreError):
+    """A database file fails SQLite's integrity check, or is no database of ours at all."""

@@ -97,9 +97,16 @@ class FileRecord:
     these are made public again by ``users enable --republish``."""
 
 
+FILE_SORTS: tuple[str, ...] = ("-created", "created", "name", "-name", "size", "-size")
+"""Orders of a file listing: a key, descending with a leading ``-``. Ties are broken by the
+record id in the same direction, so pages never overlap. ``-created`` (newest first) is the
+interface's order and the default. ``name`` is the folded name (``store.kinds.name_key``),
+files without a name first; ``-name`` the exact reverse."""
+
+
 @dataclass(frozen=True)
 class FileQuery:
-    """Filters of GET /files, already validated. ``q`` is a literal, never a pattern."""
+    """Filters and order of GET /files, already validated. ``q`` is a literal, never a pattern."""
 
     q: str | None = None
     content_type: str | None = None
@@ -108,6 +115,10 @@ class FileQuery:
     is_public: bool | None = None
     created_after: str | None = None
     created_before: str | None = None
+    kind: str | None = None
+    """One of ``store.kinds.KINDS``: files whose content type is of that kind."""
+    sort: str = "-created"
+    """One of ``FILE_SORTS``."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,8 @@ class LogEntry:
 class UsageCounts:
     origin_reads: int = 0
     image_ops: int = 0
+    api_requests: int = 0
+    """Authenticated API requests (what the activity log records), counted from this release on."""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
-    usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    usage, key_usage = UsageRecorder(), KeyUsageRecorder()
+    activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
     limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,
@@ -168,7 +169,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
     app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter,
-                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops)
+                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops,
+                                         proxy_secret=settings.proxy_secret)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})

@@ -209,6 +209,15 @@ def _account_schemas() -> Json:
             "image_ops": count("resize/format operations run"),
             "period_start": timestamp("start of the current calendar month (UTC)"),
             "period_end": timestamp("start of the next calendar month (UTC)")}),
+        "DailyUsage": record({
+            "days": {"type": "array", "description": "one entry per UTC day, oldest first, today last",
+                     "items": record({
+                         "date": typed("string", "the UTC day", format="date"),
+                         "api_requests": count("authenticated API requests (what GET /logs lists)"),
+                         "origin_reads": count("successful /m and /d responses for this account's files"),
+                         "image_ops": count("resize/format operations run")})},
+            "period_start": timestamp("start of the first day (UTC)"),
+            "period_end": timestamp("end of today (UTC): the start of tomorrow")}),
         "LogEntry": record({
             "id": typed("string", format="uuid"), "method": typed("string"),
             "path": typed("string", "request path without the query string"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from mediasrv.base.settings.values import byte_size
 from mediasrv.cli.users_admin import KEEP, AdminService
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
@@ -51,7 +52,7 @@ async def run_users(admin: AdminService, files: FileService, args: argparse.Name
         return await _delete(admin, files, args)
     if action == "set-plan":
         user = await admin.set_plan(
-            args.email, plan=_text(args.plan), storage_limit_bytes=_number(args.storage_limit, "--storage-limit"),
+            args.email, plan=_text(args.plan), storage_limit_bytes=_bytes(args.storage_limit, "--storage-limit"),
             file_count_limit=_number(args.file_limit, "--file-limit"), trial_ends_at=_text(args.trial_end))
     else:
         user = await admin.user(args.email)
@@ -130,6 +131,18 @@ def _text(value: str | None) -> Any:
     return None if value.strip().lower() in ("default", "none", "") else value.strip()
 
 
+def _bytes(value: str | None, option: str) -> Any:
+    """A size as every setting takes it (``values.byte_size``: 10MiB, 64MB, 1048576), or default."""
+    if value is None:
+        return KEEP
+    if value.strip().lower() in ("default", "none"):
+        return None
+    try:
+        return byte_size(value)
+    except ValueError as exc:
+        raise ValueError(f"{option} {value!r}: {exc}, or 'default'") from None
+
+
 def _number(value: str | None, option: str) -> Any:
     if value is None:
         return KEEP
@@ -138,4 +151,4 @@ def _number(value: str | None, option: str) -> Any:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{option} must be a number of bytes/files or 'default'") from None
+        raise ValueError(f"{option} must be a number of files or 'default'") from None

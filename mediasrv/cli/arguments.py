@@ -157,7 +157,8 @@ def _account_parsers(sub: Any, epilog: str) -> None:
                          "back to the server-wide setting (absent options stay unchanged)")
     plan.add_argument("email")
     plan.add_argument("--plan", help="plan name shown in GET /profile ('default': trial/standard)")
-    plan.add_argument("--storage-limit", help="storage limit in bytes, or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
+    plan.add_argument("--storage-limit", help="storage limit: bytes or a size such as 10MiB, 5GB (KiB, MiB, GiB "
+                      "binary; kB, MB, GB decimal), or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
     plan.add_argument("--file-limit", help="file count limit, or 'default' (MEDIASRV_FILE_COUNT_LIMIT)")
     plan.add_argument("--trial-end", help="ISO 8601 time the trial ends (uploads and deletes then get 403), "
                                           "or 'none' for no trial")

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 import logging.handlers
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -23,7 +24,32 @@ from mediasrv.cli.arguments import ADMIN_COMMANDS, parser
 log = logging.getLogger("mediasrv")
 
 
+READER_GONE_STATUS = 128 + 13
+"""Exit status when stdout's reader went away (``mediasrv users list --json | head``): what a
+shell reports for a Unix tool that SIGPIPE ended."""
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the command; output cut short by its reader (a pipe into ``head``) ends it quietly."""
+    try:
+        try:
+            _main(argv)  # exits with the command's status (SystemExit)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader gone by now is answered below too
+    except BrokenPipeError:
+        _reader_gone()
+
+
+def _reader_gone() -> None:
+    """stdout's reader closed the pipe: stop without a traceback (nor Python's "Exception
+    ignored" when it flushes stdout at exit), as ``git log | head`` does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(READER_GONE_STATUS)
+
+
+def _main(argv: list[str] | None) -> None:
     command_line = parser()
     args = command_line.parse_args(argv)
     if args.command == "upload":

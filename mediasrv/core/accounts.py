@@ -308,8 +308,8 @@ def _same_version(data: str | None, user: User) -> bool:
 
 
 def _confirm_data(data: str | None) -> str | None:
-    """The redirect_to stored with a confirmation token (older links also carry a password
-    hash of a repeated registration: it is ignored, the first registration's password stays)."""
+    """The redirect_to stored with a confirmation token (links of an older release may also
+    carry a password hash of a repeated registration: it is ignored)."""
     value = orjson.loads(data) if data else {}
     return value.get("redirect_to")
 

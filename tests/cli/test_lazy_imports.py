@@ -18,7 +18,7 @@ from tests.cli.test_server import ServerTestCase
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("pyvips", "tornado", "handlers", "mediasrv.web", "mediasrv.images.vips", "mediasrv.images.pipeline",
-             "mediasrv.cli.server", "mediasrv.assembly.stores", "store", "pymongo", "aiobotocore", "bcrypt", "sqlite3")
+             "mediasrv.cli.server", "mediasrv.assembly", "store", "pymongo", "aiobotocore", "bcrypt", "sqlite3")
 
 RUN_AND_LIST = """
 import importlib, json, sys

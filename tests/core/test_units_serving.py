@@ -199,7 +199,19 @@ def test_content_disposition_falls_back_to_file_id(name: str | None) -> None:
 def test_content_disposition_non_ascii_only_name_has_ascii_fallback() -> None:
     ascii_name, utf8 = _parse_cd(content_disposition("中文", "Fid_1"))
     assert utf8 == "中文"
-    assert ascii_name  # never an empty filename=""
+    assert ascii_name == "ZhongWen"  # transliterated, never an empty filename=""
+    assert _parse_cd(content_disposition("\u0300\u0301", "Fid_1")) == ("Fid_1", "\u0300\u0301")  # nothing to show
+
+
+@pytest.mark.parametrize(("name", "ascii_name"), [
+    ("café-Ünïcødé 写真.jpg", "cafe-Unicode XieZhen.jpg"),  # issue 31: was "cafe-Unicode .jpg"
+    ("Øl & smørrebrød.txt", "Ol _ smorrebrod.txt"),
+    ("Straße.pdf", "Strasse.pdf"),
+    ("Łódź  ½.csv", "Lodz 1_2.csv"),
+    ("«quoted»  “name”.txt", "__quoted__ _name_.txt"),
+])
+def test_content_disposition_transliterates_the_ascii_name(name: str, ascii_name: str) -> None:
+    assert _parse_cd(content_disposition(name, "fid")) == (ascii_name, name)
 
 
 @pytest.mark.parametrize("length", [250, 255, 1000])

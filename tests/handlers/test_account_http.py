@@ -39,9 +39,10 @@ EXECUTABLE_TYPES = {
     "application/x-sharedlib", "application/x-mach-binary", "application/x-sh", "application/x-shellscript",
     "application/x-bat", "application/x-msi", "application/java-archive", "application/x-java-archive",
     "application/vnd.android.package-archive", "application/x-apple-diskimage", "application/javascript",
-    "text/javascript", "application/x-httpd-php", "application/octet-stream", "text/html",
-    "application/xhtml+xml",
+    "text/javascript", "application/x-httpd-php", "application/octet-stream", "application/xhtml+xml",
 }
+"""Never in the default list. text/html is (issue 31): stored and served only as an attachment
+under the sandbox CSP."""
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -17,7 +17,9 @@ import pytest
 from mediasrv.base import timeutil
 from store.base import MetaStore, QuotaWithRecord
 from store.errors import Duplicate, StoreUnavailable
+from store.kinds import KINDS, kind_of, name_key
 from store.models import (
+    FILE_SORTS,
     AccountPlan,
     ApiKey,
     CustomDomain,
@@ -596,6 +598,85 @@ async def test_list_files_every_window_matches_the_filtered_listing(meta: MetaSt
                 assert [f.file_id for f in page] == expected[offset:offset + limit], (query, offset, limit)
 
 
+def expected_order(records: list[FileRecord], sort: str) -> list[FileRecord]:
+    """``FILE_SORTS`` by definition: the key (the folded name, files without one first), then
+    the record id, both in the sort's direction."""
+    column = sort.lstrip("-")
+
+    def key(f: FileRecord) -> tuple[object, ...]:
+        if column == "name":
+            folded = name_key(f.name)
+            return (folded is not None, folded or "", f.id)
+        return (f.created_at if column == "created" else f.size, f.id)
+
+    return sorted(records, key=key, reverse=sort.startswith("-"))
+
+
+async def test_list_files_sorted_by_every_key_and_filtered_by_kind(meta: MetaStore) -> None:
+    """Issue 31: the gallery's orders and kinds, over all files, any window of them; ties
+    (same size, same name but for case, no name) broken by id, so pages never overlap."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    types = ("image/png", "video/mp4", "audio/mpeg", "application/pdf", "text/plain", "application/zip",
+             "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "application/octet-stream",
+             "image/svg+xml", "application/x-7z-compressed")
+    names = ("Zebra.png", "apple.png", "Été.jpg", "été.jpg", None, "banana", "Apple.png", "ß.txt", "10.txt", "9.txt")
+    records = []
+    for n in range(40):
+        record = make_file("u1", f"f{n:02d}", id=f"id-{(n * 7) % 40:02d}", content_type=types[n % len(types)],
+                           name=names[(n * 3) % len(names)], size=(n * 13) % 7 * 100, is_public=n % 3 == 0,
+                           created_at=ts(n // 3))
+        await meta.insert_file(record)
+        records.append(record)
+    await meta.insert_file(make_file("u2", "theirs", content_type="image/png", name="aaa"))
+    assert {kind_of(t) for t in types} == set(KINDS)
+    for sort in FILE_SORTS:
+        for kind in (None, *KINDS):
+            for public in (None, False):
+                query = FileQuery(sort=sort, kind=kind, is_public=public)
+                matching = [r for r in records if (kind is None or kind_of(r.content_type) == kind)
+                            and (public is None or r.is_public == public)]
+                expected = [r.file_id for r in expected_order(matching, sort)]
+                for offset, limit in ((0, 100), (0, 3), (3, 3), (len(expected) - 2, 5)):
+                    page, total = await meta.list_files("u1", query, max(offset, 0), limit)
+                    assert total == len(expected), query
+                    assert [f.file_id for f in page] == expected[max(offset, 0):max(offset, 0) + limit], (
+                        query, offset, limit)
+    # With the other filters too: a size range (its own index when sparse), a type, a search.
+    for sort in FILE_SORTS:
+        for query, keep in ((FileQuery(sort=sort, size_min=600), lambda r: r.size >= 600),
+                            (FileQuery(sort=sort, kind="image", size_max=100), lambda r: r.size <= 100
+                             and r.content_type.startswith("image/")),
+                            (FileQuery(sort=sort, kind="document", content_type="text/plain"),
+                             lambda r: r.content_type == "text/plain"),
+                            (FileQuery(sort=sort, q="apple"), lambda r: "apple" in (r.name or "").lower()
+                             or "apple" in r.file_id)):
+            expected = [r.file_id for r in expected_order([r for r in records if keep(r)], sort)]
+            page, total = await meta.list_files("u1", query, 0, 100)
+            assert ([f.file_id for f in page], total) == (expected, len(expected)), query
+    # A deleted file leaves every order and kind count.
+    gone = records[5]
+    assert await meta.delete_file("u1", gone.file_id) is not None
+    page, total = await meta.list_files("u1", FileQuery(sort="name", kind=kind_of(gone.content_type)), 0, 100)
+    left = [r.file_id for r in expected_order(records, "name")
+            if r is not gone and kind_of(r.content_type) == kind_of(gone.content_type)]
+    assert ([f.file_id for f in page], total) == (left, len(left))
+
+
+async def test_daily_usage_is_kept_beside_the_monthly_counters(meta: MetaStore) -> None:
+    """Issue 31: the usage chart's days; monthly rows (the same table) never read as days."""
+    await meta.add_usage({("u1", "2026-06"): UsageCounts(500, 5, 300), ("u1", "2026-06-30"): UsageCounts(7, 1, 250),
+                          ("u1", "2026-07-01"): UsageCounts(0, 0, 120), ("u1", "2026-07"): UsageCounts(0, 0, 120),
+                          ("u2", "2026-07-01"): UsageCounts(9, 9, 9)}, batch_id="b1")
+    await meta.add_usage({("u1", "2026-07-01"): UsageCounts(1, 0, 5)}, batch_id="b2")
+    assert await meta.daily_usage("u1", "2026-06-01", "2026-07-31") == {
+        "2026-06-30": UsageCounts(7, 1, 250), "2026-07-01": UsageCounts(1, 0, 125)}
+    assert await meta.daily_usage("u1", "2026-07-01", "2026-07-01") == {"2026-07-01": UsageCounts(1, 0, 125)}
+    assert await meta.daily_usage("u1", "2026-07-02", "2026-08-01") == {}
+    assert await meta.daily_usage("nobody", "2026-06-01", "2026-07-31") == {}
+    assert await meta.get_usage("u1", "2026-06") == UsageCounts(500, 5, 300)
+
+
 async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await add_user(meta, "u2")
@@ -957,6 +1038,31 @@ async def test_mongo_indexes_dates_and_database_name(meta: MetaStore) -> None:
     raw = await db["files"].find_one({"file_id": "f1"})
     assert isinstance(raw["created_at"], dt.datetime)
     assert await meta.get_file("f1") == record and record.created_at.endswith(".500Z")
+
+
+async def test_mongo_lists_by_kind_and_order_through_indexes_and_classifies_older_documents(
+        meta: MetaStore, meta_factory: MetaFactory) -> None:
+    """Issue 31 on MongoDB: the order and kind indexes exist, and documents written before
+    kinds (no ``kind``) get theirs when a process opens the database with rules it has not
+    classified under."""
+    if not isinstance(meta, MongoMetaStore):
+        pytest.skip("MongoDB layout")
+    db = meta._db
+    names = set(await db["files"].index_information())
+    assert {"user_kind_newest", "user_name", "user_kind_name", "user_size", "user_kind_size"} <= names
+    await add_user(meta, "u1")
+    await add_file(meta, "u1", "f1", content_type="application/pdf", name="b.pdf")
+    await add_file(meta, "u1", "f2", content_type="image/png", name="A.png", created_at=ts(1))
+    await db["files"].update_many({}, {"$unset": {"kind": ""}})  # as an older release wrote them
+    await db["config"].delete_one({"_id": "kinds"})
+    again = await reopen(meta, meta_factory)
+    try:
+        page, total = await again.list_files("u1", FileQuery(kind="document", sort="name"), 0, 10)
+        assert ([f.file_id for f in page], total) == (["f1"], 1)
+        page, _ = await again.list_files("u1", FileQuery(sort="-name"), 0, 10)
+        assert [f.file_id for f in page] == ["f1", "f2"]
+    finally:
+        await again.close()
 
 
 def test_mongo_database_name_defaults_to_mediasrv() -> None:

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 import pyvips
 import tornado.web
@@ -115,6 +116,8 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
         ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
         ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
         ("GET", f"{m}?form%61t=png", {}), ("GET", f"{m}?width=20&t%73ig=00", {}),  # escaped names: 400
+        ("GET", m, {"X-Mediasrv-Proxy-Secret": "anything"}),  # our proxy's: the handler's trust rule decides
+        ("GET", f"{m}?width=20", {"X-Mediasrv-Proxy-Secret": "anything", "X-Mediasrv-Counted": "media"}),
     ]
     for method, path, headers in hot + handed_on:
         before = len(asked)
@@ -223,3 +226,21 @@ async def test_connection_handling_is_the_servers_own(api: Api, cold_base: str, 
         hot, cold = await _raw(settings.public_url, request), await _raw(cold_base, request)
         assert _heads(hot) == _heads(cold) and len(hot) == len(cold), request
     assert [h[0] for h in _heads(await _raw(settings.public_url, exchanges[0]))] == ["HTTP/1.1 200 OK"] * 2
+
+
+async def test_no_host_or_a_bad_one_is_one_json_400_on_both_paths(api: Api, cold_base: str, settings: Settings,
+                                                                  asked: list[str]) -> None:
+    """Issue 25 finding 8b: an HTTP/1.1 request without Host was answered 200 by the hot path
+    (the handler path's Tornado refused it with a bare 400). One rule before both now."""
+    file_id, _ = await _public_jpeg(api)
+    assert (await api.call("GET", f"/m/{file_id}")).code == 200  # cached: the hot path would answer
+    target = f"/m/{file_id}".encode()
+    for request in (b"GET " + target + b" HTTP/1.1\r\n\r\n", b"HEAD " + target + b" HTTP/1.1\r\n\r\n",
+                    b"GET " + target + b" HTTP/1.1\r\nHost: user@127.0.0.1\r\n\r\n",
+                    b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: other.example\r\n\r\n"):
+        before = len(asked)
+        hot, cold = await _raw(settings.public_url, request), await _raw(cold_base, request)
+        assert _heads(hot) == _heads(cold), request
+        assert _heads(hot)[0][0] == "HTTP/1.1 400 Bad Request" and len(asked) == before  # before either path
+        if request.startswith(b"GET"):
+            assert orjson.loads(hot.split(b"\r\n\r\n", 1)[1])["code"] == "INVALID_HOST"

@@ -13,6 +13,7 @@ from mediasrv.base.settings.model import (
     HOUSEKEEPING_ROLES,
     LOG_FORMATS,
     MAX_PUBLIC_MAX_AGE_S,
+    MAX_RATE_LIMIT_SCALE,
     MAX_TRIAL_DAYS,
     MAX_TTL_S,
     MAX_UNIX_SOCKET_PATH,
@@ -96,8 +97,9 @@ def _check_numbers(s: Settings) -> str | None:
             return f"{name} must be at most {MAX_TTL_S} seconds, not {value}"
     if not 4 <= s.bcrypt_rounds <= 16:
         return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
-    if not math.isfinite(s.rate_limit_scale) or s.rate_limit_scale <= 0:
-        return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
+    if not (math.isfinite(s.rate_limit_scale) and 0 < s.rate_limit_scale <= MAX_RATE_LIMIT_SCALE):
+        return (f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most {MAX_RATE_LIMIT_SCALE:.0f}, "
+                f"not {s.rate_limit_scale}")
     if not 0 <= s.public_max_age_s <= MAX_PUBLIC_MAX_AGE_S:
         return f"MEDIASRV_PUBLIC_MAX_AGE must be from 0 to {MAX_PUBLIC_MAX_AGE_S} seconds, not {s.public_max_age_s}"
     if s.image_memory_bytes < 64 * 1024 * 1024:

@@ -27,10 +27,20 @@ class UrlSigner:
         return base64.urlsafe_b64encode(mac[:24]).decode().rstrip("=")
 
     def verify(self, file_id: str, expires: str | None, signature: str | None, *, epoch: int) -> bool:
+        return self.check(file_id, expires, signature, epoch=epoch) == VALID
+
+    def check(self, file_id: str, expires: str | None, signature: str | None, *, epoch: int) -> str:
+        """VALID, EXPIRED (this server signed exactly this link, and its deadline is past) or
+        INVALID (malformed, or not signed here for this file under this epoch). The signature
+        is checked first: only a link its owner really shared can be told apart as expired."""
         if not expires or not signature or len(expires) > 12 or len(signature) > 64:
-            return False
+            return INVALID
         if not (expires.isascii() and expires.isdigit()):  # "²".isdigit() is True, int("²") fails
-            return False
-        if int(expires) < unix():
-            return False
-        return hmac.compare_digest(self.sign(file_id, int(expires), epoch=epoch), signature)
+            return INVALID
+        if not hmac.compare_digest(self.sign(file_id, int(expires), epoch=epoch), signature):
+            return INVALID
+        return EXPIRED if int(expires) < unix() else VALID
+
+
+VALID, EXPIRED, INVALID = "valid", "expired", "invalid"
+"""``UrlSigner.check``'s answers."""

@@ -6,9 +6,9 @@ import datetime as dt
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
-from mediasrv.base.errors import BadRequest
+from mediasrv.base.errors import ApiError, BadRequest
 from mediasrv.base.timeutil import iso, unix
-from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.credentials.signing import EXPIRED, VALID, UrlSigner
 from mediasrv.core.files.service import FileService
 from store.models import FileRecord, User
 
@@ -55,12 +55,26 @@ class LinkCheck:
         self._signer, self._owners = signer, owners
 
     async def opens(self, record: FileRecord, expires: str | None, signature: str | None) -> bool:
+        """Whether the link opens the file; ``LinkExpired`` (410) for a link that its owner
+        made and that has expired, so its holder is told to ask for a new one rather than
+        that the file does not exist. Any other link that does not open it is False (404, as
+        for a file that does not exist: a guessed or foreign signature learns nothing)."""
         if not expires or not signature:
             return False  # no link: no look-up of the owner
         owner = await self._owners(record.user_id)
         if owner is None or owner.disabled_at:
             return False
-        return self._signer.verify(record.file_id, expires, signature, epoch=owner.credential_epoch)
+        state = self._signer.check(record.file_id, expires, signature, epoch=owner.credential_epoch)
+        if state == EXPIRED:
+            raise LinkExpired()
+        return state == VALID
+
+
+class LinkExpired(ApiError):
+    """A signed link past its deadline (410 Gone): the file may well still be there."""
+
+    status, code = 410, "LINK_EXPIRED"
+    message = "This link has expired; ask the file's owner for a new one"
 
 
 def _ttl(value: object) -> int:

@@ -27,6 +27,8 @@ from mediasrv.core.limits.querygate import QueryGate
 from mediasrv.core.storeguard import StoreGuard
 from store.base import BlobStore, MetaStore, QuotaWithRecord, WriteBuffers
 from store.errors import StorageFull
+from store.kinds import KINDS as KINDS  # re-exported: the handler checks and documents them
+from store.models import FILE_SORTS as FILE_SORTS
 from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries
 from store.models import FileRecord, User
 
@@ -34,6 +36,8 @@ log = logging.getLogger("mediasrv.files")
 GUARD_MAX_AGE_S = 1.0
 """How old the store guard's answer may be when an upload starts (see StoreGuard.recent)."""
 MAX_NAME_CHARS = 255
+DEFAULT_SORT = FileQuery().sort
+"""The interface's order of a file listing: newest first."""
 
 
 def trial_ended(user: User) -> bool:

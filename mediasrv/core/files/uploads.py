@@ -182,7 +182,7 @@ class UploadSession:
         self._resumable = resumed is not None
         self._before_undo = before_undo
         self._head = b""
-        self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
+        self._head_wanted = (max(content_types.ZIP_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
                                  IMAGE_HEAD_BYTES if content_type in TRANSFORMABLE_TYPES else 0))
         self._frame: JpegFrameScanner | None = JpegFrameScanner() if content_type in (None, "image/jpeg") else None
@@ -295,8 +295,8 @@ class UploadSession:
             raise PayloadTooLarge(f"File too large: the limit is {self._limits.cap_bytes} bytes")
         if len(self._head) < self._head_wanted:
             self._head += chunk[: self._head_wanted - len(self._head)]
-            if self._type is None and len(self._head) >= content_types.SNIFF_WINDOW:
-                self._type = content_types.resolve_sniffed(self._head, self._allow)
+            if self._type is None and len(self._head) >= content_types.sniff_window(self._head):
+                self._type = content_types.resolve_sniffed(self._head, self._allow, self._name)
             if self._type is not None and len(self._head) >= content_types.SNIFF_BYTES:
                 content_types.check_signature(self._type, self._head)
         if self._frame is not None:
@@ -350,7 +350,7 @@ class UploadSession:
             raise BadRequest(f"The upload body is empty: send the file's bytes ({self._type or 'any type'}) as "
                              "the request body", code="EMPTY_BODY")
         if self._type is None:
-            self._type = content_types.resolve_sniffed(self._head, self._allow)
+            self._type = content_types.resolve_sniffed(self._head, self._allow, self._name)
         content_types.check_signature(self._type, self._head)
         width, height = self._check_dimensions()
         if self._reserved is None and not (self._writer is None and self._one_write is not None):
