@@ -11,6 +11,7 @@ restore what they break (the killed host is started again), so their order does 
 from __future__ import annotations
 
 import collections
+import io
 import random
 import subprocess
 import threading
@@ -19,11 +20,12 @@ import time
 import httpx
 import pymongo
 import pytest
+from tusclient.client import TusClient
 
 from mediasrv.core.housekeeping import LEASE_NAME
 from mediasrv.core.lease import handover_bound_s
 from tests.cluster.conftest import CLUSTER_TIMEOUT_S, fleet_fixture
-from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, register, spread_over_hosts
+from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, public_host, register, spread_over_hosts
 from tests.cluster.sim import FLEET_DATABASE, AppHost, Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
@@ -167,8 +169,9 @@ def test_a_resumable_upload_killed_mid_patch_on_one_host_is_finished_on_the_othe
         cluster: Cluster, addresses: Addresses, figures: dict[str, str]) -> None:
     """Two 6 MiB chunks acknowledged by app1 (one S3 part and a tail object), the third cut by
     a kill -9 of every process of app1 mid-body. app2 says where the upload stands (the last
-    204's offset), takes the next PATCH once the dead PATCH's lock has run out, and the file
-    is complete, byte-exact, counted once."""
+    204's offset), takes the next PATCH once the dead PATCH's lock has run out, a tus client
+    (tuspy) sent to app2 finishes the upload, and the file is complete, byte-exact, counted
+    once."""
     owner = register(cluster, addresses.one())
     source = addresses.one()
     data = bytes(random.Random(27).randbytes(4 * TUS_CHUNK + 12345))
@@ -221,12 +224,14 @@ def test_a_resumable_upload_killed_mid_patch_on_one_host_is_finished_on_the_othe
                 assert r.status_code == 409 and time.monotonic() - killed_at < LOCK_BOUND_S, r.text
                 time.sleep(0.5)
             taken_over_after = time.monotonic() - killed_at
-            offset = acknowledged
-            while offset < len(data):
-                r = c.patch(path, content=data[offset:offset + TUS_CHUNK], headers=tus(owner.token, **{
-                    "Upload-Offset": str(offset), "Content-Type": "application/offset+octet-stream"}))
-                assert r.status_code == 204, r.text
-                offset = int(r.headers["Upload-Offset"])
+            # The rest by a real tus client (tuspy) pointed at app2: it asks the offset (HEAD),
+            # then sends checksummed chunks from there.
+            resumed = TusClient(cluster.apps[1].url + "/uploads", headers={
+                "Host": public_host(cluster), "Authorization": f"Bearer {owner.token}"}).uploader(
+                file_stream=io.BytesIO(data), url=cluster.apps[1].url + path, chunk_size=TUS_CHUNK,
+                upload_checksum=True)
+            assert resumed.offset == acknowledged
+            resumed.upload()
             file_id = path.rsplit("/", 1)[1]
             r = c.get(f"/d/{file_id}")
             assert (r.status_code, r.content == data) == (200, True)
