@@ -51,9 +51,14 @@ def backend(request: pytest.FixtureRequest) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def tus_sidecar(tmp_path_factory: pytest.TempPathFactory,
-                backend: dict[str, str]) -> Iterator[tuple[Sidecar, str, str]]:
-    tmp = tmp_path_factory.mktemp("tus-sidecar")
+def sidecar_tmp(tmp_path_factory: pytest.TempPathFactory, backend: dict[str, str]) -> Path:
+    """The module's sidecar directory (its data in ``data``), one per backend."""
+    return tmp_path_factory.mktemp("tus-sidecar")
+
+
+@pytest.fixture(scope="module")
+def tus_sidecar(sidecar_tmp: Path, backend: dict[str, str]) -> Iterator[tuple[Sidecar, str, str]]:
+    tmp = sidecar_tmp
     with running_sidecar(tmp, **SIDECAR_ENV, **backend) as running:
         outbox = tmp / "data" / "outbox"
         yield (running, _token(running.port, outbox, "tus1@example.com", "127.0.0.1"),
@@ -120,8 +125,10 @@ def test_nginx_streams_a_patch_body_it_has_not_finished_reading(tus_sidecar: tup
     assert request(side.port, "GET", "/d/" + path.rsplit("/", 1)[1]).body == data
 
 
-def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, str, str]) -> None:
+def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, str, str], sidecar_tmp: Path,
+                                                   backend: dict[str, str]) -> None:
     side, token, other = tus_sidecar
+    before = usage(side.port, token)
     data = payload(3 * MIB)
     r = request(side.port, "POST", "/uploads", headers=auth(token, **{"Upload-Length": str(len(data))}))
     path = r.headers["location"]
@@ -136,12 +143,17 @@ def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, s
     assert r.status == 409 and r.json()["code"] == "OFFSET_MISMATCH"
     assert request(side.port, "HEAD", path, headers=auth(other)).status == 404
     assert request(side.port, "DELETE", path, headers=auth(other)).status == 404
+    assert usage(side.port, token) == (before[0] + len(data), before[1] + 1)  # reserved
     assert request(side.port, "DELETE", path, headers=auth(token)).status == 204
     assert request(side.port, "HEAD", path, headers=auth(token)).status == 404
+    assert usage(side.port, token) == before
+    assert partial_bytes_left(sidecar_tmp / "data", backend, path.rsplit("/", 1)[1]) == []
 
 
-def test_cap_anonymous_and_refused_bytes(tus_sidecar: tuple[Sidecar, str, str]) -> None:
+def test_cap_anonymous_and_refused_bytes(tus_sidecar: tuple[Sidecar, str, str], sidecar_tmp: Path,
+                                        backend: dict[str, str]) -> None:
     side, token, _ = tus_sidecar
+    before = usage(side.port, token)
     r = request(side.port, "POST", "/uploads", headers=auth(token, **{"Upload-Length": str(30 * MIB + 1)}))
     assert r.status == 413 and r.json()["code"] == "FILE_TOO_LARGE"
     r = request(side.port, "POST", "/uploads", headers={"Upload-Length": "10", "Tus-Resumable": "1.0.0"})
@@ -153,6 +165,8 @@ def test_cap_anonymous_and_refused_bytes(tus_sidecar: tuple[Sidecar, str, str]) 
         refused.upload()
     assert failed.value.status_code == 400 and b"CONTENT_MISMATCH" in failed.value.response_content
     assert request(side.port, "HEAD", path_of(refused.url), headers=auth(token)).status == 404
+    assert usage(side.port, token) == before  # nothing left: no reservation, no bytes
+    assert partial_bytes_left(sidecar_tmp / "data", backend, path_of(refused.url).rsplit("/", 1)[1]) == []
     r = request(side.port, "OPTIONS", "/uploads", headers={"Authorization": f"Bearer {token}"})
     assert r.status == 204 and r.headers["tus-max-size"] == str(30 * MIB)
 
