@@ -119,11 +119,14 @@ class StreamedTus(TusBase):
 
     chunk: Patch | None = None
     failure: ApiError | None = None
+    STREAMED = ""
+    """The method whose body is a chunk (its route is declared, so it is authenticated); any
+    other method with a body is not this handler's (Tornado answers 405)."""
 
     async def prepare(self) -> None:
         try:
             await super().prepare()
-            if self.request.method in ("POST", "PATCH"):
+            if self.request.method == self.STREAMED:
                 self.check_version()
                 await self.start()
         except KNOWN_FAILURES as exc:
@@ -208,6 +211,7 @@ class StreamedTus(TusBase):
 class UploadsHandler(StreamedTus):
     """``/uploads``: OPTIONS says what this server speaks; POST creates an upload."""
 
+    STREAMED = "POST"
     created: str | None = None
 
     async def start(self) -> None:
@@ -273,6 +277,8 @@ class UploadsHandler(StreamedTus):
 @tornado.web.stream_request_body
 class UploadHandler(StreamedTus):
     """``/uploads/{id}``: HEAD the offset, PATCH a chunk, DELETE the upload."""
+
+    STREAMED = "PATCH"
 
     async def start(self) -> None:
         self.checked_stream()

@@ -405,3 +405,18 @@ async def test_an_image_too_large_is_refused_at_its_first_chunk(api: Api, stores
     assert up.offset == 0  # refused at the first chunk
     assert await usage(api, token) == (0, 0)
     await assert_no_partial(stores[1], file_id_of(up.url))
+
+
+async def test_a_method_the_route_does_not_take_is_405_not_500(api: Api) -> None:
+    """PATCH /uploads and POST /uploads/<id> are no operations: 405 with Allow and the JSON
+    error, whatever tus headers come with them (schemathesis found a 500: the handler began a
+    chunk for a request nobody had authenticated)."""
+    token = await login(api, "tus-405@example.com")
+    headers = {"Tus-Resumable": "1.0.0", "Upload-Length": "0", "Upload-Offset": "0",
+               "Content-Type": "application/offset+octet-stream"}
+    for method, path, allowed in (("PATCH", "/uploads", {"POST", "OPTIONS"}),
+                                  ("POST", "/uploads/some-id", {"HEAD", "PATCH", "DELETE", "OPTIONS"})):
+        for who in (token, None):
+            r = await api.call(method, path, token=who, body=b"", headers=headers)
+            assert r.code == 405 and body(r)["code"], (method, path, r.code, r.body)
+            assert allowed <= {m.strip() for m in r.headers["Allow"].split(",")}
