@@ -420,3 +420,22 @@ async def test_a_method_the_route_does_not_take_is_405_not_500(api: Api) -> None
             r = await api.call(method, path, token=who, body=b"", headers=headers)
             assert r.code == 405 and body(r)["code"], (method, path, r.code, r.body)
             assert allowed <= {m.strip() for m in r.headers["Allow"].split(",")}
+
+
+class TestEndedTrial:
+    """A creation is admitted by the same decisions as POST /files (FileService.admission):
+    an ended trial is 403 before anything else, a malformed header included."""
+
+    @pytest.fixture
+    def app_env(self) -> dict[str, str]:
+        return {"MEDIASRV_TRIAL_DAYS": "0"}
+
+    async def test_an_ended_trial_creates_nothing(self, api: Api) -> None:
+        token = await login(api, "tus-trial@example.com")
+        for length in ("10", "not a number"):
+            r = await api.call("POST", "/uploads", token=token, headers={"Tus-Resumable": "1.0.0",
+                                                                          "Upload-Length": length})
+            assert r.code == 403 and body(r)["code"] == "TRIAL_ENDED" and "Location" not in r.headers, r.body
+        r = await api.call("POST", "/files", token=token, body=b"late", headers={"Content-Type": "text/plain"})
+        assert r.code == 403 and body(r)["code"] == "TRIAL_ENDED"
+        assert await usage(api, token) == (0, 0)

@@ -36,9 +36,9 @@ from typing import Any
 from mediasrv.base.errors import ApiError, BadRequest, Conflict, NotFound, PayloadTooLarge, ServiceUnavailable
 from mediasrv.base.timeutil import iso
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import OCTET_STREAM, stored_type
+from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.files.service import FileService, require_active_trial
-from mediasrv.core.files.uploads import Progress, UploadSession, failure_status, new_file_id
+from mediasrv.core.files.uploads import Progress, UploadRequest, UploadSession, failure_status, new_file_id
 from store import errors as store_errors
 from store.base import BlobStore, MetaStore, ResumableBlobs, ResumableWriter
 from store.models import FileRecord, ResumableUpload, User
@@ -77,6 +77,13 @@ class ResumableRequest:
     """The type the client named (``filetype``), normalised; None: taken from the first bytes."""
     name: str | None
     is_public: bool
+
+
+def as_upload_request(request: ResumableRequest) -> UploadRequest:
+    """A creation as any upload's request: Upload-Length is its declared size, ``filetype``
+    its declared type (none: application/octet-stream, the bytes tell)."""
+    return UploadRequest(declared_type=request.declared_type or OCTET_STREAM, named_type=None, name=request.name,
+                         is_public=request.is_public, declared_size=request.length)
 
 
 @dataclass(frozen=True)
@@ -137,25 +144,23 @@ class ResumableUploads:
         return self._resumable_blobs
 
     async def create(self, user: User, read_request: Callable[[], ResumableRequest]) -> ResumableUpload:
-        """Admit the upload as ``FileService.admit`` does (trial, fields, type, the account's cap:
-        413), then reserve its length of quota under its file_id (403) and record it."""
-        require_active_trial(user)
-        request = read_request()
-        content_type = stored_type(request.declared_type or OCTET_STREAM, None, self._files.allow)
-        limits = self._files.limits_for(user)
-        if request.length > limits.cap_bytes:
-            raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
+        """Admitted by the same decisions as any upload (``FileService.admission``: trial,
+        fields, type, the account's cap: 413), then its length of quota reserved under its
+        file_id (403) and the upload recorded."""
+        admitted = self._files.admission(user, lambda: as_upload_request(read_request()))
+        request, content_type, limits = admitted.request, admitted.content_type, admitted.limits
+        assert request.declared_size is not None
         await self._files.require_store()
         file_id = new_file_id()
         session = UploadSession(self._meta, self._blobs, user, content_type, request.name,  # type: ignore[arg-type]
-                                request.is_public, request.length, limits, self._files.allow, one_write=False,
-                                file_id=file_id)
+                                request.is_public, request.declared_size, limits, self._files.allow,
+                                one_write=False, file_id=file_id)
         await session.reserve_declared()
         now = self._now()
-        upload = ResumableUpload(file_id=file_id, user_id=user.id, length=request.length, offset=0, created_at=now,
-                                 expires_at=self._now(self._expiry_s), name=request.name, content_type=content_type,
-                                 is_public=request.is_public, progress=Progress().text(), head=b"",
-                                 blob_state="")
+        upload = ResumableUpload(file_id=file_id, user_id=user.id, length=request.declared_size, offset=0,
+                                 created_at=now, expires_at=self._now(self._expiry_s), name=request.name,
+                                 content_type=content_type, is_public=request.is_public,
+                                 progress=Progress().text(), head=b"", blob_state="")
         try:
             await self._meta.create_upload(upload)
         except Exception as exc:
