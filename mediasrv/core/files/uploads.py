@@ -2,8 +2,9 @@
 front feeds (``POST /files`` in one request; the resumable front, ``/uploads`` over tus, across
 several requests and hosts: ``mediasrv.core.files.resumable``).
 
-``FileService.admit`` decides whether an upload may start (trial, type, declared size against
-the account's cap, quota, the process's upload memory) and returns an ``UploadSession``; the
+``FileService.admit`` decides whether an upload may start (``admission``: trial, type, declared
+size against the account's cap, which a resumable upload's creation passes too; then quota and
+the process's upload memory) and returns an ``UploadSession``; the
 transport then passes it each chunk (``feed``), calls ``finish`` when the body is complete, or
 ``abandon`` when its client went away, and writes the answer. ``feed`` and ``finish`` undo the
 whole upload themselves on any failure and raise the ``ApiError`` the client gets, so a front
