@@ -39,7 +39,12 @@ SIDECAR_ENV = {"MEDIASRV_WORKERS": "2", "MEDIASRV_MAX_UPLOAD_SIZE_BYTES": str(30
 @pytest.fixture(scope="module", params=["sqlite+files", "mongo+s3"])
 def backend(request: pytest.FixtureRequest) -> dict[str, str]:
     """The settings of each backend in turn (a fresh database and bucket per module run)."""
-    if request.param == "sqlite+files":
+    return backend_env(request, request.param)
+
+
+def backend_env(request: pytest.FixtureRequest, kind: str) -> dict[str, str]:
+    """``kind``'s settings, on a database and a bucket of their own."""
+    if kind == "sqlite+files":
         return {}
     from tests.backends.fixtures import moto_endpoint, new_bucket, new_database
     from tests.backends.servers import S3_ENV
@@ -210,10 +215,18 @@ def partial_bytes_left(data_dir: Path, backend: dict[str, str], file_id: str) ->
     return [o["Key"] for o in objects] + [u["Key"] for u in uploads]
 
 
-def test_expiry_through_the_sidecar(backend: dict[str, str], tmp_path: Path) -> None:
+@pytest.fixture
+def own_backend(request: pytest.FixtureRequest, backend: dict[str, str]) -> dict[str, str]:
+    """The module's backend on a database and a bucket of its own (the module's sidecar, on the
+    shared ones, would hold MongoDB's housekeeping lease)."""
+    return backend_env(request, "mongo+s3" if backend else "sqlite+files")
+
+
+def test_expiry_through_the_sidecar(own_backend: dict[str, str], tmp_path: Path) -> None:
     """Upload-Expires is MEDIASRV_UPLOAD_EXPIRY after the last PATCH; once past, HEAD and the
     next PATCH are 410 through nginx; the housekeeping (at the restarted sidecar's start) ends
     the upload: its bytes (partial file, S3 parts and tail) and its reservation go."""
+    backend = own_backend
     env = {**SIDECAR_ENV, "MEDIASRV_UPLOAD_EXPIRY": "600", **backend,
            "MEDIASRV_HOUSEKEEPING_LEASE": "5"}  # MongoDB: a lease the stopped sidecar kept runs out soon
     data_dir = tmp_path / "data"
@@ -239,6 +252,7 @@ def test_expiry_through_the_sidecar(backend: dict[str, str], tmp_path: Path) -> 
         with pytest.raises(TusCommunicationError):  # a tus client resuming it is told it is gone
             uploader(side.port, token, data, url=up.url).upload()
         assert partial_bytes_left(data_dir, backend, path.rsplit("/", 1)[1])  # (not ended yet)
+    (tmp_path / "sidecar.log").rename(tmp_path / "sidecar-first.log")
     with running_sidecar(tmp_path, **env) as side:  # the same data: its housekeeping runs at start
         deadline = time.monotonic() + 60  # (on MongoDB, once one of its processes holds the lease)
         while (left := usage(side.port, token)) != (0, 0) and time.monotonic() < deadline:
