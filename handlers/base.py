@@ -365,9 +365,14 @@ class BaseHandler(tornado.web.RequestHandler):
         log.error("unhandled error on %s %s (request %s)", self.request.method, self.request.path,
                   self.request_id, exc_info=(typ, value, tb), extra=extra)
 
+    def log_request(self) -> bool:
+        """Whether this answered request goes to the caller's activity log (``logged`` unless a
+        handler decides per request)."""
+        return self.logged
+
     def on_finish(self) -> None:
         self._uncount()
-        if self.principal is None or not self.logged:
+        if self.principal is None or not self.log_request():
             return
         if self.request_size is None:
             self.request_size = len(self.request.body) if self.request.body else None

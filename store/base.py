@@ -1,13 +1,15 @@
 """The storage boundary: typed protocols for the metadata store and the blob store.
 
 ``MetaStore`` is the sum of one protocol per aggregate (``UserStore``, ``TokenStore``,
-``ApiKeyStore``, ``QuotaStore``, ``FileStore``, ``DomainStore``, ``LogStore``, ``UsageStore``)
+``ApiKeyStore``, ``QuotaStore``, ``FileStore``, ``DomainStore``, ``LogStore``, ``UsageStore``,
+``ResumableStore``)
 plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
 backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile``, ``HitCounters``
 and ``Leases`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
-``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files), ``WriteBuffers`` (S3).
+``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files), ``WriteBuffers`` (S3),
+``ResumableBlobs`` (files and S3).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
 Every method takes explicit keys, never request state, so one contract suite
@@ -55,6 +57,7 @@ from store.models import (
     FileRecord,
     Invite,
     LogEntry,
+    ResumableUpload,
     StoreIdentity,
     UsageCounts,
     User,
@@ -319,8 +322,47 @@ class UsageStore(Protocol):
         was given (the monthly ones have seven)."""
 
 
+class ResumableStore(Protocol):
+    """Uploads fed across several requests (tus), by file_id: their length, the offset every
+    acknowledged byte reached, and who is writing them now.
+
+    The offset moves only through ``advance_upload``, by the request holding the lock and only
+    from the offset it locked at: of two requests appending at once, one locks and the other is
+    refused, and a request whose lock was taken over (its host stalled past ``locked_until``)
+    cannot move the offset either. A reservation of quota under the file_id is open for as long
+    as the upload is (``reconcile_usage`` and the MongoDB reconcile count it)."""
+
+    async def create_upload(self, upload: ResumableUpload) -> None:
+        """Insert; Duplicate on file_id."""
+
+    async def get_upload(self, file_id: str) -> ResumableUpload | None: ...
+
+    async def lock_upload(self, file_id: str, offset: int, lock: str, now: str,
+                          until: str) -> ResumableUpload | None:
+        """Take the lock for ``lock`` until ``until`` when the upload is at ``offset`` and nobody
+        else holds it (no lock, or one that ended before ``now``): the locked upload, else None."""
+
+    async def renew_upload_lock(self, file_id: str, lock: str, until: str) -> bool:
+        """Move the end of ``lock`` on; False when it is no longer held by ``lock``."""
+
+    async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
+        """Record bytes up to ``offset`` as acknowledged, with the state that goes with them
+        (``head`` None: unchanged), and give the lock up; only while ``lock`` holds it at
+        ``offset_before`` (else False, nothing changed)."""
+
+    async def unlock_upload(self, file_id: str, lock: str) -> None:
+        """Give the lock up without moving the offset (nothing when ``lock`` does not hold it)."""
+
+    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
+        """Remove the upload's state; what it was, or None when there was none."""
+
+    async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:
+        """Up to ``limit`` uploads whose ``expires_at`` is before ``before``."""
+
+
 class MetaStore(Lifecycle, IdentityStore, UserStore, TokenStore, InviteStore, ApiKeyStore, QuotaStore,
-                FileStore, DomainStore, LogStore, UsageStore, Protocol):
+                FileStore, DomainStore, LogStore, UsageStore, ResumableStore, Protocol):
     """Metadata: every aggregate above, in one database. What a metadata backend implements.
 
     A service that needs only some aggregates may ask for those protocols alone (a
@@ -553,3 +595,46 @@ class LocalBlobFiles(Protocol):
         any step below ``root/blobs`` (a planted symlink, directory or FIFO is BlobNotFound);
         StoreUnavailable for any other failure, ValueError for an invalid key. Blocking: call
         it on a worker thread. The caller owns the descriptor and must ``os.close`` it."""
+
+
+class ResumableWriter(BlobWriter, Protocol):
+    """A blob written across several requests, perhaps by several hosts: what a request wrote
+    becomes durable at ``checkpoint`` and is then the starting point of the next writer
+    (``ResumableBlobs.resume_writer``). ``commit`` makes the whole blob visible under its key;
+    ``abort`` drops it all, checkpointed bytes too."""
+
+    async def checkpoint(self) -> str:
+        """Make everything written so far durable (files: fsync; S3: whole parts sent, the
+        shorter rest stored as the upload's tail object); the state to persist with the offset."""
+
+    async def settled(self) -> None:
+        """The last checkpoint's state is persisted: drop what it replaced (S3: the old tail)."""
+
+    async def rewind(self) -> None:
+        """Forget what was written since the last checkpoint (or since the writer was opened):
+        the next writer resumes from there (a chunk whose checksum did not match)."""
+
+    async def close(self) -> None:
+        """This request is done with it: let its resources go, keeping what was checkpointed."""
+
+
+@runtime_checkable
+class ResumableBlobs(Protocol):
+    """A blob store that can write one blob across several requests, any host of a fleet taking
+    the next one (files: a partial file appended and fsynced; S3: a multipart upload of parts of
+    at least 5 MiB and a shorter tail kept as an object, as tusd's S3 store does). Partial
+    writes are named by key and are not blobs: nothing reads them, and ``sweep_temp`` leaves
+    them to their owner (the expiry of resumable uploads)."""
+
+    async def resume_writer(self, key: str, state: str, offset: int) -> ResumableWriter:
+        """A writer appending at ``offset`` to the partial blob ``state`` describes ("" for a new
+        one). Bytes past ``offset`` (written, never acknowledged) are dropped."""
+
+    async def drop_partial(self, key: str, state: str) -> None:
+        """Remove a partial blob and everything it keeps; no error if it is gone. With ``state``
+        "" (not known any more), what can be found by its key."""
+
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        """Keys of partial blobs begun (S3) or last written (files) more than ``older_than_s``
+        ago: the expiry drops those whose upload is gone (a crash between forgetting an upload
+        and dropping its bytes)."""

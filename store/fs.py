@@ -10,6 +10,9 @@ Layout under ``root``::
                                              removed at once rather than after the grace period
     quarantine/<key[0:2]>/<key>              blobs the sweep found unreferenced, kept until the
                                              operator purges them (mtime = quarantine time)
+    partial/<key[0:2]>/<key>                 resumable uploads in progress (``ResumableBlobs``):
+                                             appended and fsynced per request, renamed into
+                                             blobs/ when complete (same filesystem: atomic)
 
 Directories are created 0700 and files 0600: stored files, private ones included, are for
 this server's user only.
@@ -140,6 +143,7 @@ class FsBlobStore:
         """Now, for the age rules (list_keys, sweep_temp, purge_quarantine); tests inject one."""
         self._blobs = self.root / "blobs"
         self._quarantine = self.root / "quarantine"
+        self._partial = self.root / "partial"
         self._owner = _owner_token()
         self._max_workers = max_workers
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -304,6 +308,104 @@ class FsBlobStore:
             os.close(shard_fd)
             raise
         return FsBlobWriter(self, key, shard_fd, temp_name, fd)
+
+    # resumable writes (ResumableBlobs)
+
+    async def resume_writer(self, key: str, state: str, offset: int) -> FsResumableWriter:
+        """The partial file of ``key`` opened for appending at ``offset`` (created at 0); a
+        longer file (bytes written but never acknowledged: a crash before the offset was
+        recorded) is cut back to ``offset``. ``state`` is unused: the file is the state."""
+        validate_key(key)
+        if offset < 0:
+            raise ValueError("offset must not be negative")
+        return await self._run(self._resume_sync, key, offset, on_orphan=FsResumableWriter.discard_handle)
+
+    def _open_partial_shard(self, key: str) -> int:
+        """The key's shard of ``partial/``, made (and its entry fsynced) the first time."""
+        self._partial.mkdir(mode=DIR_MODE, exist_ok=True)
+        root_fd = os.open(self._partial, _DIR_FLAGS)
+        try:
+            made = True
+            try:
+                os.mkdir(key[:2], DIR_MODE, dir_fd=root_fd)
+            except FileExistsError:
+                made = False
+            shard_fd = os.open(key[:2], _DIR_FLAGS, dir_fd=root_fd)
+            if made:
+                os.fsync(root_fd)
+            return shard_fd
+        finally:
+            os.close(root_fd)
+
+    def _resume_sync(self, key: str, offset: int) -> FsResumableWriter:
+        shard_fd = self._open_partial_shard(key)
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _CLOEXEC
+            fd = os.open(key, flags, FILE_MODE, dir_fd=shard_fd)
+            try:
+                st = os.fstat(fd)
+                if not stat_mod.S_ISREG(st.st_mode):
+                    raise _missing(key)
+                if st.st_size < offset:
+                    raise OSError(errno.EIO, f"partial blob shorter ({st.st_size}) than its offset ({offset})", key)
+                if st.st_size > offset:
+                    os.ftruncate(fd, offset)
+                if offset == 0:
+                    os.fsync(shard_fd)  # a new file's entry must survive a crash with its bytes
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
+            os.close(shard_fd)
+            raise
+        return FsResumableWriter(self, key, shard_fd, fd, offset)
+
+    async def drop_partial(self, key: str, state: str) -> None:
+        validate_key(key)
+        await self._run(self._drop_partial_sync, key)
+
+    def _drop_partial_sync(self, key: str) -> None:
+        try:
+            root_fd = os.open(self._partial, _DIR_FLAGS)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return
+            raise
+        try:
+            shard_fd = os.open(key[:2], _DIR_FLAGS, dir_fd=root_fd)
+        except OSError as exc:
+            if exc.errno in _NOT_A_BLOB:
+                return
+            raise
+        finally:
+            os.close(root_fd)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(key, dir_fd=shard_fd)
+        finally:
+            os.close(shard_fd)
+
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        return self._list_partials(self._clock() - float(older_than_s))
+
+    async def _list_partials(self, cutoff: float) -> AsyncGenerator[str, None]:
+        for key in await self._run(self._scan_partials_sync, cutoff):
+            yield key
+
+    def _scan_partials_sync(self, cutoff: float) -> list[str]:
+        found: list[str] = []
+        try:
+            shards = sorted(e.name for e in os.scandir(self._partial)
+                            if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+        for shard in shards:
+            with os.scandir(self._partial / shard) as entries:
+                for entry in entries:
+                    if (_KEY_RE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)
+                            and entry.stat(follow_symlinks=False).st_mtime < cutoff):
+                        found.append(entry.name)
+        return sorted(found)
 
     # reading
 
@@ -694,3 +796,115 @@ class FsBlobWriter:
             _close_quietly(self._dir_fd)
             self._dir_fd = None
         self._state = state
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing these bytes to disk now, without waiting (Linux: POSIX_FADV_DONTNEED
+    starts the writeback of dirty pages): the fsync at the end of a resumable upload's chunk
+    then finds little left to write, so a chunk costs little more than in one long upload."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+class FsResumableWriter:
+    """A partial file appended at its end: ``checkpoint`` fsyncs it (the offset recorded after
+    that survives a crash with its bytes), ``rewind`` cuts it back to the last checkpoint,
+    ``commit`` fsyncs it and renames it into ``blobs/`` (then fsyncs both directories)."""
+
+    def __init__(self, store: FsBlobStore, key: str, dir_fd: int, fd: int, offset: int) -> None:
+        self.key = key
+        self._store = store
+        self._dir_fd: int | None = dir_fd
+        self._fd: int | None = fd
+        self._size = offset
+        self._durable = offset
+        self._lock = threading.Lock()
+
+    async def write(self, chunk: bytes) -> None:
+        if chunk:
+            await self._store._run(self._write_sync, bytes(chunk))
+
+    def _write_sync(self, data: bytes) -> None:
+        with self._lock:
+            fd = self._open_fd()
+            start = self._size
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(fd, view, self._size)
+                self._size += n
+                view = view[n:]
+            _start_writeback(fd, start, self._size - start)
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            raise RuntimeError(f"resumable writer for {self.key!r} is closed")
+        return self._fd
+
+    async def checkpoint(self) -> str:
+        await self._store._run(self._checkpoint_sync)
+        return ""
+
+    def _checkpoint_sync(self) -> None:
+        with self._lock:
+            os.fsync(self._open_fd())
+            self._durable = self._size
+
+    async def settled(self) -> None:
+        """Nothing to drop: the file is its own state."""
+
+    async def rewind(self) -> None:
+        await self._store._run(self._rewind_sync)
+
+    def _rewind_sync(self) -> None:
+        with self._lock:
+            fd = self._open_fd()
+            os.ftruncate(fd, self._durable)
+            self._size = self._durable
+
+    async def commit(self) -> int:
+        return await self._store._run(self._commit_sync)
+
+    def _commit_sync(self) -> int:
+        with self._lock:
+            fd = self._open_fd()
+            assert self._dir_fd is not None
+            os.fsync(fd)
+            target_fd = self._store._open_shard(self.key, create=True)
+            try:
+                os.rename(self.key, self.key, src_dir_fd=self._dir_fd, dst_dir_fd=target_fd)
+                os.fsync(target_fd)
+                os.fsync(self._dir_fd)
+            finally:
+                os.close(target_fd)
+            self._close()
+            return self._size
+
+    async def abort(self) -> None:
+        """Close and remove the partial file (every checkpoint of it too); idempotent."""
+        try:
+            await self._store._run(self._abort_sync)
+        except RuntimeError:  # store closed
+            self._abort_sync()
+
+    def _abort_sync(self) -> None:
+        with self._lock:
+            if self._dir_fd is not None and self._fd is not None:
+                _unlink_quietly(self.key, self._dir_fd)
+            self._close()
+
+    async def close(self) -> None:
+        """Let go of the descriptors, keeping the file (the next request resumes it)."""
+        try:
+            await self._store._run(self.discard_handle, self)
+        except RuntimeError:
+            self.discard_handle(self)
+
+    def _close(self) -> None:
+        _close_quietly(self._fd)
+        _close_quietly(self._dir_fd)
+        self._fd = self._dir_fd = None
+
+    @staticmethod
+    def discard_handle(writer: FsResumableWriter) -> None:
+        with writer._lock:
+            writer._close()

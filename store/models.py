@@ -169,3 +169,34 @@ class StoreIdentity:
 
     instance_id: str
     created_at: str
+
+
+@dataclass(frozen=True)
+class ResumableUpload:
+    """An upload fed across several requests (tus): what every host of a fleet needs to take
+    its next chunk. ``file_id`` is the file's id once complete, and names the quota
+    reservation taken at creation for ``length`` bytes.
+
+    ``progress`` (the upload session's checks on the first bytes) and ``blob_state`` (the blob
+    store's partial write: S3's multipart upload, its parts and its short tail) are opaque text
+    to the store. ``lock``/``locked_until``: the request writing it now, so that two at once
+    cannot both append (the second is refused) and a host that died mid-request holds it only
+    until ``locked_until``."""
+
+    file_id: str
+    user_id: str
+    length: int
+    offset: int
+    created_at: str
+    expires_at: str
+    name: str | None = None
+    content_type: str | None = None
+    """The type the client named (checked against the bytes); None: taken from the first bytes."""
+    is_public: bool = True
+    progress: str = ""
+    head: bytes = b""
+    """The first bytes (up to 256 KiB), which the checks at the end read again: apart from
+    ``progress`` so that it is written only while it grows."""
+    blob_state: str = ""
+    lock: str | None = None
+    locked_until: str | None = None

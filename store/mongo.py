@@ -44,7 +44,7 @@ from pymongo.errors import (
 )
 from pymongo.results import UpdateResult
 
-from store import mongo_counters, mongo_leases, mongo_quota
+from store import mongo_counters, mongo_leases, mongo_quota, mongo_uploads
 from store.errors import Duplicate, StoreUnavailable
 from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
@@ -55,6 +55,7 @@ from store.models import (
     FileRecord,
     Invite,
     LogEntry,
+    ResumableUpload,
     StoreIdentity,
     UsageCounts,
     User,
@@ -89,6 +90,7 @@ _KEY_DATES = ("created_at", "last_used_at", "revoked_at")
 _FILE_DATES = ("created_at",)
 _DOMAIN_DATES = ("updated_at",)
 _LOG_DATES = ("created_at",)
+_UPLOAD_DATES = ("created_at", "expires_at", "locked_until")
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -175,6 +177,11 @@ def _log(doc: Doc) -> LogEntry:
     doc = dict(doc)
     doc["metadata"] = orjson.loads(doc.get("metadata") or "{}")
     return _record(LogEntry, doc, _LOG_DATES)
+
+
+def _upload(doc: Doc) -> ResumableUpload:
+    doc = {**doc, "head": bytes(doc.get("head") or b"")}
+    return _record(ResumableUpload, doc, _UPLOAD_DATES, id_field="file_id")
 
 
 def _file_doc(record: FileRecord) -> Doc:
@@ -270,6 +277,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     mongo_counters.COLLECTION: [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
     "invites": [IndexModel([("code_hash", ASCENDING)], unique=True, name="code_hash_unique"),
                 IndexModel(NEWEST_FIRST, name="newest")],
+    mongo_uploads.COLLECTION: [IndexModel([("expires_at", ASCENDING)], name="expires")],
     "logs": [IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
              IndexModel([("created_at", ASCENDING)], expireAfterSeconds=LOG_TTL_S, name="created_ttl")],
 }
@@ -717,6 +725,65 @@ class MongoMetaStore:
     async def account_ids_after(self, after: str | None, limit: int) -> list[str]:
         async with self._op() as db:
             return await mongo_quota.account_ids_after(db, after, limit)
+
+    # --- resumable uploads (ResumableStore; see store/mongo_uploads.py) ------------------
+
+    async def create_upload(self, upload: ResumableUpload) -> None:
+        """Sent twice after a lost reply, the second finds the same document: not a Duplicate."""
+        doc = _doc(upload, _UPLOAD_DATES, id_field="file_id")
+        try:
+            await self._idempotent(lambda db: db[mongo_uploads.COLLECTION].insert_one(dict(doc)))
+        except Duplicate:
+            async with self._op() as db:
+                found = await db[mongo_uploads.COLLECTION].find_one({"_id": upload.file_id})
+            if found is None or found.get("user_id") != upload.user_id or found.get("created_at") != doc["created_at"]:
+                raise
+
+    async def get_upload(self, file_id: str) -> ResumableUpload | None:
+        async with self._op() as db:
+            doc = await db[mongo_uploads.COLLECTION].find_one({"_id": file_id})
+        return None if doc is None else _upload(doc)
+
+    async def lock_upload(self, file_id: str, offset: int, lock: str, now: str,
+                          until: str) -> ResumableUpload | None:
+        when, end = to_date(now), to_date(until)
+        assert when is not None and end is not None
+        doc, _ = await self._idempotent(lambda db: mongo_uploads.lock(db, file_id, offset, lock, when, end))
+        return None if doc is None else _upload(doc)
+
+    async def renew_upload_lock(self, file_id: str, lock: str, until: str) -> bool:
+        end = to_date(until)
+        assert end is not None
+        renewed, _ = await self._idempotent(lambda db: mongo_uploads.renew(db, file_id, lock, end))
+        return renewed
+
+    async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
+        fields: Doc = {"offset": offset, "progress": progress, "blob_state": blob_state,
+                       "expires_at": to_date(expires_at)}
+        if head is not None:
+            fields["head"] = bytes(head)
+        attempts = [False, True]
+
+        async def write(db: Any) -> bool:
+            return await mongo_uploads.advance(db, file_id, lock, offset_before, fields, resent=attempts.pop(0))
+        done, _ = await self._idempotent(write)
+        return done
+
+    async def unlock_upload(self, file_id: str, lock: str) -> None:
+        await self._idempotent(lambda db: mongo_uploads.unlock(db, file_id, lock))
+
+    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
+        async with self._op() as db:
+            doc = await db[mongo_uploads.COLLECTION].find_one_and_delete({"_id": file_id})
+        return None if doc is None else _upload(doc)
+
+    async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:
+        _check_page(0, limit)
+        async with self._op() as db:
+            docs = await db[mongo_uploads.COLLECTION].find({"expires_at": {"$lt": to_date(before)}}).sort(
+                "expires_at", ASCENDING).limit(limit).to_list()
+        return [_upload(doc) for doc in docs]
 
     # --- custom domains ---------------------------------------------------------------
 

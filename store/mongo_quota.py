@@ -18,7 +18,8 @@ Every change of these fields also bumps ``quota_v``, so ``reconcile`` can recomp
 account (records + open reservations younger than ``stale_before``) and write the result with
 one compare-and-set on ``quota_v``: it never drops a reservation made meanwhile. A crash that
 leaves a reservation open (kill -9 mid-upload) costs the account that quota until it is older
-than ``stale_before`` and the next reconcile of the account drops it; a crash between a
+than ``stale_before`` and the next reconcile of the account drops it (a resumable upload's
+reservation stays open for as long as its document in ``uploads`` does, however old); a crash between a
 delete's release and its record removal leaves the file counted out until the mark is older
 than ``RELEASE_GRACE``, when reconcile counts the file again (a later delete releases it again).
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from store import mongo_uploads
 from store.errors import Duplicate
 
 Doc = dict[str, Any]
@@ -140,7 +142,9 @@ async def _wanted(db: Any, user: Doc, stale_before: dt.datetime, now: dt.datetim
     totals: Doc = found[0] if found else {"bytes": 0, "count": 0, "committed": [], "leftover": []}
     committed = {c for c in totals["committed"] if c is not None}
     leftover = {c for c in totals["leftover"] if c is not None} - set(going)  # counted again now
-    still_open = [r for r in opened if r["id"] not in committed and _aware(r["at"]) >= stale_before]
+    resumable = await mongo_uploads.live(db, [r["id"] for r in opened if _aware(r["at"]) < stale_before])
+    still_open = [r for r in opened if r["id"] not in committed
+                  and (_aware(r["at"]) >= stale_before or r["id"] in resumable)]
     return {"storage_bytes": int(totals["bytes"]) + sum(int(r["size"]) for r in still_open),
             "files_count": int(totals["count"]) + len(still_open),
             "quota_open": still_open,

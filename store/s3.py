@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import logging
+import secrets
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -239,6 +241,52 @@ class S3BlobStore:
         with _translated(key):
             await client.put_object(Bucket=self.config.bucket, Key=PREFIX + key, Body=bytes(data))
 
+    # resumable writes (ResumableBlobs)
+
+    async def resume_writer(self, key: str, state: str, offset: int) -> S3ResumableWriter:
+        """A writer continuing the multipart upload ``state`` describes (``S3ResumableWriter``)."""
+        validate_key(key)
+        partial = _Partial.parse(state)
+        if partial.size != offset:
+            raise StoreUnavailable(f"S3: the partial upload of {key!r} holds {partial.size} bytes, not {offset}")
+        return S3ResumableWriter(self._s3(), self.config.bucket, key, partial)
+
+    async def drop_partial(self, key: str, state: str) -> None:
+        validate_key(key)
+        upload_id = _Partial.parse(state).upload_id
+        client = self._s3()
+        if upload_id is None:  # not known: every multipart upload to that key
+            with _translated(key):
+                page = await client.list_multipart_uploads(Bucket=self.config.bucket, Prefix=PREFIX + key)
+            for upload in page.get("Uploads", []):
+                if upload["Key"] == PREFIX + key:
+                    await _drop_partial(client, self.config.bucket, key, upload["UploadId"])
+        await _drop_partial(client, self.config.bucket, key, upload_id)
+
+    def list_partials(self, older_than_s: float) -> AsyncGenerator[str, None]:
+        """Keys with an object under ``resumable/<key>/`` (the marker, written with the first
+        part, or a tail) older than that."""
+        return self._list_partials(self._clock() - float(older_than_s))
+
+    async def _list_partials(self, cutoff: float) -> AsyncGenerator[str, None]:
+        client = self._s3()
+        token: str | None = None
+        seen = ""
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.config.bucket, "Prefix": RESUMABLE}
+            if token:
+                kwargs["ContinuationToken"] = token
+            with _translated():
+                page = await client.list_objects_v2(**kwargs)
+            for item in page.get("Contents", []):
+                key = item["Key"][len(RESUMABLE):].partition("/")[0]
+                if key != seen and item["LastModified"].timestamp() < cutoff:
+                    seen = key  # listed in key order: a key's objects come together
+                    yield key
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+
     # reading
 
     async def stat(self, key: str) -> BlobStat | None:
@@ -363,7 +411,7 @@ class S3BlobStore:
             with _translated():
                 page = await client.list_multipart_uploads(**kwargs)
             for upload in page.get("Uploads", []):
-                if upload["Initiated"] < cutoff:
+                if upload["Initiated"] < cutoff and not await self._resumable(upload["Key"]):
                     with _translated(), contextlib.suppress(BlobNotFound):
                         await client.abort_multipart_upload(Bucket=self.config.bucket, Key=upload["Key"],
                                                             UploadId=upload["UploadId"])
@@ -374,7 +422,22 @@ class S3BlobStore:
             kwargs["UploadIdMarker"] = page.get("NextUploadIdMarker")
 
 
+    async def _resumable(self, name: str) -> bool:
+        """Whether the multipart upload to ``name`` is a resumable upload's (its marker object
+        exists): its owner, the expiry of resumable uploads, ends it, not the sweep."""
+        try:
+            with _translated(name):
+                await self._s3().head_object(Bucket=self.config.bucket,
+                                             Key=f"{RESUMABLE}{name[len(PREFIX):]}/{MARKER}")
+        except BlobNotFound:
+            return False
+        return True
+
+
 QUARANTINE = "quarantine/"
+RESUMABLE = "resumable/"
+"""``resumable/<key>/``: a resumable upload's marker (``open``) and its tail objects."""
+MARKER = "open"
 
 
 async def _quarantine(store: S3BlobStore, key: str) -> None:
@@ -518,3 +581,166 @@ class S3BlobWriter:
                 Bucket=self._bucket, Key=self._name, UploadId=upload_id), self._timeout_s))
         except Exception as exc:  # S3 down: the upload stays until sweep_temp or a lifecycle rule
             log.warning("could not abort multipart upload of %r (%s)", self.key, type(exc).__name__)
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """What a resumable upload has in S3, as persisted between requests: its multipart upload,
+    the parts sent (number, ETag, size) and the tail object holding the bytes after them (less
+    than a part)."""
+
+    upload_id: str | None = None
+    parts: tuple[tuple[int, str, int], ...] = ()
+    tail: str | None = None
+    tail_size: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(p[2] for p in self.parts) + self.tail_size
+
+    @classmethod
+    def parse(cls, state: str) -> _Partial:
+        if not state:
+            return cls()
+        doc = json.loads(state)
+        return cls(upload_id=doc.get("u"), parts=tuple((int(n), str(e), int(z)) for n, e, z in doc.get("p", [])),
+                   tail=doc.get("t"), tail_size=int(doc.get("ts", 0)))
+
+    def text(self) -> str:
+        return json.dumps({"u": self.upload_id, "p": [list(p) for p in self.parts], "t": self.tail,
+                           "ts": self.tail_size}, separators=(",", ":"))
+
+
+async def _drop_partial(client: Any, bucket: str, key: str, upload_id: str | None) -> None:
+    """Abort the multipart upload and delete the marker and every tail object."""
+    if upload_id is not None:
+        try:
+            with _translated(key), contextlib.suppress(BlobNotFound):
+                await client.abort_multipart_upload(Bucket=bucket, Key=PREFIX + key, UploadId=upload_id)
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, ClientError) and _code(cause) == "NoSuchUpload"):  # gone already
+                raise
+    with _translated(key):
+        page = await client.list_objects_v2(Bucket=bucket, Prefix=f"{RESUMABLE}{key}/")
+    for item in page.get("Contents", []):
+        with _translated(key):
+            await client.delete_object(Bucket=bucket, Key=item["Key"])
+
+
+class S3ResumableWriter:
+    """A blob written across requests and hosts: parts of PART_SIZE (S3's minimum is 5 MiB) go
+    into a multipart upload as they fill; at a ``checkpoint`` the bytes after the last whole part
+    (less than a part) are stored as a tail object under ``resumable/<key>/``, which the next
+    writer, on any host, reads back in front of its first bytes (tusd's S3 store keeps its
+    incomplete part the same way). At most one part (and the chunk being added) is in memory.
+
+    Part numbers are the position of the part: a writer that did not reach its checkpoint (a
+    checksum mismatch, a host that died) leaves parts the next one sends again under the same
+    numbers, and only the parts of the persisted state are named at completion."""
+
+    def __init__(self, client: Any, bucket: str, key: str, partial: _Partial) -> None:
+        self._client, self._bucket, self.key = client, bucket, key
+        self._name = PREFIX + key
+        self._saved = partial
+        self._upload_id = partial.upload_id
+        self._parts = list(partial.parts)
+        self._buffer = bytearray()
+        self._tail_loaded = partial.tail is None
+        self._replaced: list[str] = []
+        self._written = False
+
+    async def _load_tail(self) -> None:
+        """The saved tail's bytes in front of the buffer (once, before the first new byte)."""
+        if self._tail_loaded:
+            return
+        assert self._saved.tail is not None
+        with _translated(self.key):
+            response = await self._client.get_object(Bucket=self._bucket, Key=self._saved.tail)
+            body = response["Body"]
+            try:
+                data = await body.read()
+            finally:
+                body.close()
+        if len(data) != self._saved.tail_size:
+            raise StoreUnavailable(f"S3: the tail of {self.key!r} holds {len(data)} bytes, not {self._saved.tail_size}")
+        self._buffer[:0] = data
+        self._tail_loaded = True
+
+    async def write(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        await self._load_tail()
+        self._written = True
+        self._buffer += chunk
+        while len(self._buffer) >= PART_SIZE:
+            part = bytes(self._buffer[:PART_SIZE])
+            del self._buffer[:PART_SIZE]
+            await self._send_part(part)
+
+    async def _send_part(self, data: bytes) -> None:
+        with _translated(self.key):
+            if self._upload_id is None:
+                await self._client.put_object(Bucket=self._bucket, Key=f"{RESUMABLE}{self.key}/{MARKER}", Body=b"")
+                created = await self._client.create_multipart_upload(Bucket=self._bucket, Key=self._name)
+                self._upload_id = created["UploadId"]
+            number = len(self._parts) + 1
+            sent = await self._client.upload_part(Bucket=self._bucket, Key=self._name, UploadId=self._upload_id,
+                                                  PartNumber=number, Body=data)
+        self._parts.append((number, str(sent["ETag"]), len(data)))
+
+    async def checkpoint(self) -> str:
+        if not self._written:
+            return self._saved.text()
+        tail: str | None = None
+        if self._buffer:
+            tail = f"{RESUMABLE}{self.key}/tail-{secrets.token_hex(8)}"
+            with _translated(self.key):
+                await self._client.put_object(Bucket=self._bucket, Key=tail, Body=bytes(self._buffer))
+        if self._saved.tail is not None:
+            self._replaced.append(self._saved.tail)
+        self._saved = _Partial(self._upload_id, tuple(self._parts), tail, len(self._buffer))
+        self._written = False
+        return self._saved.text()
+
+    async def settled(self) -> None:
+        replaced, self._replaced = self._replaced, []
+        for name in replaced:
+            try:
+                with _translated(self.key):
+                    await self._client.delete_object(Bucket=self._bucket, Key=name)
+            except StoreUnavailable:  # removed with the upload's other objects when it ends
+                log.warning("could not delete a replaced tail of %r", self.key)
+
+    async def rewind(self) -> None:
+        self._parts = list(self._saved.parts)
+        self._upload_id = self._saved.upload_id or self._upload_id
+        self._buffer = bytearray()
+        self._tail_loaded = self._saved.tail is None
+        self._written = False
+
+    async def commit(self) -> int:
+        await self._load_tail()
+        size = sum(p[2] for p in self._parts) + len(self._buffer)
+        with _translated(self.key):
+            if self._upload_id is None:
+                await self._client.put_object(Bucket=self._bucket, Key=self._name, Body=bytes(self._buffer))
+            else:
+                if self._buffer or not self._parts:
+                    await self._send_part(bytes(self._buffer))
+                await self._client.complete_multipart_upload(
+                    Bucket=self._bucket, Key=self._name, UploadId=self._upload_id,
+                    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e, _ in self._parts]})
+        self._buffer = bytearray()
+        try:
+            await _drop_partial(self._client, self._bucket, self.key, None)
+        except StoreUnavailable:
+            log.warning("could not delete the tail objects of %r after completing it", self.key)
+        return size
+
+    async def abort(self) -> None:
+        self._buffer = bytearray()
+        await _drop_partial(self._client, self._bucket, self.key, self._upload_id)
+
+    async def close(self) -> None:
+        self._buffer = bytearray()

@@ -43,6 +43,7 @@ from store.models import (
     FileRecord,
     Invite,
     LogEntry,
+    ResumableUpload,
     StoreIdentity,
     UsageCounts,
     User,
@@ -265,6 +266,28 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # Daily counters live beside the monthly ones (period YYYY-MM-DD); API requests too.
         "ALTER TABLE usage ADD COLUMN api_requests INTEGER NOT NULL DEFAULT 0",
     ),
+    (
+        # Issue 27: resumable uploads (tus). One row per upload in progress; its quota is
+        # reserved on the account (users.storage_bytes, files_count) while the row exists. No
+        # foreign key: a deleted account's uploads stay until their expiry drops their bytes.
+        """CREATE TABLE uploads (
+            file_id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            length INTEGER NOT NULL CHECK (length >= 0),
+            offset INTEGER NOT NULL CHECK (offset >= 0 AND offset <= length),
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            name TEXT,
+            content_type TEXT,
+            is_public INTEGER NOT NULL CHECK (is_public IN (0, 1)),
+            progress TEXT NOT NULL,
+            head BLOB NOT NULL,
+            blob_state TEXT NOT NULL,
+            lock TEXT,
+            locked_until TEXT)""",
+        "CREATE INDEX uploads_expires ON uploads (expires_at)",
+        "CREATE INDEX uploads_user ON uploads (user_id)",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -309,6 +332,7 @@ KEY_COLS = _columns(ApiKey)
 FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
+UPLOAD_COLS = _columns(ResumableUpload)
 
 
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
@@ -321,8 +345,14 @@ RESERVE_SQL = """UPDATE users SET storage_bytes = storage_bytes + :size,
       AND (:count_limit IS NULL OR files_count + 1 <= :count_limit)"""
 
 RECONCILE_SQL = """UPDATE users SET
-    storage_bytes = coalesce((SELECT sum(size) FROM files WHERE files.user_id = users.id), 0),
-    files_count = (SELECT count(*) FROM files WHERE files.user_id = users.id)"""
+    storage_bytes = coalesce((SELECT sum(size) FROM files WHERE files.user_id = users.id), 0)
+        + coalesce((SELECT sum(length) FROM uploads WHERE uploads.user_id = users.id
+                    AND uploads.file_id NOT IN (SELECT file_id FROM files)), 0),
+    files_count = (SELECT count(*) FROM files WHERE files.user_id = users.id)
+        + (SELECT count(*) FROM uploads WHERE uploads.user_id = users.id
+           AND uploads.file_id NOT IN (SELECT file_id FROM files))"""
+"""Counters from the records, plus the reservations of the resumable uploads in progress (an
+upload whose record exists already counts through it: its row is about to go)."""
 
 USAGE_SQL = """INSERT INTO usage (user_id, period, origin_reads, image_ops, api_requests) VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (user_id, period) DO UPDATE SET
@@ -679,6 +709,45 @@ def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRe
         conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
         conn.execute(RELEASE_SQL, {"size": record.size, "user_id": user_id})
     return record
+
+
+def _upload(row: Row) -> ResumableUpload:
+    values = dict(row)
+    values["is_public"] = bool(values["is_public"])
+    return ResumableUpload(**values)
+
+
+def _lock_upload(conn: sqlite3.Connection, file_id: str, offset: int, lock: str, now: str,
+                 until: str) -> ResumableUpload | None:
+    """One conditional UPDATE on the writer thread: of two requests, one matches."""
+    changed = _execute(conn, "UPDATE uploads SET lock = ?, locked_until = ? WHERE file_id = ? AND offset = ? "
+                       "AND (lock IS NULL OR lock = ? OR locked_until < ?)", (lock, until, file_id, offset, lock, now))
+    if not changed:
+        return None
+    return _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM uploads WHERE file_id = ?", (file_id,), _upload)
+
+
+def _renew_upload_lock(conn: sqlite3.Connection, file_id: str, lock: str, until: str) -> int:
+    return _execute(conn, "UPDATE uploads SET locked_until = ? WHERE file_id = ? AND lock = ?", (until, file_id, lock))
+
+
+def _unlock_upload(conn: sqlite3.Connection, file_id: str, lock: str) -> int:
+    return _execute(conn, "UPDATE uploads SET lock = NULL, locked_until = NULL WHERE file_id = ? AND lock = ?",
+                    (file_id, lock))
+
+
+VOLATILE_WRITES: frozenset[Callable[..., Any]] = frozenset({_lock_upload, _renew_upload_lock, _unlock_upload})
+"""Writes a crash may lose (an upload's lock: it ends at ``locked_until`` anyway). A batch of only
+these commits without the WAL's fsync (``synchronous = NORMAL``: still atomic and in order, so a
+later durable commit, such as the advance that releases the lock, makes it durable too): a
+resumable upload's PATCH then pays one fsync of the metadata, not two."""
+
+
+def _delete_upload(conn: sqlite3.Connection, file_id: str) -> ResumableUpload | None:
+    found = _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM uploads WHERE file_id = ?", (file_id,), _upload)
+    if found is not None:
+        conn.execute("DELETE FROM uploads WHERE file_id = ?", (file_id,))
+    return found
 
 
 def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
@@ -1086,8 +1155,12 @@ class SqliteMetaStore:
             batch = self._commit_some(self._thread_conn(write=True), batch)
 
     def _commit_some(self, conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
-        """One transaction over ``batch``; the calls left over when it was lost midway."""
+        """One transaction over ``batch``; the calls left over when it was lost midway. A batch
+        of volatile writes only (``VOLATILE_WRITES``) commits without fsync."""
+        volatile = all(call.item[0] in VOLATILE_WRITES for call in batch)
         try:
+            if volatile:
+                conn.execute("PRAGMA synchronous = NORMAL")
             self._require_same_file()
             self._begin_write(conn)
             for i, call in enumerate(batch):
@@ -1105,6 +1178,10 @@ class SqliteMetaStore:
             for call in batch:
                 if call.error is None:
                     call.fail(exc)
+        finally:
+            if volatile:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         return []
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
@@ -1308,6 +1385,46 @@ class SqliteMetaStore:
 
     async def reconcile_usage(self) -> None:
         await self._write(_execute, RECONCILE_SQL)
+
+    # --- resumable uploads (ResumableStore) --------------------------------------------
+
+    async def create_upload(self, upload: ResumableUpload) -> None:
+        await self._write(_execute, _insert_sql("uploads", ResumableUpload), _params(upload))
+
+    async def get_upload(self, file_id: str) -> ResumableUpload | None:
+        return await self._lookup(_fetch_one, f"SELECT {UPLOAD_COLS} FROM uploads WHERE file_id = ?",
+                                  (file_id,), _upload)
+
+    async def lock_upload(self, file_id: str, offset: int, lock: str, now: str,
+                          until: str) -> ResumableUpload | None:
+        return await self._write(_lock_upload, file_id, offset, lock, now, until)
+
+    async def renew_upload_lock(self, file_id: str, lock: str, until: str) -> bool:
+        changed: int = await self._write(_renew_upload_lock, file_id, lock, until)
+        return changed > 0
+
+    async def advance_upload(self, file_id: str, lock: str, offset_before: int, offset: int,
+                             progress: str, blob_state: str, expires_at: str, *, head: bytes | None = None) -> bool:
+        """Committed (WAL fsynced, ``synchronous = FULL``) before it returns: an offset answered
+        to the client survives a crash."""
+        changed: int = await self._write(
+            _execute, "UPDATE uploads SET offset = ?, progress = ?, head = coalesce(?, head), blob_state = ?, "
+            "expires_at = ?, lock = NULL, locked_until = NULL WHERE file_id = ? AND lock = ? AND offset = ?",
+            (offset, progress, head, blob_state, expires_at, file_id, lock, offset_before))
+        return changed > 0
+
+    async def unlock_upload(self, file_id: str, lock: str) -> None:
+        await self._write(_unlock_upload, file_id, lock)
+
+    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
+        return await self._write(_delete_upload, file_id)
+
+    async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:
+        _check_page(0, limit)
+        rows = await self._read(lambda conn: conn.execute(
+            f"SELECT {UPLOAD_COLS} FROM uploads WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
+            (before, limit)).fetchall())
+        return [_upload(row) for row in rows]
 
     # --- custom domains ---------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
 from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import LinkCheck, SignedLinks
+from mediasrv.core.files.resumable import ResumableUploads
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
 from mediasrv.core.invites import AdminInvites, InviteService
@@ -83,6 +84,8 @@ class Runtime:
     results: ResultCache | None = None
     requests: RequestLog = field(default_factory=RequestLog)
     """Every answered request's facts: the access log and /metrics subscribe (``serve``)."""
+    resumable: ResumableUploads | None = None
+    """Resumable uploads: the housekeeping holder ends the expired ones."""
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
@@ -151,6 +154,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
+    resumable = ResumableUploads(file_service, meta, blobs, expiry_s=settings.upload_expiry_s, clock=clock)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images,
@@ -163,7 +167,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
         health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard,
-        invites=AdminInvites(InviteService(meta), settings.admin_emails))
+        invites=AdminInvites(InviteService(meta), settings.admin_emails), resumable=resumable)
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -176,7 +180,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
-                          file_cache=file_cache, results=results, requests=requests)
+                          file_cache=file_cache, results=results, requests=requests, resumable=resumable)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:
@@ -203,6 +207,7 @@ class _RouteArgs:
     delivery: MediaDelivery
     guard: StoreGuard
     invites: AdminInvites
+    resumable: ResumableUploads
 
 
 Table = list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]

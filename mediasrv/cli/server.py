@@ -29,6 +29,7 @@ from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.secret import local_secret, shared_secret
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
 from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.files.resumable import ResumableUploads
 from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping, reconciles_before_start
 from mediasrv.core.lease import Lease
 from mediasrv.core.mail import MailQueue, make_mailer
@@ -51,6 +52,8 @@ from store.errors import StoreError
 
 log = logging.getLogger("mediasrv")
 SWEEP_INTERVAL_S = 3600.0
+EXPIRY_INTERVAL_S = 300.0
+"""How often the housekeeping holder ends expired resumable uploads."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
-    housekeeping, lease = start_housekeeping(settings, meta, blobs)
+    housekeeping, lease = start_housekeeping(settings, meta, blobs, expiry=runtime.resumable)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
     access_log.start()
@@ -186,14 +189,18 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore) -> tuple[Housekeeping, Lease | None]:
-    """The sweep (and, on a shared store, the automatic reconcile), if this process takes part
+def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
+                       expiry: ResumableUploads | None = None) -> tuple[Housekeeping, Lease | None]:
+    """The sweep, the expiry of unfinished resumable uploads (``expiry``) and, on a shared
+    store, the automatic reconcile, if this process takes part
     (MEDIASRV_HOUSEKEEPING not none; ``process_role`` gives it to one process of several): on a
     store a fleet shares (``Leases``), under the fleet's one lease; on a local one, here."""
     reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
                   if isinstance(meta, AccountReconcile) else None)
     housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
-                                sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s)
+                                sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s,
+                                expiry=expiry.expire_once if expiry is not None else None,
+                                expiry_interval_s=EXPIRY_INTERVAL_S)
     if settings.housekeeping == "none":
         return housekeeping, None
     if isinstance(meta, Leases):

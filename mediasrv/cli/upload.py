@@ -6,7 +6,11 @@ connection failure is retried with backoff, waiting Retry-After when the server 
 wait is shown ("waiting 47 s: rate limited"), never a frozen bar. Every outcome is recorded in
 the account's manifest by content hash (``upload_manifest``), so a rerun, from anywhere and
 with any spelling of the URL, uploads only contents the account does not have, and does not
-retry files the server refused until they change. Ctrl-C stops cleanly: the JSON summary so
+retry files the server refused until they change. Files above ``--resumable-above`` (8 MiB by
+default) go up over tus (``/uploads``, ``MediasrvClient.upload_resumable``) in checked chunks;
+the upload's URL is in the manifest as soon as it exists, so a dropped connection (retried at
+once) or a Ctrl-C, a crash or a reboot (the next run) goes on mid-file from the offset the
+server acknowledged rather than from the start. Ctrl-C stops cleanly: the JSON summary so
 far, "run again to resume", exit status 130. At the end a JSON summary goes to stdout
 (progress to stderr); the exit status is 1 when any file failed.
 
@@ -27,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mediasrv.cli.upload_manifest import REFUSED, UPLOADED, LocalFile, Manifest, collect, default_manifest
+from mediasrv.cli.upload_manifest import (
+    REFUSED,
+    RESUMABLE,
+    UPLOADED,
+    LocalFile,
+    Manifest,
+    collect,
+    default_manifest,
+)
 from mediasrv.cli.upload_progress import NoProgress, Progress, RichProgress
 
 if TYPE_CHECKING:  # the server process never needs these imports
@@ -40,6 +52,7 @@ REMEMBERED_REFUSALS = frozenset({400, 413, 415})
 INTERRUPTED = 130
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
+RESUMABLE_ABOVE = 8 * 1024 * 1024
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -61,6 +74,9 @@ class UploadOptions:
     exclude: tuple[str, ...] = ()
     dry_run: bool = False
     retry_refused: bool = False
+    resumable_above: int = RESUMABLE_ABOVE
+    """Files larger than this go up resumably (tus), in chunks of ``chunk_size``."""
+    chunk_size: int = 8 * 1024 * 1024
 
 
 def add_parser(sub: Any) -> None:
@@ -89,6 +105,11 @@ def add_parser(sub: Any) -> None:
                      help="list what would be uploaded (asks the server only who the account is)")
     cmd.add_argument("--retry-refused", action="store_true",
                      help="try again files the server refused before (unchanged ones are skipped)")
+    cmd.add_argument("--resumable-above", type=int, default=RESUMABLE_ABOVE, metavar="BYTES",
+                     help="send files larger than this resumably over tus, in chunks, resuming mid-file after "
+                          f"an interruption (default {RESUMABLE_ABOVE})")
+    cmd.add_argument("--chunk-size", type=int, default=8 * 1024 * 1024, metavar="BYTES",
+                     help="bytes per chunk of a resumable upload (default 8 MiB)")
     cmd.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress bars on stderr (default: when stderr is a terminal)")
 
@@ -102,13 +123,15 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     if not api_key:
         print("mediasrv upload: an API key is required: --api-key or MEDIASRV_API_KEY", file=sys.stderr)
         return 2
-    if args.concurrency < 1 or args.retries < 0:
-        print("mediasrv upload: --concurrency must be 1 or more and --retries 0 or more", file=sys.stderr)
+    if args.concurrency < 1 or args.retries < 0 or args.resumable_above < 0 or args.chunk_size < 1:
+        print("mediasrv upload: --concurrency and --chunk-size must be 1 or more, --retries and "
+              "--resumable-above 0 or more", file=sys.stderr)
         return 2
     options = UploadOptions(url=(args.url or env.url or DEFAULT_URL).rstrip("/"), api_key=api_key,
                             paths=tuple(args.paths), concurrency=args.concurrency, private=args.private,
                             retries=args.retries, manifest=args.manifest, exclude=tuple(args.exclude),
-                            dry_run=args.dry_run, retry_refused=args.retry_refused)
+                            dry_run=args.dry_run, retry_refused=args.retry_refused,
+                            resumable_above=args.resumable_above, chunk_size=args.chunk_size)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     summary = Summary(url=options.url)
     from mediasrv.client import MediasrvError
@@ -191,6 +214,7 @@ class _Run:
     """Contents taken by a worker in this run: the same bytes under two names go up once."""
 
 
+
 async def upload_all(options: UploadOptions, *, progress: Progress | None = None, sleep: Sleep = asyncio.sleep,
                      client: MediasrvClient | None = None, summary: Summary | None = None) -> Summary:
     """Upload every file of ``options.paths`` whose content the account does not have yet.
@@ -271,11 +295,14 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
     attempt = 0
     while True:
         try:
-            stored = await run.media.upload_file(f.path, name=f.name, is_public=not options.private,
-                                                 on_progress=on_progress)
+            if f.size > options.resumable_above:
+                stored = await _upload_resumable(run, f, digest, on_progress)
+            else:
+                stored = await run.media.upload_file(f.path, name=f.name, is_public=not options.private,
+                                                     on_progress=on_progress)
         except (MediasrvError, OSError) as exc:
             if isinstance(exc, MediasrvError) and exc.retryable and attempt < options.retries:
-                reporter.restart(handle, sent)
+                reporter.restart(handle, sent)  # a resumable upload counts again from where it stands
                 sent = 0
                 await _pause(run, exc, attempt)
                 attempt += 1
@@ -291,6 +318,32 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
         summary.bytes_uploaded += f.size
         reporter.end(handle, ok=True)
         return
+
+
+async def _upload_resumable(run: _Run, f: LocalFile, digest: str, on_progress: Callable[[int], None]) -> Any:
+    """A large file over tus: from where the manifest's upload stands, or a new one whose URL
+    the manifest records at once (so a Ctrl-C or a crash a moment later still resumes it)."""
+    from mediasrv.client import NotFoundError
+
+    url = run.manifest.resumable.get(digest)
+    if url is not None and not url.startswith(("http://", "https://")):
+        url = run.options.url + url
+
+    async def remember(created: str) -> None:  # before the first chunk is sent
+        await run.manifest.record(f, digest, RESUMABLE, upload_url=created)
+
+    async def attempt(from_url: str | None) -> Any:
+        return await run.media.upload_resumable(
+            f.path, name=f.name, is_public=not run.options.private, url=from_url,
+            chunk_size=run.options.chunk_size, on_url=remember, on_progress=on_progress)
+
+    if url is None:
+        return await attempt(None)
+    try:
+        return await attempt(url)
+    except NotFoundError:  # expired (410 is gone too) or ended: start over
+        await run.manifest.record(f, digest, RESUMABLE, upload_url=None)
+        return await attempt(None)
 
 
 async def _pause(run: _Run, exc: Any, attempt: int) -> None:

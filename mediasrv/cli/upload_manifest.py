@@ -28,6 +28,8 @@ from typing import Any
 HASH_CHUNK = 1024 * 1024
 UPLOADED = "uploaded"
 REFUSED = "refused"
+RESUMABLE = "resumable"
+"""A resumable upload begun (its ``upload_url``): a later run goes on from where it stands."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class Manifest:
         """sha256 -> file_id"""
         self.refused: dict[str, str] = {}
         """sha256 -> the server's error code"""
+        self.resumable: dict[str, str] = {}
+        """sha256 -> the URL of the resumable upload begun for it (tus), until it is done"""
         self.hashes: dict[tuple[str, int, int], str] = {}
         """(path, size, mtime_ns) -> sha256 as last hashed"""
         self._lock = asyncio.Lock()
@@ -131,8 +135,15 @@ class Manifest:
         if entry["status"] == UPLOADED:
             self.uploaded[digest] = entry["file_id"]
             self.refused.pop(digest, None)
+            self.resumable.pop(digest, None)
         elif entry["status"] == REFUSED:
             self.refused[digest] = entry.get("code") or ""
+            self.resumable.pop(digest, None)
+        elif entry["status"] == RESUMABLE:
+            if entry.get("upload_url"):
+                self.resumable[digest] = entry["upload_url"]
+            else:
+                self.resumable.pop(digest, None)  # it was gone (expired, ended): start over
 
     async def digest(self, f: LocalFile) -> str:
         """The file's SHA-256: from the manifest when path, size and mtime are unchanged."""
@@ -143,9 +154,9 @@ class Manifest:
         return known
 
     async def record(self, f: LocalFile, digest: str, status: str, *, file_id: str | None = None,
-                     code: str | None = None) -> None:
+                     code: str | None = None, upload_url: str | None = None) -> None:
         entry = {"sha256": digest, "status": status, "path": str(f.path), "size": f.size,
-                 "mtime_ns": f.mtime_ns, "file_id": file_id, "code": code,
+                 "mtime_ns": f.mtime_ns, "file_id": file_id, "code": code, "upload_url": upload_url,
                  "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         async with self._lock:
             await asyncio.to_thread(_append, self.path, json.dumps(entry) + "\n")

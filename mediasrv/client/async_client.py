@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,7 @@ from mediasrv.client.models import (
     User,
     fields_of,
 )
+from mediasrv.client.resumable import CHUNK_BYTES, upload_resumable
 from mediasrv.client.transfer import (
     OCTET_STREAM,
     ProgressCallback,
@@ -162,6 +164,22 @@ class MediasrvClient:
         data = await self._json("POST", "/files", ok=(201,), params={"isPublic": _flag(is_public)},
                                 headers=headers, content=file_chunks(file_path, on_progress))
         return StoredFile.from_json(data["file"])
+
+    async def upload_resumable(self, path: str | os.PathLike[str], *, content_type: str | None = None,
+                               name: str | None = None, is_public: bool = True, url: str | None = None,
+                               chunk_size: int = CHUNK_BYTES, on_url: Callable[[str], object] | None = None,
+                               on_progress: ProgressCallback | None = None) -> StoredFile:
+        """Upload a large file over tus (``/uploads``) in ``chunk_size`` PATCHes, each checked
+        by its SHA-256. ``on_url`` gets the upload's URL once it exists; pass it back as ``url``
+        after an interruption (a dropped connection, Ctrl-C, a crash) to go on from the offset
+        the server acknowledged (``mediasrv.client.resumable``)."""
+        file_path = Path(path)
+        ctype = content_type or await asyncio.to_thread(guess_content_type, file_path)
+        file_id = await upload_resumable(
+            self._http, self._auth_headers(), file_path, name=name if name is not None else file_path.name,
+            content_type=None if ctype == OCTET_STREAM else ctype, is_public=is_public, url=url,
+            chunk_size=chunk_size, on_url=on_url, on_progress=on_progress)
+        return await self.get_file(file_id)
 
     async def upload_bytes(self, data: bytes, content_type: str = OCTET_STREAM, *,
                            name: str | None = None, is_public: bool = True) -> StoredFile:

@@ -77,8 +77,9 @@ class ServerError(ApiError):
 
 
 _ERRORS: dict[int, type[ApiError]] = {400: BadRequestError, 401: AuthenticationError, 403: PermissionDeniedError,
-                                      404: NotFoundError, 409: ConflictError, 413: PayloadTooLargeError,
-                                      429: RateLimitedError, 503: ServerBusyError}
+                                      404: NotFoundError, 409: ConflictError, 410: NotFoundError,
+                                      413: PayloadTooLargeError, 429: RateLimitedError, 503: ServerBusyError}
+"""410 (a resumable upload that expired) is a NotFoundError: the caller starts over either way."""
 
 
 def _retry_after(value: str | None) -> float | None:

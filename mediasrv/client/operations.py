@@ -19,6 +19,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "revoke_api_key": ("DELETE", "/auth/api-keys/{id}"),
     "upload_file": ("POST", "/files"),
     "upload_bytes": ("POST", "/files"),
+    "upload_resumable": ("POST", "/uploads"),
     "list_files": ("GET", "/files"),
     "get_file": ("GET", "/files/{id}"),
     "delete_file": ("DELETE", "/files/{id}"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from mediasrv.client.models import (
     StoredFile,
     User,
 )
+from mediasrv.client.resumable import CHUNK_BYTES
 from mediasrv.client.transfer import OCTET_STREAM, ProgressCallback
 
 R = TypeVar("R")
@@ -97,6 +98,14 @@ class SyncMediasrvClient:
                     is_public: bool = True, on_progress: ProgressCallback | None = None) -> StoredFile:
         return self._run(self._async.upload_file(path, content_type=content_type, name=name, is_public=is_public,
                                                  on_progress=on_progress))
+
+    def upload_resumable(self, path: str | os.PathLike[str], *, content_type: str | None = None,
+                         name: str | None = None, is_public: bool = True, url: str | None = None,
+                         chunk_size: int = CHUNK_BYTES, on_url: Callable[[str], object] | None = None,
+                         on_progress: ProgressCallback | None = None) -> StoredFile:
+        return self._run(self._async.upload_resumable(path, content_type=content_type, name=name,
+                                                      is_public=is_public, url=url, chunk_size=chunk_size,
+                                                      on_url=on_url, on_progress=on_progress))
 
     def upload_bytes(self, data: bytes, content_type: str = OCTET_STREAM, *,
                      name: str | None = None, is_public: bool = True) -> StoredFile:

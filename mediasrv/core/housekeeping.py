@@ -1,5 +1,5 @@
-"""What one process does besides serving: the periodic sweep, and on a shared store the
-automatic reconcile of the accounts' counters.
+"""What one process does besides serving: the periodic sweep, the end of expired resumable
+uploads, and on a shared store the automatic reconcile of the accounts' counters.
 
 Who does it: on a store local to one machine (SQLite), the process the machine's supervisor
 names (MEDIASRV_HOUSEKEEPING=full or sweep; scripts/serve-behind-nginx gives it to its first
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from mediasrv.base.tasks import Periodic
 from mediasrv.core.reconcile import Reconciler
@@ -40,9 +41,14 @@ def reconciles_before_start(configured: str, *, shared_store: bool) -> bool:
 
 class Housekeeping:
     def __init__(self, sweeper: Sweeper, reconciler: Reconciler | None, *, sweep_interval_s: float,
-                 reconcile_interval_s: float) -> None:
+                 reconcile_interval_s: float, expiry: Callable[[], Awaitable[object]] | None = None,
+                 expiry_interval_s: float = 300.0) -> None:
+        """``expiry``: one round of ending the expired resumable uploads (their partial bytes,
+        S3 multipart uploads and quota reservations), every ``expiry_interval_s``."""
         self._sweeper, self._reconciler = sweeper, reconciler
         self._loops = [Periodic("sweep", sweeper.run, sweep_interval_s, log=log)]
+        if expiry is not None:
+            self._loops.append(Periodic("upload expiry", expiry, expiry_interval_s, log=log))
         if reconciler is not None:
             self._loops.append(Periodic("automatic reconcile", reconciler.run_once, reconcile_interval_s, log=log))
 

@@ -92,6 +92,16 @@ class JpegFrameScanner:
             self._tail = b""
             self._step(header)
 
+    def snapshot(self) -> tuple[int, int, bytes, bool, tuple[int, int] | None]:
+        """Where the scan stands, to go on in another request (a resumable upload)."""
+        return self._next, self._seen, self._tail, self._done, self.frame
+
+    @classmethod
+    def resumed(cls, snapshot: tuple[int, int, bytes, bool, tuple[int, int] | None]) -> JpegFrameScanner:
+        scanner = cls()
+        scanner._next, scanner._seen, scanner._tail, scanner._done, scanner.frame = snapshot
+        return scanner
+
     def _step(self, header: bytes) -> None:
         """One segment header (marker, length[, SOF fields]) at ``_next``."""
         if header[0] != 0xFF or header[1] in (0xDA, 0xD9, 0x00, 0xFF):

@@ -21,8 +21,15 @@ from typing import Literal
 
 CorsMode = Literal["api", "public", "none"]
 
-API_REQUEST_HEADERS = ("Authorization", "X-Api-Key", "Content-Type", "x-file-name")
-API_EXPOSED_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After")
+TUS_REQUEST_HEADERS = ("Tus-Resumable", "Upload-Length", "Upload-Metadata", "Upload-Offset", "Upload-Checksum",
+                       "Upload-Defer-Length", "Upload-Concat")
+"""What a tus client (tus-js-client, Uppy) sends to /uploads from a browser page."""
+TUS_EXPOSED_HEADERS = ("Location", "Upload-Offset", "Upload-Length", "Upload-Expires", "Upload-Metadata",
+                       "Tus-Resumable", "Tus-Version", "Tus-Extension", "Tus-Max-Size", "Tus-Checksum-Algorithm")
+"""What it must read back: where the upload is, how far it got, what the server speaks."""
+API_REQUEST_HEADERS = ("Authorization", "X-Api-Key", "Content-Type", "x-file-name", *TUS_REQUEST_HEADERS)
+API_EXPOSED_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Retry-After",
+                       *TUS_EXPOSED_HEADERS)
 SERVING_REQUEST_HEADERS = ("Range", "If-Range", "If-None-Match", "If-Modified-Since")
 SERVING_EXPOSED_HEADERS = ("Content-Length", "Content-Range", "Content-Disposition", "ETag", "Last-Modified",
                            "Accept-Ranges", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",

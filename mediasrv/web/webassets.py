@@ -17,7 +17,8 @@ PACKAGE_DIR = "dashboard"
 INDEX = "index.html"
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png",
-          ".ico": "image/x-icon"}
+          ".ico": "image/x-icon", ".txt": "text/plain; charset=utf-8"}
+"""(.txt: the licenses of vendored code, served beside it.)"""
 
 
 @dataclass(frozen=True)

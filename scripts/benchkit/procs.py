@@ -275,6 +275,47 @@ def stream_post(port: int, path: str, chunks: Iterable[bytes], size: int,
         conn.close()
 
 
+def tus_upload(port: int, chunks: Iterable[bytes], size: int, headers: dict[str, str], *,
+               chunk_size: int = 8 << 20, metadata: str = "") -> str:
+    """A resumable upload over tus: POST /uploads, then PATCHes of ``chunk_size`` bytes on one
+    kept-alive connection, each body streamed from ``chunks`` as it comes (the client holds one
+    of their pieces at a time). The file's id (the upload's)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    tus = {**headers, "Tus-Resumable": "1.0.0"}
+    try:
+        conn.request("POST", "/uploads", headers={**tus, "Upload-Length": str(size), "Upload-Metadata": metadata})
+        resp = conn.getresponse()
+        body = resp.read()
+        if resp.status != 201:
+            raise RuntimeError(f"POST /uploads: {resp.status} {body[:300]!r}")
+        path = resp.getheader("Location") or ""
+        pieces = iter(chunks)
+        left = b""
+        offset = 0
+        while offset < size:
+            length = min(chunk_size, size - offset)
+            conn.putrequest("PATCH", path)
+            for name, value in {**tus, "Content-Type": "application/offset+octet-stream",
+                                "Upload-Offset": str(offset), "Content-Length": str(length)}.items():
+                conn.putheader(name, value)
+            conn.endheaders()
+            need = length
+            while need:
+                if not left:
+                    left = next(pieces)
+                piece, left = left[:need], left[need:]
+                conn.send(piece)
+                need -= len(piece)
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 204:
+                raise RuntimeError(f"PATCH {path} at {offset}: {resp.status} {body[:300]!r}")
+            offset = int(resp.getheader("Upload-Offset") or -1)
+        return path.rsplit("/", 1)[1]
+    finally:
+        conn.close()
+
+
 def stream_get(port: int, path: str, buffer_size: int = 1 << 20) -> tuple[int, int]:
     """GET and discard the body into one reused buffer; returns (status, bytes received)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)

@@ -27,7 +27,7 @@ from mediasrv.assembly.app import Runtime
 from mediasrv.cli.upload import UploadOptions, upload_all
 from mediasrv.cli.upload_manifest import LocalFile, collect, default_manifest
 from mediasrv.cli.upload_progress import NoProgress, RichProgress, rate_texts, wait_text
-from mediasrv.client import MediasrvClient
+from mediasrv.client import ConnectionFailed, MediasrvClient
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
 from tests.handlers.test_files_http import png
@@ -427,6 +427,52 @@ class UploadCommandTest(ServerTestCase):
         self.assertEqual(code, 0, err)
         self.assertEqual((again["skipped"], len(again["would_upload"])), (uploaded, 6 - uploaded))
 
+    def test_ctrl_c_mid_file_then_a_kill_9_of_the_server_and_a_rerun_finishes_the_same_upload(self) -> None:
+        """Three chunks a minute (MEDIASRV_RATE_LIMITS) stop the upload mid-file in a wait; SIGINT
+        ends the run (130) with the upload's URL in the manifest. The server is then killed
+        (SIGKILL) and started again on the same data directory without the limit: the rerun asks
+        where the upload stands, sends only the rest, and the file is the upload's id, byte-exact."""
+        server = self.serve(MEDIASRV_RATE_LIMITS="uploads.patch=3")
+        key = self.api_key(server)
+        data = big_zip(6 * 1024 * 1024 + 3)
+        (self.tmp / "video.zip").write_bytes(data)
+        args = [str(self.tmp / "video.zip"), "--url", server.url, "--resumable-above", "1048576",
+                "--chunk-size", "1048576"]
+        env = base_env(self.tmp / "unused", MEDIASRV_API_KEY=key, XDG_DATA_HOME=str(self.tmp / "xdg"))
+        proc = subprocess.Popen([MEDIASRV, "upload", *args], env=env, cwd=self.tmp, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # the wait after three chunks
+            self.assertRegex(line, r"^mediasrv upload: rate limited; resuming in \d+ s$")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 130, err)
+        manifest = Path(json.loads(out)["manifest"])
+        begun = [json.loads(line) for line in manifest.read_text().splitlines()]
+        self.assertEqual([e["status"] for e in begun], ["resumable"])
+        url = begun[0]["upload_url"]
+        head = self.client.head(server.url + url, headers={"X-Api-Key": key, "Tus-Resumable": "1.0.0"})
+        self.assertEqual(head.headers["Upload-Offset"], str(3 * 1024 * 1024))
+        server.kill()  # kill -9: the acknowledged offset must survive it
+
+        again = self.serve(port=server.port)
+        head = self.client.head(again.url + url, headers={"X-Api-Key": key, "Tus-Resumable": "1.0.0"})
+        self.assertEqual(head.headers["Upload-Offset"], str(3 * 1024 * 1024))  # what the last 204 said
+        code, summary, err = self.run_upload(*args, MEDIASRV_API_KEY=key)
+        self.assertEqual(code, 0, err)
+        self.assertEqual((summary["uploaded"], summary["failed"]), (1, 0))
+        done = [json.loads(line) for line in manifest.read_text().splitlines()][-1]
+        self.assertEqual((done["status"], done["file_id"]), ("uploaded", url.rsplit("/", 1)[1]))
+        r = self.client.get(again.url + "/d/" + done["file_id"])
+        self.assertEqual(r.content, data)
+        r = self.client.get(again.url + "/files", headers={"X-Api-Key": key})
+        self.assertEqual(r.json()["total"], 1)
+
 
 def test_an_unreachable_server_is_one_line_and_status_1(tmp_path: Path) -> None:
     """No server on the port: one line naming the URL, exit status 1, no traceback."""
@@ -438,3 +484,77 @@ def test_an_unreachable_server_is_one_line_and_status_1(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"mediasrv upload: {url}: ")
+
+
+# ---------------------------------------------------------------------------- resumable (tus) uploads
+
+def big_zip(size: int) -> bytes:
+    return b"PK\x03\x04" + os.urandom(size - 4)
+
+
+class DropsPatches(httpx.AsyncBaseTransport):
+    """The real transport, except that the ``drop``-th PATCH (and only it) loses its connection
+    midway: what a flaky network does to a long upload. Counts what it sees."""
+
+    def __init__(self, drop: int) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.drop = drop
+        self.seen: list[tuple[str, str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path, request.headers.get("Upload-Offset", "")))
+        if request.method == "PATCH" and sum(m == "PATCH" for m, _, _ in self.seen) == self.drop:
+            raise httpx.WriteError("connection reset by peer")
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+async def test_a_large_file_goes_up_resumably_and_a_dropped_connection_resumes_mid_file(
+        api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    data = big_zip(5 * 1024 * 1024 + 99)
+    (tmp_path / "big.zip").write_bytes(data)
+    (tmp_path / "small.txt").write_bytes(b"small\n")
+    transport = DropsPatches(drop=3)
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(tmp_path / "big.zip"), str(tmp_path / "small.txt")),
+                            manifest=tmp_path / "m.jsonl", resumable_above=1024 * 1024, chunk_size=1024 * 1024)
+    async with MediasrvClient(api.base, api_key=key, transport=transport) as media:
+        summary = await upload_all(options, client=media, sleep=_no_sleep)
+    assert (summary.uploaded, summary.failed, summary.retries) == (2, 0, 1), summary.failures
+    creations = [s for s in transport.seen if s[:2] == ("POST", "/uploads")]
+    patches = [int(offset) // (1024 * 1024) for method, _, offset in transport.seen if method == "PATCH"]
+    assert len(creations) == 1  # one upload, resumed: not started again
+    assert patches == [0, 1, 2, 2, 3, 4, 5]  # MiB offsets: the third chunk was cut, then sent again
+    assert [s for s in transport.seen if s[:2] == ("POST", "/files")] == [("POST", "/files", "")]  # small.txt
+    entries = [json.loads(line) for line in options.manifest.read_text().splitlines()]  # type: ignore[union-attr]
+    begun = [e for e in entries if e["status"] == "resumable"]
+    done = [e for e in entries if e["status"] == "uploaded" and e["path"].endswith("big.zip")]
+    assert len(begun) == 1 and done[0]["file_id"] == begun[0]["upload_url"].rsplit("/", 1)[1]
+    async with MediasrvClient(api.base, api_key=key) as media:
+        got = await media.download(done[0]["file_id"], tmp_path / "back.zip")
+    assert (tmp_path / "back.zip").read_bytes() == data and got.size == len(data)
+
+
+def _no_sleep(_: float) -> Any:
+    async def nothing() -> None:
+        return None
+    return nothing()
+
+
+async def test_the_python_client_resumes_an_upload_from_its_url(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    data = big_zip(3 * 1024 * 1024 + 5)
+    path = tmp_path / "clip.zip"
+    path.write_bytes(data)
+    urls: list[str] = []
+    transport = DropsPatches(drop=2)
+    async with MediasrvClient(api.base, api_key=key, transport=transport) as media:
+        with pytest.raises(ConnectionFailed):
+            await media.upload_resumable(path, chunk_size=1024 * 1024, on_url=urls.append)
+    async with MediasrvClient(api.base, api_key=key) as media:
+        stored = await media.upload_resumable(path, url=urls[0], chunk_size=1024 * 1024)
+    assert stored.size == len(data) and stored.name == "clip.zip" and stored.content_type == "application/zip"
+    assert stored.file_id == urls[0].rsplit("/", 1)[1]
+    assert (await api.call("GET", f"/d/{stored.file_id}")).body == data

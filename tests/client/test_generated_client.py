@@ -57,8 +57,11 @@ async def generate(api: Api, out: Path) -> tuple[str, Any]:
     out.mkdir()
     (out / "openapi.json").write_bytes(r.body)
     # No post hooks: formatting the generated code would need ruff on PATH and proves nothing.
-    (out / "config.json").write_bytes(orjson.dumps({"post_hooks": [], "package_name_override": PACKAGE,
-                                                    "project_name_override": PACKAGE}))
+    # The tus chunks of /uploads are application/offset+octet-stream (the protocol's own type),
+    # which the generator does not know: told it is binary, as the README says to.
+    (out / "config.json").write_bytes(orjson.dumps({
+        "post_hooks": [], "package_name_override": PACKAGE, "project_name_override": PACKAGE,
+        "content_type_overrides": {"application/offset+octet-stream": "application/octet-stream"}}))
     proc = await asyncio.create_subprocess_exec(
         GENERATOR, "generate", "--path", str(out / "openapi.json"), "--meta", "none",
         "--config", str(out / "config.json"), "--output-path", str(out / PACKAGE),

@@ -11,6 +11,8 @@ restore what they break (the killed host is started again), so their order does 
 from __future__ import annotations
 
 import collections
+import io
+import random
 import subprocess
 import threading
 import time
@@ -18,11 +20,12 @@ import time
 import httpx
 import pymongo
 import pytest
+from tusclient.client import TusClient
 
 from mediasrv.core.housekeeping import LEASE_NAME
 from mediasrv.core.lease import handover_bound_s
 from tests.cluster.conftest import CLUSTER_TIMEOUT_S, fleet_fixture
-from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, register, spread_over_hosts
+from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, public_host, register, spread_over_hosts
 from tests.cluster.sim import FLEET_DATABASE, AppHost, Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
@@ -150,6 +153,97 @@ def test_kill_9_of_a_host_mid_upload_leaves_nothing_half_written(
     assert leaked == BIG_UPLOAD
     cluster.start_app(cluster.apps[0])
     assert stored(cluster, source, owner, via=0) == after
+
+
+TUS_CHUNK = 6 * 1024 * 1024
+"""Not a multiple of S3's part (8 MiB): between PATCHes the upload keeps a tail object in S3."""
+LOCK_BOUND_S = 15.0 + 10.0
+"""A PATCH's lock outlives its killed host at most LOCK_S (mediasrv.core.files.resumable), plus slack."""
+
+
+def tus(token: str, **headers: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Tus-Resumable": "1.0.0", **headers}
+
+
+def test_a_resumable_upload_killed_mid_patch_on_one_host_is_finished_on_the_other(
+        cluster: Cluster, addresses: Addresses, figures: dict[str, str]) -> None:
+    """Two 6 MiB chunks acknowledged by app1 (one S3 part and a tail object), the third cut by
+    a kill -9 of every process of app1 mid-body. app2 says where the upload stands (the last
+    204's offset), takes the next PATCH once the dead PATCH's lock has run out, a tus client
+    (tuspy) sent to app2 finishes the upload, and the file is complete, byte-exact, counted
+    once."""
+    owner = register(cluster, addresses.one())
+    source = addresses.one()
+    data = bytes(random.Random(27).randbytes(4 * TUS_CHUNK + 12345))
+    with client(cluster, cluster.apps[0], source, owner.token, timeout=60) as c:
+        r = c.post("/uploads", headers=tus(owner.token, **{"Upload-Length": str(len(data)), "Upload-Metadata":
+                                                             "filetype dGV4dC9wbGFpbg=="}))  # text/plain
+        assert r.status_code == 201, r.text
+        path = r.headers["Location"]
+        for offset in (0, TUS_CHUNK):
+            r = c.patch(path, content=data[offset:offset + TUS_CHUNK], headers=tus(owner.token, **{
+                "Upload-Offset": str(offset), "Content-Type": "application/offset+octet-stream"}))
+            assert (r.status_code, r.headers.get("Upload-Offset")) == (204, str(offset + TUS_CHUNK)), r.text
+    acknowledged = 2 * TUS_CHUNK
+    half_sent = threading.Event()
+
+    def third_chunk():  # paced so the kill lands mid-body
+        for at in range(acknowledged, acknowledged + TUS_CHUNK, CHUNK):
+            yield data[at:at + CHUNK]
+            if at >= acknowledged + TUS_CHUNK // 2:
+                half_sent.set()
+            time.sleep(0.02)
+
+    outcome: dict[str, object] = {}
+
+    def send() -> None:
+        try:
+            with client(cluster, cluster.apps[0], source, owner.token, timeout=60) as c:
+                outcome["status"] = c.patch(path, content=third_chunk(), headers=tus(owner.token, **{
+                    "Upload-Offset": str(acknowledged), "Content-Length": str(TUS_CHUNK),
+                    "Content-Type": "application/offset+octet-stream"})).status_code
+        except httpx.HTTPError as exc:
+            outcome["error"] = type(exc).__name__
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    assert half_sent.wait(60), "the PATCH did not get going"
+    killed_at = time.monotonic()
+    cluster.kill_app(cluster.apps[0])
+    sender.join(60)
+    assert "status" not in outcome, f"the cut PATCH was answered: {outcome}"
+    try:
+        with client(cluster, cluster.apps[1], source, owner.token, timeout=60) as c:
+            r = c.head(path, headers=tus(owner.token))
+            assert (r.status_code, r.headers["Upload-Offset"]) == (200, str(acknowledged))
+            while True:  # an empty PATCH asks whether the dead PATCH's lock is gone
+                r = c.patch(path, content=b"", headers=tus(owner.token, **{
+                    "Upload-Offset": str(acknowledged), "Content-Type": "application/offset+octet-stream"}))
+                if r.status_code == 204:
+                    break
+                assert r.status_code == 409 and time.monotonic() - killed_at < LOCK_BOUND_S, r.text
+                time.sleep(0.5)
+            taken_over_after = time.monotonic() - killed_at
+            # The rest by a real tus client (tuspy) pointed at app2: it asks the offset (HEAD),
+            # then sends checksummed chunks from there.
+            resumed = TusClient(cluster.apps[1].url + "/uploads", headers={
+                "Host": public_host(cluster), "Authorization": f"Bearer {owner.token}"}).uploader(
+                file_stream=io.BytesIO(data), url=cluster.apps[1].url + path, chunk_size=TUS_CHUNK,
+                upload_checksum=True)
+            assert resumed.offset == acknowledged
+            resumed.upload()
+            file_id = path.rsplit("/", 1)[1]
+            r = c.get(f"/d/{file_id}")
+            assert (r.status_code, r.content == data) == (200, True)
+            usage = c.get("/usage").json()
+            assert (usage["storage_bytes"], usage["files_count"]) == (len(data), 1)
+        with client(cluster, cluster.lb, source, owner.token) as c:
+            assert c.get(f"/files/{file_id}").json()["size"] == len(data)
+    finally:
+        cluster.start_app(cluster.apps[0])
+    figures["resumable upload, host killed mid-PATCH"] = (
+        f"the other host said offset {acknowledged} (the last 204's) and took the upload over "
+        f"{taken_over_after:.1f} s after the kill (the dead PATCH's lock); completed byte-exact")
 
 
 def test_a_rolling_restart_of_both_hosts_under_steady_load_loses_no_request(

@@ -275,6 +275,7 @@ def test_public_url_follows_host_and_port() -> None:
     ("MEDIASRV_PUBLIC_IMMUTABLE", "sometimes"),
     ("MEDIASRV_S3_MIN_RATE", "100"), ("MEDIASRV_S3_MIN_RATE", "fast"),
     ("MEDIASRV_UPLOAD_BUFFER_BYTES", "1MiB"), ("MEDIASRV_UPLOAD_BUFFER_BYTES", "-1"),
+    ("MEDIASRV_UPLOAD_EXPIRY", "59"), ("MEDIASRV_UPLOAD_EXPIRY", "1d"),
 ])
 def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError) as info:

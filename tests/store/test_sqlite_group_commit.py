@@ -185,3 +185,36 @@ async def test_a_batch_is_synced_to_disk_before_its_writes_are_answered(tmp_path
         assert await store._write(pragmas) == (2, "wal")  # 2 is FULL
     finally:
         await store.close()
+
+
+def synchronous(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+async def test_a_batch_of_volatile_writes_only_commits_without_fsync(tmp_path: Path, io_loop: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumable upload's lock (``VOLATILE_WRITES``) commits with synchronous NORMAL (no fsync;
+    a crash may lose it, and the lock ends at its ``locked_until`` anyway); a batch with any
+    other write in it stays FULL, and the next batch is FULL again."""
+    from store import sqlite as sqlite_store
+
+    assert sqlite_store._lock_upload in sqlite_store.VOLATILE_WRITES
+    assert sqlite_store._execute not in sqlite_store.VOLATILE_WRITES  # the advance (an acknowledged offset)
+
+    def volatile_probe(conn: sqlite3.Connection) -> int:
+        return synchronous(conn)
+
+    monkeypatch.setattr(sqlite_store, "VOLATILE_WRITES", frozenset({volatile_probe}))
+    store = await opened(tmp_path)
+    try:
+        assert await store._write(volatile_probe) == 1  # NORMAL
+        assert await store._write(synchronous) == 2  # FULL again
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        mixed = [asyncio.ensure_future(store._write(volatile_probe)), asyncio.ensure_future(store._write(synchronous))]
+        await queued(store, 2)
+        writer.release()
+        await held
+        assert await asyncio.gather(*mixed) == [2, 2]  # one durable write makes the whole batch durable
+    finally:
+        await store.close()

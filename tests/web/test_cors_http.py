@@ -42,7 +42,9 @@ async def test_preflight_from_listed_origin_names_methods_headers_and_max_age(ap
     assert h["Access-Control-Allow-Origin"] == ALLOWED
     assert h["Access-Control-Allow-Methods"] == "GET, POST, OPTIONS"
     allowed = {v.strip().lower() for v in h["Access-Control-Allow-Headers"].split(",")}
-    assert allowed == {"authorization", "x-api-key", "content-type", "x-file-name"}
+    assert allowed == {"authorization", "x-api-key", "content-type", "x-file-name",  # and tus clients' own:
+                       "tus-resumable", "upload-length", "upload-metadata", "upload-offset", "upload-checksum",
+                       "upload-defer-length", "upload-concat"}
     assert h["Access-Control-Max-Age"] == "600"
     assert "Origin" in h.get_list("Vary")
     assert "Access-Control-Allow-Credentials" not in h  # bearer tokens only, never cookies

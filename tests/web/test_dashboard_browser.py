@@ -555,6 +555,61 @@ async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remov
         assert [p for p in problems if "ERR_" not in p and "status of 400" not in p] == []
 
 
+async def test_a_large_file_goes_up_resumably_and_a_page_reload_resumes_it(api: Api, settings: Settings,
+                                                                           tmp_path: Path) -> None:
+    """Above 8 MiB the dashboard uploads over tus (tus-js-client, vendored): 8 MiB chunks. The
+    third chunk is held on its way and the page reloaded; the same file given again goes on
+    from the offset the server acknowledged (no new upload, no chunk sent twice) and arrives
+    byte-exact, once."""
+    email = "browser-resumable@example.com"
+    await api.user(email)
+    big = tmp_path / "holiday film.zip"
+    data = b"PK\x03\x04" + os.urandom(20 * 1024 * 1024)
+    big.write_bytes(data)
+    sent: list[tuple[str, str, str | None]] = []
+    held = asyncio.Event()
+
+    holding = [True]
+
+    async def hold_the_third_chunk(route: Route) -> None:
+        if holding[0] and route.request.method == "PATCH" and sum(m == "PATCH" for m, _, _ in sent) >= 3:
+            held.set()  # never answered: the page is reloaded while it hangs
+            return
+        await route.continue_()
+
+    async with browser_page(settings.public_url) as (page, problems):
+        page.on("request", lambda r: sent.append((r.method, r.url, r.headers.get("upload-offset")))
+                if "/uploads" in r.url else None)
+        await page.route(re.compile(r"/uploads"), hold_the_third_chunk)
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await page.get_by_label("Choose files to upload").set_input_files([str(big)])
+        await asyncio.wait_for(held.wait(), 90)  # 16 MiB through the browser, on a loaded machine too
+        upload_url = next(url for method, url, _ in sent if method == "PATCH")
+        token = await _token(api, email)
+        r = await api.call("HEAD", upload_url.replace(settings.public_url, ""), token=token)
+        assert r.headers["Upload-Offset"] == str(16 * 1024 * 1024)
+
+        before = len(sent)
+        await page.reload()  # the held chunk dies with the page
+        holding[0] = False
+        await expect(page.get_by_role("heading", name="Files")).to_be_visible()  # still logged in
+        assert (await api.call("HEAD", upload_url.replace(settings.public_url, ""), token=token)).headers[
+            "Upload-Offset"] == str(16 * 1024 * 1024)
+        await page.get_by_label("Choose files to upload").set_input_files([str(big)])
+        row = page.locator("ul.uploads li").filter(has_text="holiday film.zip")
+        await expect(row).to_have_attribute("data-state", "done", timeout=60_000)
+        after = sent[before:]
+        assert [m for m, _, _ in after if m == "POST"] == []  # the same upload, resumed
+        assert [(m, offset) for m, _, offset in after if m in ("HEAD", "PATCH")] == [
+            ("HEAD", None), ("PATCH", str(16 * 1024 * 1024))]
+        file_id = upload_url.rsplit("/", 1)[1]
+        r = await api.call("GET", f"/d/{file_id}")
+        assert r.code == 200 and r.body == data
+        assert await all_names(api, token) == ["holiday film.zip"]
+        assert [p for p in problems if "ERR_" not in p] == []
+
+
 # --- the file view ---------------------------------------------------------------------------
 
 def pdf_document() -> bytes:

@@ -153,6 +153,8 @@ def api_schema(server: Session) -> Any:
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
+# A tus chunk (PATCH /uploads/{id}, POST /uploads with a body) is raw bytes, as octet-stream is.
+schemathesis.serializer.alias("application/offset+octet-stream", "application/octet-stream")
 
 
 @pytest.fixture(autouse=True)

@@ -107,6 +107,8 @@ def _check_numbers(s: Settings) -> str | None:
     if s.upload_buffer_bytes < MIN_UPLOAD_BUFFER_BYTES:
         return (f"MEDIASRV_UPLOAD_BUFFER_BYTES must be at least {MIN_UPLOAD_BUFFER_BYTES} (16 MiB: one upload "
                 f"to S3 holds about 10 MiB), not {s.upload_buffer_bytes}")
+    if s.upload_expiry_s < 60:
+        return f"MEDIASRV_UPLOAD_EXPIRY must be at least 60 seconds, not {s.upload_expiry_s}"
     if s.resize_retry_after is not None and not 1 <= s.resize_retry_after <= 30:
         return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:

@@ -270,6 +270,9 @@ class Settings:
                                     "process may hold at once (each takes the most it may hold: a large one about "
                                     "10 MiB on S3, 2 MiB on files, a small one a few times its size); one more: "
                                     "503 UPLOADS_BUSY with Retry-After", default=256 * 1024 * 1024)
+    upload_expiry_s: int = _env("MEDIASRV_UPLOAD_EXPIRY", "seconds an unfinished resumable upload (tus, "
+                                "/uploads) lives after its last chunk; then the housekeeping holder ends it "
+                                "(its bytes, its S3 multipart upload and its quota reservation go)", default=86400)
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
@@ -368,7 +371,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
     "metrics_port": whole_number, "metrics_host": str.strip, "metrics_socket": lambda v: Path(v).expanduser(),
     "max_connections_per_ip": whole_number,
-    "max_uploads_per_user": whole_number, "upload_buffer_bytes": byte_size, "image_memory_bytes": byte_size,
+    "max_uploads_per_user": whole_number, "upload_buffer_bytes": byte_size,
+    "upload_expiry_s": whole_number, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
     "s3_timeout_s": number, "s3_min_rate_bytes": byte_size,

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mediasrv.base.errors import Forbidden, NotFound, PayloadTooLarge
@@ -38,6 +39,16 @@ GUARD_MAX_AGE_S = 1.0
 MAX_NAME_CHARS = 255
 DEFAULT_SORT = FileQuery().sort
 """The interface's order of a file listing: newest first."""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An upload ``FileService.admission`` lets start: its request, the type it is stored as
+    (None: taken from the first bytes) and the account's limits."""
+
+    request: UploadRequest
+    content_type: str | None
+    limits: UploadLimits
 
 
 def trial_ended(user: User) -> bool:
@@ -111,19 +122,26 @@ class FileService:
             self._guard.require()
 
     async def admit(self, user: User, read_request: Callable[[], UploadRequest]) -> UploadSession:
-        """Whether this upload may start, decided before a byte of its body is read, and its
-        session, in this order: the account's trial (403, before anything else: the operator
-        contract), the request's own fields (``read_request``, the transport's parser: 400), the
-        stored type (``content_types.stored_type``: 400, 415), a declared size over the account's
-        cap (413), then ``start_upload`` (quota, memory, the blob writer)."""
+        """Whether this upload may start, decided before a byte of its body is read
+        (``admission``), and its session: ``start_upload`` (quota, memory, the blob writer)."""
+        admitted = self.admission(user, read_request)
+        request = admitted.request
+        return await self.start_upload(user, admitted.content_type, request.name, request.is_public,
+                                       request.declared_size, admitted.limits)
+
+    def admission(self, user: User, read_request: Callable[[], UploadRequest]) -> Admission:
+        """The upload decisions taken before a byte of the body is read, for every upload front
+        (``admit``; a resumable upload's creation, ``mediasrv.core.files.resumable``), in this
+        order: the account's trial (403, before anything else: the operator contract), the
+        request's own fields (``read_request``, the transport's parser: 400), the stored type
+        (``content_types.stored_type``: 400, 415), a declared size over the account's cap (413)."""
         require_active_trial(user)
         request = read_request()
         content_type = stored_type(request.declared_type, request.named_type, self.allow)
         limits = self.limits_for(user)
         if request.declared_size is not None and request.declared_size > limits.cap_bytes:
             raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
-        return await self.start_upload(user, content_type, request.name, request.is_public, request.declared_size,
-                                       limits)
+        return Admission(request, content_type, limits)
 
     async def start_upload(self, user: User, content_type: str | None, name: str | None, is_public: bool,
                            declared_size: int | None, limits: UploadLimits) -> UploadSession:
@@ -132,14 +150,7 @@ class FileService:
         body is small); 503 first if the database changed under the server (``require_store``),
         or if it would hold more memory than MEDIASRV_UPLOAD_BUFFER_BYTES leaves (UploadsBusy)."""
         await self.require_store()
-        self.in_flight.take(user.id)  # 429 past MEDIASRV_MAX_UPLOADS_PER_USER open at once
-        try:  # 503 past MEDIASRV_UPLOAD_BUFFER_BYTES held by all uploads: before anything is reserved
-            give_buffers = self.buffers.take(memory_bound(
-                limits.cap_bytes if declared_size is None else declared_size, self._writer_buffer))
-        except BaseException:
-            self.in_flight.give(user.id)
-            raise
-        ended = _once(functools.partial(_both, functools.partial(self.in_flight.give, user.id), give_buffers))
+        ended = self.upload_slots(user.id, limits.cap_bytes if declared_size is None else declared_size)
         upload = UploadSession(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
                                self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later)
         try:
@@ -148,6 +159,23 @@ class FileService:
             ended()
             raise
         return upload
+
+    @property
+    def default_cap(self) -> int:
+        """The server's upload cap (an account may have a lower one)."""
+        return self._settings.max_upload_size_bytes
+
+    def upload_slots(self, user_id: str, size: int) -> Callable[[], None]:
+        """Take one of the account's open uploads (429 past MEDIASRV_MAX_UPLOADS_PER_USER) and the
+        memory a body of at most ``size`` bytes holds (503 past MEDIASRV_UPLOAD_BUFFER_BYTES), for
+        one request's body; what it returns gives both back (once, however often it is called)."""
+        self.in_flight.take(user_id)
+        try:  # before anything is reserved
+            give_buffers = self.buffers.take(memory_bound(size, self._writer_buffer))
+        except BaseException:
+            self.in_flight.give(user_id)
+            raise
+        return _once(functools.partial(_both, functools.partial(self.in_flight.give, user_id), give_buffers))
 
     async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""

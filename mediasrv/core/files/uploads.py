@@ -1,9 +1,10 @@
 """One upload session, from admission to the committed record: the core service every upload
-front feeds (``POST /files`` today; the session is fed chunk by chunk and could be fed across
-several requests).
+front feeds (``POST /files`` in one request; the resumable front, ``/uploads`` over tus, across
+several requests and hosts: ``mediasrv.core.files.resumable``).
 
-``FileService.admit`` decides whether an upload may start (trial, type, declared size against
-the account's cap, quota, the process's upload memory) and returns an ``UploadSession``; the
+``FileService.admit`` decides whether an upload may start (``admission``: trial, type, declared
+size against the account's cap, which a resumable upload's creation passes too; then quota and
+the process's upload memory) and returns an ``UploadSession``; the
 transport then passes it each chunk (``feed``), calls ``finish`` when the body is complete, or
 ``abandon`` when its client went away, and writes the answer. ``feed`` and ``finish`` undo the
 whole upload themselves on any failure and raise the ``ApiError`` the client gets, so a front
@@ -31,16 +32,26 @@ unavailable: the reply may be what was lost), the upload asks for the record: th
 succeeded; surely absent, it is undone as any failure; unknown, the blob and the reservation
 are left for the sweep and the account's next reconcile, which tell which it was. A record
 whose blob was deleted under it is never the outcome.
+
+Fed across several requests (a resumable upload), a session is built again for each one from
+what the last one left (``Progress``: the bytes received, the type found, the first bytes and
+the JPEG frame scan), with the quota reserved at the upload's creation and a ``ResumableWriter``
+appending to the partial blob. It then runs the same checks on the same bytes as in one
+request, and ends in the same ``finish`` (one record insert); between requests it ``pause``s.
+A storage failure while it is fed ends only that request (the upload resumes from its last
+checkpoint); a refusal (type, size, pixels) ends the upload as in one request.
 """
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from mediasrv.base.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
 from mediasrv.base.ids import row_id
@@ -81,6 +92,38 @@ class UploadLimits:
     max_pixels: int
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a session fed across several requests keeps between them: how much of the body it
+    has, the type it stores (declared, or found in the first bytes), the first bytes it checks
+    and where the JPEG frame scan stands."""
+
+    received: int = 0
+    content_type: str | None = None
+    head: bytes = b""
+    frame: tuple[int, int, bytes, bool, tuple[int, int] | None] | None = None
+
+    def text(self) -> str:
+        frame: list[Any] | None = None
+        if self.frame is not None:
+            nxt, seen, tail, done, dims = self.frame
+            frame = [nxt, seen, base64.b64encode(tail).decode(), done, list(dims) if dims else None]
+        return json.dumps({"received": self.received, "type": self.content_type, "frame": frame},
+                          separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, text: str, head: bytes) -> Progress:
+        """``text`` (all but the first bytes: small, written with every chunk) and ``head``
+        (kept apart, written only while it grows)."""
+        if not text:
+            return cls(head=head)
+        doc = json.loads(text)
+        frame = doc.get("frame")
+        return cls(received=int(doc["received"]), content_type=doc.get("type"), head=head,
+                   frame=None if frame is None else (int(frame[0]), int(frame[1]), base64.b64decode(frame[2]),
+                                                     bool(frame[3]), tuple(frame[4]) if frame[4] else None))
+
+
 class ClientGone(BadRequest):
     """The client went away while its upload was being committed: nothing is kept for it."""
 
@@ -115,21 +158,30 @@ class UploadSession:
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
                  allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
                  on_end: Callable[[], None] | None = None,
-                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future) -> None:
+                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future,
+                 file_id: str | None = None, resumed: Progress | None = None, writer: BlobWriter | None = None,
+                 reserved: int | None = None, before_undo: Callable[[], Awaitable[object]] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
         other checks together). ``on_end``: called once, when the upload is stored, or aborted
         and its buffers dropped. ``in_background``: runs the undo of an abandoned upload
-        (``FileService.abort_later``: shutdown waits for it)."""
+        (``FileService.abort_later``: shutdown waits for it).
+
+        A resumable upload's session (``resumed``, its ``Progress`` so far; ``writer``, the
+        partial blob's; ``reserved``, the quota reserved at its creation under ``file_id``)
+        skips ``start``; ``before_undo`` forgets the upload's state before an abort gives back
+        its reservation and bytes."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
         self._allow = allow or content_types.AllowList(())
-        self.file_id = new_file_id()
+        self.file_id = file_id or new_file_id()
         self.received = 0
-        self._writer: BlobWriter | None = None
-        self._reserved: int | None = None
+        self._writer: BlobWriter | None = writer
+        self._reserved: int | None = reserved
+        self._resumable = resumed is not None
+        self._before_undo = before_undo
         self._head = b""
         self._head_wanted = (max(content_types.ZIP_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
@@ -139,6 +191,8 @@ class UploadSession:
         self._pending = bytearray()
         """Body not yet handed to the writer: less than WRITE_BYTES (plus one chunk)."""
         self._committed = False
+        self._sized = False
+        """Whether the pixel count was checked as soon as the header told it (``_feed``)."""
         self._finishing = False
         self._done = False
         self._unsure = False
@@ -152,6 +206,34 @@ class UploadSession:
             one_write = isinstance(meta, QuotaWithRecord)
         self._one_write = cast(QuotaWithRecord, meta) if one_write else None
         """The store, when it can take a small upload's quota with its record."""
+        if resumed is not None:
+            self.received, self._head = resumed.received, resumed.head
+            self._type = resumed.content_type or content_type
+            if self._frame is not None and resumed.frame is not None:
+                self._frame = JpegFrameScanner.resumed(resumed.frame)
+
+    def progress(self) -> Progress:
+        """Where this session stands, for the next request of a resumable upload."""
+        return Progress(self.received, self._type, self._head,
+                        self._frame.snapshot() if self._frame is not None else None)
+
+    async def pause(self) -> Progress:
+        """This request of a resumable upload is done: everything received goes to the writer
+        (its ``checkpoint`` is the caller's), and where the session stands is returned. A
+        storage failure is raised as the client's ApiError; nothing is undone."""
+        try:
+            await self._write_pending()
+        except Exception as exc:
+            raise failure_status(exc) from exc
+        return self.progress()
+
+    def suspend(self) -> None:
+        """Let go of this request's buffers without undoing anything (the upload goes on in a
+        later request)."""
+        if not self._done:
+            self._done = True
+            self._pending = bytearray()
+            self._ended()
 
     async def start(self) -> None:
         """Reserve the declared size (403 over quota) and open the blob writer.
@@ -168,6 +250,19 @@ class UploadSession:
         # else: a small body is buffered whole and written with one put() in finish: one
         # blob-store round trip per small upload instead of three (open, write, commit), and,
         # where the store can, its quota is taken with its record (``_insert``).
+
+    async def reserve_declared(self) -> None:
+        """Reserve the declared size under the file_id (403 over quota): a resumable upload's
+        creation, whose bytes come in later requests."""
+        assert self._declared is not None
+        await self._reserve(self._declared)
+
+    @property
+    def aborted(self) -> bool:
+        """The upload was undone (refused, or given up): nothing of it is left."""
+        return self._aborted
+
+    _aborted = False
 
     async def _open_writer(self) -> None:
         try:
@@ -190,7 +285,8 @@ class UploadSession:
         try:
             await self._feed(chunk)
         except Exception as exc:
-            await self.abort()
+            if not (self._resumable and not isinstance(exc, ApiError)):  # resumable: a store failure ends the request
+                await self.abort()
             raise failure_status(exc) from exc
 
     async def _feed(self, chunk: bytes) -> None:
@@ -206,6 +302,10 @@ class UploadSession:
                 content_types.check_signature(self._type, self._head)
         if self._frame is not None:
             self._frame.feed(chunk)
+        if not self._sized and self._type in TRANSFORMABLE_TYPES and (
+                len(self._head) >= self._head_wanted or (self._frame is not None and self._frame.frame is not None)):
+            self._sized = True  # an image too large is refused now, not after its whole body (again at the end)
+            self._check_dimensions()
         self._pending += chunk
         if len(self._pending) >= WRITE_BYTES:
             await self._write_pending()
@@ -329,6 +429,7 @@ class UploadSession:
         if self._done:
             return
         self._done = True
+        self._aborted = True
         self._pending = bytearray()
         try:
             await self._undo()
@@ -338,6 +439,12 @@ class UploadSession:
     async def _undo(self) -> None:
         if self._unsure:
             return
+        if self._before_undo is not None:
+            try:
+                await self._before_undo()
+            except Exception as exc:  # the expiry of resumable uploads finds it later
+                log.warning("could not forget an aborted resumable upload (%s)", type(exc).__name__)
+                return
         if self._reserved is not None:  # first: a blob store that hangs must not hold the quota
             try:
                 await self._meta.release_quota(self._user.id, self._reserved, reservation=self.file_id)

@@ -158,9 +158,14 @@ export function refresh() {
   return refreshing;
 }
 
-async function currentToken() {
+export async function currentToken() {
   if (access === null) await refresh();
   return access;
+}
+
+/** `token` was refused (401): the next `currentToken` refreshes, unless another call did already. */
+export function dropToken(token) {
+  if (access === token) access = null;
 }
 
 /** An authenticated JSON call: a 401 refreshes the session once, silently, and retries. */

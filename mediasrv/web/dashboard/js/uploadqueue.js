@@ -11,8 +11,11 @@
 //   file and the answer was lost): before sending again, the queue looks for that file on the
 //   server and adopts it, so a file does not arrive twice.
 // - Any other answer (400, 403, 413, 415...) fails the row at once with the server's message.
+// - Files larger than RESUMABLE_ABOVE go up resumably over tus (resumable.js, tus-js-client): a
+//   retry, or the same file given again after a page reload, goes on from where the server is.
 // Time is Date.now() and setTimeout only, so a test can drive it with a fake clock.
 import { api, sendUpload } from './api.js';
+import { RESUMABLE_ABOVE, sendResumable } from './resumable.js';
 
 export const PARALLEL_UPLOADS = 3;
 export const MAX_TRANSIENT_TRIES = 8;
@@ -35,9 +38,12 @@ function failureMessage(r) {
 }
 
 export class UploadQueue {
-  constructor({ parallel = PARALLEL_UPLOADS, send = sendUpload, call = api } = {}) {
+  constructor({ parallel = PARALLEL_UPLOADS, send = sendUpload, call = api, sendLarge = sendResumable,
+    largeAbove = RESUMABLE_ABOVE } = {}) {
     this.parallel = parallel;
     this.send = send;
+    this.sendLarge = sendLarge;
+    this.largeAbove = largeAbove;
     this.call = call;
     this.rows = [];
     this.active = 0;
@@ -96,7 +102,7 @@ export class UploadQueue {
   /** Stop a row: a running upload is aborted; a queued or waiting one will not start. */
   cancel(row) {
     if (!ACTIVE.has(row.state)) return;
-    if (row.controller) row.controller.abort();
+    if (row.controller) row.controller.abort('cancel'); // a resumable upload is ended on the server too
     Object.assign(row, { state: 'cancelled', message: '', speed: null });
     this.pump();
   }
@@ -118,7 +124,7 @@ export class UploadQueue {
     const rows = this.rows;
     this.rows = [];
     for (const row of rows) {
-      if (row.controller) row.controller.abort();
+      if (row.controller) row.controller.abort('logout'); // a resumable upload stays, to be resumed
       row.state = 'removed';
       this.emit('removed', row);
     }
@@ -173,7 +179,8 @@ export class UploadQueue {
     };
     let r;
     try {
-      r = await this.send(row.file, { isPublic: row.isPublic, onProgress, signal: controller.signal });
+      const send = row.file.size > this.largeAbove ? this.sendLarge : this.send;
+      r = await send(row.file, { isPublic: row.isPublic, onProgress, signal: controller.signal });
     } catch (e) { // no session (401 after a refresh), or the refresh itself met a network error
       r = { status: e.status || 0, body: e.body || { error: e.message }, sent: false, retryAfterS: null };
     } finally {
