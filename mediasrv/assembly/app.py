@@ -50,7 +50,7 @@ from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.images.policy import TransformPolicy
+from mediasrv.images.policy import ALLOWED_SETTINGS, TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
 from mediasrv.images.vips import libvips_info
@@ -137,7 +137,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after,
                       threads=settings.resize_threads or None)
     images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
-                       runner=image_runner)
+                       runner=image_runner, max_frames=settings.max_animation_frames)
     signer = UrlSigner(jwt_secret)
 
     def forget(record: FileRecord) -> None:
@@ -176,9 +176,10 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:
-    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy."""
-    return TransformPolicy.of(widths=settings.allowed_widths, heights=settings.allowed_heights,
-                              formats=settings.allowed_formats, qualities=settings.allowed_qualities,
+    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy: one
+    list per /m parameter (``policy.ALLOWED_SETTINGS``); ValueError naming the setting for a value
+    /m would refuse (``mediasrv serve`` checks it before it starts)."""
+    return TransformPolicy.of({name: getattr(settings, field) for name, field in ALLOWED_SETTINGS.items()},
                               key=settings.transform_key)
 
 

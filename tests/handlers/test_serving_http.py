@@ -673,8 +673,10 @@ async def test_resize_parameters_on_non_images(api: Api) -> None:
             r = await _get(api, f"/m/{fid}?{query}")
             assert r.code == 400, (fid, query)
             _error(r)
-        r = await _get(api, f"/m/{fid}?unrelated=1")  # other parameters are ignored: passthrough
+        r = await _get(api, f"/m/{fid}?v=3")  # the cache-buster is ignored: passthrough
         assert r.code == 200
+        r = await _get(api, f"/m/{fid}?unrelated=1")  # issue 29: no parameter is silently ignored
+        assert r.code == 400 and _error(r)["code"] == "UNKNOWN_PARAMETER"
 
 
 # ---------------------------------------------------------------------------- hostile images
