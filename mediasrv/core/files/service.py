@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from mediasrv.base.errors import Forbidden, NotFound, PayloadTooLarge
+from mediasrv.base.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from mediasrv.base.settings import Settings
 from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
@@ -170,6 +172,20 @@ class FileService:
         render = await self.renderer(record.user_id)
         return render(record)
 
+    async def update(self, user: User, file_id: str, changes: FileChanges) -> dict[str, Any]:
+        """PATCH /files/{id}: change the caller's own file's name, visibility or focal point
+        (404 for anyone else's), then drop it from this process's caches (record, bytes,
+        variants) as a delete does; other processes and the sidecar's cache follow within the
+        purge bound (the record cache's refresh, nginx's revalidation: a focal point is part of
+        the ``gravity=focal`` variant's ETag, a private file is a 404)."""
+        await self.owned(user, file_id)
+        record = await self._meta.update_file(user.id, file_id, changes.fields())
+        if record is None:
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        self._on_deleted(record)
+        render = await self.renderer(record.user_id)
+        return render(record)
+
     async def delete(self, user: User, file_id: str) -> bool:
         """Delete the caller's own file (record, caches, blob); False when it is not theirs or gone.
 
@@ -212,6 +228,69 @@ class FileService:
         return record is not None
 
 
+@dataclass(frozen=True)
+class FileChanges:
+    """What PATCH /files/{id} asked to change, already validated (``read_changes``): each field
+    is changed only when named (``named``), so a null name or focal point clears it."""
+
+    named: frozenset[str] = frozenset()
+    name: str | None = None
+    is_public: bool = False
+    focal_point: tuple[float, float] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The record's fields to write (``store.models.FILE_UPDATABLE``)."""
+        out: dict[str, Any] = {}
+        if "name" in self.named:
+            out["name"] = self.name
+        if "is_public" in self.named:
+            out["is_public"] = self.is_public
+        if "focal_point" in self.named:
+            point = self.focal_point
+            out["focal_x"], out["focal_y"] = (None, None) if point is None else point
+        return out
+
+
+PATCHABLE = ("name", "is_public", "focal_point")
+"""The File fields PATCH /files/{id} changes."""
+
+
+def read_changes(body: dict[str, Any]) -> FileChanges:
+    """A PATCH /files/{id} body as ``FileChanges``; 400 for a field not in ``PATCHABLE``
+    (UNKNOWN_FIELD: nothing is silently ignored), a name that is not a string of at most
+    ``MAX_NAME_CHARS`` characters without control characters or null (INVALID_FILE_NAME), an
+    ``is_public`` that is not a boolean (INVALID_IS_PUBLIC), or a focal point that is not null or
+    ``{"x": 0..1, "y": 0..1}`` (INVALID_FOCAL_POINT)."""
+    unknown = [key for key in body if key not in PATCHABLE]
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0][:40]}': PATCH /files/{{id}} takes {', '.join(PATCHABLE)}",
+                         code="UNKNOWN_FIELD")
+    name = body.get("name")
+    if "name" in body and name is not None and (
+            not isinstance(name, str) or len(name) > MAX_NAME_CHARS
+            or any(unicodedata.category(c) == "Cc" for c in name)):
+        raise BadRequest(f"name must be a string of at most {MAX_NAME_CHARS} characters without control "
+                         "characters, or null", code="INVALID_FILE_NAME")
+    is_public = body.get("is_public", False)
+    if not isinstance(is_public, bool):
+        raise BadRequest("is_public must be true or false", code="INVALID_IS_PUBLIC")
+    return FileChanges(named=frozenset(body), name=name or None, is_public=is_public,
+                       focal_point=_focal_point(body.get("focal_point")))
+
+
+def _focal_point(value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    coordinates: list[float] = []
+    if isinstance(value, dict) and set(value) == {"x", "y"}:
+        coordinates = [c for c in (value["x"], value["y"])
+                       if isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c <= 1]
+    if len(coordinates) != 2:
+        raise BadRequest('focal_point must be null or {"x": 0..1, "y": 0..1}, fractions of the width and height',
+                         code="INVALID_FOCAL_POINT")
+    return float(coordinates[0]), float(coordinates[1])
+
+
 def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:
     """Every field of the interface's File, always present."""
     fid = record.file_id
@@ -221,6 +300,8 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "public_url": f"{public_base}/m/{fid}", "default_url": f"{default_base}/m/{fid}",
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
+        "focal_point": None if record.focal_point is None else {"x": record.focal_x, "y": record.focal_y},
+        "placeholder": record.placeholder,
     }
 
 
