@@ -33,7 +33,7 @@ CAP = 2 * 1024 * 1024
 BASE_ENV = {"MEDIASRV_MAX_UPLOAD_SIZE_BYTES": str(CAP), "MEDIASRV_RATE_LIMIT_SCALE": "100"}
 JWT_SECRET = "test-secret-" + "x" * 20  # what tests/conftest.py gives make_app
 FILE_FIELDS = {"id", "user_id", "file_id", "name", "content_type", "size", "public_url", "default_url",
-               "default_download_url", "public_download_url", "created_at", "is_public"}
+               "default_download_url", "public_download_url", "created_at", "is_public", "focal_point", "placeholder"}
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 Stores = tuple[SqliteMetaStore, FsBlobStore]
 

@@ -277,7 +277,8 @@ def test_daily_usage_is_documented(doc):
 def test_file_schema_has_every_interface_field(doc):
     schema = doc["components"]["schemas"]["File"]
     fields = {"id", "user_id", "file_id", "name", "content_type", "size", "public_url", "default_url",
-              "default_download_url", "public_download_url", "created_at", "is_public"}
+              "default_download_url", "public_download_url", "created_at", "is_public",
+              "focal_point", "placeholder"}  # issue 29's
     assert set(schema["properties"]) == fields == set(schema["required"])
     nullable = {name for name, prop in schema["properties"].items() if prop.get("nullable")}
     assert nullable == fields - {"id", "user_id", "file_id"}
