@@ -37,6 +37,7 @@ from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
 from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.core.delivery.placeholders import Placeholders
 from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
@@ -80,11 +81,14 @@ class Runtime:
     files: FileService
     file_cache: FileCache | None = None
     results: ResultCache | None = None
+    placeholders: Placeholders | None = None
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
         # first, while the stores are still open.
         await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
+        if self.placeholders is not None:
+            await self.placeholders.drain(min(ABORT_DRAIN_S, flush_timeout_s))
         await self.guard.stop()
         await self.flusher.stop(flush_timeout_s)
         await self.mail.drain(timeout_s=mail_timeout_s)
@@ -146,7 +150,9 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         bodies.invalidate(record.file_id)
 
     guard = StoreGuard(meta)
-    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
+    placeholders = Placeholders(meta, images, on_changed=forget)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard,
+                               on_stored=placeholders.schedule)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images,
@@ -172,7 +178,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
-                          file_cache=file_cache, results=results)
+                          file_cache=file_cache, results=results, placeholders=placeholders)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:

@@ -66,11 +66,13 @@ class FileService:
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
                  on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
-                 gate: QueryGate | None = None) -> None:
+                 gate: QueryGate | None = None, on_stored: Callable[[FileRecord], None] | None = None) -> None:
         self._settings, self._meta, self._blobs = settings, meta, blobs
         self._guard = guard
         self._domains = domains
         self._on_deleted = on_deleted
+        self._on_stored = on_stored
+        """Told of each stored upload (``Placeholders.schedule``)."""
         self.gate = gate or QueryGate()
         self.allow = AllowList(settings.allowed_content_types)
         """The content types this server stores (MEDIASRV_ALLOWED_CONTENT_TYPES)."""
@@ -143,7 +145,8 @@ class FileService:
             raise
         ended = _once(functools.partial(_both, functools.partial(self.in_flight.give, user.id), give_buffers))
         upload = UploadSession(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
-                               self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later)
+                               self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later,
+                               on_stored=self._on_stored)
         try:
             await upload.start()  # releases its own reservation if it fails (503)
         except BaseException:

@@ -115,13 +115,16 @@ class UploadSession:
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
                  allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
                  on_end: Callable[[], None] | None = None,
-                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future) -> None:
+                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future,
+                 on_stored: Callable[[FileRecord], None] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
         other checks together). ``on_end``: called once, when the upload is stored, or aborted
         and its buffers dropped. ``in_background``: runs the undo of an abandoned upload
-        (``FileService.abort_later``: shutdown waits for it)."""
+        (``FileService.abort_later``: shutdown waits for it). ``on_stored``: called with the
+        record once it is stored (an image's placeholder is made then, in the background)."""
+        self._on_stored = on_stored
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -272,6 +275,8 @@ class UploadSession:
         await self._insert(record)
         self._done = True
         self._ended()
+        if self._on_stored is not None:
+            self._on_stored(record)
         return record
 
     async def _unless_gone(self, step: Awaitable[T]) -> T:

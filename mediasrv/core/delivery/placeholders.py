@@ -1,0 +1,85 @@
+"""Placeholders: each image's ThumbHash (``File.placeholder``), made after its upload.
+
+The upload's 201 does not wait for it: ``schedule`` starts a task once the record is stored. The
+image is reduced by ``/m``'s own pipeline (``ImageJobs``: a resize slot, the memory budget, the
+pixel, metadata and frame limits, the first frame of an animation), to a PNG of at most 100x100,
+and the hash is computed from that on a worker thread (``images.thumbhash``), never on the event
+loop; then one store write sets it. An image ``/m`` refuses (too large, corrupt) keeps a null
+placeholder; a busy server is asked again a few times, then left for a later pass.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from mediasrv.base.errors import ApiError, ServerBusy
+from mediasrv.core.delivery.jobs import ImageJobs
+from mediasrv.images import thumbhash, vips
+from mediasrv.images.spec import TransformSpec
+from store.base import MetaStore
+from store.errors import StoreError
+from store.models import FileRecord
+
+__all__ = ["PLACEHOLDER_SPEC", "Placeholders"]
+
+log = logging.getLogger("mediasrv.placeholders")
+
+PLACEHOLDER_SPEC = TransformSpec(thumbhash.MAX_SIDE, thumbhash.MAX_SIDE, "png", animated=False)
+"""What the hash is computed from: the image fitted in 100x100 (the format's limit), lossless."""
+BUSY_TRIES = 5
+BUSY_WAIT_S = 2.0
+
+
+class Placeholders:
+    """Makes and stores placeholders in the background (``schedule``); ``drain`` at shutdown."""
+
+    def __init__(self, meta: MetaStore, images: ImageJobs, on_changed: Callable[[FileRecord], None], *,
+                 wait: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._meta, self._images, self._on_changed, self._wait = meta, images, on_changed, wait
+        self._tasks: set[asyncio.Future[str | None]] = set()
+        self.made = 0
+
+    def schedule(self, record: FileRecord) -> None:
+        """Start making ``record``'s placeholder if it is an image ``/m`` decodes; returns at once."""
+        if not vips.decodes(record.content_type):
+            return
+        task = asyncio.ensure_future(self.make(record))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def make(self, record: FileRecord) -> str | None:
+        """The placeholder, stored on the record (None: the image could not be reduced)."""
+        reduced: bytes | None = None
+        for attempt in range(BUSY_TRIES):
+            try:
+                (reduced, _), _ = await self._images.render_shared(record, PLACEHOLDER_SPEC, "placeholder")
+                break
+            except ServerBusy:
+                if attempt + 1 < BUSY_TRIES:
+                    await self._wait(BUSY_WAIT_S * (attempt + 1))
+            except ApiError as exc:  # 4xx: an image /m refuses keeps no placeholder
+                log.info("no placeholder for %s: %s", record.file_id, exc.message)
+                return None
+        if reduced is None:
+            log.info("no placeholder for %s: the server stayed busy", record.file_id)
+            return None
+        hashed = await self._images.pool.execute(lambda: thumbhash.placeholder(reduced))
+        try:
+            updated = await self._meta.update_file(record.user_id, record.file_id, {"placeholder": hashed})
+        except StoreError as exc:
+            log.warning("placeholder of %s not stored (%s)", record.file_id, type(exc).__name__)
+            return None
+        if updated is not None:
+            self.made += 1
+            self._on_changed(updated)
+        return hashed
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for placeholders in progress, then cancel the rest."""
+        pending = set(self._tasks)
+        if not pending:
+            return
+        _done, late = await asyncio.wait(pending, timeout=timeout_s)
+        for task in late:
+            task.cancel()
