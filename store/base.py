@@ -265,6 +265,10 @@ class FileStore(Protocol):
         then, or None when the user has no such file. The owner's ``is_public`` clears
         ``withheld``; a new name is searched and sorted by at once."""
 
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        """Up to ``limit`` records of those ``content_types`` whose ``placeholder`` is null (never
+        made; one that cannot be made is stored as ""), oldest first: the backfill's next batch."""
+
     async def unpublish_files(self, user_id: str) -> int:
         """Make every public file of the account private and mark it ``withheld`` (an operator's
         ``users disable --unpublish``), in one write; how many. Serving notices it as it notices

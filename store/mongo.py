@@ -669,6 +669,12 @@ class MongoMetaStore:
                 doc = await db["files"].find_one({"file_id": file_id, "user_id": user_id})
         return None if doc is None else _file(doc)
 
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        async with self._op() as db:
+            cursor = db["files"].find({"placeholder": None, "content_type": {"$in": content_types}},
+                                      sort=[("created_at", ASCENDING), ("_id", ASCENDING)], limit=limit)
+            return [_file(doc) async for doc in cursor]
+
     async def unpublish_files(self, user_id: str) -> int:
         """One update_many (sent twice, it finds nothing more to change)."""
         async with self._op() as db:

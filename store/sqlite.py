@@ -1324,6 +1324,14 @@ class SqliteMetaStore:
     async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
         return await self._write(_update_file, user_id, file_id, dict(changes))
 
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        if not content_types:
+            return []
+        marks = ", ".join("?" * len(content_types))
+        sql = (f"SELECT {FILE_COLS} FROM files WHERE placeholder IS NULL AND content_type IN ({marks}) "
+               "ORDER BY created_at, id LIMIT ?")
+        return await self._read(lambda conn: [_file(row) for row in conn.execute(sql, (*content_types, limit))])
+
     async def unpublish_files(self, user_id: str) -> int:
         """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""
         changed: int = await self._write(_execute, "UPDATE files SET is_public = 0, withheld = 1 "

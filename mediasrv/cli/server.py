@@ -28,6 +28,7 @@ from mediasrv.cli import workers
 from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.secret import local_secret, shared_secret
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
+from mediasrv.core.delivery.placeholders import Placeholders
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping, reconciles_before_start
 from mediasrv.core.lease import Lease
@@ -166,7 +167,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
-    housekeeping, lease = start_housekeeping(settings, meta, blobs)
+    housekeeping, lease = start_housekeeping(settings, meta, blobs, runtime.placeholders)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
     access_log.start()
@@ -186,14 +187,16 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore) -> tuple[Housekeeping, Lease | None]:
+def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore,
+                       placeholders: Placeholders | None = None) -> tuple[Housekeeping, Lease | None]:
     """The sweep (and, on a shared store, the automatic reconcile), if this process takes part
     (MEDIASRV_HOUSEKEEPING not none; ``process_role`` gives it to one process of several): on a
     store a fleet shares (``Leases``), under the fleet's one lease; on a local one, here."""
     reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
                   if isinstance(meta, AccountReconcile) else None)
     housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
-                                sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s)
+                                sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s,
+                                backfill=None if placeholders is None else placeholders.backfill)
     if settings.housekeeping == "none":
         return housekeeping, None
     if isinstance(meta, Leases):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from mediasrv.base.tasks import Periodic
 from mediasrv.core.reconcile import Reconciler
@@ -40,9 +41,14 @@ def reconciles_before_start(configured: str, *, shared_store: bool) -> bool:
 
 class Housekeeping:
     def __init__(self, sweeper: Sweeper, reconciler: Reconciler | None, *, sweep_interval_s: float,
-                 reconcile_interval_s: float) -> None:
+                 reconcile_interval_s: float, backfill: Callable[[], Awaitable[object]] | None = None,
+                 backfill_interval_s: float = 60.0) -> None:
+        """``backfill``: a pass that gives files stored before a feature what it adds
+        (``Placeholders.backfill``), a batch each ``backfill_interval_s``."""
         self._sweeper, self._reconciler = sweeper, reconciler
         self._loops = [Periodic("sweep", sweeper.run, sweep_interval_s, log=log)]
+        if backfill is not None:
+            self._loops.append(Periodic("placeholder backfill", backfill, backfill_interval_s, log=log))
         if reconciler is not None:
             self._loops.append(Periodic("automatic reconcile", reconciler.run_once, reconcile_interval_s, log=log))
 

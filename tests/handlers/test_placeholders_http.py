@@ -12,8 +12,13 @@ import pytest
 import pyvips
 import thumbhash
 
-from tests.conftest import Api, body
+from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb, solid
+
+
+@pytest.fixture
+def app_env(meta_backend_env: dict[str, str]) -> dict[str, str]:
+    return {"MEDIASRV_RATE_LIMIT_SCALE": "20", **meta_backend_env}
 
 
 async def _upload(api: Api, token: str, data: bytes, ctype: str) -> dict[str, Any]:
@@ -24,7 +29,7 @@ async def _upload(api: Api, token: str, data: bytes, ctype: str) -> dict[str, An
 
 async def _placeholder(api: Api, token: str, file_id: str) -> str | None:
     """The File's placeholder once made (it is computed after the 201), polled up to 10 s."""
-    for _ in range(100):  # under GET /files/{id}'s 120 a minute
+    for _ in range(100):
         found = body(await api.call("GET", f"/files/{file_id}", token=token))["placeholder"]
         if found is not None:
             return str(found)
@@ -76,3 +81,24 @@ async def test_other_files_keep_a_null_placeholder(api: Api, runtime: Any) -> No
     assert await _placeholder(api, token, image["file_id"]) is not None
     assert runtime.placeholders.made == made + 1  # the image's only: the text file was never tried
     assert body(await api.call("GET", f"/files/{text['file_id']}", token=token))["placeholder"] is None
+
+
+async def test_the_backfill_gives_stored_images_theirs_once(api: Api, stores: Any, runtime: Any) -> None:
+    """Files stored before placeholders existed (inserted straight into the store here) get one
+    from the housekeeping pass; an image /m cannot reduce is marked and not tried again."""
+    login = await api.user(f"ph-{uuid.uuid4().hex[:10]}@example.com")
+    user_id, token = login["user"]["id"], login["session"]["access_token"]
+    old = await insert_file(stores, user_id, solid(64, 48, [30, 160, 90]).jpegsave_buffer(), "image/jpeg",
+                            width=64, height=48)
+    broken = await insert_file(stores, user_id, b"\xff\xd8\xff\xe0 not really a jpeg", "image/jpeg")
+    text = await insert_file(stores, user_id, b"plain", "text/plain")
+    assert await runtime.placeholders.backfill() >= 2  # the two images (the text file is not asked for)
+    found = body(await api.call("GET", f"/files/{old}", token=token))["placeholder"]
+    r, g, b, _a = thumbhash.thumb_hash_to_average_rgba(list(base64.b64decode(found)))
+    assert abs(r - 30 / 255) < 0.05 and abs(g - 160 / 255) < 0.05 and abs(b - 90 / 255) < 0.05
+    for fid in (broken, text):
+        assert body(await api.call("GET", f"/files/{fid}", token=token))["placeholder"] is None
+    meta, _ = stores
+    assert await meta.files_without_placeholder(["image/jpeg", "text/plain"], 10) == [
+        await meta.get_file(text)]  # the broken image was marked: no pass tries it again
+    assert await runtime.placeholders.backfill() == 0

@@ -304,7 +304,7 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
         "focal_point": None if record.focal_point is None else {"x": record.focal_x, "y": record.focal_y},
-        "placeholder": record.placeholder,
+        "placeholder": record.placeholder or None,  # "": an image /m could not reduce
     }
 
 
