@@ -150,7 +150,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         bodies.invalidate(record.file_id)
 
     guard = StoreGuard(meta)
-    placeholders = Placeholders(meta, images, on_changed=forget)
+    placeholders = Placeholders(meta, images)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard,
                                on_stored=placeholders.schedule)
     allow = AllowList(settings.allowed_content_types)

@@ -40,9 +40,11 @@ NOT_MADE = ""
 class Placeholders:
     """Makes and stores placeholders in the background (``schedule``); ``drain`` at shutdown."""
 
-    def __init__(self, meta: MetaStore, images: ImageJobs, on_changed: Callable[[FileRecord], None], *,
+    def __init__(self, meta: MetaStore, images: ImageJobs, *,
                  wait: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self._meta, self._images, self._on_changed, self._wait = meta, images, on_changed, wait
+        """No cache is told of a new placeholder: ``/m`` does not use it, and the File is read
+        from the store (dropping the file's cached bytes and variants would only cost misses)."""
+        self._meta, self._images, self._wait = meta, images, wait
         self._tasks: set[asyncio.Future[str | None]] = set()
         self.made = 0
 
@@ -82,8 +84,6 @@ class Placeholders:
         except StoreError as exc:
             log.warning("placeholder of %s not stored (%s)", record.file_id, type(exc).__name__)
             return False
-        if updated is not None:
-            self._on_changed(updated)
         return updated is not None
 
     async def backfill(self, batch: int = BACKFILL_BATCH) -> int:
