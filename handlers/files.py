@@ -25,8 +25,10 @@ from mediasrv.core.files.service import (
     FILE_SORTS,
     KINDS,
     MAX_NAME_CHARS,
+    PATCHABLE,
     FileQuery,
     FileService,
+    read_changes,
     require_active_trial,
 )
 from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
@@ -167,6 +169,11 @@ class FileHandler(FilesBase):
         assert self.principal is not None
         self.write_json(await self.files.describe(self.principal.user, file_id))
 
+    async def patch(self, file_id: str) -> None:
+        assert self.principal is not None
+        require_active_trial(self.principal.user)
+        self.write_json(await self.files.update(self.principal.user, file_id, read_changes(self.json_body())))
+
     async def delete(self, file_id: str) -> None:
         assert self.principal is not None
         require_active_trial(self.principal.user)
@@ -290,6 +297,20 @@ def _get_file(ctx: DocContext) -> Json:
                           "404": ref("NotFound", "responses")}}
 
 
+def _update_file(ctx: DocContext) -> Json:
+    return {"description": f"Change any of {', '.join(f'`{f}`' for f in PATCHABLE)}; fields not named are kept. "
+                           "`focal_point` is where `/m`'s `gravity=focal` keeps a cover crop (null: none, "
+                           "then as `attention`). A change reaches `/m`, its cached variants and a proxy's "
+                           "cache within the usual purge bound.",
+            "parameters": [ref("FileId", "parameters")],
+            "requestBody": json_body("FileUpdate"),
+            "responses": {"200": json_response("The file as it is now.", "File"),
+                          "400": error("A field not listed (UNKNOWN_FIELD), or a bad name (INVALID_FILE_NAME), "
+                                       "is_public (INVALID_IS_PUBLIC) or focal_point (INVALID_FOCAL_POINT)."),
+                          "403": error("The trial has ended."),
+                          "404": ref("NotFound", "responses")}}
+
+
 def _delete_file(ctx: DocContext) -> Json:
     return {"parameters": [ref("FileId", "parameters")],
             "responses": {"204": {"description": "Deleted; no body."},
@@ -325,6 +346,8 @@ ROUTES: tuple[Route, ...] = (
           per_user("files.list", 60)),
     Route("GET", "/files/{id}", ANY, FileHandler, "files", "getFile", "Get one file record by file_id", _get_file,
           per_user("files.get", 120)),
+    Route("PATCH", "/files/{id}", ANY, FileHandler, "files", "updateFile",
+          "Rename a file, change its visibility or set its focal point", _update_file, per_user("files.update", 60)),
     Route("DELETE", "/files/{id}", ANY, FileHandler, "files", "deleteFile", "Delete one file by file_id",
           _delete_file, per_user("files.delete", 60)),
     Route("POST", "/files/bulk-delete", ANY, BulkDeleteHandler, "files", "bulkDeleteFiles",

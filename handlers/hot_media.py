@@ -40,7 +40,7 @@ from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
 from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.images.policy import SIGNATURE_PARAM
-from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
+from mediasrv.images.spec import TransformSpec, read_query
 from mediasrv.web.client_address import PROXY_SECRET_HEADER, client_address
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.request_facts import RequestFacts, RequestLog
@@ -170,14 +170,15 @@ class _HandOn(Exception):
 
 
 def _transform(query: str) -> TransformSpec | None:
-    """The transform a query asks for; ``_HandOn`` for a signed one or one the handler refuses."""
+    """The transform a query asks for; ``_HandOn`` for a signed one, one the handler refuses, or
+    one spelt otherwise than ``/m`` writes it (the handler's 308)."""
     try:
-        arguments = query_arguments(query)
-        if SIGNATURE_PARAM in arguments:
-            raise _HandOn
-        return parse_transform(arguments)
+        parsed = read_query(query)
     except ApiError:
         raise _HandOn from None
+    if parsed.canonical is not None or SIGNATURE_PARAM in parsed.names:
+        raise _HandOn
+    return parsed.spec
 
 
 class _Message(httputil.HTTPMessageDelegate):

@@ -26,7 +26,7 @@ from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.limits.ratelimit import Limit
 from mediasrv.images.pipeline import ENCODERS
 from mediasrv.images.policy import SIGNATURE_PARAM
-from mediasrv.images.spec import AUTO, FITS, TransformSpec, parse_transform, query_arguments
+from mediasrv.images.spec import AUTO, FITS, GRAVITIES, TransformSpec, read_query
 from mediasrv.images.vips import OUTPUT_TYPES
 from mediasrv.web.cors import CorsMode
 from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, ref, typed
@@ -57,7 +57,7 @@ class ServeBase(BaseHandler):
     async def head(self, key: str) -> None:
         await self.get(key)
 
-    async def serve(self, key: str, spec: TransformSpec | None) -> None:
+    async def serve(self, key: str, spec: TransformSpec | None, canonical: str | None = None) -> None:
         headers = self.request.headers
         principal = self.principal
         query = self._query_argument if self.request.query_arguments else _absent  # most /m have none
@@ -70,7 +70,8 @@ class ServeBase(BaseHandler):
             proxy_cache=headers.get("X-Mediasrv-Cache") == "1" and self.from_our_proxy(),
             client=self.client_ip() if spec is not None else "",
             accept=headers.get("Accept") if spec is not None else None,
-            transform_signature=query(SIGNATURE_PARAM) if spec is not None else None))
+            transform_signature=query(SIGNATURE_PARAM) if spec is not None else None,
+            canonical_query=canonical))
         await self.write_answer(answer)
 
     def _query_argument(self, name: str) -> str | None:
@@ -115,10 +116,10 @@ class MediaHandler(ServeBase):
     """passthrough or resize (a transform asked for, valid or not): /metrics counts them apart."""
 
     async def get(self, key: str) -> None:
-        spec = parse_transform(query_arguments(self.request.query)) if self.request.query else None
-        if spec is None:
+        parsed = read_query(self.request.query)
+        if parsed.spec is None:
             self.media_kind = "passthrough"
-        await self.serve(key, spec)
+        await self.serve(key, parsed.spec, parsed.canonical)
 
 
 class DownloadHandler(ServeBase):
@@ -178,15 +179,40 @@ def _transform_parameters(ctx: DocContext) -> list[Json]:
     def query(name: str, description: str, schema: Json) -> Json:
         return {"name": name, "in": "query", "description": description, "schema": schema}
 
+    # No schema ``default``s: a generated client sends a parameter's default whenever the
+    # caller leaves it out, and a default spelled out is not the variant's canonical URL (308)
+    # or, for gravity without fit=cover, a 400. The descriptions say what the defaults are.
+
     return [
         query("format", "convert to this image format (any case; `jpg` means `jpeg`). `auto` picks AVIF, "
               "else WebP, from those the request's `Accept` header names explicitly (`*/*` and `image/*` "
               "promise neither), else keeps the source's format; the answer then carries `Vary: Accept` "
               "and an ETag per choice", typed("string", enum=[*ctx.formats, AUTO])),
         query("fit", "how the image fills the width x height box: `contain` fits it whole inside (the "
-              "default), `cover` fills the box and crops the overflow around the centre (needs both "
+              "default), `cover` fills the box and crops the overflow where `gravity` says (needs both "
               "width and height: else 400 COVER_NEEDS_BOX). Never enlarged either way",
-              typed("string", enum=list(FITS), default=FITS[0])),
+              typed("string", enum=list(FITS))),
+        query("gravity", "with fit=cover, what the crop keeps: a side or corner (`north`, `southeast`...), "
+              "`center` (the default), `attention` (libvips' saliency: skin, saturated colour, edges), "
+              "`entropy` (the most detailed part) or `focal` (the point the owner stored with PATCH "
+              "/files/{id}; without one, as `attention`). Without fit=cover: 400 GRAVITY_NEEDS_COVER",
+              typed("string", enum=list(GRAVITIES))),
+        query("dpr", "device pixel ratio, 1 to 4 with at most two decimals: multiplies width and height "
+              "(`width=320&dpr=2` is 640 pixels wide), never past the source's size; needs width or height "
+              "(DPR_NEEDS_BOX). Part of the variant's ETag", typed("number", minimum=1, maximum=4)),
+        query("animated", "an animated GIF or WebP stays animated, every frame resized, when the output can "
+              "animate (GIF, WebP; `format=auto` then picks WebP or the source's format); `false` takes "
+              "the first frame. An animation of more frames than the server keeps "
+              "(MEDIASRV_MAX_ANIMATION_FRAMES) is 422 TOO_MANY_FRAMES unless `false`",
+              typed("boolean")),
+        query("blur", "Gaussian blur sigma in output pixels, 0.3 to 100 (backgrounds, spoilers)",
+              typed("number", minimum=0.3, maximum=100)),
+        query("sharpen", "unsharp-mask sigma, 0.3 to 10, applied after the resize",
+              typed("number", minimum=0.3, maximum=10)),
+        query("bg", "the colour (RRGGBB hex) transparency becomes in an output without alpha (JPEG); "
+              "default white", typed("string", pattern="^[0-9a-fA-F]{6}$")),
+        query("v", "ignored: a cache-buster a page may add to make a new URL for the same variant",
+              typed("string")),
         query("quality", "encoder quality of a lossy output; unset, each format's own "
               f"({_quality_defaults()}); PNG and GIF ignore it. Alone it re-encodes at the stored size",
               typed("integer", minimum=1, maximum=100)),
@@ -205,18 +231,28 @@ def _media(ctx: DocContext, *, head: bool = False) -> Json:
     for status in ("200", "206"):
         responses[status]["headers"]["Vary"] = vary
     responses.update({
-        "400": error("Invalid width, height, format, fit or quality (INVALID_FORMAT, INVALID_FIT, "
-                     "INVALID_QUALITY, COVER_NEEDS_BOX), a parameter name written with a percent-escape "
+        "308": {"description": "The same variant under its one URL (`Location`, relative: the id and "
+                       "the query as /m writes it: defaults left out, values in their canonical "
+                       "spelling, e.g. `format=jpg` is `format=jpeg`, `dpr=2.0` is `dpr=2`), so a cache "
+                       "keyed on the URL holds each variant once. Decided from the URL alone.",
+                "headers": header_refs(Location="Location")},
+        "400": error("A query parameter /m does not take (UNKNOWN_PARAMETER, naming it and the known ones; "
+                     "`v`, `expires`, `signature` and `tsig` are the only others), invalid width, height, "
+                     "format, fit, quality, gravity, dpr, animated, blur, sharpen or bg (INVALID_FORMAT, "
+                     "INVALID_FIT, INVALID_QUALITY, INVALID_GRAVITY, INVALID_DPR, INVALID_ANIMATED, "
+                     "INVALID_BLUR, INVALID_SHARPEN, INVALID_BG, COVER_NEEDS_BOX, GRAVITY_NEEDS_COVER, "
+                     "DPR_NEEDS_BOX), a parameter name written with a percent-escape "
                      "(INVALID_PARAMETER_NAME), resize parameters on a non-image (NOT_AN_IMAGE), or "
                      "a transform the server's owner does not allow (TRANSFORM_NOT_ALLOWED, "
                      "TRANSFORM_SIGNATURE_REQUIRED, INVALID_TRANSFORM_SIGNATURE)."),
-        "422": error("The image cannot be processed (e.g. over the pixel limit, or more metadata than a "
-                     "transform takes: IMAGE_METADATA_TOO_LARGE)."),
+        "422": error("The image cannot be processed (e.g. over the pixel limit or the memory budget, more "
+                     "metadata than a transform takes: IMAGE_METADATA_TOO_LARGE, or an animation of more "
+                     "frames than the server keeps animated: TOO_MANY_FRAMES)."),
         "503": ref("ServerBusy", "responses")})
     parameters = [ref(name, "parameters") for name in ("FileId", "Width", "Height")]
     parameters += _transform_parameters(ctx)
     parameters += [ref(name, "parameters") for name in ("Expires", "Signature", "Range", "IfNoneMatch")]
-    return {"description": "With none of width, height, format and quality: the stored bytes unchanged. "
+    return {"description": "With none of the transform parameters (or only `v`): the stored bytes unchanged. "
                            "With any of them: a resized or converted image (one dimension keeps the "
                            "aspect ratio; both: fit=contain fits inside the box, fit=cover fills it and "
                            "crops; never enlarged), using one of "
@@ -243,7 +279,7 @@ _DELIVERY = {"deps": "delivery"}
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/m/{id}", OPTIONAL, MediaHandler, "serving", "getMedia",
-          "Serve a file inline, optionally resized or converted (width, height, fit, format, quality)", _media,
+          "Serve a file inline, optionally resized, cropped, filtered or converted", _media,
           MEDIA_LIMIT, args=_DELIVERY),
     Route("HEAD", "/m/{id}", OPTIONAL, MediaHandler, "serving", "headMedia", "Headers of GET /m/{id} without the body",
           partial(_media, head=True), MEDIA_LIMIT, args=_DELIVERY),

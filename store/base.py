@@ -43,7 +43,7 @@ What every metadata backend guarantees (the contract suite checks each point):
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -261,6 +261,16 @@ class FileStore(Protocol):
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Delete the user's record and release its quota in one step; the deleted record or None."""
+
+    async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
+        """Change the user's record's fields named in ``changes`` (a subset of
+        ``models.FILE_UPDATABLE``; KeyError for any other) in one write; the record as it is
+        then, or None when the user has no such file. The owner's ``is_public`` clears
+        ``withheld``; a new name is searched and sorted by at once."""
+
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        """Up to ``limit`` records of those ``content_types`` whose ``placeholder`` is null (never
+        made; one that cannot be made is stored as ""), oldest first: the backfill's next batch."""
 
     async def unpublish_files(self, user_id: str) -> int:
         """Make every public file of the account private and mark it ``withheld`` (an operator's

@@ -95,6 +95,23 @@ class FileRecord:
     withheld: bool = False
     """Made private by an operator (``users disable --unpublish``), not by its owner: only
     these are made public again by ``users enable --republish``."""
+    focal_x: float | None = None
+    """The owner's focal point (``PATCH /files/{id}``), as fractions of the width and height
+    (0..1): where ``/m``'s ``gravity=focal`` keeps the crop. Both set or both None."""
+    focal_y: float | None = None
+    placeholder: str | None = None
+    """An image's ThumbHash (base64), or None (not an image, or not computed yet)."""
+
+    @property
+    def focal_point(self) -> tuple[float, float] | None:
+        """(x, y) as fractions, or None when the owner stored none."""
+        if self.focal_x is None or self.focal_y is None:
+            return None
+        return self.focal_x, self.focal_y
+
+
+FILE_UPDATABLE: frozenset[str] = frozenset({"name", "is_public", "focal_x", "focal_y", "placeholder"})
+"""The fields ``FileStore.update_file`` may change; every other field is fixed at upload."""
 
 
 FILE_SORTS: tuple[str, ...] = ("-created", "created", "name", "-name", "size", "-size")

@@ -26,7 +26,7 @@ import datetime as dt
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -48,6 +48,7 @@ from store import mongo_counters, mongo_leases, mongo_quota, mongo_uploads
 from store.errors import Duplicate, StoreUnavailable
 from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
+    FILE_UPDATABLE,
     AccountPlan,
     ApiKey,
     CustomDomain,
@@ -656,6 +657,31 @@ class MongoMetaStore:
                          limit: int) -> tuple[list[FileRecord], int]:
         return await self._page("files", _file_filter(user_id, query), offset, limit, _file,
                                 order=_file_order(query.sort))
+
+    async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
+        """One find_one_and_update (sent twice, it sets the same values again)."""
+        update: Doc = {}
+        for name, value in changes.items():
+            if name not in FILE_UPDATABLE:
+                raise KeyError(name)
+            update[name] = value
+        if "is_public" in changes:
+            update["withheld"] = False
+        if "name" in changes:
+            update["name_folded"] = name_key(changes["name"])
+        async with self._op() as db:
+            if update:
+                doc = await db["files"].find_one_and_update({"file_id": file_id, "user_id": user_id},
+                                                            {"$set": update}, return_document=ReturnDocument.AFTER)
+            else:
+                doc = await db["files"].find_one({"file_id": file_id, "user_id": user_id})
+        return None if doc is None else _file(doc)
+
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        async with self._op() as db:
+            cursor = db["files"].find({"placeholder": None, "content_type": {"$in": content_types}},
+                                      sort=[("created_at", ASCENDING), ("_id", ASCENDING)], limit=limit)
+            return [_file(doc) async for doc in cursor]
 
     async def unpublish_files(self, user_id: str) -> int:
         """One update_many (sent twice, it finds nothing more to change)."""

@@ -23,7 +23,7 @@ import sqlite3
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -36,6 +36,7 @@ from store.errors import DamagedDatabase, Duplicate, StorageFull, StoreUnavailab
 from store.groupcommit import Call, GroupCommit
 from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
+    FILE_UPDATABLE,
     AccountPlan,
     ApiKey,
     CustomDomain,
@@ -287,6 +288,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             locked_until TEXT)""",
         "CREATE INDEX uploads_expires ON uploads (expires_at)",
         "CREATE INDEX uploads_user ON uploads (user_id)",
+    ),
+    (
+        # Issue 29: the owner's focal point (PATCH /files/{id}, /m's gravity=focal) and an
+        # image's ThumbHash placeholder, computed after upload.
+        "ALTER TABLE files ADD COLUMN focal_x REAL",
+        "ALTER TABLE files ADD COLUMN focal_y REAL",
+        "ALTER TABLE files ADD COLUMN placeholder TEXT",
     ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
@@ -748,6 +756,32 @@ def _delete_upload(conn: sqlite3.Connection, file_id: str) -> ResumableUpload | 
     if found is not None:
         conn.execute("DELETE FROM uploads WHERE file_id = ?", (file_id,))
     return found
+
+
+def _update_file(conn: sqlite3.Connection, user_id: str, file_id: str,
+                 changes: dict[str, Any]) -> FileRecord | None:
+    """One UPDATE of the named fields (the file_counts trigger follows ``is_public``); a new name
+    gets its sort key and its search entry in the same transaction."""
+    where = "WHERE file_id = :file_id AND user_id = :user_id"
+    params: dict[str, Any] = {"file_id": file_id, "user_id": user_id}
+    sets = []
+    for name, value in changes.items():
+        if name not in FILE_UPDATABLE:
+            raise KeyError(name)
+        sets.append(f"{name} = :{name}")
+        params[name] = int(value) if name == "is_public" else value
+    if "is_public" in changes:
+        sets.append("withheld = 0")
+    if "name" in changes:
+        sets.append("name_key = :name_key")
+        params["name_key"] = name_key(changes["name"])
+    if sets and not _execute(conn, f"UPDATE files SET {', '.join(sets)} {where}", params):
+        return None
+    record = _fetch_one(conn, f"SELECT {FILE_COLS} FROM files {where}", params, _file)
+    if record is not None and "name" in changes:
+        conn.execute("UPDATE file_search SET name = ? WHERE rowid = "
+                     "(SELECT seq FROM file_search_rows WHERE file_pk = ?)", (_fold(record.name), record.id))
+    return record
 
 
 def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
@@ -1363,6 +1397,17 @@ class SqliteMetaStore:
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         return await self._write(_delete_file, user_id, file_id)
+
+    async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
+        return await self._write(_update_file, user_id, file_id, dict(changes))
+
+    async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
+        if not content_types:
+            return []
+        marks = ", ".join("?" * len(content_types))
+        sql = (f"SELECT {FILE_COLS} FROM files WHERE placeholder IS NULL AND content_type IN ({marks}) "
+               "ORDER BY created_at, id LIMIT ?")
+        return await self._read(lambda conn: [_file(row) for row in conn.execute(sql, (*content_types, limit))])
 
     async def unpublish_files(self, user_id: str) -> int:
         """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""

@@ -37,6 +37,7 @@ from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
 from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget, Runner, run_transform
+from mediasrv.core.delivery.placeholders import Placeholders
 from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
@@ -51,7 +52,7 @@ from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.images.policy import TransformPolicy
+from mediasrv.images.policy import ALLOWED_SETTINGS, TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
 from mediasrv.images.vips import libvips_info
@@ -86,11 +87,14 @@ class Runtime:
     """Every answered request's facts: the access log and /metrics subscribe (``serve``)."""
     resumable: ResumableUploads | None = None
     """Resumable uploads: the housekeeping holder ends the expired ones."""
+    placeholders: Placeholders | None = None
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
         # first, while the stores are still open.
         await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
+        if self.placeholders is not None:
+            await self.placeholders.drain(min(ABORT_DRAIN_S, flush_timeout_s))
         await self.guard.stop()
         await self.flusher.stop(flush_timeout_s)
         await self.mail.drain(timeout_s=mail_timeout_s)
@@ -144,7 +148,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     pool = ResizePool(settings.resize_slots, retry_after=settings.resize_retry_after,
                       threads=settings.resize_threads or None)
     images = ImageJobs(blobs, pool, MemoryBudget(settings.image_memory_bytes), settings.max_image_pixels,
-                       runner=image_runner)
+                       runner=image_runner, max_frames=settings.max_animation_frames)
     signer = UrlSigner(jwt_secret)
 
     def forget(record: FileRecord) -> None:
@@ -153,7 +157,9 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         bodies.invalidate(record.file_id)
 
     guard = StoreGuard(meta)
-    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
+    placeholders = Placeholders(meta, images)
+    file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard,
+                               on_stored=placeholders.schedule)
     resumable = ResumableUploads(file_service, meta, blobs, expiry_s=settings.upload_expiry_s, clock=clock)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
@@ -180,13 +186,15 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
                           inflight=inflight, images=images, guard=guard, files=file_service,
-                          file_cache=file_cache, results=results, requests=requests, resumable=resumable)
+                          file_cache=file_cache, results=results, requests=requests, resumable=resumable,
+                          placeholders=placeholders)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:
-    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy."""
-    return TransformPolicy.of(widths=settings.allowed_widths, heights=settings.allowed_heights,
-                              formats=settings.allowed_formats, qualities=settings.allowed_qualities,
+    """The strict-transform settings (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY) as a policy: one
+    list per /m parameter (``policy.ALLOWED_SETTINGS``); ValueError naming the setting for a value
+    /m would refuse (``mediasrv serve`` checks it before it starts)."""
+    return TransformPolicy.of({name: getattr(settings, field) for name, field in ALLOWED_SETTINGS.items()},
                               key=settings.transform_key)
 
 

@@ -144,8 +144,23 @@ def _file_schemas(ctx: DocContext) -> Json:
             "default_download_url": url("`<public_url>/d/<file_id>`"),
             "public_download_url": url("same shape as default_download_url"),
             "created_at": timestamp(nullable=True),
-            "is_public": typed("boolean", "visibility, set at upload", nullable=True),
+            "is_public": typed("boolean", "visibility, set at upload or by PATCH", nullable=True),
+            "focal_point": {"allOf": [ref("FocalPoint")], "nullable": True,
+                            "description": "where /m's gravity=focal keeps a cover crop (PATCH); null: none"},
+            "placeholder": typed("string", "an image's ThumbHash (evanw/thumbhash's format, base64): a "
+                                 "blurred preview of about 28 bytes for lazy loading; null for other files "
+                                 "and until computed after upload", nullable=True),
         }, description="A stored file. Every field is always present."),
+        "FocalPoint": record({
+            "x": typed("number", "fraction of the width, from the left", minimum=0, maximum=1),
+            "y": typed("number", "fraction of the height, from the top", minimum=0, maximum=1),
+        }),
+        "FileUpdate": {"type": "object", "additionalProperties": False, "properties": {
+            "name": typed("string", "the file's name (null: none)", nullable=True, maxLength=255),
+            "is_public": typed("boolean", "visibility"),
+            "focal_point": {"allOf": [ref("FocalPoint")], "nullable": True,
+                            "description": "null clears it"},
+        }},
         "FileUploadResponse": record({"file": ref("File"), "message": typed("string")}),
         "FilePage": _page("files", "File"),
         "BulkDeleteRequest": obj({"ids": {

@@ -28,6 +28,7 @@ from mediasrv.cli import workers
 from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.secret import local_secret, shared_secret
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
+from mediasrv.core.delivery.placeholders import Placeholders
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.files.resumable import ResumableUploads
 from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping, reconciles_before_start
@@ -169,7 +170,8 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
-    housekeeping, lease = start_housekeeping(settings, meta, blobs, expiry=runtime.resumable)
+    housekeeping, lease = start_housekeeping(settings, meta, blobs, expiry=runtime.resumable,
+                                             placeholders=runtime.placeholders)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
     access_log.start()
@@ -190,9 +192,10 @@ def settle_heap() -> None:
 
 
 def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
-                       expiry: ResumableUploads | None = None) -> tuple[Housekeeping, Lease | None]:
-    """The sweep, the expiry of unfinished resumable uploads (``expiry``) and, on a shared
-    store, the automatic reconcile, if this process takes part
+                       expiry: ResumableUploads | None = None,
+                       placeholders: Placeholders | None = None) -> tuple[Housekeeping, Lease | None]:
+    """The sweep, the expiry of unfinished resumable uploads (``expiry``), the placeholder
+    backfill (``placeholders``) and, on a shared store, the automatic reconcile, if this process takes part
     (MEDIASRV_HOUSEKEEPING not none; ``process_role`` gives it to one process of several): on a
     store a fleet shares (``Leases``), under the fleet's one lease; on a local one, here."""
     reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
@@ -200,7 +203,8 @@ def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
     housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
                                 sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s,
                                 expiry=expiry.expire_once if expiry is not None else None,
-                                expiry_interval_s=EXPIRY_INTERVAL_S)
+                                expiry_interval_s=EXPIRY_INTERVAL_S,
+                                backfill=None if placeholders is None else placeholders.backfill)
     if settings.housekeeping == "none":
         return housekeeping, None
     if isinstance(meta, Leases):

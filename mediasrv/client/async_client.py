@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from mediasrv.client.errors import ConnectionFailed, error_from_response
-from mediasrv.client.media import MediaTransform, media_params
+from mediasrv.client.media import MediaTransform, media_params, srcset
 from mediasrv.client.models import (
     ApiKey,
     ApiKeyPage,
@@ -253,25 +253,33 @@ class MediasrvClient:
                              height: int | None = None, fit: str | None = None, format: str | None = None,
                              quality: int | None = None, accept: str | None = None,
                              transform_key: str | None = None,
-                             on_progress: ProgressCallback | None = None) -> Downloaded:
+                             on_progress: ProgressCallback | None = None, **more: Any) -> Downloaded:
         """GET /m/{id}, resized or converted when any of width, height, format or quality is given
         (``MediaTransform`` says what each means). ``accept`` is the Accept header sent, which
         ``format="auto"`` chooses from (unset: ``*/*``, which keeps the source's format);
-        ``Downloaded.content_type`` says what came. ``transform_key``: sign the transform (``tsig``)."""
-        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        ``Downloaded.content_type`` says what came. ``transform_key``: sign the transform (``tsig``).
+        ``more``: the other fields of ``MediaTransform`` (gravity, dpr, animated, blur, sharpen, bg)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality, **more), transform_key)
         headers = {**self._auth_headers(), **({} if accept is None else {"Accept": accept})}
         return await stream_to(self._http, f"/m/{quote(file_id, safe='')}", dict(params), headers,
                                Path(dest), on_progress)
 
     def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
                   fit: str | None = None, format: str | None = None, quality: int | None = None,
-                  transform_key: str | None = None) -> str:
+                  transform_key: str | None = None, **more: Any) -> str:
         """The /m URL of a public file with these transform parameters, for pages to embed (no
-        request is made; the base is this client's URL). ``transform_key``: the server's
-        MEDIASRV_TRANSFORM_KEY, on a server that makes only signed transforms (adds ``tsig``)."""
-        params = media_params(file_id, MediaTransform(width, height, fit, format, quality), transform_key)
+        request is made; the base is this client's URL), written as the server writes the
+        variant. ``transform_key``: the server's MEDIASRV_TRANSFORM_KEY, on a server that makes
+        only signed transforms (adds ``tsig``). ``more``: the other fields of ``MediaTransform``
+        (gravity, dpr, animated, blur, sharpen, bg)."""
+        params = media_params(file_id, MediaTransform(width, height, fit, format, quality, **more), transform_key)
         url = f"{self.base_url}/m/{quote(file_id, safe='')}"
         return f"{url}?{urlencode(params)}" if params else url
+
+    def srcset(self, file_id: str, widths: Sequence[int], **transform: Any) -> str:
+        """An ``<img srcset>`` value with one ``media_url`` per width (``transform``: its other
+        arguments), e.g. ``media.srcset(fid, [320, 640, 1280], format="auto")``."""
+        return srcset(self.media_url, file_id, widths, **transform)
 
 
 def _flag(value: bool) -> str:

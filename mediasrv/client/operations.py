@@ -35,5 +35,6 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "download": ("GET", "/d/{id}"),
     "download_media": ("GET", "/m/{id}"),
     "media_url": ("GET", "/m/{id}"),
+    "srcset": ("GET", "/m/{id}"),
 }
 """Public method -> (METHOD, OpenAPI path) it calls."""

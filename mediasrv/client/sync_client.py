@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -155,13 +155,16 @@ class SyncMediasrvClient:
     def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
                        height: int | None = None, fit: str | None = None, format: str | None = None,
                        quality: int | None = None, accept: str | None = None, transform_key: str | None = None,
-                       on_progress: ProgressCallback | None = None) -> Downloaded:
+                       on_progress: ProgressCallback | None = None, **more: Any) -> Downloaded:
         return self._run(self._async.download_media(
             file_id, dest, width=width, height=height, fit=fit, format=format, quality=quality, accept=accept,
-            transform_key=transform_key, on_progress=on_progress))
+            transform_key=transform_key, on_progress=on_progress, **more))
 
     def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
                   fit: str | None = None, format: str | None = None, quality: int | None = None,
-                  transform_key: str | None = None) -> str:
+                  transform_key: str | None = None, **more: Any) -> str:
         return self._async.media_url(file_id, width=width, height=height, fit=fit, format=format,
-                                     quality=quality, transform_key=transform_key)
+                                     quality=quality, transform_key=transform_key, **more)
+
+    def srcset(self, file_id: str, widths: Sequence[int], **transform: Any) -> str:
+        return self._async.srcset(file_id, widths, **transform)

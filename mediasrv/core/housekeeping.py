@@ -42,13 +42,18 @@ def reconciles_before_start(configured: str, *, shared_store: bool) -> bool:
 class Housekeeping:
     def __init__(self, sweeper: Sweeper, reconciler: Reconciler | None, *, sweep_interval_s: float,
                  reconcile_interval_s: float, expiry: Callable[[], Awaitable[object]] | None = None,
-                 expiry_interval_s: float = 300.0) -> None:
+                 expiry_interval_s: float = 300.0, backfill: Callable[[], Awaitable[object]] | None = None,
+                 backfill_interval_s: float = 60.0) -> None:
         """``expiry``: one round of ending the expired resumable uploads (their partial bytes,
-        S3 multipart uploads and quota reservations), every ``expiry_interval_s``."""
+        S3 multipart uploads and quota reservations), every ``expiry_interval_s``.
+        ``backfill``: a pass that gives files stored before a feature what it adds
+        (``Placeholders.backfill``), a batch each ``backfill_interval_s``."""
         self._sweeper, self._reconciler = sweeper, reconciler
         self._loops = [Periodic("sweep", sweeper.run, sweep_interval_s, log=log)]
         if expiry is not None:
             self._loops.append(Periodic("upload expiry", expiry, expiry_interval_s, log=log))
+        if backfill is not None:
+            self._loops.append(Periodic("placeholder backfill", backfill, backfill_interval_s, log=log))
         if reconciler is not None:
             self._loops.append(Periodic("automatic reconcile", reconciler.run_once, reconcile_interval_s, log=log))
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from mediasrv.base.errors import UnprocessableImage, UnsupportedMedia
 from mediasrv.images import inmemory, shrink, sniff
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
 from mediasrv.images.metadata import MetadataFacts
-from mediasrv.images.spec import FORMATS, TransformSpec, bounding_box, output_size
+from mediasrv.images.spec import ANIMATABLE, FORMATS, SMART_GRAVITIES, TransformSpec, bounding_box, output_size
 
-__all__ = ["JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "USUAL_INFLATED_METADATA", "USUAL_RAW_METADATA", "JobEstimate",
-           "ReservationTooSmall", "estimate_cost", "estimate_for_size", "metadata_allowance"]
+__all__ = ["FRAME_OUTPUT_BYTES_PER_PIXEL", "JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "USUAL_INFLATED_METADATA",
+           "USUAL_RAW_METADATA", "JobEstimate", "ReservationTooSmall", "animates", "estimate_cost",
+           "estimate_for_size", "metadata_allowance"]
 
 OUTPUT_MAX_PIXELS: dict[str, int] = {"avif": 8_388_608, "webp": 16_777_216, "gif": 4_194_304}
 """Largest output (width x height) per format; a larger result is scaled down to fit.
@@ -34,6 +36,22 @@ MEDIASRV_MAX_IMAGE_PIXELS."""
 # Estimated peak memory of one job, in bytes per pixel (measured with libvips 8.18, one
 # worker thread per operation, end to end including the compressed output).
 _ENCODE_BYTES_PER_PIXEL = {"avif": 22, "webp": 12, "gif": 13, "png": 6, "jpeg": 0}
+FRAME_OUTPUT_BYTES_PER_PIXEL = 6
+"""Each further frame of an animated output, per output pixel: what the GIF and WebP savers
+keep of the frames they have written (measured, libvips 8.18, 10 and 100 frames of 800x800 to
+400x400: GIF 4.8, WebP 3.4 bytes per output pixel and frame)."""
+ANIMATED_DECODE_COPIES = {"gif": 2, "webp": 0}
+"""Whole-canvas RGBA buffers an animated source's loader holds besides its first frame: libnsgif
+a frame and the one before it (2 canvases for any length); libwebp's animation decoder holds every
+frame decoded (counted per frame instead, ``_frame_bytes``: 100 frames of 800x800 held 204 MB)."""
+SMART_CROP_BYTES_PER_PIXEL = 4
+"""gravity=attention or entropy: libvips' smartcrop reads the resized image twice (analysis, then
+the crop), so it holds the image before the crop (measured: 4000x1000 filling 1000x1000 took
+7.6 MB more than the centre crop; priced as 4 bands of one byte)."""
+_FILTER_BYTES_PER_PIXEL = 8
+"""blur and sharpen: a separable convolution keeps one line of the output per row of its mask, at
+up to 8 bytes per pixel in the intermediate precision (within the noise of the measurement even at
+sigma 100 on a 4000x3000 output; priced anyway, the estimate must never be low)."""
 _STREAMING_DECODERS = frozenset({"jpeg"})
 # Loaders that map or read the whole file, even from a descriptor.
 _WHOLE_FILE_LOADERS = frozenset({"gif", "webp", "heif", "avif"})
@@ -57,16 +75,19 @@ def metadata_allowance(src: str | None, size: int) -> int:
 
 class ReservationTooSmall(Exception):
     """The file's metadata (``what`` = "metadata") or its in-memory JPEG decode ("decode") needs
-    more memory than its job reserved: ``needed`` bytes in all."""
+    more memory than its job reserved, ``needed`` bytes in all; or its animation has ``needed``
+    frames ("frames"), more than the job reserved for."""
 
     def __init__(self, needed: int, what: str = "metadata") -> None:
-        super().__init__(f"{what} needs {needed} bytes")
+        super().__init__(f"{what} needs {needed}")
         self.needed, self.what = needed, what
 
     def grow(self, estimate: JobEstimate) -> JobEstimate:
         """``estimate`` with what was needed reserved instead of what it held."""
         if self.what == "decode":
             return estimate.with_decode(self.needed)
+        if self.what == "frames":
+            return estimate.with_frames(self.needed)
         return estimate.with_metadata(self.needed)
 
 
@@ -84,6 +105,12 @@ class JobEstimate:
     decode_bytes: int = 0
     """What it holds for an in-memory JPEG decode (``transform``'s ``max_decode_bytes``; 0: the
     decode, if any, streams through libvips)."""
+    frames: int = 1
+    """Frames of an animation the estimate holds memory for (``transform``'s ``max_frames``)."""
+    frame_bytes: int = 0
+    """What each further frame adds, when the output keeps an animation (0: it cannot)."""
+    animation_bytes: int = 0
+    """What any animation adds once, beside its frames (the loader's extra canvases)."""
 
     def with_metadata(self, needed: int) -> JobEstimate:
         """This estimate with ``needed`` bytes for metadata instead of what it held."""
@@ -92,6 +119,12 @@ class JobEstimate:
     def with_decode(self, needed: int) -> JobEstimate:
         """This estimate with ``needed`` bytes for the in-memory decode instead of what it held."""
         return replace(self, cost_bytes=self.cost_bytes - self.decode_bytes + needed, decode_bytes=needed)
+
+    def with_frames(self, frames: int) -> JobEstimate:
+        """This estimate holding ``frames`` frames of an animation instead of what it held."""
+        def extra(n: int) -> int:
+            return 0 if n <= 1 else self.animation_bytes + (n - 1) * self.frame_bytes
+        return replace(self, cost_bytes=self.cost_bytes - extra(self.frames) + extra(frames), frames=frames)
 
 
 def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int, *,
@@ -124,23 +157,65 @@ def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int
 
 def estimate_for_size(src: str | None, width: int, height: int, size: int, spec: TransformSpec, *,
                       buffered: bool, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
-                      layout: PixelLayout | None = None) -> JobEstimate:
+                      layout: PixelLayout | None = None, frames: int = 1) -> JobEstimate:
     """``estimate_cost`` for a known source format (jpeg, png, ...; None: unknown) and size;
-    without a ``layout`` from the header, the widest the format allows (``WORST_LAYOUTS``)."""
+    without a ``layout`` from the header, the widest the format allows (``WORST_LAYOUTS``).
+
+    Each parameter is priced where it holds memory: the box (``dpr`` included) sizes the output
+    and the encoder's working set; ``gravity=attention`` and ``entropy`` hold the resized image
+    before the crop (``SMART_CROP_BYTES_PER_PIXEL``); ``blur`` and ``sharpen`` lines of it
+    (``_FILTER_BYTES_PER_PIXEL`` per mask row); an animation kept animated (``frames``, a GIF or
+    WebP source to a GIF or WebP output) its frames (``with_frames``). ``bg`` and ``fit`` hold
+    nothing of their own."""
     layout = layout or WORST_LAYOUTS.get(src or "", UNKNOWN_LAYOUT)
     layout.check()
     fmt = spec.format or (src if src is not None and src in FORMATS else "jpeg")
-    out_pixels = 0
+    out_pixels = out_width = precrop = 0
     for orientation in (1, 6):  # EXIF rotation is unknown here: take the larger result
         out_w, out_h = output_size(width, height, spec, orientation)
         out_pixels = max(out_pixels, min(out_w * out_h, caps.get(fmt, out_w * out_h)))
+        out_width = max(out_width, out_w, out_h)
+        if spec.fit == "cover" and spec.gravity in SMART_GRAVITIES:
+            precrop = max(precrop, _before_crop(width, height, spec, orientation))
     held = size if buffered or src is None or src in _WHOLE_FILE_LOADERS else 0
     decode = 0 if src in _STREAMING_DECODERS else layout.pixel_bytes * width * height
     encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
     metadata = metadata_allowance(src, size)
     in_memory = _jpeg_in_memory(width, height, size, spec) if src == "jpeg" else 0
-    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode + metadata + in_memory,
-                       source_area=width * height, layout=layout, metadata_bytes=metadata, decode_bytes=in_memory)
+    smart = SMART_CROP_BYTES_PER_PIXEL * precrop
+    filters = sum(_mask_rows(sigma) for sigma in (spec.blur, spec.sharpen) if sigma is not None) * \
+        out_width * _FILTER_BYTES_PER_PIXEL
+    estimate = JobEstimate(
+        cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode + metadata + in_memory + smart + filters,
+        source_area=width * height, layout=layout, metadata_bytes=metadata, decode_bytes=in_memory)
+    if not animates(src, fmt, spec):
+        return estimate
+    canvas = 4 * width * height
+    per_frame = FRAME_OUTPUT_BYTES_PER_PIXEL * out_pixels + (canvas if src == "webp" else 0)
+    estimate = replace(estimate, frame_bytes=per_frame,
+                       animation_bytes=ANIMATED_DECODE_COPIES.get(src or "", 0) * canvas)
+    return estimate.with_frames(frames)
+
+
+def animates(src: str | None, fmt: str, spec: TransformSpec) -> bool:
+    """Whether a ``src`` image (gif, webp, ...) with more than one frame keeps its animation as a
+    ``fmt`` output: both can animate (``ANIMATABLE``) and the request did not say animated=false."""
+    return spec.animated and src in ANIMATABLE and fmt in ANIMATABLE
+
+
+def _before_crop(width: int, height: int, spec: TransformSpec, orientation: int) -> int:
+    """Pixels of the image resized to fill the box, before fit=cover crops it (never enlarged)."""
+    if orientation in (5, 6, 7, 8):
+        width, height = height, width
+    box_w, box_h = bounding_box(spec)
+    scale = min(max(box_w / width, box_h / height), 1.0)
+    return max(1, round(width * scale)) * max(1, round(height * scale))
+
+
+def _mask_rows(sigma: Decimal) -> int:
+    """Rows of a Gaussian mask of ``sigma`` (three sigmas either side: more than libvips' own,
+    which stops where the mask falls under 0.2 of its peak)."""
+    return 2 * math.ceil(3 * float(sigma)) + 1
 
 
 def _jpeg_in_memory(width: int, height: int, size: int, spec: TransformSpec) -> int:

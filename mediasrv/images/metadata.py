@@ -30,6 +30,7 @@ from mediasrv.images.headers import is_jpeg_frame
 __all__ = [
     "INFLATED_BUDGET_BYTES",
     "INFLATED_COPIES",
+    "MAX_FRAMES_COUNTED",
     "MAX_METADATA_ITEMS",
     "RAW_BUDGET_BYTES",
     "RAW_COPIES",
@@ -53,6 +54,9 @@ segments costs 29 MB at the header read and as much again at the decode)."""
 INFLATED_COPIES = 5
 """Deflated metadata, held about five times inflated (libspng's text and libvips' string copy,
 at the header read and again at the decode: 4 MiB of zTXt cost 21 MB)."""
+MAX_FRAMES_COUNTED = 100_001
+"""An animation's frames are counted up to this (one more than MEDIASRV_MAX_ANIMATION_FRAMES'
+ceiling): enough to refuse any longer one, and the walk of a file of tiny frames stays bounded."""
 MAX_METADATA_ITEMS = 4096
 """Metadata chunks or segments walked at most: each is a read here and an allocation in the
 loader, so a file of a million empty text chunks is refused as over budget too."""
@@ -97,6 +101,9 @@ class MetadataFacts:
     """The rest of that frame header: coding, precision, components."""
     icc: tuple[tuple[int, int], ...] = ()
     """A JPEG's ICC profile, as (offset, length) of each APP2 chunk's data, in sequence order."""
+    frames: int = 1
+    """Frames of an animated GIF (image descriptors) or WebP (ANMF chunks), as far as the walk
+    counted them (``MAX_FRAMES_COUNTED``); 1 for every other image."""
 
     @property
     def held_bytes(self) -> int:
@@ -118,6 +125,7 @@ class _Tally:
         self.frame: tuple[int, int] | None = None
         self.jpeg: JpegFrame | None = None
         self.icc: list[tuple[int, int, int]] = []  # (sequence number, offset, length)
+        self.frames = 0
 
     def add_raw(self, n: int) -> None:
         self.raw += max(0, n)
@@ -133,14 +141,16 @@ class _Tally:
 
     def facts(self) -> MetadataFacts:
         icc = tuple((offset, length) for _seq, offset, length in sorted(self.icc))
-        return MetadataFacts(self.raw, self.inflated, self.items, self.orientation, self.frame, self.jpeg, icc)
+        return MetadataFacts(self.raw, self.inflated, self.items, self.orientation, self.frame, self.jpeg, icc,
+                             max(1, self.frames))
 
 
 def scan_metadata(read_at: ReadAt, size: int, fmt: str | None) -> MetadataFacts:
     """Walk a ``fmt`` image (the names ``sniff.image_format`` gives) of ``size`` bytes and
-    total its metadata; stops as soon as a budget is passed. Formats whose loader keeps no
-    metadata worth pricing (GIF: libnsgif keeps no comments; HEIF: its EXIF/XMP items are
-    stored as they are, bounded by the file) give zeros. A malformed container is walked as far
+    total its metadata, and count an animation's frames; stops as soon as a budget is passed.
+    Formats whose loader keeps no metadata worth pricing (GIF: libnsgif keeps no comments, only
+    its frames are counted; HEIF: its EXIF/XMP items are stored as they are, bounded by the file)
+    give zeros. A malformed container is walked as far
     as it is readable: the loader refuses it later, with the file's bytes and not ours."""
     walk = _WALKERS.get(fmt or "")
     tally = _Tally()
@@ -283,16 +293,68 @@ _WEBP_METADATA = frozenset({b"ICCP", b"EXIF", b"XMP "})
 
 
 def _webp(read_at: ReadAt, size: int, tally: _Tally) -> None:
-    """The RIFF chunks after the header: ICCP, EXIF and XMP as stored, orientation from EXIF."""
+    """The RIFF chunks after the header: ICCP, EXIF and XMP as stored, orientation from EXIF, and
+    the frames of an animation (ANMF chunks)."""
     pos = 12
     while pos + 8 <= size and not tally.done:
         kind, length = struct.unpack("<4sI", read_at(pos, 8))
-        if kind in _WEBP_METADATA:
+        if kind == b"ANMF":
+            tally.frames += 1
+            if tally.frames >= MAX_FRAMES_COUNTED:
+                return
+        elif kind in _WEBP_METADATA:
             tally.add_raw(length)
             if kind == b"EXIF":
                 exif = read_at(pos + 8, min(length, 64 * 1024))
                 tally.orientation = exif_orientation(exif[6:] if exif.startswith(b"Exif\x00\x00") else exif)
         pos += 8 + length + (length & 1)
+
+
+# ---------------------------------------------------------------------------- GIF
+
+_GIF_WINDOW = 64 * 1024
+
+
+class _Window:
+    """Bytes of the file read ``_GIF_WINDOW`` at a time: a GIF's data is a chain of sub-blocks of at
+    most 255 bytes each, and one read per block would be a system call per 255 bytes."""
+
+    def __init__(self, read_at: ReadAt, size: int) -> None:
+        self._read_at, self.size = read_at, size
+        self._start, self._data = 0, b""
+
+    def byte(self, pos: int) -> int:
+        if not self._start <= pos < self._start + len(self._data):
+            self._start, self._data = pos, self._read_at(pos, _GIF_WINDOW)
+            if not self._data:
+                raise IndexError(pos)
+        return self._data[pos - self._start]
+
+
+def _gif(read_at: ReadAt, size: int, tally: _Tally) -> None:
+    """The frames of a GIF (image descriptors), walking the blocks: the header and its colour
+    table, then extensions and images (each a chain of sub-blocks) up to the trailer. libnsgif
+    keeps no comments, so nothing here is priced as metadata."""
+    window = _Window(read_at, size)
+    flags = window.byte(10)
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    while pos < size:
+        block = window.byte(pos)
+        if block == 0x3B:  # trailer
+            return
+        if block == 0x21:  # extension: label, then sub-blocks
+            pos += 2
+        elif block == 0x2C:  # image: descriptor, local colour table, LZW code size, sub-blocks
+            tally.frames += 1
+            if tally.frames >= MAX_FRAMES_COUNTED:
+                return
+            local = window.byte(pos + 9)
+            pos += 10 + (3 << ((local & 7) + 1) if local & 0x80 else 0) + 1
+        else:
+            return  # not a block: the loader decides what the rest is
+        while (length := window.byte(pos)) != 0:
+            pos += length + 1
+        pos += 1
 
 
 # ---------------------------------------------------------------------------- TIFF
@@ -317,7 +379,7 @@ def _tiff(read_at: ReadAt, size: int, tally: _Tally) -> None:
 
 
 _WALKERS: dict[str, Callable[[ReadAt, int, _Tally], None]] = {
-    "png": _png, "jpeg": _jpeg, "webp": _webp, "tiff": _tiff,
+    "png": _png, "jpeg": _jpeg, "webp": _webp, "tiff": _tiff, "gif": _gif,
 }
 
 

@@ -11,6 +11,13 @@ already chosen, checked against what the header steps read, then decoded, and a 
 there means a corrupt file (422) or a missing decoder (415). pyvips resizes and converts; every
 JPEG is written by Pillow's libjpeg-turbo, every other format by libvips.
 
+An animated GIF or WebP to a GIF or WebP output (``plan_animation``) is opened with all its frames
+(a strip of pages, each resized alike); its frames were counted by the metadata walk, refused past
+MEDIASRV_MAX_ANIMATION_FRAMES (422 TOO_MANY_FRAMES) and reserved for before libvips opens it.
+Any other output, or ``animated=false``, takes the first frame. The crop of ``fit=cover`` keeps the
+point ``gravity`` names (``crop``); ``blur``, ``sharpen`` and ``bg`` are applied to the resized
+image, frame by frame (``finish``).
+
 Shrink-on-load (the JPEG decoder's own 1/2, 1/4, 1/8 scale, libwebp's scaled decode) means a
 large image is never decoded at full size when a small result is wanted; ``shrink`` says how
 far, and why not further. Everything here is bytes in, bytes out, safe on a worker thread;
@@ -30,15 +37,15 @@ import pyvips
 
 from mediasrv.base.errors import BadRequest, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import inmemory, jpeg, metadata, probe, shrink, sniff, vips
-from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall
+from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall, animates
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import PixelLayout
-from mediasrv.images.metadata import MetadataFacts
+from mediasrv.images.metadata import MAX_FRAMES_COUNTED, MetadataFacts
 from mediasrv.images.probe import ImageInfo
-from mediasrv.images.spec import AUTO, FORMATS, TransformSpec, bounding_box, output_size
+from mediasrv.images.spec import AUTO, COMPASS, FORMATS, SMART_GRAVITIES, TransformSpec, bounding_box, output_size
 
 __all__ = ["DECODE_STEPS", "ENCODERS", "HEADER_STEPS", "STEPS", "FileInput", "Header", "Job",
-           "Limits", "decode_shrink", "require_libvips", "transform"]
+           "Limits", "crop", "decode_shrink", "require_libvips", "transform"]
 
 # Loader options for the real decode: fail on truncated data instead of serving a grey tail.
 _LOAD_OPTIONS = "fail_on=truncated"
@@ -99,6 +106,10 @@ class Limits:
     max_decode_bytes: int | None = None
     """What the job reserved for an in-memory JPEG decode (``inmemory.in_memory_bytes``); None:
     whatever ``inmemory.in_memory`` allows (a call outside the job runner)."""
+    max_frames: int | None = None
+    """MEDIASRV_MAX_ANIMATION_FRAMES: the longest animation kept animated; None: any."""
+    reserved_frames: int | None = None
+    """Frames of an animation the job's memory was reserved for; None: any (outside the runner)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,10 @@ class Job:
     ``open_image``, then decoded."""
     decoder: str = ""
     """Who decoded it: "libjpeg-turbo" (``decode_jpeg``) or "libvips"."""
+    animate: bool = False
+    """The source's frames are all loaded and the output keeps them (``plan_animation``)."""
+    frames: int = 1
+    """Frames loaded (the image is a strip of them, each ``page-height`` tall)."""
     output: bytes = b""
 
     @property
@@ -161,11 +176,31 @@ def check_metadata(job: Job) -> None:
         raise ReservationTooSmall(job.facts.held_bytes)
 
 
+def plan_animation(job: Job) -> None:
+    """Whether the output keeps the source's animation: a GIF or WebP of more than one frame (as
+    the metadata walk counted them) to a GIF or WebP output, unless ``animated=false``
+    (``cost.animates``). Then at most ``max_frames`` frames (422 TOO_MANY_FRAMES, naming the way
+    out), and no more than the job reserved memory for (``ReservationTooSmall``: it reserves for
+    them all and runs again)."""
+    facts, limits = job.facts or MetadataFacts(), job.limits
+    src = sniff.image_format(_head(job.data, sniff.SNIFF_BYTES))
+    if facts.frames <= 1 or not animates(src, _output_format(job.spec, src), job.spec):
+        return
+    if limits.max_frames is not None and facts.frames > limits.max_frames:
+        counted = f"at least {facts.frames}" if facts.frames >= MAX_FRAMES_COUNTED else str(facts.frames)
+        raise UnprocessableImage(f"The animation has {counted} frames; this server keeps at most "
+                                 f"{limits.max_frames} animated: ask for animated=false for its first frame",
+                                 code="TOO_MANY_FRAMES")
+    if limits.reserved_frames is not None and facts.frames > limits.reserved_frames:
+        raise ReservationTooSmall(facts.frames, "frames")
+    job.animate, job.frames = True, facts.frames
+
+
 def read_header(job: Job) -> None:
     """Format, size, orientation and pixel layout. A JPEG or WebP whose header pure Python reads
     is left unopened (``open_image`` opens it once, shrinking); anything else is opened here,
     once, at full size, and libvips' header is the one used."""
-    head = job.data.head(_HEADER_BYTES) if isinstance(job.data, FileInput) else job.data[:_HEADER_BYTES]
+    head = _head(job.data, _HEADER_BYTES)
     fmt = sniff.image_format(head[:sniff.SNIFF_BYTES])
     facts = job.facts or MetadataFacts()
     dims = (facts.frame or header_dimensions(head)) if fmt in _SHRINKING_LOADERS else None
@@ -177,6 +212,7 @@ def read_header(job: Job) -> None:
     job.image = _open(job, 1.0)
     job.decoder = "libvips"
     job.opened = _opened_header(job.image)
+    _check_frames(job, job.image, job.opened.info)
 
 
 def check_pixels(job: Job) -> None:
@@ -195,16 +231,11 @@ def check_pixels(job: Job) -> None:
 def choose_format(job: Job) -> None:
     """The requested format, else the source's when we can write it, else JPEG (``auto`` was
     resolved from the request's Accept header before the job: here it is the source's)."""
-    spec, info = job.spec, job.header.info
-    if spec.format is not None and spec.format != AUTO:
-        if spec.format not in FORMATS:
-            raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)} (any case; jpg means jpeg)",
-                             code="INVALID_FORMAT")
-        job.fmt = spec.format
-    elif info.format in FORMATS:
-        job.fmt = info.format
-    else:
-        job.fmt = "jpeg"  # heif (HEVC) and tiff sources
+    spec = job.spec
+    if spec.format is not None and spec.format != AUTO and spec.format not in FORMATS:
+        raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)} (any case; jpg means jpeg)",
+                         code="INVALID_FORMAT")
+    job.fmt = _output_format(spec, job.header.info.format)
 
 
 def fit_box(job: Job) -> None:
@@ -275,8 +306,9 @@ def open_image(job: Job) -> None:
     declared = job.header.info
     scale = int(job.shrink)
     if real.info.format != declared.format or \
-            image.width > -(-declared.width // scale) + 1 or image.height > -(-declared.height // scale) + 1:
+            image.width > -(-declared.width // scale) + 1 or real.info.height > -(-declared.height // scale) + 1:
         raise UnprocessableImage("The image header is inconsistent")
+    _check_frames(job, image, real.info)
     job.opened = Header(ImageInfo(declared.format, declared.width, declared.height, real.info.pages,
                                   real.info.orientation), real.layout)
     check_pixels(job)
@@ -284,24 +316,76 @@ def open_image(job: Job) -> None:
 
 
 def load(job: Job) -> None:
-    """Decode the first frame, auto-rotated, converted to sRGB with its ICC profile when it has
-    one, fitted inside the box (or filling it, cropped around the centre, for ``fit=cover``)."""
-    info = job.header.info
+    """Decode the image (the first frame, or every frame of an animation kept animated),
+    auto-rotated, converted to sRGB with its ICC profile when it has one, fitted inside the box, or
+    filling it for ``fit=cover``: cropped by libvips around the centre or where its saliency
+    (``attention``) or detail (``entropy``) analysis says, else by ``crop``."""
+    info, spec = job.header.info, job.spec
     # The decoder rounds a shrunk size (300 / 8 -> 38): fit to the size the full image gives,
     # exactly, not to what the rounded one would (libwebp's scale rounds even at 1).
     shrunk = job.shrink > 1 or info.format == "webp"
-    target = _fitted(info, job.box) if job.spec.fit == "contain" and shrunk else None
-    job.image = _thumbnail(job.pixels, job.box, job.spec.fit, target)
+    if spec.fit == "contain":
+        job.image = _thumbnail(job.pixels, job.box, "contain", _fitted(info, job.box) if shrunk else None)
+    elif not job.animate and spec.gravity in ("center", *SMART_GRAVITIES):
+        job.image = _thumbnail(job.pixels, job.box, "centre" if spec.gravity == "center" else spec.gravity, None)
+    else:
+        job.image = crop(_thumbnail(job.pixels, _filled(info, job.box), "contain", _filled(info, job.box)),
+                         job.box, spec, job.frames if job.animate else 1)
+
+
+def finish(job: Job) -> None:
+    """The filters asked for, on the resized image and frame by frame: ``blur`` (Gaussian) and
+    ``sharpen`` (libvips' unsharp mask on lightness), each with a transparent edge premultiplied so
+    no hidden colour bleeds in."""
+    spec = job.spec
+    if spec.blur is None and spec.sharpen is None:
+        return
+    blur, sharpen = spec.blur, spec.sharpen
+
+    def filtered(frame: pyvips.Image) -> pyvips.Image:
+        if blur is not None:
+            frame = _premultiplied(frame, lambda f: f.gaussblur(float(blur)))
+        if sharpen is not None:
+            frame = frame.sharpen(sigma=float(sharpen))
+        return frame
+    job.image = _per_frame(job.pixels, job.frames if job.animate else 1, filtered)
 
 
 def prepare(job: Job) -> None:
-    """8-bit sRGB (or grey) for the encoder; a JPEG's alpha flattened on white."""
+    """8-bit sRGB (or grey) for the encoder; a JPEG's alpha (the only output without one)
+    flattened on ``bg`` (white unless asked)."""
     image, fmt = job.pixels, job.fmt
     if fmt != "png" or image.interpretation not in ("srgb", "b-w", "rgb16", "grey16"):
         image = _to_8bit_srgb(image)
     if fmt == "jpeg" and image.hasalpha():
-        image = image.flatten(background=[255] * (image.bands - 1))
+        rgb = [int(job.spec.bg[k:k + 2], 16) for k in (0, 2, 4)]
+        grey = round(0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2])
+        image = image.flatten(background=rgb if image.bands - 1 == 3 else [grey])
     job.image = image
+
+
+def crop(image: pyvips.Image, box: tuple[int, int], spec: TransformSpec, frames: int = 1) -> pyvips.Image:
+    """``fit=cover``'s crop of an image already resized to fill ``box`` (each of its ``frames``
+    alike): the box-sized window, at most the image, that keeps the gravity's point where it is in
+    the image (a ``COMPASS`` point, or the owner's focal point), or for ``attention`` and
+    ``entropy`` where libvips' analysis of the first frame puts it; a point near an edge moves the
+    window only as far as the image allows."""
+    page = image.height // frames
+    width, height = min(box[0], image.width), min(box[1], page)
+    if spec.gravity in SMART_GRAVITIES:
+        first = image.crop(0, 0, image.width, page) if frames > 1 else image
+        chosen = first.smartcrop(width, height, interesting=spec.gravity)
+        left, top = -chosen.xoffset, -chosen.yoffset
+    else:
+        x, y = (float(spec.focal[0]), float(spec.focal[1])) if spec.focal is not None else COMPASS.get(
+            spec.gravity, (0.5, 0.5))
+        left = min(max(round(x * image.width - width / 2), 0), image.width - width)
+        top = min(max(round(y * page - height / 2), 0), page - height)
+    if frames == 1:
+        return image.crop(left, top, width, height)
+    strip = pyvips.Image.arrayjoin([image.crop(left, k * page + top, width, height) for k in range(frames)],
+                                   across=1)
+    return _as_frames(strip, image, height)
 
 
 @dataclass(frozen=True)
@@ -377,18 +461,21 @@ def save(job: Job) -> None:
 
 
 Step = Callable[[Job], None]
-HEADER_STEPS: tuple[Step, ...] = (check_metadata, read_header, check_pixels, choose_format, fit_box, shrink_on_load)
-DECODE_STEPS: tuple[Step, ...] = (decode_jpeg, open_image, load, prepare, save)
+HEADER_STEPS: tuple[Step, ...] = (check_metadata, plan_animation, read_header, check_pixels, choose_format, fit_box,
+                                  shrink_on_load)
+DECODE_STEPS: tuple[Step, ...] = (decode_jpeg, open_image, load, finish, prepare, save)
 STEPS: tuple[Step, ...] = HEADER_STEPS + DECODE_STEPS
-"""The pipeline: metadata budget -> header (pure Python for JPEG and WebP, else libvips' one
-open) -> pixels and layout -> format -> box -> shrink-on-load -> JPEG decode (libjpeg-turbo, in
-memory) or open (libvips; JPEG, WebP: once, shrinking) -> load -> prepare -> save."""
+"""The pipeline: metadata budget (and an animation's frames) -> animated or not -> header (pure
+Python for JPEG and WebP, else libvips' one open) -> pixels and layout -> format -> box ->
+shrink-on-load -> JPEG decode (libjpeg-turbo, in memory) or open (libvips; JPEG, WebP: once,
+shrinking) -> load (resize, crop) -> finish (blur, sharpen) -> prepare (8-bit sRGB, bg) -> save."""
 
 
 def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
               max_pixels: int, *, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
               max_source_area: int | None = None, max_layout: PixelLayout | None = None,
-              max_metadata: int | None = None, max_decode_bytes: int | None = None) -> tuple[bytes, str]:
+              max_metadata: int | None = None, max_decode_bytes: int | None = None,
+              max_frames: int | None = None, reserved_frames: int | None = None) -> tuple[bytes, str]:
     """Resize and/or convert one image; returns (output bytes, output content type).
 
     Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
@@ -398,17 +485,19 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     (what its memory was reserved for, see ``cost.estimate_cost``: the hard ceiling an estimate
     error cannot pass), more channels or wider samples than ``PixelLayout.check`` allows, metadata
     over ``metadata``'s budget, or the file is corrupt or truncated; ReservationTooSmall when its
-    metadata needs more than ``max_metadata`` bytes held, or its in-memory JPEG decode more than
-    ``max_decode_bytes``. Only the first frame of an
-    animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
-    scaled down to ``caps[format]`` pixels when the result would be larger, converted to sRGB
-    and stripped of metadata. The same input and spec always give the same bytes.
+    metadata needs more than ``max_metadata`` bytes held, its in-memory JPEG decode more than
+    ``max_decode_bytes``, or its animation more frames than ``reserved_frames``. An animation
+    stays one when the output can animate (``plan_animation``: 422 TOO_MANY_FRAMES past
+    ``max_frames``), else its first frame is used; the image is auto-rotated by its EXIF
+    orientation, never enlarged, scaled down to ``caps[format]`` pixels (each frame) when the
+    result would be larger, converted to sRGB and stripped of metadata. The same input and spec
+    always give the same bytes.
     """
     if not vips.decodes(source_type):
         raise UnsupportedMedia()
     source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
     job = Job(data, source, spec, Limits(max_pixels, caps, max_source_area, max_layout, max_metadata,
-                                         max_decode_bytes))
+                                         max_decode_bytes, max_frames, reserved_frames))
     for step in HEADER_STEPS:
         step(job)
     try:
@@ -431,6 +520,63 @@ def decode_shrink(info: ImageInfo, box: tuple[int, int], fit: str = "contain") -
     return float(shrink.decode_shrink(info.format, info.width, info.height, info.orientation, box, fit))
 
 
+def _output_format(spec: TransformSpec, source: str | None) -> str:
+    """The requested format, else the source's when we can write it, else JPEG (heif, tiff)."""
+    if spec.format is not None and spec.format != AUTO:
+        return spec.format
+    return source if source is not None and source in FORMATS else "jpeg"
+
+
+def _head(data: bytes | FileInput, n: int) -> bytes:
+    return data.head(n) if isinstance(data, FileInput) else data[:n]
+
+
+def _check_frames(job: Job, image: pyvips.Image, info: ImageInfo) -> None:
+    """An animation libvips opened may not have more frames than the walk counted (what the job
+    reserved for), nor frames of another height than its first."""
+    loaded = image.height // info.height if info.height else 0
+    if loaded * info.height != image.height or loaded > max(job.frames, 1):
+        raise UnprocessableImage("The image header is inconsistent")
+    job.frames = loaded
+
+
+def _filled(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
+    """The (auto-rotated) image's size once it fills ``box`` (fit=cover, before the crop), never
+    enlarged."""
+    width, height = (info.height, info.width) if info.orientation in (5, 6, 7, 8) else (info.width, info.height)
+    scale = min(max(box[0] / width, box[1] / height), 1.0)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _per_frame(image: pyvips.Image, frames: int, apply: Callable[[pyvips.Image], pyvips.Image]) -> pyvips.Image:
+    """``apply`` to each frame of a strip on its own (a filter must not reach across frames)."""
+    if frames <= 1:
+        return apply(image)
+    page = image.height // frames
+    strip = pyvips.Image.arrayjoin([apply(image.crop(0, k * page, image.width, page)) for k in range(frames)],
+                                   across=1)
+    return _as_frames(strip, image, page)
+
+
+def _as_frames(strip: pyvips.Image, like: pyvips.Image, page: int) -> pyvips.Image:
+    """``strip`` as an animation of ``page``-high frames, with ``like``'s timing and loop count."""
+    strip = strip.copy()
+    strip.set_type(pyvips.GValue.gint_type, "page-height", page)
+    for name in ("delay", "loop", "gif-loop"):
+        if like.get_typeof(name):
+            strip.set_type(like.get_typeof(name), name, like.get(name))
+    return strip
+
+
+def _premultiplied(image: pyvips.Image, apply: Callable[[pyvips.Image], pyvips.Image]) -> pyvips.Image:
+    """``apply`` to ``image``, premultiplied by its alpha when it has one (then unpremultiplied
+    and cast back to its band format), so transparent pixels' colour does not bleed."""
+    if not image.hasalpha():
+        return apply(image)
+    form = image.format
+    return apply(image.premultiply()).unpremultiply().cast(form).copy(interpretation=image.interpretation)
+
+
 def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
     """The (auto-rotated) image's size fitted inside ``box``, never enlarged."""
     width, height = (info.height, info.width) if info.orientation in (5, 6, 7, 8) else (info.width, info.height)
@@ -441,7 +587,7 @@ def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
 def _open(job: Job, shrink: float) -> pyvips.Image:
     """The job's one libvips open (header only; pixels are decoded as they are asked for), with
     the decoder's shrink; 422 when no allowed loader reads it, 415 for a foreign format."""
-    options = _LOAD_OPTIONS
+    options = _LOAD_OPTIONS + (",n=-1" if job.animate else "")
     if shrink > 1:
         fmt = job.header.info.format
         options += f",shrink={int(shrink)}" if fmt == "jpeg" else f",scale={1 / shrink!r}"
@@ -463,11 +609,13 @@ def _opened_header(image: pyvips.Image) -> Header:
 
 def _thumbnail(image: pyvips.Image, box: tuple[int, int], fit: str,
                target: tuple[int, int] | None) -> pyvips.Image:
-    """libvips' thumbnail of an opened image: resize, rotation, crop and colour handling."""
+    """libvips' thumbnail of an opened image: resize (each frame of an animation alike), rotation,
+    crop (``fit``: contain for none, else libvips' crop: centre, attention or entropy) and colour
+    handling."""
     width, height = target or box
     options: dict[str, object] = {"height": height, "size": "force" if target else "down"}
-    if fit == "cover":
-        options["crop"] = "centre"
+    if fit != "contain":
+        options["crop"] = fit  # centre, attention or entropy (``load``)
     if image.get_typeof("icc-profile-data"):
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.

@@ -2,9 +2,15 @@
 
 Image CDNs call it strict transformations. Without a limit anyone can ask for every width from
 1 to 8192 of every image, each a resize slot taken and a cached result, so an owner may list
-the variants the site uses (MEDIASRV_ALLOWED_WIDTHS, _HEIGHTS, _FORMATS, _QUALITIES), require
-a signature made with a key only their own pages know (MEDIASRV_TRANSFORM_KEY), or both: then
-a listed variant needs no signature and any other needs one.
+the values the site uses for each parameter (MEDIASRV_ALLOWED_WIDTHS, _HEIGHTS, _FITS,
+_GRAVITIES, _FORMATS, _QUALITIES, _DPRS, _ANIMATED, _BLURS, _SHARPENS, _BGS: one per name of
+``spec.PARAMETERS``, so no parameter escapes the lists), require a signature made with a key
+only their own pages know (MEDIASRV_TRANSFORM_KEY), or both: then a listed variant needs no
+signature and any other needs one. Once any list is set, a parameter without a list may only be
+left at its default: ``fit=cover`` under a width list alone is refused, not a free second variant.
+
+Values are compared as ``/m`` writes them (``spec.canonical_pairs``): ``dpr=2`` and ``dpr=2.0``
+are one value, so a list names variants, not spellings.
 
 Checked before the file is looked up and before any slot is taken; a refusal is a 400 with a
 code of its own. Pure Python: no libvips.
@@ -13,17 +19,25 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from mediasrv.base.errors import BadRequest
-from mediasrv.images.spec import TransformSpec
+from mediasrv.images.spec import PARAMETERS, SIGNATURE_PARAMETER, TransformSpec, canonical_pairs, canonical_value
 
-__all__ = ["ANY_TRANSFORM", "SIGNATURE_PARAM", "TransformPolicy", "sign_transform"]
+__all__ = ["ALLOWED_SETTINGS", "ANY_TRANSFORM", "SIGNATURE_PARAM", "TransformPolicy", "sign_transform"]
 
-SIGNATURE_PARAM = "tsig"
+SIGNATURE_PARAM = SIGNATURE_PARAMETER
 """The query parameter carrying a transform's signature (``sign_transform``)."""
 _SIGNATURE_CHARS = 32
+
+ALLOWED_SETTINGS: dict[str, str] = {
+    "width": "allowed_widths", "height": "allowed_heights", "fit": "allowed_fits", "gravity": "allowed_gravities",
+    "format": "allowed_formats", "quality": "allowed_qualities", "dpr": "allowed_dprs",
+    "animated": "allowed_animated", "blur": "allowed_blurs", "sharpen": "allowed_sharpens", "bg": "allowed_bgs",
+}
+"""Each parameter's allow-list: the ``Settings`` field (MEDIASRV_ALLOWED_<NAME>) that holds it
+(``tests/images/test_policy.py`` checks that every name of ``spec.PARAMETERS`` has one)."""
 
 
 def sign_transform(key: str, file_id: str, spec: TransformSpec) -> str:
@@ -35,27 +49,37 @@ def sign_transform(key: str, file_id: str, spec: TransformSpec) -> str:
 
 @dataclass(frozen=True)
 class TransformPolicy:
-    """The allowed values of each transform parameter (None: any) and the signing key."""
+    """The allowed values of each transform parameter, as ``/m`` writes them (a parameter not in
+    ``lists``: any), and the signing key."""
 
-    widths: frozenset[int] | None = None
-    heights: frozenset[int] | None = None
-    formats: frozenset[str] | None = None
-    qualities: frozenset[int] | None = None
+    lists: Mapping[str, frozenset[str]] = field(default_factory=dict)
     key: str | None = None
 
     @classmethod
-    def of(cls, *, widths: Iterable[int] = (), heights: Iterable[int] = (), formats: Iterable[str] = (),
-           qualities: Iterable[int] = (), key: str | None = None) -> TransformPolicy:
-        """From the settings' lists, where empty means unset."""
-        def opt(values: Iterable[object]) -> frozenset | None:  # type: ignore[type-arg]
-            found = frozenset(values)
-            return found or None
-        return cls(opt(widths), opt(heights), opt(formats), opt(qualities), key or None)
+    def of(cls, lists: Mapping[str, Iterable[object]] | None = None, *, key: str | None = None) -> TransformPolicy:
+        """From the settings' lists (parameter -> values, empty means unset), each value checked
+        and written the way ``/m`` writes it; ValueError naming the setting for a value ``/m``
+        would refuse."""
+        found: dict[str, frozenset[str]] = {}
+        for name, values in (lists or {}).items():
+            if name not in PARAMETERS:
+                raise ValueError(f"no /m parameter is called {name}")
+            texts = []
+            for value in values:
+                text = str(value).lower() if isinstance(value, bool) else str(value)
+                try:
+                    texts.append(canonical_value(name, text))
+                except ValueError as exc:
+                    setting = "MEDIASRV_" + ALLOWED_SETTINGS[name].upper()
+                    raise ValueError(f"{setting}: {text!r} is not a value /m takes ({exc})") from None
+            if texts:
+                found[name] = frozenset(texts)
+        return cls(found, key or None)
 
     @property
     def listed(self) -> bool:
         """Whether any allow-list is set: then a parameter without a list may not be used."""
-        return any(v is not None for v in (self.widths, self.heights, self.formats, self.qualities))
+        return bool(self.lists)
 
     def check(self, file_id: str, spec: TransformSpec, signature: str | None) -> None:
         """Return when this server makes ``spec``; raise BadRequest otherwise:
@@ -78,16 +102,14 @@ class TransformPolicy:
         raise BadRequest(f"This server does not make that transform: {refusal}", code="TRANSFORM_NOT_ALLOWED")
 
     def _outside_lists(self, spec: TransformSpec) -> str:
-        """Why ``spec`` is outside the allow-lists, or "" when every parameter is listed."""
-        fmt = spec.format
-        for name, value, allowed in (("width", spec.width, self.widths), ("height", spec.height, self.heights),
-                                     ("format", fmt, self.formats), ("quality", spec.quality, self.qualities)):
-            if value is None:
-                continue
+        """Why ``spec`` is outside the allow-lists, or "" when every parameter away from its
+        default is listed."""
+        for name, value in canonical_pairs(spec):
+            allowed = self.lists.get(name)
             if allowed is None:
                 return f"'{name}' is not among the allowed parameters"
             if value not in allowed:
-                shown = ", ".join(str(v) for v in sorted(allowed, key=str))
+                shown = ", ".join(sorted(allowed, key=lambda v: (len(v), v)))
                 return f"'{name}' must be one of {shown}"
         return ""
 

@@ -13,7 +13,7 @@ import pyvips
 from mediasrv.images import vips
 from mediasrv.images.layout import PixelLayout
 
-__all__ = ["ImageInfo", "decoded_layout", "image_info", "open_header"]
+__all__ = ["ImageInfo", "decoded_layout", "frame_height", "image_info", "open_header"]
 
 _SAMPLE_BYTES = {"uchar": 1, "char": 1, "ushort": 2, "short": 2}
 """libvips band formats we decode, and their size; every other format is refused."""
@@ -21,7 +21,8 @@ _SAMPLE_BYTES = {"uchar": 1, "char": 1, "ushort": 2, "short": 2}
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """Header facts about an image: format name, size of the first frame, frame count."""
+    """Header facts about an image: format name, size of the first frame (of each frame of an
+    animation), frame count."""
 
     format: str
     width: int
@@ -58,8 +59,17 @@ def image_info(image: pyvips.Image) -> ImageInfo:
         fmt = "avif"
     pages = image.get("n-pages") if image.get_typeof("n-pages") else 1
     orientation = image.get("orientation") if image.get_typeof("orientation") else 1
-    return ImageInfo(format=fmt, width=image.width, height=image.height, pages=max(1, int(pages)),
+    return ImageInfo(format=fmt, width=image.width, height=frame_height(image), pages=max(1, int(pages)),
                      orientation=int(orientation) if 1 <= int(orientation) <= 8 else 1)
+
+
+def frame_height(image: pyvips.Image) -> int:
+    """The height of one frame: an animation opened with all its frames (``n=-1``) is a strip of
+    them, ``page-height`` each; any other image is one frame."""
+    page = image.get("page-height") if image.get_typeof("page-height") else 0
+    if 0 < page < image.height and image.height % page == 0:
+        return int(page)
+    return int(image.height)
 
 
 def decoded_layout(image: pyvips.Image) -> PixelLayout:

@@ -748,6 +748,27 @@ def test_an_escaped_parameter_name_is_refused_so_no_spelling_shares_a_cache_entr
 
 
 @needs_hot_cache
+def test_the_hot_cache_holds_each_variant_under_its_one_url(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 29 item 3: nginx keys on the URL, and mediasrv answers a variant only at its canonical
+    URL (another spelling is a 308 there, an unknown parameter a 400, neither cached), so no two
+    spellings fill two entries and no entry holds two variants; issue 29's parameters go through."""
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    sources = (f"{base}.{n}" for n in range(10, 60))  # this sidecar allows 4 /m a minute per address
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "canonical@example.com", f"{base}.9", token_source=next(sources))
+    unknown = request(sidecar.port, "GET", f"/m/{fid}?w=40", source=next(sources))
+    assert unknown.status == 400 and unknown.json()["code"] == "UNKNOWN_PARAMETER"
+    for query in ("width=40&format=JPG", "format=jpg&width=040", "width=40&format=jpeg&fit=contain"):
+        moved = request(sidecar.port, "GET", f"/m/{fid}?{query}", source=next(sources))
+        assert moved.status == 308 and moved.headers["location"] == f"{fid}?format=jpeg&width=40", query
+        assert moved.headers.get("x-cache-status") != "HIT"
+    url = f"/m/{fid}?format=jpeg&width=40"
+    assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+            for _ in range(2)] == ["MISS", "HIT"]
+    sharp = request(sidecar.port, "GET", f"/m/{fid}?width=20&dpr=2&sharpen=1", source=next(sources))
+    assert sharp.status == 200 and sharp.headers["etag"] == f'"{fid}-w20-h-f-dpr2-sharpen1"'
+
+
+@needs_hot_cache
 def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(sidecar: Sidecar, tmp_path: Path) -> None:
     """Issue 17: nginx keeps a public /m answer (original and resized variants alike) for a
     second, then asks mediasrv again with its ETag: a 304 keeps the copy (REVALIDATED, no body

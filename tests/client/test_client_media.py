@@ -24,7 +24,7 @@ from mediasrv.client import (
     transform_signature,
 )
 from mediasrv.images.policy import sign_transform
-from mediasrv.images.spec import parse_transform
+from mediasrv.images.spec import parse_transform, read_query
 from tests.conftest import Api, insert_file
 from tests.images.samples import rgb
 
@@ -51,12 +51,28 @@ def _size(path: Path) -> tuple[int, int]:
     MediaTransform(width=100, height=80, fit="contain", format="auto"),
     MediaTransform(quality=55),
     MediaTransform(format="webp", quality=100),
+    # issue 29's parameters, in spellings the server would answer with a 308
+    MediaTransform(width=100, height=100, fit="cover", gravity="North", dpr=2.0),
+    MediaTransform(width=100, height=100, fit="COVER", gravity="center", dpr="1.50", blur=3, sharpen="0.5"),
+    MediaTransform(width=50, animated=False, bg="FF0000", format="jpg", dpr=1),
+    MediaTransform(width=50, animated=True, bg="ffffff", blur=0.30),
 ])
 def test_canonical_form_and_signature_are_the_servers(transform: MediaTransform) -> None:
-    spec = parse_transform({name: [value] for name, value in transform.params().items()})
-    assert spec is not None
+    params = transform.params()
+    query = "&".join(f"{name}={value}" for name, value in params.items())
+    parsed = read_query(query)  # what the server reads of the URL the client writes
+    spec = parse_transform({name: [value] for name, value in params.items()})
+    assert spec is not None and parsed.spec == spec
+    assert parsed.canonical is None  # the client's URL is the variant's one URL: never a 308
     assert transform.canonical() == spec.cache_key()
     assert transform_signature(KEY, FILE_ID, transform) == sign_transform(KEY, FILE_ID, spec)
+
+
+def test_srcset_lists_one_url_per_width() -> None:
+    media = MediasrvClient("https://img.example")
+    got = media.srcset(FILE_ID, [320, 640], format="auto", dpr=1)
+    assert got == (f"https://img.example/m/{FILE_ID}?width=320&format=auto 320w, "
+                   f"https://img.example/m/{FILE_ID}?width=640&format=auto 640w")
 
 
 def test_params_leave_out_what_is_unset_and_sign_only_a_transform() -> None:

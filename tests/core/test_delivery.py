@@ -47,7 +47,7 @@ class FakeRunner:
     def __init__(self) -> None:
         self.runs = 0
 
-    def __call__(self, data: Any, record: FileRecord, spec: Any, max_pixels: int, reserved: Any) -> tuple[bytes, str]:
+    def __call__(self, data: Any, record: FileRecord, spec: Any, limits: Any, reserved: Any) -> tuple[bytes, str]:
         self.runs += 1
         return b"transformed", "image/webp"
 
@@ -61,7 +61,7 @@ class Setup:
 def _delivery(local: Local, pool: ResizePool, runner: FakeRunner, *, accel_prefix: str = "",
               blobs: FsBlobStore | None = None) -> MediaDelivery:
     blobs = blobs or local.blobs
-    images = ImageJobs(blobs, pool, MemoryBudget(256 * 1024 * 1024), 10_000_000, runner=runner)
+    images = ImageJobs(blobs, pool, MemoryBudget(256 * 1024 * 1024), 10_000_000, max_frames=300, runner=runner)
     return MediaDelivery(local.meta, blobs, files=FileCache(), results=ResultCache(1024 * 1024),
                          bodies=BlobCache(1024 * 1024, 64 * 1024), images=images,
                          links=LinkCheck(SIGNER, local.meta.get_user),

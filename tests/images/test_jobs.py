@@ -25,7 +25,7 @@ from mediasrv.assembly.app import Runtime, make_app
 from mediasrv.base.errors import ServerBusy
 from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.base.settings import load as load_settings
-from mediasrv.core.delivery.jobs import PREFIX_BYTES, MemoryBudget, run_transform
+from mediasrv.core.delivery.jobs import PREFIX_BYTES, JobLimits, MemoryBudget, run_transform
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, SmtpMailer
 from mediasrv.images.allocator import TrimPolicy
@@ -544,5 +544,5 @@ def test_an_in_memory_jpeg_job_trims_like_a_small_one(monkeypatch: pytest.Monkey
                         is_public=True, created_at="2026-11-28T00:00:00Z", blob_key="k", width=4000, height=3000)
     for spec in (TransformSpec(400, None, None), TransformSpec(None, None, "png")):
         estimate = estimate_for_size("jpeg", 4000, 3000, len(data), spec, buffered=True)
-        run_transform(data, record, spec, 50_000_000, estimate)
+        run_transform(data, record, spec, JobLimits(50_000_000, 300), estimate)
     assert seen == [0, 12_000_000]  # the thumbnail in memory; the full size streamed by libvips

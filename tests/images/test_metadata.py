@@ -180,6 +180,6 @@ def metadata_blob_type() -> int:
 
 
 def test_formats_without_a_walker_give_nothing() -> None:
-    assert scan_metadata(lambda o, n: b"", 0, "gif") == MetadataFacts()
+    assert scan_metadata(lambda o, n: b"", 0, "gif") == MetadataFacts()  # an empty GIF: nothing counted
     assert scan_metadata(lambda o, n: b"", 0, None) == MetadataFacts()
-    assert set(metadata._WALKERS) == {"png", "jpeg", "webp", "tiff"}
+    assert set(metadata._WALKERS) == {"png", "jpeg", "webp", "tiff", "gif"}

@@ -193,24 +193,38 @@ def test_cmyk_jpeg_becomes_rgb() -> None:
     assert decoded.bands == 3 and decoded.interpretation == "srgb"
 
 
-def test_animated_gif_keeps_first_frame_only(animated_gif: bytes) -> None:
-    for fmt in ("gif", "webp", "png"):
-        out, _ = _run(animated_gif, "image/gif", fmt=fmt)
+def _pages(out: bytes) -> int:
+    decoded = pyvips.Image.new_from_buffer(out, "")
+    return int(decoded.get("n-pages")) if decoded.get_typeof("n-pages") else 1
+
+
+def test_animated_gif_stays_animated_where_the_output_can_animate(animated_gif: bytes) -> None:
+    for fmt, pages in (("gif", 3), ("webp", 3), ("png", 1)):
+        out, _ = _run(animated_gif, "image/gif", width=20, fmt=fmt)
         decoded = pyvips.Image.new_from_buffer(out, "", **({} if fmt == "png" else {"n": -1}))
-        assert (decoded.width, decoded.height) == (40, 30)
-        pages = decoded.get("n-pages") if decoded.get_typeof("n-pages") else 1
-        assert pages == 1
-        red, green, blue = decoded(20, 15)[:3]
-        assert red > 200 and green < 60 and blue < 60
+        assert _pages(out) == pages, fmt
+        assert (decoded.width, decoded.height) == (20, 15 * pages), fmt  # each frame resized
+        colours = [decoded(10, 7 + 15 * k)[:3] for k in range(pages)]
+        assert colours[0][0] > 200 and colours[0][1] < 60  # red first
+        if pages == 3:
+            assert colours[1][1] > 200 and colours[2][2] > 200  # then green, then blue
 
 
-def test_animated_webp_keeps_first_frame_only(animated_gif: bytes) -> None:
+def test_animated_false_keeps_the_first_frame_only(animated_gif: bytes) -> None:
+    for fmt in ("gif", "webp"):
+        out, _ = transform(animated_gif, "image/gif", TransformSpec(20, None, fmt, animated=False), MAX_PIXELS)
+        assert _pages(out) == 1
+        red, green, _blue = pyvips.Image.new_from_buffer(out, "")(10, 7)[:3]
+        assert red > 200 and green < 60
+
+
+def test_animated_webp_stays_animated(animated_gif: bytes) -> None:
     webp = pyvips.Image.new_from_buffer(animated_gif, "", n=-1).webpsave_buffer()
     assert probe(webp).pages == 3
     out, content_type = _run(webp, "image/webp", width=20)
     assert content_type == "image/webp"
     decoded = pyvips.Image.new_from_buffer(out, "", n=-1)
-    assert (decoded.width, decoded.height) == (20, 15)
+    assert _pages(out) == 3 and (decoded.width, decoded.height) == (20, 45)
 
 
 def test_progressive_jpeg() -> None:
@@ -397,8 +411,8 @@ def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> 
 
 def test_the_pipeline_is_the_documented_list_of_steps() -> None:
     assert [step.__name__ for step in STEPS] == [
-        "check_metadata", "read_header", "check_pixels", "choose_format", "fit_box", "shrink_on_load",
-        "decode_jpeg", "open_image", "load", "prepare", "save"]
+        "check_metadata", "plan_animation", "read_header", "check_pixels", "choose_format", "fit_box",
+        "shrink_on_load", "decode_jpeg", "open_image", "load", "finish", "prepare", "save"]
     assert STEPS == HEADER_STEPS + DECODE_STEPS
 
 

@@ -55,7 +55,9 @@ async def test_format_auto_caches_one_result_per_choice(api: Api, stores: Any, r
     if "avif" not in FORMATS:
         pytest.skip("this libvips cannot write AVIF")
     fid, _ = await _photo(api, stores)
-    url = f"/m/{fid}?width=120&format=AUTO"
+    assert (await api.call("GET", f"/m/{fid}?width=120&format=AUTO")).headers["Location"] == \
+        f"{fid}?format=auto&width=120"  # one spelling per variant (issue 29)
+    url = f"/m/{fid}?width=120&format=auto"
     runs = runtime.images.transforms_run
     first = await api.call("GET", url, headers={"Accept": CHROME_ACCEPT})
     again = await api.call("GET", url, headers={"Accept": "image/avif"})  # another Accept, the same choice
@@ -90,8 +92,10 @@ async def test_fit_cover_fills_the_box_and_crops(api: Api, stores: Any) -> None:
     assert (_decoded(cover.body).width, _decoded(cover.body).height) == (100, 100)
     assert cover.headers["ETag"] == f'"{fid}-w100-h100-f-cover"'
     explicit = await api.call("GET", f"/m/{fid}?width=100&height=100&fit=contain")
-    assert explicit.headers["ETag"] == contain.headers["ETag"]  # contain is the default: one variant
-    small = await api.call("GET", f"/m/{fid}?width=1000&height=200&fit=Cover")  # never enlarged
+    assert explicit.code == 308  # contain is the default: one variant, one URL
+    assert explicit.headers["Location"] == f"{fid}?height=100&width=100"
+    assert (await api.call("GET", f"/m/{fid}?width=1000&height=200&fit=Cover")).code == 308
+    small = await api.call("GET", f"/m/{fid}?width=1000&height=200&fit=cover")  # never enlarged
     assert (_decoded(small.body).width, _decoded(small.body).height) == (400, 200)
 
 
@@ -158,7 +162,9 @@ async def test_signed_transforms(api: Api, stores: Any) -> None:
     r = await api.call("GET", f"/m/{fid}?width=150")
     assert r.code == 400 and body(r)["code"] == "TRANSFORM_SIGNATURE_REQUIRED"
     tsig = sign_transform(KEY, fid, TransformSpec(150, None, "webp"))
-    r = await api.call("GET", f"/m/{fid}?format=WEBP&width=0150&tsig={tsig}")  # any spelling of the spec
+    r = await api.call("GET", f"/m/{fid}?format=WEBP&width=0150&tsig={tsig}")  # any spelling of the spec...
+    assert r.code == 308 and r.headers["Location"] == f"{fid}?format=webp&tsig={tsig}&width=150"
+    r = await api.call("GET", f"/m/{r.headers['Location']}")  # ...is sent to its one URL, signature kept
     assert r.code == 200 and r.headers["Content-Type"] == "image/webp"
     r = await api.call("GET", f"/m/{fid}?width=151&format=webp&tsig={tsig}")
     assert r.code == 400 and body(r)["code"] == "INVALID_TRANSFORM_SIGNATURE"

@@ -102,7 +102,8 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
     hot_base = settings.public_url
     m, d = f"/m/{file_id}", f"/d/{file_id}"
     etag = (await _fetch(hot_base, "GET", m, {})).headers["ETag"]
-    for path in (f"{m}?width=20", f"{m}?width=20&format=auto", f"{m}?format=png"):
+    for path in (f"{m}?width=20", f"{m}?width=20&format=auto", f"{m}?format=png",
+                 f"{m}?width=20&dpr=2&fit=cover&height=10&gravity=attention&blur=1.5"):
         for accept in ("image/webp", "image/avif,image/webp"):
             assert (await _fetch(cold_base, "GET", path, {"Accept": accept})).code == 200  # variants made
     d_warm = await _fetch(hot_base, "GET", d, {})
@@ -113,13 +114,16 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
         ("GET", d, {}), ("HEAD", d, {}), ("GET", f"{m}?width=20", {}), ("HEAD", f"{m}?width=20", {}),
         ("GET", f"{m}?width=20&format=auto", {"Accept": "image/webp"}),
         ("GET", f"{m}?width=20&format=auto", {"Accept": "image/avif,image/webp"}),
-        ("GET", f"{m}?format=png", {}), ("GET", f"{m}?unrelated=1", {}),
+        ("GET", f"{m}?format=png", {}), ("GET", f"{m}?v=1", {}), ("GET", f"{m}?width=20&v=2", {}),
+        ("GET", f"{m}?width=20&dpr=2&fit=cover&height=10&gravity=attention&blur=1.5", {}),  # issue 29's
     ]
     handed_on = [  # the handler's: credentials, ranges, signed or refused transforms, odd keys
         ("GET", m, {"Range": "bytes=0-9"}), ("GET", m, {"Authorization": "Bearer not-a-token"}),
         ("GET", m, {"X-Api-Key": "nope"}), ("GET", f"{m}?width=0", {}), ("GET", f"{m}?width=20&tsig=00", {}),
         ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
         ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
+        ("GET", f"{m}?unrelated=1", {}), ("GET", f"{m}?w=20", {}),  # unknown parameters: 400
+        ("GET", f"{m}?width=20&format=JPG", {}), ("GET", f"{m}?width=20&dpr=2.0", {}),  # other spellings: 308
         ("GET", f"{m}?form%61t=png", {}), ("GET", f"{m}?width=20&t%73ig=00", {}),  # escaped names: 400
         ("GET", m, {"X-Mediasrv-Proxy-Secret": "anything"}),  # our proxy's: the handler's trust rule decides
         ("GET", f"{m}?width=20", {"X-Mediasrv-Proxy-Secret": "anything", "X-Mediasrv-Counted": "media"}),

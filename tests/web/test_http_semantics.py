@@ -365,7 +365,9 @@ async def test_format_aliases_and_case(api: Api) -> None:
     fid = (await _upload(api, token, _jpeg(), "image/jpeg"))["file_id"]
     for fmt, ctype, magic in (("jpg", "image/jpeg", b"\xff\xd8\xff"), ("JPEG", "image/jpeg", b"\xff\xd8\xff"),
                               ("WEBP", "image/webp", b"RIFF"), ("Png", "image/png", b"\x89PNG")):
-        r = await api.call("GET", f"/m/{fid}?width=40&format={fmt}")
+        moved = await api.call("GET", f"/m/{fid}?width=40&format={fmt}")  # issue 29: one URL per variant
+        assert moved.code == 308 and moved.headers["Location"] == f"{fid}?format={ctype[6:]}&width=40", fmt
+        r = await api.call("GET", f"/m/{moved.headers['Location']}")
         assert r.code == 200, (fmt, r.body)
         assert r.headers["Content-Type"] == ctype and r.body.startswith(magic)
     r = await api.call("GET", f"/m/{fid}?format=bmp")

@@ -191,6 +191,8 @@ def _check_transforms(s: Settings) -> str | None:
     unknown = [f for f in s.allowed_formats if f not in TRANSFORM_FORMATS]
     if unknown:
         return f"MEDIASRV_ALLOWED_FORMATS: {', '.join(unknown)} is not one of {', '.join(TRANSFORM_FORMATS)}"
+    if not 1 <= s.max_animation_frames <= 100_000:
+        return "MEDIASRV_MAX_ANIMATION_FRAMES must be from 1 to 100000"
     if s.transform_key is not None and len(s.transform_key) < 32:
         return "MEDIASRV_TRANSFORM_KEY must be at least 32 characters"
     return None

@@ -204,6 +204,28 @@ class Settings:
     allowed_qualities: tuple[int, ...] = _env("MEDIASRV_ALLOWED_QUALITIES", "comma-separated quality values /m "
                                               "accepts (unset: any, unless another ALLOWED_* list is set)",
                                               default=())
+    allowed_fits: tuple[str, ...] = _env("MEDIASRV_ALLOWED_FITS", "comma-separated fit values /m makes besides "
+                                         "the default contain: cover (unset: any, unless another ALLOWED_* list "
+                                         "is set)", default=())
+    allowed_gravities: tuple[str, ...] = _env("MEDIASRV_ALLOWED_GRAVITIES", "comma-separated gravity values of "
+                                              "fit=cover /m makes besides the default center (unset: any, unless "
+                                              "another ALLOWED_* list is set)", default=())
+    allowed_dprs: tuple[str, ...] = _env("MEDIASRV_ALLOWED_DPRS", "comma-separated dpr values /m makes besides "
+                                         "the default 1, e.g. 2,3 (unset: any, unless another ALLOWED_* list is "
+                                         "set)", default=())
+    allowed_animated: tuple[str, ...] = _env("MEDIASRV_ALLOWED_ANIMATED", "false: /m may be asked for the first "
+                                             "frame of an animation (unset: yes, unless another ALLOWED_* list is "
+                                             "set)", default=())
+    allowed_blurs: tuple[str, ...] = _env("MEDIASRV_ALLOWED_BLURS", "comma-separated blur sigmas /m makes "
+                                          "(unset: any, unless another ALLOWED_* list is set)", default=())
+    allowed_sharpens: tuple[str, ...] = _env("MEDIASRV_ALLOWED_SHARPENS", "comma-separated sharpen sigmas /m "
+                                             "makes (unset: any, unless another ALLOWED_* list is set)", default=())
+    allowed_bgs: tuple[str, ...] = _env("MEDIASRV_ALLOWED_BGS", "comma-separated bg colours (RRGGBB) /m makes "
+                                        "besides the default ffffff (unset: any, unless another ALLOWED_* list "
+                                        "is set)", default=())
+    max_animation_frames: int = _env("MEDIASRV_MAX_ANIMATION_FRAMES", "most frames of an animated GIF or WebP /m "
+                                     "resizes and keeps animated; longer ones are refused (422 "
+                                     "TOO_MANY_FRAMES) unless asked for with animated=false", default=300)
     transform_key: str | None = _env("MEDIASRV_TRANSFORM_KEY", "a key (32+ characters) that signs /m transforms: "
                                      "with it, a transform outside the ALLOWED_* lists (any, without lists) "
                                      "needs tsig=HMAC-SHA256(key, '<id>:<spec>') (unset: no signatures)",
@@ -378,7 +400,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "s3_timeout_s": number, "s3_min_rate_bytes": byte_size,
     "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
     "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
-    "allowed_formats": _formats, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
+    "allowed_formats": _formats, "allowed_fits": _csv, "allowed_gravities": _csv, "allowed_dprs": _csv,
+    "allowed_animated": _csv, "allowed_blurs": _csv, "allowed_sharpens": _csv, "allowed_bgs": _csv,
+    "max_animation_frames": whole_number, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
     "reservation_ttl_s": whole_number,
     "allowed_content_types": _csv, "redirect_allowlist": lambda v: tuple(
         p.strip().rstrip("/") for p in v.split(",") if p.strip()),

@@ -44,6 +44,9 @@ class MediaRequest:
     """The Accept header: what ``format=auto`` chooses from (transforms only)."""
     transform_signature: str | None = None
     """The ``tsig`` query argument: a signed transform (``mediasrv.images.policy``)."""
+    canonical_query: str | None = None
+    """The query as ``/m`` writes this variant, when the request spelt it otherwise
+    (``spec.read_query``): the answer is a 308 there."""
 
 
 @dataclass(frozen=True, slots=True)

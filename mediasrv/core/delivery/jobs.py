@@ -20,6 +20,7 @@ import collections
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from mediasrv.base.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.images import allocator
@@ -36,9 +37,18 @@ from store.models import FileRecord
 
 PREFIX_BYTES = 512 * 1024
 """Enough of a file for its header: JPEG APPn segments (EXIF, ICC) come before the frame size."""
-_RESERVATION_TRIES = 3
-"""A job runs at most three times: its metadata, then its in-memory decode, may each find that
-it needs more memory than was reserved (``ReservationTooSmall``)."""
+_RESERVATION_TRIES = 4
+"""A job runs at most four times: its metadata, its in-memory decode, then its animation's frames
+may each find that it needs more memory than was reserved (``ReservationTooSmall``)."""
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """The server's limits every transform runs under: MEDIASRV_MAX_IMAGE_PIXELS (one frame) and
+    MEDIASRV_MAX_ANIMATION_FRAMES (an animation kept animated)."""
+
+    max_pixels: int
+    max_frames: int
 WEIGHT_UNIT_BYTES = 64 * 1024 * 1024
 """A job's weight in the fair share of slots: its estimated memory in these units (1..4)."""
 
@@ -110,18 +120,19 @@ class MemoryBudget:
             granted.set_result(None)
 
 
-Runner = Callable[[imaging.FileInput | bytes, FileRecord, TransformSpec, int, JobEstimate],
+Runner = Callable[[imaging.FileInput | bytes, FileRecord, TransformSpec, JobLimits, JobEstimate],
                   tuple[bytes, str]]
 
 
 def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: TransformSpec,
-                  max_pixels: int, reserved: JobEstimate) -> tuple[bytes, str]:
+                  limits: JobLimits, reserved: JobEstimate) -> tuple[bytes, str]:
     """The real work, on a worker thread; tests inject another runner. The image may not
-    decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
+    decode to more pixels, more bytes per pixel or more frames than ``reserved`` holds memory for."""
     try:
-        return imaging.transform(data, record.content_type, spec, max_pixels, max_source_area=reserved.source_area,
-                                 max_layout=reserved.layout, max_metadata=reserved.metadata_bytes,
-                                 max_decode_bytes=reserved.decode_bytes)
+        return imaging.transform(data, record.content_type, spec, limits.max_pixels,
+                                 max_source_area=reserved.source_area, max_layout=reserved.layout,
+                                 max_metadata=reserved.metadata_bytes, max_decode_bytes=reserved.decode_bytes,
+                                 max_frames=limits.max_frames, reserved_frames=reserved.frames)
     finally:
         # An in-memory JPEG decode's large buffers (the frame, the coefficients) are mappings of
         # their own (allocator.MMAP_THRESHOLD_BYTES), returned when freed: nothing to trim but
@@ -136,11 +147,12 @@ class ImageJobs:
     """Admission, memory budget and execution of resize/format jobs (the /m hot path)."""
 
     def __init__(self, blobs: BlobStore, pool: ResizePool, budget: MemoryBudget, max_pixels: int,
-                 *, runner: Runner = run_transform) -> None:
+                 *, max_frames: int, runner: Runner = run_transform) -> None:
         self._blobs, self.pool, self.budget = blobs, pool, budget
         # Local files: the worker decodes through a descriptor the store opens; else read_all.
         self._files = blobs if isinstance(blobs, LocalBlobFiles) else None
         self._max_pixels = max_pixels
+        self.limits = JobLimits(max_pixels, max_frames)
         self._runner = runner
         self._in_flight: dict[tuple[str, str], asyncio.Future[tuple[bytes, str]]] = {}
         self.transforms_run = 0
@@ -184,9 +196,9 @@ class ImageJobs:
                 try:
                     return await self._reserve_and_run(record, spec, estimate)
                 except ReservationTooSmall as short:
-                    # More metadata than files usually carry (within its budget), or a
-                    # progressive JPEG's coefficients: reserved anew, in full, rather than
-                    # topped up while holding the first reservation.
+                    # More metadata than files usually carry (within its budget), a
+                    # progressive JPEG's coefficients, or an animation's frames: reserved anew,
+                    # in full, rather than topped up while holding the first reservation.
                     estimate = short.grow(estimate)
             return await self._reserve_and_run(record, spec, estimate)
         finally:
@@ -231,16 +243,16 @@ class ImageJobs:
 
     async def _run(self, record: FileRecord, spec: TransformSpec,
                    reserved: JobEstimate) -> tuple[bytes, str]:
-        max_pixels, runner, files = self._max_pixels, self._runner, self._files
+        limits, runner, files = self.limits, self._runner, self._files
         self.transforms_run += 1
         if files is not None:  # the worker opens the blob (no I/O on the loop)
             return await self.pool.execute(
-                lambda: _with_file(files, record.blob_key, lambda f: runner(f, record, spec, max_pixels, reserved)))
+                lambda: _with_file(files, record.blob_key, lambda f: runner(f, record, spec, limits, reserved)))
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
         except BlobNotFound:
             raise NotFound("File not found", code="FILE_NOT_FOUND") from None
-        return await self.pool.execute(lambda: runner(data, record, spec, max_pixels, reserved))
+        return await self.pool.execute(lambda: runner(data, record, spec, limits, reserved))
 
 
 def _retrieve_exception(task: asyncio.Future[tuple[bytes, str]]) -> None:

@@ -111,6 +111,8 @@ class MediaDelivery:
         ``deliver_cached`` answers from memory is a step of it (``_body_from_memory``,
         ``_variant_from_memory``), so a decision is made in one place for both."""
         self._check_policy(request)
+        if request.canonical_query is not None:
+            return self._to_canonical(request)
         record = await self._readable_record(request)
         try:
             if request.spec is None:
@@ -129,7 +131,8 @@ class MediaDelivery:
         revalidates at the store). A transform this server does not make raises as in
         ``deliver``."""
         self._check_policy(request)
-        if request.range is not None or request.proxy_cache or not _KEY_RE.match(request.key):
+        if request.range is not None or request.proxy_cache or not _KEY_RE.match(request.key) or \
+                request.canonical_query is not None:
             return None
         record = self.files.peek(request.key)
         if self.files.due:
@@ -152,6 +155,17 @@ class MediaDelivery:
     def _check_policy(self, request: MediaRequest) -> None:
         if request.spec is not None:
             self._policy.check(request.key, request.spec, request.transform_signature)
+
+    def _to_canonical(self, request: MediaRequest) -> MediaAnswer:
+        """308 to the variant's one spelling (``spec.read_query``), decided from the URL alone,
+        before any look-up: the same answer whether the file exists or not, so it tells nothing,
+        and it may be kept as long as a public file's answer. A relative reference (the id, then the
+        query), so it holds behind a proxy that serves ``/m`` under another prefix."""
+        if not _KEY_RE.match(request.key):
+            raise _not_found()
+        query = request.canonical_query
+        location = quote(request.key) + (f"?{query}" if query else "")
+        return MediaAnswer(308, {"Location": location, "Cache-Control": self._public_cache, "Content-Length": "0"})
 
     def _peek_result(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
         """A cached variant, its lookup counted only when it answers (``deliver_cached`` hands
@@ -407,7 +421,9 @@ class _Variant:
 
     @classmethod
     def of(cls, record: FileRecord, spec: TransformSpec, request: MediaRequest) -> _Variant:
-        chosen = spec.negotiated(request.accept)  # format=auto: one variant (and ETag) per choice
+        # format=auto: one variant (and ETag) per choice; gravity=focal: per focal point, so a
+        # point the owner moves is a new variant (a new ETag: caches revalidate to the new crop).
+        chosen = spec.negotiated(request.accept, record.content_type).at_focal(record.focal_point)
         key = chosen.cache_key()
         return cls(chosen, key, f'"{record.file_id}-{key}"', _modified(record.created_at), spec.format == AUTO)
 

@@ -235,7 +235,7 @@ class ResumableUploads:
                                 locked.is_public, locked.length, self._files.limits_for(user), self._files.allow,
                                 one_write=False, on_end=ended, in_background=self._files.abort_later,
                                 file_id=file_id, resumed=Progress.parse(locked.progress, locked.head), writer=writer,
-                                reserved=locked.length, before_undo=forget)
+                                reserved=locked.length, before_undo=forget, on_stored=self._files.on_stored)
         return Patch(self, locked, lock, session, writer, checksum)
 
     async def _unlock(self, file_id: str, lock: str) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mediasrv.base.errors import Forbidden, NotFound, PayloadTooLarge
+from mediasrv.base.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from mediasrv.base.settings import Settings
 from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
@@ -75,11 +76,14 @@ class FileService:
 
     def __init__(self, settings: Settings, meta: MetaStore, blobs: BlobStore, domains: DomainService,
                  on_deleted: Callable[[FileRecord], None], guard: StoreGuard | None = None,
-                 gate: QueryGate | None = None) -> None:
+                 gate: QueryGate | None = None, on_stored: Callable[[FileRecord], None] | None = None) -> None:
         self._settings, self._meta, self._blobs = settings, meta, blobs
         self._guard = guard
         self._domains = domains
         self._on_deleted = on_deleted
+        self.on_stored = on_stored
+        """Told of each file stored, by any front (POST /files, a finished resumable upload)."""
+        """Told of each stored upload (``Placeholders.schedule``)."""
         self.gate = gate or QueryGate()
         self.allow = AllowList(settings.allowed_content_types)
         """The content types this server stores (MEDIASRV_ALLOWED_CONTENT_TYPES)."""
@@ -152,7 +156,8 @@ class FileService:
         await self.require_store()
         ended = self.upload_slots(user.id, limits.cap_bytes if declared_size is None else declared_size)
         upload = UploadSession(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
-                               self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later)
+                               self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later,
+                               on_stored=self.on_stored)
         try:
             await upload.start()  # releases its own reservation if it fails (503)
         except BaseException:
@@ -198,6 +203,20 @@ class FileService:
         render = await self.renderer(record.user_id)
         return render(record)
 
+    async def update(self, user: User, file_id: str, changes: FileChanges) -> dict[str, Any]:
+        """PATCH /files/{id}: change the caller's own file's name, visibility or focal point
+        (404 for anyone else's), then drop it from this process's caches (record, bytes,
+        variants) as a delete does; other processes and the sidecar's cache follow within the
+        purge bound (the record cache's refresh, nginx's revalidation: a focal point is part of
+        the ``gravity=focal`` variant's ETag, a private file is a 404)."""
+        await self.owned(user, file_id)
+        record = await self._meta.update_file(user.id, file_id, changes.fields())
+        if record is None:
+            raise NotFound("File not found", code="FILE_NOT_FOUND")
+        self._on_deleted(record)
+        render = await self.renderer(record.user_id)
+        return render(record)
+
     async def delete(self, user: User, file_id: str) -> bool:
         """Delete the caller's own file (record, caches, blob); False when it is not theirs or gone.
 
@@ -240,6 +259,69 @@ class FileService:
         return record is not None
 
 
+@dataclass(frozen=True)
+class FileChanges:
+    """What PATCH /files/{id} asked to change, already validated (``read_changes``): each field
+    is changed only when named (``named``), so a null name or focal point clears it."""
+
+    named: frozenset[str] = frozenset()
+    name: str | None = None
+    is_public: bool = False
+    focal_point: tuple[float, float] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The record's fields to write (``store.models.FILE_UPDATABLE``)."""
+        out: dict[str, Any] = {}
+        if "name" in self.named:
+            out["name"] = self.name
+        if "is_public" in self.named:
+            out["is_public"] = self.is_public
+        if "focal_point" in self.named:
+            point = self.focal_point
+            out["focal_x"], out["focal_y"] = (None, None) if point is None else point
+        return out
+
+
+PATCHABLE = ("name", "is_public", "focal_point")
+"""The File fields PATCH /files/{id} changes."""
+
+
+def read_changes(body: dict[str, Any]) -> FileChanges:
+    """A PATCH /files/{id} body as ``FileChanges``; 400 for a field not in ``PATCHABLE``
+    (UNKNOWN_FIELD: nothing is silently ignored), a name that is not a string of at most
+    ``MAX_NAME_CHARS`` characters without control characters or null (INVALID_FILE_NAME), an
+    ``is_public`` that is not a boolean (INVALID_IS_PUBLIC), or a focal point that is not null or
+    ``{"x": 0..1, "y": 0..1}`` (INVALID_FOCAL_POINT)."""
+    unknown = [key for key in body if key not in PATCHABLE]
+    if unknown:
+        raise BadRequest(f"Unknown field '{unknown[0][:40]}': PATCH /files/{{id}} takes {', '.join(PATCHABLE)}",
+                         code="UNKNOWN_FIELD")
+    name = body.get("name")
+    if "name" in body and name is not None and (
+            not isinstance(name, str) or len(name) > MAX_NAME_CHARS
+            or any(unicodedata.category(c) == "Cc" for c in name)):
+        raise BadRequest(f"name must be a string of at most {MAX_NAME_CHARS} characters without control "
+                         "characters, or null", code="INVALID_FILE_NAME")
+    is_public = body.get("is_public", False)
+    if not isinstance(is_public, bool):
+        raise BadRequest("is_public must be true or false", code="INVALID_IS_PUBLIC")
+    return FileChanges(named=frozenset(body), name=name or None, is_public=is_public,
+                       focal_point=_focal_point(body.get("focal_point")))
+
+
+def _focal_point(value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    coordinates: list[float] = []
+    if isinstance(value, dict) and set(value) == {"x", "y"}:
+        coordinates = [c for c in (value["x"], value["y"])
+                       if isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c <= 1]
+    if len(coordinates) != 2:
+        raise BadRequest('focal_point must be null or {"x": 0..1, "y": 0..1}, fractions of the width and height',
+                         code="INVALID_FOCAL_POINT")
+    return float(coordinates[0]), float(coordinates[1])
+
+
 def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:
     """Every field of the interface's File, always present."""
     fid = record.file_id
@@ -249,6 +331,8 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "public_url": f"{public_base}/m/{fid}", "default_url": f"{default_base}/m/{fid}",
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
+        "focal_point": None if record.focal_point is None else {"x": record.focal_x, "y": record.focal_y},
+        "placeholder": record.placeholder or None,  # "": an image /m could not reduce
     }
 
 

@@ -160,18 +160,21 @@ class UploadSession:
                  on_end: Callable[[], None] | None = None,
                  in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future,
                  file_id: str | None = None, resumed: Progress | None = None, writer: BlobWriter | None = None,
-                 reserved: int | None = None, before_undo: Callable[[], Awaitable[object]] | None = None) -> None:
+                 reserved: int | None = None, before_undo: Callable[[], Awaitable[object]] | None = None,
+                 on_stored: Callable[[FileRecord], None] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
         other checks together). ``on_end``: called once, when the upload is stored, or aborted
         and its buffers dropped. ``in_background``: runs the undo of an abandoned upload
-        (``FileService.abort_later``: shutdown waits for it).
+        (``FileService.abort_later``: shutdown waits for it). ``on_stored``: called with the
+        record once it is stored (an image's placeholder is made then, in the background).
 
         A resumable upload's session (``resumed``, its ``Progress`` so far; ``writer``, the
         partial blob's; ``reserved``, the quota reserved at its creation under ``file_id``)
         skips ``start``; ``before_undo`` forgets the upload's state before an abort gives back
         its reservation and bytes."""
+        self._on_stored = on_stored
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -372,6 +375,8 @@ class UploadSession:
         await self._insert(record)
         self._done = True
         self._ended()
+        if self._on_stored is not None:
+            self._on_stored(record)
         return record
 
     async def _unless_gone(self, step: Awaitable[T]) -> T:
