@@ -173,6 +173,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
+    runtime.relay.start()  # webhook deliveries: every process sends, one claim per delivery
     housekeeping, lease = start_housekeeping(settings, meta, blobs, primary=primary)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
@@ -230,7 +231,7 @@ def start_metrics(app: tornado.web.Application, runtime: Runtime,
     and/or the Unix socket MEDIASRV_METRICS_SOCKET (mode 0600: the --workers parent or the
     sidecar reads it); counts every public request."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
-                             "libvips": vips.libvips_info()})
+                             "libvips": vips.libvips_info(), "webhooks": runtime.relay.counters})
     app.settings["log_function"] = chain(app.settings["log_function"], recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     if settings.metrics_port is not None:

@@ -48,6 +48,10 @@ from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
+from mediasrv.core.webhooks.destinations import AddressGuard, DnsResolver, Resolver, SystemResolver
+from mediasrv.core.webhooks.relay import SETTLE_MIN_S, Relay
+from mediasrv.core.webhooks.sender import Sender
+from mediasrv.core.webhooks.service import ChangeBell, WebhookService
 from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
@@ -63,6 +67,8 @@ from store.models import FileRecord
 
 ABORT_DRAIN_S = 2.0
 """How long shutdown waits for cut-off uploads to give their blob and reservation back."""
+WEBHOOK_GRACE_S = 2.0
+"""How long shutdown lets webhook sends in flight finish; the rest are handed to another process."""
 
 
 @dataclass
@@ -78,12 +84,14 @@ class Runtime:
     images: ImageJobs
     guard: StoreGuard
     files: FileService
+    relay: Relay
     file_cache: FileCache | None = None
     results: ResultCache | None = None
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
-        # first, while the stores are still open.
+        # first, while the stores are still open; webhook sends in flight get a moment.
+        await self.relay.stop(grace_s=min(WEBHOOK_GRACE_S, flush_timeout_s))
         await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
         await self.guard.stop()
         await self.flusher.stop(flush_timeout_s)
@@ -118,6 +126,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
+    relay = webhook_relay(settings, meta, mail, lambda user_id: file_service.renderer(user_id))
+    meta = ChangeBell(meta, relay.poke)  # type: ignore[assignment]  # uploads and deletes wake the relay
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
@@ -155,7 +165,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
         health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard,
-        invites=AdminInvites(InviteService(meta), settings.admin_emails))
+        invites=AdminInvites(InviteService(meta), settings.admin_emails),
+        webhooks=WebhookService(settings, meta, relay.poke))
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -166,8 +177,26 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight, images=images, guard=guard, files=file_service,
+                          inflight=inflight, images=images, guard=guard, files=file_service, relay=relay,
                           file_cache=file_cache, results=results)
+
+
+def webhook_resolver(settings: Settings) -> Resolver:
+    """MEDIASRV_DNS_NAMESERVERS when set (as for the domain check), else the system's resolver."""
+    if settings.dns_nameservers:
+        from mediasrv.core.settings_checks import parse_nameserver
+
+        return DnsResolver(tuple(parse_nameserver(ns) for ns in settings.dns_nameservers))
+    return SystemResolver()
+
+
+def webhook_relay(settings: Settings, meta: MetaStore, mail: MailQueue, renderer: Any) -> Relay:
+    """This process's webhook relay (started by ``mediasrv serve`` once it listens)."""
+    guard = AddressGuard(webhook_resolver(settings), allow_private=settings.webhook_allow_private)
+    return Relay(meta, Sender(guard), renderer, mail, concurrency=settings.webhook_concurrency,
+                 per_endpoint=settings.webhook_per_endpoint, claim_s=settings.webhook_claim_s,
+                 settle_s=max(SETTLE_MIN_S, 10 * settings.mongodb_timeout_ms / 1000),
+                 dashboard_url=settings.dashboard_url)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:
@@ -194,6 +223,7 @@ class _RouteArgs:
     delivery: MediaDelivery
     guard: StoreGuard
     invites: AdminInvites
+    webhooks: WebhookService
 
 
 Table = list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]

@@ -1,0 +1,269 @@
+"""The delivery loop of one process: spread recorded changes, claim due deliveries, send them.
+
+Every serving process runs one. Each round it asks the store to spread the changes recorded
+since (MongoDB; SQLite wrote the deliveries with the change), then claims as many due
+deliveries as it has free slots (``MEDIASRV_WEBHOOK_CONCURRENCY``), at most
+``MEDIASRV_WEBHOOK_PER_ENDPOINT`` in flight to one endpoint, so a slow or dead endpoint holds
+a few slots for at most the 10 s timeout each and every other endpoint's deliveries go on.
+A claim lasts ``MEDIASRV_WEBHOOK_CLAIM`` seconds: no other process (of this host or another)
+sends that delivery meanwhile; if this process dies, another takes it when the claim runs out.
+Delivery is at least once: a process that sent but died before recording it, or whose claim
+expired while the receiver was slow, may see it sent again, under the same ``webhook-id``.
+
+A round runs at once when this process records a change (``poke``: the store wrapper in
+``mediasrv.core.webhooks.service`` calls it after an upload or delete), when a delivery ends
+and frees a slot, and every ``poll_s`` otherwise (retries falling due, other processes'
+changes, claims of dead processes). Everything here is on the event loop; the sends are
+network I/O, the store calls are the store's own executors.
+
+Each attempt is logged in the access log's terms (``mediasrv.webhooks``: status, where, how
+long, whose) and counted for /metrics, with the queue's size and age (``snapshot``).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mediasrv.core.lease import holder_id
+from mediasrv.core.mail import MailQueue, Message
+from mediasrv.core.tasks import cancel_and_wait
+from mediasrv.core.timeutil import iso, parse_iso
+from mediasrv.core.webhooks.destinations import parse_target
+from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, Renderer, render_body, retry_delay_s
+from mediasrv.core.webhooks.sender import Attempt, Sender
+from store.base import MetaStore
+from store.errors import StoreError
+from store.models import DELIVERY_FAILED, DELIVERY_PENDING, DELIVERY_SUCCEEDED, ClaimedDelivery, DeliveryOutcome
+
+log = logging.getLogger("mediasrv.webhooks")
+POLL_S = 1.0
+SPREAD_BATCH = 500
+STATS_EVERY_S = 10.0
+PURGE_EVERY_S = 3600.0
+KEEP_DELIVERIES = dt.timedelta(days=7)
+"""Finished deliveries stay listed (GET /webhooks/{id}/deliveries) this long."""
+SETTLE_MIN_S = 60.0
+ERROR_PAUSE_S = 5.0
+
+
+@dataclass
+class Counters:
+    """What /metrics reads (plain numbers, read at scrape time)."""
+
+    attempts: dict[str, int] = field(default_factory=lambda: {"succeeded": 0, "retry": 0, "failed": 0})
+    pending: int = 0
+    due: int = 0
+    oldest_pending_age_s: float = 0.0
+    oldest_due_age_s: float = 0.0
+    in_flight: int = 0
+    disabled: int = 0
+
+
+class Relay:
+    def __init__(self, meta: MetaStore, sender: Sender, renderer: Renderer, mail: MailQueue | None = None, *,
+                 concurrency: int = 32, per_endpoint: int = 4, claim_s: float = 60.0, poll_s: float = POLL_S,
+                 settle_s: float = SETTLE_MIN_S, holder: str | None = None,
+                 clock: Callable[[], float] = time.time, dashboard_url: str = "") -> None:
+        """``clock``: Unix seconds for every decision (due times, claims, the three days before
+        an endpoint is disabled); tests move it instead of waiting. ``settle_s``: how long a
+        MongoDB delete's event may wait for its record to go (more than the store's timeouts)."""
+        self._meta, self._sender, self._renderer, self._mail = meta, sender, renderer, mail
+        self._concurrency, self._per_endpoint = concurrency, per_endpoint
+        self._claim_s, self._poll_s, self._settle_s = claim_s, poll_s, settle_s
+        self.holder = holder or holder_id()
+        self._clock = clock
+        self._dashboard_url = dashboard_url
+        self._sending: dict[asyncio.Task[None], ClaimedDelivery] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._next_stats = 0.0
+        self._next_purge = 0.0
+        self.counters = Counters()
+
+    # --- life ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def poke(self) -> None:
+        """A change was recorded here: run a round now rather than at the next poll."""
+        self._wake.set()
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        """No more claims; sends in flight get ``grace_s`` to finish, the rest are cancelled and
+        their claims let go, so another process sends them at once (never lost, maybe twice)."""
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=grace_s)
+        left = dict(self._sending)
+        for pending in left:
+            pending.cancel()
+        if left:
+            await asyncio.wait(set(left), timeout=1.0)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._meta.release_deliveries(
+                    [c.delivery.id for c in left.values()], self.holder), 2.0)
+        await self._sender.close()
+
+    async def idle(self) -> None:
+        """Until no delivery of this process is in flight (tests)."""
+        while self._sending:
+            await asyncio.wait(set(self._sending))
+
+    async def _run(self) -> None:
+        while True:
+            busy = False
+            try:
+                busy = await self.round()
+            except Exception as exc:  # a store outage: try again later, never end the loop
+                log.warning("webhook relay round failed (%s); trying again in %.0f s", type(exc).__name__,
+                            ERROR_PAUSE_S)
+                await asyncio.sleep(ERROR_PAUSE_S)
+            if not busy:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
+            self._wake.clear()
+
+    # --- one round ---------------------------------------------------------------------------
+
+    async def round(self) -> bool:
+        """Spread, claim, start the sends; True when there is more to do at once (a full batch
+        of changes, or every free slot filled: ``_done`` wakes the loop when one frees)."""
+        now = self._clock()
+        spread = await self._meta.spread_events(iso_at(now), iso_at(now - self._settle_s), SPREAD_BATCH)
+        await self._housekeeping(now)
+        free = self._concurrency - len(self._sending)
+        if free <= 0:
+            return False
+        busy: dict[str, int] = {}
+        for claimed in self._sending.values():
+            busy[claimed.webhook.id] = busy.get(claimed.webhook.id, 0) + 1
+        claims = await self._meta.claim_deliveries(self.holder, iso_at(now), iso_at(now + self._claim_s), free,
+                                                   self._per_endpoint, busy)
+        for claimed in claims:
+            task = asyncio.get_running_loop().create_task(self._deliver(claimed))
+            self._sending[task] = claimed
+            task.add_done_callback(self._done)
+        self.counters.in_flight = len(self._sending)
+        return spread >= SPREAD_BATCH
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._sending.pop(task, None)
+        self.counters.in_flight = len(self._sending)
+        self._wake.set()  # a slot is free: claim again
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook delivery failed unexpectedly", exc_info=task.exception())
+
+    async def _housekeeping(self, now: float) -> None:
+        if now >= self._next_stats:
+            self._next_stats = now + STATS_EVERY_S
+            stats = await self._meta.delivery_stats(iso_at(now))
+            c = self.counters
+            c.pending, c.due = stats.pending, stats.due
+            c.oldest_pending_age_s = _age(now, stats.oldest_pending_at)
+            c.oldest_due_age_s = _age(now, stats.oldest_due_at)
+        if now >= self._next_purge:
+            self._next_purge = now + PURGE_EVERY_S
+            await self._meta.purge_deliveries(iso_at(now - KEEP_DELIVERIES.total_seconds()))
+
+    # --- one delivery ------------------------------------------------------------------------
+
+    async def _deliver(self, claimed: ClaimedDelivery) -> None:
+        hook, event = claimed.webhook, claimed.event
+        if not hook.enabled:  # disabled between the claim and now
+            await self._finish(claimed, Attempt(ok=False, status=None, error="endpoint disabled", duration_ms=0),
+                               give_up=True)
+            return
+        try:
+            body = await render_body(event, self._renderer)
+        except StoreError as exc:  # the owner's custom domain could not be read: an attempt failed
+            attempt = Attempt(ok=False, status=None, error=f"not sent: {type(exc).__name__}", duration_ms=0)
+        else:
+            attempt = await self._sender.send(hook.url, hook.secret, event.id, body)
+        await self._finish(claimed, attempt)
+        try:
+            if attempt.ok:
+                if hook.failing_since is not None:
+                    await self._meta.note_webhook_result(hook.id, True, iso_at(self._clock()))
+            else:
+                await self._note_failure(claimed)
+        except StoreError as exc:
+            log.warning("webhook %s: its health could not be recorded (%s)", hook.id, type(exc).__name__)
+
+    async def _finish(self, claimed: ClaimedDelivery, attempt: Attempt, *, give_up: bool = False) -> None:
+        now = self._clock()
+        attempts = claimed.delivery.attempts + 1
+        delay = None if give_up or attempts >= MAX_ATTEMPTS else retry_delay_s(attempts)
+        if attempt.ok:
+            state, next_at, outcome = DELIVERY_SUCCEEDED, None, "succeeded"
+        elif delay is None:
+            state, next_at, outcome = DELIVERY_FAILED, None, "failed"
+        else:
+            state, next_at, outcome = DELIVERY_PENDING, iso_at(now + delay), "retry"
+        result = DeliveryOutcome(state=state, at=iso_at(now), next_attempt_at=next_at,
+                                 response_status=attempt.status, error=attempt.error,
+                                 duration_ms=attempt.duration_ms)
+        recorded = False
+        try:
+            recorded = await self._meta.finish_delivery(claimed.delivery.id, self.holder, result)
+        except StoreError as exc:  # the claim runs out and another process sends it again
+            log.warning("webhook delivery %s: its outcome could not be recorded (%s)", claimed.delivery.id,
+                        type(exc).__name__)
+        self.counters.attempts[outcome] += 1
+        self._log(claimed, attempt, attempts, outcome, next_at, recorded)
+
+    async def _note_failure(self, claimed: ClaimedDelivery) -> None:
+        now = self._clock()
+        hook = await self._meta.note_webhook_result(claimed.webhook.id, False, iso_at(now))
+        if hook is None or not hook.enabled or hook.failing_since is None:
+            return
+        if now - parse_iso(hook.failing_since).timestamp() < DISABLE_AFTER.total_seconds():
+            return
+        if not await self._meta.set_webhook_enabled(hook.id, False, iso_at(now), "failing"):
+            return  # another process disabled it first (and told the owner)
+        self.counters.disabled += 1
+        log.warning("webhook %s of user %s disabled: every attempt failed since %s", hook.id, hook.user_id,
+                    hook.failing_since)
+        await self._tell_owner(hook.user_id, hook.id, parse_target(hook.url).origin, hook.failing_since)
+
+    async def _tell_owner(self, user_id: str, webhook_id: str, where: str, since: str) -> None:
+        if self._mail is None:
+            return
+        user = await self._meta.get_user(user_id)
+        if user is None:  # the account is gone: nobody to tell
+            return
+        self._mail.submit(Message(
+            to=user.email, subject="A webhook endpoint was disabled",
+            text=(f"Every delivery to your webhook endpoint {webhook_id} ({where}) has failed since {since}, "
+                  "so it has been disabled and its pending events dropped.\n\n"
+                  "Fix the receiver, then enable the endpoint again in the dashboard's Webhooks page "
+                  f"(or PATCH /webhooks/{webhook_id} with {{\"enabled\": true}}):\n\n{self._dashboard_url}\n")))
+
+    def _log(self, claimed: ClaimedDelivery, attempt: Attempt, attempts: int, outcome: str, next_at: str | None,
+             recorded: bool) -> None:
+        hook, event = claimed.webhook, claimed.event
+        where = parse_target(hook.url).origin
+        status = attempt.status if attempt.status is not None else "-"
+        facts = {"status": attempt.status, "error": attempt.error, "url": where, "duration_ms": attempt.duration_ms,
+                 "user": hook.user_id, "webhook": hook.id, "event": event.type, "webhook_id": event.id,
+                 "attempt": attempts, "outcome": outcome, "next_attempt_at": next_at}
+        text = (f"{status} POST {where} {attempt.duration_ms}ms user={hook.user_id} webhook={hook.id} "
+                f"event={event.type} id={event.id} attempt={attempts} {outcome}"
+                + (f" next={next_at}" if next_at else "") + (f" error={attempt.error!r}" if attempt.error else "")
+                + ("" if recorded else " (claim lost: not recorded)"))
+        log.log(logging.INFO if attempt.ok else logging.WARNING, "webhook delivery: %s", text,
+                extra={"webhook": facts})
+
+
+def iso_at(unix_s: float) -> str:
+    return iso(dt.datetime.fromtimestamp(unix_s, dt.UTC))
+
+
+def _age(now: float, stamp: str | None) -> float:
+    return max(0.0, now - parse_iso(stamp).timestamp()) if stamp else 0.0
