@@ -12,6 +12,7 @@ JSON line per request to OUT (the benchmark's receiver).
 """
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import sys
@@ -102,6 +103,14 @@ class Receiver:
                 assert left > 0, f"{len(self.received)} of {count} webhook requests arrived in {timeout} s"
                 self._cond.wait(left)
             return list(self.received)
+
+    async def arrived(self, count: int, timeout: float = 15.0) -> list[Received]:
+        """``wait_for`` for a test whose event loop must keep running meanwhile (the sender's)."""
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count:
+            assert time.monotonic() < deadline, f"{len(self.received)} of {count} webhook requests arrived"
+            await asyncio.sleep(0.01)
+        return list(self.received)
 
     def verified(self, secret: str) -> list[Any]:
         """Every request checked with the standardwebhooks library; their parsed bodies."""

@@ -1,0 +1,338 @@
+"""The webhook relay against a real store (SQLite and MongoDB over the wire) and a real receiver.
+
+Time is the relay's injected clock: a retry due in five hours is one ``advance`` away, and three
+days of failures take a few rounds, not three days. Rounds are run one by one (``round`` then
+``idle``), as the relay's loop would run them. The ``webhook-timestamp`` of each request is
+the real time, so every request is verified with the ``standardwebhooks`` library exactly as
+a receiver would verify it.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from mediasrv.core.files.service import file_json
+from mediasrv.core.mail import MailQueue, Message
+from mediasrv.core.webhooks.destinations import AddressGuard, SystemResolver
+from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, RETRY_DELAYS_S
+from mediasrv.core.webhooks.relay import Relay
+from mediasrv.core.webhooks.sender import Sender
+from mediasrv.core.webhooks.signing import new_secret
+from store import outbox
+from store.base import MetaStore
+from store.models import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    DELIVERY_SUCCEEDED,
+    FILE_CREATED,
+    FILE_EVENTS,
+    FileRecord,
+    Webhook,
+)
+from tests.store.conftest import MetaFactory, meta, meta_factory  # noqa: F401  (fixtures: both backends)
+from tests.store.test_meta_contract import add_file, add_user
+from tests.webhook_receiver import Answer, Received, Receiver
+
+BASE = "http://media.test"
+
+
+class Clock:
+    """The relay's time: real time at first, then moved by the test only."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Mails:
+    """A mailer that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.sent: list[Message] = []
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+
+
+async def renderer(user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
+    return lambda record: file_json(record, BASE, BASE)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+MADE: list[Relay] = []
+
+
+@pytest.fixture(autouse=True)
+def closes_relays(io_loop: Any) -> Iterator[None]:
+    """Every relay a test made is stopped after it (its kept-alive connections closed)."""
+    yield
+    while MADE:
+        io_loop.run_sync(MADE.pop().stop)
+
+
+def relay_for(meta: MetaStore, clock: Clock, *, holder: str = "a", mail: MailQueue | None = None,
+              timeout_s: float = 5.0, **kw: Any) -> Relay:
+    sender = Sender(AddressGuard(SystemResolver(), allow_private=True), timeout_s=timeout_s)
+    relay = Relay(meta, sender, renderer, mail, holder=holder, clock=clock, **kw)
+    MADE.append(relay)
+    return relay
+
+
+async def endpoint(meta: MetaStore, user_id: str, url: str, hook_id: str = "w1") -> Webhook:
+    hook = Webhook(id=hook_id, user_id=user_id, url=url, events=FILE_EVENTS, description=None,
+                   secret=new_secret(), created_at="2026-01-01T00:00:00.000Z")
+    assert await meta.create_webhook(hook, 10)
+    return hook
+
+
+async def run(relay: Relay) -> None:
+    """One round and the sends it started."""
+    await relay.round()
+    await relay.idle()
+
+
+def answers(*statuses: int) -> Callable[[Received], Answer]:
+    """A receiver answering these statuses in turn, then the last one for ever."""
+    left = list(statuses)
+    return lambda r: (left.pop(0) if len(left) > 1 else left[0], {})
+
+
+async def test_a_retry_keeps_its_webhook_id_and_every_attempt_is_signed(meta: MetaStore, clock: Clock,
+                                                                        receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    hook = await endpoint(meta, "u1", receiver.url)
+    record = await add_file(meta, "u1", "f1")
+    receiver.respond = answers(500, 502, 204)
+    relay = relay_for(meta, clock)
+    await run(relay)
+    [first] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+    assert (first.state, first.attempts, first.response_status) == (DELIVERY_PENDING, 1, 500)
+    clock.advance(RETRY_DELAYS_S[0] - 1)
+    await run(relay)
+    assert len(receiver.received) == 1  # not due yet
+    clock.advance(1)
+    await run(relay)
+    clock.advance(RETRY_DELAYS_S[1])
+    await run(relay)
+    [row] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+    assert (row.state, row.attempts, row.response_status, row.next_attempt_at) == (DELIVERY_SUCCEEDED, 3, 204, None)
+    bodies = receiver.verified(hook.secret)  # standardwebhooks.Webhook(secret).verify: every attempt
+    assert len(bodies) == 3 and bodies[0] == bodies[1] == bodies[2]
+    assert {r.webhook_id for r in receiver.received} == {outbox.event_id(FILE_CREATED, record.id)}
+    assert bodies[0] == {"type": FILE_CREATED, "timestamp": record.created_at, "data": file_json(record, BASE, BASE)}
+    assert relay.counters.attempts == {"succeeded": 1, "retry": 2, "failed": 0}
+
+
+async def test_a_delivery_is_given_up_after_the_schedule(meta: MetaStore, clock: Clock, receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    receiver.respond = answers(500)
+    relay = relay_for(meta, clock)
+    await run(relay)
+    for delay in RETRY_DELAYS_S:
+        clock.advance(delay)
+        await run(relay)
+    [row] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+    assert (row.state, row.attempts, row.next_attempt_at) == (DELIVERY_FAILED, MAX_ATTEMPTS, None)
+    clock.advance(10 * 86400)
+    await run(relay)
+    assert len(receiver.received) == MAX_ATTEMPTS == 8
+    hook = await meta.get_webhook("u1", "w1")
+    assert hook is not None and hook.enabled  # 27.6 hours of failures: not three days
+
+
+async def test_an_endpoint_failing_for_three_days_is_disabled_and_its_owner_told(
+        meta: MetaStore, clock: Clock, receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    await endpoint(meta, "u1", receiver.url)
+    receiver.respond = answers(503)
+    mails = Mails()
+    relay = relay_for(meta, clock, mail=MailQueue(mails))
+    started = clock()
+    await add_file(meta, "u1", "f1")
+    await run(relay)
+    clock.advance(2 * 86400)  # day two: a new event, failing too
+    await add_file(meta, "u1", "f2")
+    await run(relay)
+    assert (await meta.get_webhook("u1", "w1")).enabled  # type: ignore[union-attr]
+    clock.now = started + DISABLE_AFTER.total_seconds() + 1
+    await run(relay)  # f1's and f2's retries fail now: three days without a success
+    hook = await meta.get_webhook("u1", "w1")
+    assert hook is not None and (hook.enabled, hook.disabled_reason) == (False, "failing")
+    await relay._mail.drain(5)  # type: ignore[union-attr]
+    [mail] = mails.sent
+    assert mail.to == "u1@example.com" and "w1" in mail.text and "disabled" in mail.subject
+    rows, _ = await meta.list_deliveries("u1", "w1", 0, 10)
+    assert {r.state for r in rows} == {DELIVERY_FAILED}
+    seen = len(receiver.received)
+    await add_file(meta, "u1", "f3")
+    clock.advance(86400)
+    await run(relay)
+    assert len(receiver.received) == seen  # disabled: nothing more is sent
+    assert relay.counters.disabled == 1
+
+
+async def test_a_success_in_between_starts_the_three_days_again(meta: MetaStore, clock: Clock,
+                                                                receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    await endpoint(meta, "u1", receiver.url)
+    receiver.respond = answers(500, 204, 500)
+    relay = relay_for(meta, clock)
+    await add_file(meta, "u1", "f1")
+    await run(relay)  # fails: failing since now
+    clock.advance(RETRY_DELAYS_S[0])
+    await run(relay)  # succeeds
+    assert (await meta.get_webhook("u1", "w1")).failing_since is None  # type: ignore[union-attr]
+    clock.advance(DISABLE_AFTER.total_seconds())
+    await add_file(meta, "u1", "f2")
+    await run(relay)  # fails, but the streak began now
+    hook = await meta.get_webhook("u1", "w1")
+    assert hook is not None and hook.enabled and hook.failing_since is not None
+
+
+async def test_a_slow_endpoint_holds_its_own_slots_only(meta: MetaStore, clock: Clock) -> None:
+    with Receiver() as slow, Receiver() as fast:
+        await add_user(meta, "u1")
+        await add_user(meta, "u2")
+        await endpoint(meta, "u1", slow.url, "slow")
+        await endpoint(meta, "u2", fast.url, "fast")
+        for n in range(4):
+            await add_file(meta, "u1", f"s{n}")
+        for n in range(4):
+            await add_file(meta, "u2", f"f{n}")
+        slow.hold.clear()  # the slow receiver answers nothing until released
+        relay = relay_for(meta, clock, concurrency=4, per_endpoint=2)
+        deadline = time.monotonic() + 20
+        while len(fast.received) < 4:
+            assert time.monotonic() < deadline, f"fast got {len(fast.received)} of 4 while slow held its requests"
+            await relay.round()
+            await asyncio.sleep(0.02)
+        assert len(slow.received) == 2  # its two slots, no more
+        slow.hold.set()
+        while len(slow.received) < 4:
+            assert time.monotonic() < deadline
+            await relay.round()
+            await asyncio.sleep(0.02)
+        await relay.idle()
+
+
+async def test_an_endpoint_that_never_answers_costs_one_timeout(meta: MetaStore, clock: Clock) -> None:
+    with Receiver() as dead:
+        await add_user(meta, "u1")
+        await endpoint(meta, "u1", dead.url)
+        await add_file(meta, "u1", "f1")
+        dead.hold.clear()
+        relay = relay_for(meta, clock, timeout_s=0.5)
+        await run(relay)
+        [row] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+        assert (row.state, row.response_status, row.error) == (DELIVERY_PENDING, None, "timeout")
+        dead.hold.set()
+
+
+async def test_two_relays_on_one_store_send_each_event_once(meta: MetaStore, meta_factory: MetaFactory,  # noqa: F811
+                                                            clock: Clock, receiver: Receiver) -> None:
+    other = meta_factory()  # a second store object: another process's connections to the database
+    await other.open()
+    try:
+        await add_user(meta, "u1")
+        hook = await endpoint(meta, "u1", receiver.url)
+        for n in range(30):
+            await add_file(meta, "u1", f"f{n}")
+        a = relay_for(meta, clock, holder="a", concurrency=4, per_endpoint=4)
+        b = relay_for(other, clock, holder="b", concurrency=4, per_endpoint=4)
+        deadline = time.monotonic() + 30
+        while len(receiver.received) < 30:
+            assert time.monotonic() < deadline, len(receiver.received)
+            await asyncio.gather(a.round(), b.round())
+            await asyncio.sleep(0.01)
+        await asyncio.gather(a.idle(), b.idle())
+        await asyncio.gather(a.round(), b.round(), a.idle(), b.idle())
+        ids = [r.webhook_id for r in receiver.received]
+        assert len(ids) == len(set(ids)) == 30  # none twice
+        assert a.counters.attempts["succeeded"] > 0 and b.counters.attempts["succeeded"] > 0
+        assert len(receiver.verified(hook.secret)) == 30
+    finally:
+        await other.close()
+
+
+async def test_a_dead_holders_delivery_is_sent_by_another_after_its_claim(meta: MetaStore, clock: Clock,
+                                                                          receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    hook = await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    receiver.hold.clear()
+    dying = relay_for(meta, clock, holder="dying", claim_s=60)
+    await dying.round()
+    await receiver.arrived(1)
+    for task in list(dying._sending):  # the process dies mid-delivery: nothing recorded, nothing let go
+        task.cancel()
+    await asyncio.sleep(0)
+    heir = relay_for(meta, clock, holder="heir", claim_s=60)
+    await run(heir)
+    assert len(receiver.received) == 1  # the claim still holds
+    receiver.hold.set()
+    clock.advance(61)
+    await run(heir)
+    assert len(receiver.received) == 2
+    first, second = receiver.received
+    assert first.webhook_id == second.webhook_id and first.body == second.body
+    assert len(receiver.verified(hook.secret)) == 2
+    [row] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+    assert (row.state, row.attempts) == (DELIVERY_SUCCEEDED, 1)
+
+
+async def test_a_stopping_relay_hands_its_deliveries_over_at_once(meta: MetaStore, clock: Clock,
+                                                                  receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    receiver.hold.clear()
+    stopping = relay_for(meta, clock, holder="old")
+    await stopping.round()
+    await receiver.arrived(1)
+    await stopping.stop(grace_s=0.1)  # cancelled, claim let go
+    receiver.hold.set()
+    heir = relay_for(meta, clock, holder="new")
+    await run(heir)  # at once: no claim to wait out
+    assert len(receiver.received) == 2
+    [row] = (await meta.list_deliveries("u1", "w1", 0, 10))[0]
+    assert row.state == DELIVERY_SUCCEEDED
+
+
+async def test_a_disabled_endpoint_between_claim_and_send_gets_nothing(meta: MetaStore, clock: Clock,
+                                                                       receiver: Receiver) -> None:
+    await add_user(meta, "u1")
+    hook = await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    relay = relay_for(meta, clock)
+    await meta.spread_events(relay_iso(clock()), relay_iso(clock() - 60), 10)
+    [claimed] = await meta.claim_deliveries("a", relay_iso(clock()), relay_iso(clock() + 60), 5, 5, {})
+    off = dataclasses.replace(claimed, webhook=dataclasses.replace(hook, enabled=False))
+    await relay._deliver(off)
+    assert receiver.received == []
+
+
+def relay_iso(unix_s: float) -> str:
+    from mediasrv.core.webhooks.relay import iso_at
+    return iso_at(unix_s)
