@@ -31,6 +31,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    client: str = ""
+    """The sender's address (which host of a fleet sent it)."""
     at: float = field(default_factory=time.monotonic)
 
     @property
@@ -61,7 +63,8 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                request = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                request = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                                   self.client_address[0])
                 with owner._cond:
                     owner.received.append(request)
                     owner._cond.notify_all()

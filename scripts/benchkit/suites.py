@@ -37,6 +37,7 @@ from pathlib import Path
 from benchkit import images, mix, procs, thumbor, wrk
 from benchkit.core import Contestant, Ctx, Metrics, figure, interleave
 from benchkit.report import Figure, Row
+from benchkit.webhooks import webhooks
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -963,4 +964,5 @@ SUITES: dict[str, Callable[[Ctx], None]] = {
     "credentials": credentials,
     "workers": workers,
     "nginx": nginx,
+    "webhooks": webhooks,
 }

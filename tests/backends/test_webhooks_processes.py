@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 import pytest
-import standardwebhooks
 
 from tests.backends import servers
 from tests.backends.fixtures import MongoServer, moto_endpoint, new_bucket, new_database
@@ -135,7 +134,8 @@ def test_two_processes_deliver_each_event_once(tmp_path: Path, shared_env: dict[
 
         answered = asyncio.run(burst())
         receiver.wait_for(40, timeout=30)
-        hook_id = httpx.get(f"{b.url}/webhooks", headers={"Authorization": f"Bearer {token}"}).json()["webhooks"][0]["id"]
+        listed = httpx.get(f"{b.url}/webhooks", headers={"Authorization": f"Bearer {token}"}).json()
+        hook_id = listed["webhooks"][0]["id"]
 
         def all_recorded() -> bool:
             r = httpx.get(f"{b.url}/webhooks/{hook_id}/deliveries?limit=100",

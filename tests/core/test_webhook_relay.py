@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,11 +35,22 @@ from store.models import (
     FileRecord,
     Webhook,
 )
-from tests.store.conftest import MetaFactory, meta, meta_factory  # noqa: F401  (fixtures: both backends)
+from tests.store.conftest import META_BACKENDS, MetaFactory, build_factory, opened
 from tests.store.test_meta_contract import add_file, add_user
 from tests.webhook_receiver import Answer, Received, Receiver
 
 BASE = "http://media.test"
+
+
+@pytest.fixture(params=META_BACKENDS)
+def meta_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
+    """As in the store contract suite: SQLite, MongoDB over the wire (mongoeco), a real mongod."""
+    return build_factory(request, tmp_path)
+
+
+@pytest.fixture
+def meta(meta_factory: MetaFactory, io_loop: Any) -> Iterator[MetaStore]:
+    yield from opened(meta_factory, io_loop)
 
 
 class Clock:
@@ -250,7 +262,7 @@ async def test_an_endpoint_that_never_answers_costs_one_timeout(meta: MetaStore,
         dead.hold.set()
 
 
-async def test_two_relays_on_one_store_send_each_event_once(meta: MetaStore, meta_factory: MetaFactory,  # noqa: F811
+async def test_two_relays_on_one_store_send_each_event_once(meta: MetaStore, meta_factory: MetaFactory,
                                                             clock: Clock, receiver: Receiver) -> None:
     other = meta_factory()  # a second store object: another process's connections to the database
     await other.open()
