@@ -377,9 +377,10 @@ class WebhookStore(Protocol):
         the ``busy`` ones (endpoint id -> deliveries this holder is sending now); oldest first,
         and no endpoint's backlog keeps another's deliveries out."""
 
-    async def finish_delivery(self, delivery_id: str, holder: str, outcome: DeliveryOutcome) -> bool:
-        """Record an attempt and let the claim go; False (nothing written) when ``holder`` no
-        longer holds it (it expired and another took it)."""
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        """Record attempts (delivery id -> outcome) and let their claims go, in one write; a
+        delivery ``holder`` no longer holds (its claim expired and another took it) is left as
+        it is. How many were recorded."""
 
     async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
         """Let claims go unattempted (a stopping process): another may take them at once."""

@@ -991,17 +991,24 @@ class MongoMetaStore:
                 await deliveries.delete_many({"_id": {"$in": orphans}})
         return claimed
 
-    async def finish_delivery(self, delivery_id: str, holder: str, outcome: DeliveryOutcome) -> bool:
-        at = to_date(outcome.at)
-        async with self._op() as db:
-            result: UpdateResult = await db[mongo_outbox.DELIVERIES].update_one(
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        """One unordered bulk write; each update is filtered on the claim, so a delivery another
+        process took meanwhile is left alone."""
+        if not outcomes:
+            return 0
+        ops = []
+        for delivery_id, outcome in outcomes.items():
+            at = to_date(outcome.at)
+            ops.append(UpdateOne(
                 {"_id": delivery_id, "claimed_by": holder, "state": DELIVERY_PENDING},
                 {"$set": {"state": outcome.state, "next_attempt_at": to_date(outcome.next_attempt_at),
                           "last_attempt_at": at, "response_status": outcome.response_status,
                           "error": outcome.error, "duration_ms": outcome.duration_ms, "claimed_by": None,
                           "claimed_until": None, "updated_at": at},
-                 "$inc": {"attempts": 1}})
-        return result.modified_count > 0
+                 "$inc": {"attempts": 1}}))
+        async with self._op() as db:
+            result = await db[mongo_outbox.DELIVERIES].bulk_write(ops, ordered=False)
+        return int(result.modified_count)
 
     async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
         if not delivery_ids:

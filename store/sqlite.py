@@ -834,13 +834,15 @@ def _claim_deliveries(conn: sqlite3.Connection, holder: str, now: str, until: st
     return claimed
 
 
-def _finish_delivery(conn: sqlite3.Connection, delivery_id: str, holder: str, outcome: DeliveryOutcome) -> bool:
-    return bool(conn.execute(
-        "UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?, last_attempt_at = ?, "
-        "response_status = ?, error = ?, duration_ms = ?, claimed_by = NULL, claimed_until = NULL, updated_at = ? "
-        "WHERE id = ? AND claimed_by = ? AND state = 'pending'",
-        (outcome.state, outcome.next_attempt_at, outcome.at, outcome.response_status, outcome.error,
-         outcome.duration_ms, outcome.at, delivery_id, holder)).rowcount)
+FINISH_SQL = """UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?,
+    last_attempt_at = ?, response_status = ?, error = ?, duration_ms = ?, claimed_by = NULL, claimed_until = NULL,
+    updated_at = ? WHERE id = ? AND claimed_by = ? AND state = 'pending'"""
+
+
+def _finish_deliveries(conn: sqlite3.Connection, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+    return sum(conn.execute(FINISH_SQL, (o.state, o.next_attempt_at, o.at, o.response_status, o.error, o.duration_ms,
+                                         o.at, delivery_id, holder)).rowcount
+               for delivery_id, o in outcomes.items())
 
 
 def _delivery_stats(conn: sqlite3.Connection, now: str) -> DeliveryStats:
@@ -863,8 +865,13 @@ def _purge_deliveries(conn: sqlite3.Connection, before: str) -> int:
     return removed
 
 
-QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...]]
-"""A write waiting for the writer thread: ``fn(conn, *args)``."""
+QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...], bool]
+"""A write waiting for the writer thread: ``fn(conn, *args)``, and whether it must survive a
+power loss once answered (``_commit_some``)."""
+LIGHT_SYNCHRONOUS = "NORMAL"
+"""The commit of a batch holding only bookkeeping writes (``_write_bookkeeping``): in the WAL
+at once, so a killed process loses nothing, but fsynced only with the next durable commit or
+checkpoint, so a power loss may take back the last of them."""
 
 WRITE_BATCH_MAX = 200
 """The most writes one transaction takes: a long batch holds the write lock that long."""
@@ -873,7 +880,7 @@ WRITE_BATCH_MAX = 200
 def _run_in_savepoint(conn: sqlite3.Connection, call: Call[QueuedWrite]) -> bool:
     """Run one queued write inside the open transaction, recording its outcome; False when the
     failure took the whole transaction with it (the caller's batch is lost)."""
-    fn, args = call.item
+    fn, args, _ = call.item
     conn.execute("SAVEPOINT queued_write")
     try:
         call.result = fn(conn, *args)
@@ -1115,6 +1122,7 @@ class SqliteMetaStore:
         conn = self._thread_conn(write)
         if write:
             self._require_same_file()
+            self._set_synchronous(conn, True)
             self._begin_write(conn)
         else:
             conn.execute("BEGIN")
@@ -1193,7 +1201,20 @@ class SqliteMetaStore:
         writer = self._writer
         if writer is None:
             raise StoreUnavailable("Metadata store is not open")
-        result: T = await self._translated(self._batches.submit(writer, (fn, args)))
+        result: T = await self._translated(self._batches.submit(writer, (fn, args, True)))
+        return result
+
+    async def _write_bookkeeping(self, fn: Callable[..., T], *args: Any) -> T:
+        """A write whose loss in a power cut is harmless, committed without waiting for an
+        fsync when nothing durable shares its batch: the webhook relay's claims and outcomes
+        (a claim lost is a claim another process takes; an outcome lost is a delivery sent
+        again, which at-least-once allows). An upload's event is never one of these: it is
+        written with its record, durably. Waiting out an fsync per claim and per outcome held
+        each delivery's slot for two fsyncs and halved the upload rate beside a webhook."""
+        writer = self._writer
+        if writer is None:
+            raise StoreUnavailable("Metadata store is not open")
+        result: T = await self._translated(self._batches.submit(writer, (fn, args, False)))
         return result
 
     # --- group commit (the writer thread) ----------------------------------------------
@@ -1214,6 +1235,7 @@ class SqliteMetaStore:
         """One transaction over ``batch``; the calls left over when it was lost midway."""
         try:
             self._require_same_file()
+            self._set_synchronous(conn, any(call.item[2] for call in batch))
             self._begin_write(conn)
             for i, call in enumerate(batch):
                 if not _run_in_savepoint(conn, call):
@@ -1231,6 +1253,14 @@ class SqliteMetaStore:
                 if call.error is None:
                     call.fail(exc)
         return []
+
+    def _set_synchronous(self, conn: sqlite3.Connection, durable: bool) -> None:
+        """FULL for a batch with a durable write, LIGHT_SYNCHRONOUS for bookkeeping alone (set
+        between transactions only when it changes: a PRAGMA per batch otherwise)."""
+        wanted = SYNCHRONOUS if durable else LIGHT_SYNCHRONOUS
+        if getattr(self._local, "synchronous", SYNCHRONOUS) != wanted:
+            conn.execute(f"PRAGMA synchronous = {wanted}")
+            self._local.synchronous = wanted
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
@@ -1505,7 +1535,7 @@ class SqliteMetaStore:
         return await self._write(_delete_webhook, user_id, webhook_id)
 
     async def note_webhook_result(self, webhook_id: str, ok: bool, at: str) -> Webhook | None:
-        return await self._write(_note_webhook_result, webhook_id, ok, at)
+        return await self._write_bookkeeping(_note_webhook_result, webhook_id, ok, at)
 
     async def enqueue_event(self, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:
         return await self._write(_enqueue_event, event, list(webhook_ids), at)
@@ -1518,14 +1548,17 @@ class SqliteMetaStore:
                                busy: dict[str, int]) -> list[ClaimedDelivery]:
         if limit <= 0 or per_webhook <= 0:
             return []
-        return await self._write(_claim_deliveries, holder, now, until, limit, per_webhook, dict(busy))
+        return await self._write_bookkeeping(_claim_deliveries, holder, now, until, limit, per_webhook, dict(busy))
 
-    async def finish_delivery(self, delivery_id: str, holder: str, outcome: DeliveryOutcome) -> bool:
-        return await self._write(_finish_delivery, delivery_id, holder, outcome)
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        if not outcomes:
+            return 0
+        return await self._write_bookkeeping(_finish_deliveries, holder, dict(outcomes))
 
     async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
         if delivery_ids:
-            await self._write(_execute_many, "UPDATE webhook_deliveries SET claimed_by = NULL, claimed_until = NULL "
+            await self._write_bookkeeping(_execute_many, "UPDATE webhook_deliveries SET claimed_by = NULL, "
+                                          "claimed_until = NULL "
                               "WHERE id = ? AND claimed_by = ?", [(d, holder) for d in delivery_ids])
 
     async def list_deliveries(self, user_id: str, webhook_id: str, offset: int,

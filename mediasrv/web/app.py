@@ -126,8 +126,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
-    relay = webhook_relay(settings, meta, mail, lambda user_id: file_service.renderer(user_id))
-    meta = ChangeBell(meta, relay.poke)  # type: ignore[assignment]  # uploads and deletes wake the relay
+    bell = ChangeBell(meta)
+    inner, meta = meta, bell  # type: ignore[assignment]  # uploads and deletes ring the relay (below)
     usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
@@ -154,6 +154,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
+    relay = webhook_relay(settings, inner, mail, file_service.renderer)
+    bell.ring_to(relay.poke)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,

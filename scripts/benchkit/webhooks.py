@@ -1,7 +1,7 @@
 """The webhooks row (issue 28): 1,000 uploads in a burst, with and without a subscribed endpoint.
 
 One ``mediasrv serve`` (embedded store), two accounts: ``hooked`` has a webhook to a local
-receiver (tests/webhook_receiver.py, a process of its own), ``plain`` has none. Each round
+receiver (benchkit/receiver.py, a process of its own), ``plain`` has none. Each round
 sends 1,000 uploads of 1 KiB over ``CONNECTIONS`` kept-alive connections as fast as the server
 answers, once per account (interleaved); the upload rate is 1,000 over the burst's time. After a
 hooked burst the round waits (untimed) until the receiver has 1,000 new ``file.created``
@@ -28,7 +28,6 @@ from benchkit.report import Row
 UPLOADS = 1000
 CONNECTIONS = 10
 BODY = (b"mediasrv small upload benchmark line\n" * 28)[:1024]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _burst(port: int, key: str, count: int, connections: int) -> float:
@@ -72,8 +71,8 @@ def webhooks(ctx: Ctx) -> None:
     port = procs.free_port()
     receiver_log = ctx.work / "webhook-receiver.log"
     with open(receiver_log, "ab") as log:
-        receiver = subprocess.Popen([sys.executable, "-m", "tests.webhook_receiver", str(port), str(received)],
-                                    cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        receiver = subprocess.Popen([sys.executable, str(Path(__file__).with_name("receiver.py")), str(port),
+                                     str(received)], stdout=log, stderr=subprocess.STDOUT)
     server = procs.start_mediasrv(ctx.work, "webhooks", {"MEDIASRV_WEBHOOK_ALLOW_PRIVATE": "true"})
     try:
         deadline = time.monotonic() + 30
@@ -83,6 +82,8 @@ def webhooks(ctx: Ctx) -> None:
             time.sleep(0.05)
         procs.seed_account(server, "plain@example.com")
         plain_key = server.api_key
+        for mail in (server.data_dir / "outbox").glob("*.eml"):  # seed_account follows the newest link
+            mail.unlink()
         procs.seed_account(server, "hooked@example.com")
         hooked_key = server.api_key
         status, body = procs.call(server.base, "POST", "/webhooks",

@@ -234,7 +234,7 @@ async def test_a_slow_endpoint_holds_its_own_slots_only(meta: MetaStore, clock: 
         for n in range(4):
             await add_file(meta, "u2", f"f{n}")
         slow.hold.clear()  # the slow receiver answers nothing until released
-        relay = relay_for(meta, clock, concurrency=4, per_endpoint=2)
+        relay = relay_for(meta, clock, concurrency=4, per_endpoint=2, timeout_s=60)  # held, never timed out
         deadline = time.monotonic() + 20
         while len(fast.received) < 4:
             assert time.monotonic() < deadline, f"fast got {len(fast.received)} of 4 while slow held its requests"
@@ -271,8 +271,8 @@ async def test_two_relays_on_one_store_send_each_event_once(meta: MetaStore, met
         hook = await endpoint(meta, "u1", receiver.url)
         for n in range(30):
             await add_file(meta, "u1", f"f{n}")
-        a = relay_for(meta, clock, holder="a", concurrency=4, per_endpoint=4)
-        b = relay_for(other, clock, holder="b", concurrency=4, per_endpoint=4)
+        a = relay_for(meta, clock, holder="a", concurrency=1, per_endpoint=1)  # claims 8 (PREFETCH) a round
+        b = relay_for(other, clock, holder="b", concurrency=1, per_endpoint=1)
         deadline = time.monotonic() + 30
         while len(receiver.received) < 30:
             assert time.monotonic() < deadline, len(receiver.received)

@@ -136,8 +136,8 @@ async def test_a_claim_is_one_holders_until_it_expires(meta: MetaStore) -> None:
     assert await claim_all(meta, holder="b", now=at(1.5)) == []  # a holds it
     taken = await claim_all(meta, holder="b", now=at(2.5))  # a's claim ran out (a died)
     assert [c.delivery.id for c in taken] == [first[0].delivery.id]
-    assert not await meta.finish_delivery(first[0].delivery.id, "a", done())  # a is too late
-    assert await meta.finish_delivery(taken[0].delivery.id, "b", done())
+    assert await meta.finish_deliveries("a", {first[0].delivery.id: done()}) == 0  # a is too late
+    assert await meta.finish_deliveries("b", {taken[0].delivery.id: done()})
     assert await claim_all(meta, holder="c", now=at(10)) == []  # delivered: never again
     [row], total = await meta.list_deliveries("u1", "w1", 0, 10)
     assert (total, row.state, row.attempts, row.response_status, row.duration_ms) == (1, DELIVERY_SUCCEEDED, 1,
@@ -150,7 +150,7 @@ async def test_a_retry_waits_for_its_time_and_a_release_frees_it_at_once(meta: M
     await add_file(meta, "u1", "f1")
     [claimed] = await claim_all(meta, holder="a")
     retry = done(DELIVERY_PENDING, 500, next_at=at(30))
-    assert await meta.finish_delivery(claimed.delivery.id, "a", retry)
+    assert await meta.finish_deliveries("a", {claimed.delivery.id: retry})
     assert await claim_all(meta, holder="a", now=at(20)) == []
     [again] = await claim_all(meta, holder="a", now=at(31))
     assert (again.delivery.attempts, again.delivery.response_status) == (1, 500)
@@ -182,7 +182,7 @@ async def test_disabling_fails_the_pending_deliveries_and_enabling_forgets_failu
     assert failing is not None and failing.failing_since == ts(5)
     assert (await meta.note_webhook_result("w1", False, ts(9))).failing_since == ts(5)  # type: ignore[union-attr]
     assert await meta.set_webhook_enabled("w1", False, ts(10), "failing")
-    assert not await meta.finish_delivery(claimed.delivery.id, "h1", done())
+    assert await meta.finish_deliveries("h1", {claimed.delivery.id: done()}) == 0
     [row], _ = await meta.list_deliveries("u1", "w1", 0, 10)
     assert (row.state, row.error) == (DELIVERY_FAILED, "endpoint disabled")
     off = await meta.get_webhook("u1", "w1")
@@ -217,7 +217,7 @@ async def test_deliveries_newest_first_stats_and_purge(meta: MetaStore) -> None:
     assert (stats.pending, stats.due, stats.oldest_pending_at, stats.oldest_due_at) == (3, 3, ts(0), ts(0))
     claimed = await claim_all(meta)
     for c in claimed[:2]:
-        assert await meta.finish_delivery(c.delivery.id, "h1", done())
+        assert await meta.finish_deliveries("h1", {c.delivery.id: done()})
     rows, total = await meta.list_deliveries("u1", "w1", 0, 2)
     assert total == 3 and [r.created_at for r in rows] == [ts(2), ts(1)]
     assert await meta.list_deliveries("u2", "w1", 0, 10) == ([], 0)
@@ -239,7 +239,7 @@ async def test_a_deleted_accounts_endpoints_stay_until_their_events_are_sent(met
     assert len(await claim_all(meta)) == 0
     assert [h.id for h in await meta.list_webhooks("u1")] == ["w1"]  # deliveries pending (claimed)
     for c in claimed:
-        await meta.finish_delivery(c.delivery.id, "h1", done())
+        await meta.finish_deliveries("h1", {c.delivery.id: done()})
     await meta.purge_deliveries(at(60))
     assert await meta.list_webhooks("u1") == []
 

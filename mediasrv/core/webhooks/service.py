@@ -154,17 +154,19 @@ class ChangeBell:
     """The metadata store, ringing ``poke`` after each write that records a webhook event.
     Everything else passes through unchanged (``__getattr__``), so it is a ``MetaStore``."""
 
-    def __init__(self, inner: MetaStore, poke: Callable[[], None]) -> None:
+    def __init__(self, inner: MetaStore, poke: Callable[[], None] = lambda: None) -> None:
         self._inner, self._poke = inner, poke
+
+    def ring_to(self, poke: Callable[[], None]) -> None:
+        """Who is rung (the relay, built after the services that write through this store)."""
+        self._poke = poke
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
         if name not in _RINGING:
             return attr
-        poke = self._poke
-
         async def ringing(*args: Any, **kwargs: Any) -> Any:
             result = await attr(*args, **kwargs)
-            poke()
+            self._poke()
             return result
         return ringing
