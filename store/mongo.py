@@ -948,9 +948,9 @@ class MongoMetaStore:
 
     async def claim_deliveries(self, holder: str, now: str, until: str, limit: int, per_webhook: int,
                                busy: dict[str, int]) -> list[ClaimedDelivery]:
-        """The endpoints with due deliveries in random order (so that no endpoint's backlog
-        comes first every time, in any process), a few of each; then one conditional update
-        marks them, and those it marked for this holder are this call's."""
+        """Candidates (``_claim_candidates``), then one conditional update marks them, and
+        those it marked for this holder are this call's; those another process took meanwhile
+        are replaced by the next candidates, up to ``CLAIM_TRIES`` times."""
         if limit <= 0 or per_webhook <= 0:
             return []
         when, end = _date(now), _date(until)
@@ -958,23 +958,26 @@ class MongoMetaStore:
                     "$or": [{"claimed_until": None}, {"claimed_until": {"$lt": when}}]}
         async with self._op() as db:
             deliveries = db[mongo_outbox.DELIVERIES]
-            hook_ids = list(await deliveries.distinct("webhook_id", due))
-            random.shuffle(hook_ids)
-            chosen: list[str] = []
-            for hook_id in hook_ids:
-                room = min(per_webhook - busy.get(hook_id, 0), limit - len(chosen))
-                if room <= 0:
-                    if len(chosen) >= limit:
-                        break
-                    continue
-                chosen += [d["_id"] async for d in deliveries.find({**due, "webhook_id": hook_id}, {"_id": 1}).sort(
-                    [("next_attempt_at", ASCENDING), ("_id", ASCENDING)]).limit(room)]
-            if not chosen:
+            held = dict(busy)
+            tried: list[str] = []
+            docs: list[Doc] = []
+            for _ in range(CLAIM_TRIES):  # lost to another process: the next candidates, not nothing
+                chosen = await _claim_candidates(deliveries, {**due, "_id": {"$nin": tried}} if tried else due,
+                                                 held, limit - len(docs), per_webhook)
+                if not chosen:
+                    break
+                await deliveries.update_many({**due, "_id": {"$in": chosen}},
+                                             {"$set": {"claimed_by": holder, "claimed_until": end}})
+                won = await deliveries.find({"_id": {"$in": chosen}, "claimed_by": holder,
+                                             "claimed_until": end}).to_list()
+                docs += won
+                tried += chosen
+                for doc in won:
+                    held[doc["webhook_id"]] = held.get(doc["webhook_id"], 0) + 1
+                if len(won) == len(chosen) or len(docs) >= limit:
+                    break
+            if not docs:
                 return []
-            await deliveries.update_many({**due, "_id": {"$in": chosen}},
-                                         {"$set": {"claimed_by": holder, "claimed_until": end}})
-            docs = await deliveries.find({"_id": {"$in": chosen}, "claimed_by": holder,
-                                          "claimed_until": end}).to_list()
             mine = sorted(map(_delivery, docs), key=lambda d: (d.next_attempt_at or "", d.id))
             events = {doc["_id"]: _event(doc) async for doc in db[mongo_outbox.EVENTS].find(
                 {"_id": {"$in": list({d.event_id for d in mine})}})}
@@ -1100,6 +1103,27 @@ class MongoMetaStore:
         async with self._op() as db:
             await db[_COLLECTIONS[table]].bulk_write(
                 [ReplaceOne({"_id": doc["_id"]}, doc, upsert=True) for doc in docs], ordered=False)
+
+CLAIM_TRIES = 3
+
+
+async def _claim_candidates(deliveries: Any, due: Doc, held: dict[str, int], limit: int,
+                            per_webhook: int) -> list[str]:
+    """Due deliveries to try to claim: the endpoints with some, in random order (so that no
+    endpoint's backlog comes first every time, in any process), the oldest few of each."""
+    hook_ids = list(await deliveries.distinct("webhook_id", due))
+    random.shuffle(hook_ids)
+    chosen: list[str] = []
+    for hook_id in hook_ids:
+        room = min(per_webhook - held.get(hook_id, 0), limit - len(chosen))
+        if room <= 0:
+            if len(chosen) >= limit:
+                break
+            continue
+        chosen += [d["_id"] async for d in deliveries.find({**due, "webhook_id": hook_id}, {"_id": 1}).sort(
+            [("next_attempt_at", ASCENDING), ("_id", ASCENDING)]).limit(room)]
+    return chosen
+
 
 async def _claim_delete_event(db: Any, doc: Doc, record: FileRecord, now: dt.datetime) -> None:
     """Before a record is deleted: its ``file.deleted`` in the outbox (store/mongo_outbox.py),

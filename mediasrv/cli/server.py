@@ -152,6 +152,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
                             domain_provider=make_provider(settings), jwt_secret=secret)
     access_log = AccessLog(fmt=settings.log_format)
     app.settings["log_function"] = access_log
+    runtime.relay.log_attempt = access_log.webhook  # delivery lines through the access log's writer
     server = make_server(app, settings)
     metrics_server = None
     where = f"{settings.host}:{settings.port}"

@@ -13,6 +13,10 @@ sent, client address (through the trusted proxies), user id, request id and user
 
 Levels: answers below 400 and client errors at INFO; back-pressure (429, a busy 503 with
 Retry-After) at WARNING; every other 5xx at ERROR, so an error alert means a failure.
+
+Webhook delivery attempts (``webhook``) go through the same writer, as lines of the
+``mediasrv.webhooks`` logger: status, ``POST`` and the receiver's origin, duration, user,
+endpoint, event, attempt and outcome; INFO when delivered, WARNING when not.
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ from urllib.parse import unquote_plus
 import orjson
 import tornado.web
 
+from mediasrv.core.webhooks.relay import AttemptLine
 from mediasrv.web.loglines import StampClock, printable
 
 LOGGER = "mediasrv.access"
+WEBHOOK_LOGGER = "mediasrv.webhooks"
 BATCH_S = 0.02
 """Lines reach stderr at most this late; meanwhile they are collected into one write."""
 _STOP = None
@@ -84,11 +90,12 @@ class AccessLog:
     def __init__(self, stream: TextIO | None = None, fmt: str = "text") -> None:
         self._stream = stream
         self._json = fmt == "json"
-        self._lines: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self._lines: queue.SimpleQueue[Entry | AttemptLine | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._clock = StampClock()
         self._log = logging.getLogger(LOGGER)  # getLogger takes logging's module lock per call
+        self._webhook_log = logging.getLogger(WEBHOOK_LOGGER)
 
     def __call__(self, handler: tornado.web.RequestHandler) -> None:
         """Read the request's facts on the loop (cheap); the writer thread formats them."""
@@ -105,6 +112,11 @@ class AccessLog:
             principal.user.id if principal is not None else None, getattr(handler, "request_id", None),
             request.headers.get("User-Agent")))
 
+    def webhook(self, line: AttemptLine) -> None:
+        """A webhook delivery attempt (``Relay.log_attempt``), formatted by the writer thread."""
+        if self._thread is not None and self._webhook_log.isEnabledFor(logging.INFO if line.ok else logging.WARNING):
+            self._lines.put(line)
+
     def start(self) -> None:
         if self._thread is None:
             self._pid = os.getpid()  # a forked worker: its own
@@ -118,8 +130,10 @@ class AccessLog:
             self._lines.put(_STOP)
             thread.join(timeout_s)
 
-    def format(self, e: Entry) -> str:
+    def format(self, e: Entry | AttemptLine) -> str:
         """One line (with its newline), text or JSON."""
+        if isinstance(e, AttemptLine):
+            return self._format_attempt(e)
         stamp, level, target = self._clock.stamp(e.when), _LEVEL_NAMES[e.level], safe_target(e.uri)
         if self._json:
             out: dict[str, Any] = {
@@ -131,6 +145,14 @@ class AccessLog:
         return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
                 f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
                 f"request_id={e.request_id or '-'} ua={agent}\n")
+
+    def _format_attempt(self, line: AttemptLine) -> str:
+        stamp, level = self._clock.stamp(line.when), "INFO" if line.ok else "WARNING"
+        if self._json:
+            out = {"time": stamp, "level": level, "logger": WEBHOOK_LOGGER, "pid": self._pid,
+                   "msg": f"webhook delivery: {line.text()}", "webhook": line._asdict()}
+            return orjson.dumps(out).decode() + "\n"
+        return f"{stamp} [{self._pid}] {level} {WEBHOOK_LOGGER}: webhook delivery: {printable(line.text())}\n"
 
     def _write_forever(self) -> None:
         while True:

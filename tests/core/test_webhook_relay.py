@@ -9,6 +9,7 @@ a receiver would verify it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Iterator
@@ -234,7 +235,7 @@ async def test_a_slow_endpoint_holds_its_own_slots_only(meta: MetaStore, clock: 
         for n in range(4):
             await add_file(meta, "u2", f"f{n}")
         slow.hold.clear()  # the slow receiver answers nothing until released
-        relay = relay_for(meta, clock, concurrency=4, per_endpoint=2, timeout_s=60)  # held, never timed out
+        relay = relay_for(meta, clock, concurrency=4, per_endpoint=2, timeout_s=60, claim_s=120)  # never timed out
         deadline = time.monotonic() + 20
         while len(fast.received) < 4:
             assert time.monotonic() < deadline, f"fast got {len(fast.received)} of 4 while slow held its requests"
@@ -348,3 +349,27 @@ async def test_a_disabled_endpoint_between_claim_and_send_gets_nothing(meta: Met
 def relay_iso(unix_s: float) -> str:
     from mediasrv.core.webhooks.relay import iso_at
     return iso_at(unix_s)
+
+
+async def test_a_queued_delivery_whose_claim_would_run_out_is_let_go_unsent(meta: MetaStore, clock: Clock,
+                                                                            receiver: Receiver) -> None:
+    """Claims are taken a few per endpoint slot ahead (PREFETCH); one that waited in this process
+    until its claim could end during its attempt is not sent (another process may take it then)
+    but let go, and claimed and sent afresh."""
+    await add_user(meta, "u1")
+    await endpoint(meta, "u1", receiver.url)
+    for n in range(3):
+        await add_file(meta, "u1", f"f{n}")
+    receiver.hold.clear()
+    relay = relay_for(meta, clock, concurrency=1, per_endpoint=1, timeout_s=5, claim_s=7)  # room for one wait
+    await relay.round()
+    await receiver.arrived(1)
+    queued = [c for q in relay._queued.values() for _, c in q]
+    assert len(queued) == 2  # claimed ahead, waiting for the endpoint's one slot
+    relay._queued = {h: collections.deque((ends - 10, c) for ends, c in q) for h, q in relay._queued.items()}
+    receiver.hold.set()  # the first ends; the queued ones' claims now look too short: let go
+    await relay.idle()
+    assert len(receiver.received) == 1
+    await run(relay)  # claimed afresh, sent
+    assert len(receiver.received) == 3
+    assert len({r.webhook_id for r in receiver.received}) == 3

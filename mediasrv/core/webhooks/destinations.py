@@ -17,6 +17,7 @@ network, tests); the scheme rule stays.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import re
 import socket
@@ -155,6 +156,12 @@ def parse_target(text: object) -> Target:
     if not 0 < port < 65536:
         raise BadRequest("url's port must be 1 to 65535", code="INVALID_WEBHOOK_URL")
     return Target(url=str(url.copy_with(fragment=None)), scheme=url.scheme, host=host, port=port)
+
+
+@functools.lru_cache(maxsize=4096)
+def origin_of(url: str) -> str:
+    """``parse_target(url).origin`` of a URL already checked, parsed once (every attempt logs it)."""
+    return parse_target(url).origin
 
 
 def check_destination(text: object, *, allow_private: bool) -> Target:

@@ -29,13 +29,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from mediasrv.core.lease import holder_id
 from mediasrv.core.mail import MailQueue, Message
 from mediasrv.core.tasks import cancel_and_wait
 from mediasrv.core.timeutil import iso, parse_iso
-from mediasrv.core.webhooks.destinations import parse_target
+from mediasrv.core.webhooks.destinations import origin_of
 from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, Renderer, render_body, retry_delay_s
 from mediasrv.core.webhooks.sender import Attempt, Sender
 from store.base import MetaStore
@@ -54,6 +54,8 @@ POLL_S = 1.0
 GATHER_S = 0.02
 """After a poke, the relay waits this long before its round, so that the changes of a burst of
 uploads are claimed a batch at a time rather than one claim each."""
+RECORD_GATHER_S = 0.05
+"""Outcomes are written at most this often: one write for the attempts of that moment."""
 RENDER_CACHE_S = 1.0
 """An account's File rendering (its custom domain looked up) is reused this long."""
 SPREAD_BATCH = 500
@@ -68,9 +70,43 @@ PREFETCH = 8
 deliveries claimed here, of which ``MEDIASRV_WEBHOOK_PER_ENDPOINT`` are being sent and the rest
 wait their turn in this process. One claim (a store write) per delivery in flight capped an
 endpoint at a few deliveries per round: 80/s on the benchmark, behind 160 uploads/s."""
-CLAIM_MARGIN_S = 5.0
-"""A queued delivery is sent only if its claim outlasts the attempt by this much; else it is let
-go unsent (another round claims it again), so no other process can take it while it is sent."""
+CLAIM_MARGIN_S = 1.0
+"""A queued delivery is sent only if its claim outlasts the attempt (the sender's timeout) by
+this much; else it is let go unsent (a round claims it again at once), so no other process can
+take it while it is being sent. MEDIASRV_WEBHOOK_CLAIM (15 s at least) leaves it seconds to wait."""
+
+
+class AttemptLine(NamedTuple):
+    """One attempt, as its log line says it (the access log's terms: status, where, how long, who)."""
+
+    when: float
+    ok: bool
+    status: int | None
+    origin: str
+    """``scheme://host[:port]``: never the URL's path or query (they may hold a receiver's token)."""
+    duration_ms: int
+    user: str
+    webhook: str
+    event: str
+    webhook_id: str
+    attempt: int
+    outcome: str
+    next_attempt_at: str | None
+    error: str | None
+
+    def text(self) -> str:
+        status = self.status if self.status is not None else "-"
+        return (f"{status} POST {self.origin} {self.duration_ms}ms user={self.user} webhook={self.webhook} "
+                f"event={self.event} id={self.webhook_id} attempt={self.attempt} {self.outcome}"
+                + (f" next={self.next_attempt_at}" if self.next_attempt_at else "")
+                + (f" error={self.error!r}" if self.error else ""))
+
+
+def log_attempt(line: AttemptLine) -> None:
+    """Through ``logging`` (``mediasrv.webhooks``): where no access log takes the lines (tests,
+    commands); ``mediasrv serve`` hands them to its access log's writer thread instead."""
+    log.log(logging.INFO if line.ok else logging.WARNING, "webhook delivery: %s", line.text(),
+            extra={"webhook": line._asdict()})
 
 
 @dataclass
@@ -100,6 +136,8 @@ class Relay:
         self.holder = holder or holder_id()
         self._clock = clock
         self._dashboard_url = dashboard_url
+        self.log_attempt: Callable[[AttemptLine], None] = log_attempt
+        """Where each attempt's line goes (``mediasrv serve``: the access log's writer)."""
         self._sending: dict[asyncio.Task[None], ClaimedDelivery] = {}
         self._queued: dict[str, collections.deque[tuple[float, ClaimedDelivery]]] = {}
         """Claimed here, waiting for a slot of their endpoint: (claim's end, monotonic; the delivery)."""
@@ -236,7 +274,8 @@ class Relay:
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook delivery failed unexpectedly", exc_info=task.exception())
         self._dispatch()
-        self._wake.set()  # claim more
+        if sum(map(len, self._queued.values())) < self._concurrency:
+            self._wake.set()  # running low: claim more (not after every delivery: a claim serves many)
 
     async def _housekeeping(self, now: float) -> None:
         if now >= self._next_stats:
@@ -313,6 +352,7 @@ class Relay:
         write per delivery cost more than the delivery). An outcome that cannot be written is
         sent again by whoever claims it once its claim runs out: at least once."""
         while self._outcomes:
+            await asyncio.sleep(RECORD_GATHER_S)
             batch, self._outcomes = self._outcomes, {}
             try:
                 recorded = await self._meta.finish_deliveries(self.holder, batch)
@@ -336,7 +376,7 @@ class Relay:
         self.counters.disabled += 1
         log.warning("webhook %s of user %s disabled: every attempt failed since %s", hook.id, hook.user_id,
                     hook.failing_since)
-        await self._tell_owner(hook.user_id, hook.id, parse_target(hook.url).origin, hook.failing_since)
+        await self._tell_owner(hook.user_id, hook.id, origin_of(hook.url), hook.failing_since)
 
     async def _tell_owner(self, user_id: str, webhook_id: str, where: str, since: str) -> None:
         if self._mail is None:
@@ -354,16 +394,9 @@ class Relay:
     def _log(self, claimed: ClaimedDelivery, attempt: Attempt, attempts: int, outcome: str,
              next_at: str | None) -> None:
         hook, event = claimed.webhook, claimed.event
-        where = parse_target(hook.url).origin
-        status = attempt.status if attempt.status is not None else "-"
-        facts = {"status": attempt.status, "error": attempt.error, "url": where, "duration_ms": attempt.duration_ms,
-                 "user": hook.user_id, "webhook": hook.id, "event": event.type, "webhook_id": event.id,
-                 "attempt": attempts, "outcome": outcome, "next_attempt_at": next_at}
-        text = (f"{status} POST {where} {attempt.duration_ms}ms user={hook.user_id} webhook={hook.id} "
-                f"event={event.type} id={event.id} attempt={attempts} {outcome}"
-                + (f" next={next_at}" if next_at else "") + (f" error={attempt.error!r}" if attempt.error else ""))
-        log.log(logging.INFO if attempt.ok else logging.WARNING, "webhook delivery: %s", text,
-                extra={"webhook": facts})
+        self.log_attempt(AttemptLine(time.time(), attempt.ok, attempt.status, origin_of(hook.url), attempt.duration_ms,
+                                     hook.user_id, hook.id, event.type, event.id, attempts, outcome, next_at,
+                                     attempt.error))
 
 
 def iso_at(unix_s: float) -> str:
