@@ -355,3 +355,19 @@ async def test_deliveries_are_logged_like_requests(api: Api, relay: Runtime, rec
     assert "user=" in text and f"webhook={made['webhook']['id']}" in text and "ms " in text
     assert "receivers-own-secret" not in text and made["secret"] not in text  # the path and query stay out
     assert line.webhook["status"] == 204 and line.webhook["event"] == "file.created"  # type: ignore[attr-defined]
+
+
+@PRIVATE_OK
+async def test_the_connection_goes_to_the_address_that_was_checked(api: Api, relay: Runtime, local_dns: LocalDns,
+                                                                   receiver: Receiver) -> None:
+    """The name is resolved once, by the server's resolver (here the test's DNS server, which the
+    operating system knows nothing of), and the connection goes to that address: nothing looks
+    the name up again (a second lookup is where DNS rebinding would slip in). The request still
+    names the host."""
+    token = await token_for(api)
+    local_dns.addresses["pinned.hooks.test"] = ["127.0.0.1"]
+    made = await create(api, token, f"http://pinned.hooks.test:{receiver.port}/in")
+    await upload(api, token)
+    [got] = await receiver.arrived(1)
+    assert got.headers["host"] == f"pinned.hooks.test:{receiver.port}" and got.path == "/in"
+    assert standardwebhooks.Webhook(made["secret"]).verify(got.body, got.headers)["type"] == "file.created"
