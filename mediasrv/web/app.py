@@ -154,7 +154,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 
     guard = StoreGuard(meta)
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard)
-    relay = webhook_relay(settings, inner, mail, file_service.renderer)
+    relay = webhook_relay(settings, inner, mail, file_service.renderer, requests=lambda: inflight.count)
     bell.ring_to(relay.poke)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
@@ -192,13 +192,15 @@ def webhook_resolver(settings: Settings) -> Resolver:
     return SystemResolver()
 
 
-def webhook_relay(settings: Settings, meta: MetaStore, mail: MailQueue, renderer: Any) -> Relay:
-    """This process's webhook relay (started by ``mediasrv serve`` once it listens)."""
+def webhook_relay(settings: Settings, meta: MetaStore, mail: MailQueue, renderer: Any,
+                  requests: Callable[[], int] = lambda: 0) -> Relay:
+    """This process's webhook relay (started by ``mediasrv serve`` once it listens); ``requests``
+    counts the requests being answered (they come first)."""
     guard = AddressGuard(webhook_resolver(settings), allow_private=settings.webhook_allow_private)
     return Relay(meta, Sender(guard), renderer, mail, concurrency=settings.webhook_concurrency,
                  per_endpoint=settings.webhook_per_endpoint, claim_s=settings.webhook_claim_s,
                  settle_s=max(SETTLE_MIN_S, 10 * settings.mongodb_timeout_ms / 1000),
-                 dashboard_url=settings.dashboard_url)
+                 dashboard_url=settings.dashboard_url, requests=requests)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:

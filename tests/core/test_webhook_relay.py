@@ -374,3 +374,32 @@ async def test_a_queued_delivery_whose_claim_would_run_out_is_let_go_unsent(meta
     await run(relay)  # claimed afresh, sent
     assert len(receiver.received) == 3
     assert len({r.webhook_id for r in receiver.received}) == 3
+
+
+async def test_deliveries_wait_while_requests_are_answered_but_not_for_long(
+        meta: MetaStore, clock: Clock, receiver: Receiver) -> None:
+    """Requests first: while the process answers some, a fresh delivery waits; once none is
+    being answered it goes at once, and under constant load it goes after ``yield_max_s``
+    anyway. The wait is measured on an injected monotonic clock: nothing here sleeps."""
+    await add_user(meta, "u1")
+    hook = await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    answering = [3]
+    mono = Clock()
+    relay = relay_for(meta, clock, requests=lambda: answering[0], yield_max_s=4.0, monotonic=mono)
+    await relay.round()
+    assert not relay._sending and sum(map(len, relay._queued.values())) == 1  # requests in flight: it waits
+    mono.advance(3.9)
+    relay._dispatch()
+    assert not relay._sending  # still within yield_max_s
+    answering[0] = 0
+    await receiver.arrived(1, timeout=5)  # none in flight: sent at the next re-check
+    await relay.idle()
+    answering[0] = 3
+    await add_file(meta, "u1", "f2")
+    await relay.round()
+    assert not relay._sending
+    mono.advance(4.0)  # constant load: it has waited yield_max_s, so it goes
+    await receiver.arrived(2, timeout=5)
+    await relay.idle()
+    assert [body["data"]["id"] for body in receiver.verified(hook.secret)] == ["id-f1", "id-f2"]
