@@ -20,7 +20,7 @@ class ApiKeysBase(BaseHandler):
 class ApiKeysHandler(ApiKeysBase):
     async def post(self) -> None:
         assert self.principal is not None
-        self.write_json(await self.keys.create(self.principal.user.id, self.json_body().get("name")), 201)
+        self.write_json(await self.keys.create(self.principal.user, self.json_body().get("name")), 201)
 
     async def get(self) -> None:
         assert self.principal is not None

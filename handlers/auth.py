@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.dashboard import send_asset
+from mediasrv.base.errors import BadRequest
 from mediasrv.core.accounts import AccountService
 from mediasrv.core.credentials.passwords import MAX_BYTES, MIN_CHARS
-from mediasrv.core.errors import BadRequest
 from mediasrv.core.limits.ratelimit import Limit
 from mediasrv.web.openapi_parts import (
     DocContext,

@@ -1,7 +1,7 @@
 """The small base every handler shares: credentials, rate limits, JSON in and out, errors.
 
 Who may call each method of a route and which rate-limit counter it spends are declared once,
-in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.web.app``
+in the route's row beside its handler (``Route``, ``mediasrv.web.routespec``); ``mediasrv.assembly.app``
 hands each route its operations through ``BaseDeps.operations`` and ``prepare`` enforces both
 before any body is read. Every error, ours or Tornado's, is rendered by ``write_error`` as JSON
 ``{"error", "code"}``.
@@ -15,7 +15,6 @@ for clients that accept it.
 from __future__ import annotations
 
 import gzip
-import hmac
 import logging
 import re
 from collections.abc import Mapping
@@ -26,10 +25,8 @@ from typing import Any, ClassVar
 import orjson
 import tornado.web
 
-from mediasrv.core import ids
-from mediasrv.core.credentials.auth import Authenticator, Principal
-from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
-from mediasrv.core.errors import (
+from mediasrv.base import ids
+from mediasrv.base.errors import (
     ApiError,
     BadRequest,
     Forbidden,
@@ -37,11 +34,13 @@ from mediasrv.core.errors import (
     ServerBusy,
     StoreUnavailable,
     TooManyRequests,
-    for_store_error,
 )
+from mediasrv.core.credentials.auth import Authenticator, Principal
+from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
-from mediasrv.web.client_address import client_address
+from mediasrv.core.store_errors import for_store_error
+from mediasrv.web.client_address import client_address, from_our_proxy
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.http_limits import MAX_JSON_BYTES
@@ -80,7 +79,7 @@ class InFlight:
 
 @dataclass(frozen=True)
 class BaseDeps:
-    """What every handler needs, built once in ``mediasrv.web.app``."""
+    """What every handler needs, built once in ``mediasrv.assembly.app``."""
 
     auth: Authenticator
     limiter: RateLimiter
@@ -122,6 +121,10 @@ class BaseHandler(tornado.web.RequestHandler):
     access log writes it at WARNING, not ERROR."""
     bytes_sent = 0
     """Body bytes handed to the connection (none for HEAD), for the access log."""
+    relayed: tuple[int, int] | None = None
+    """(status, body bytes) of an answer nginx completes (X-Accel-Redirect), for the access log."""
+    access_extra: tuple[tuple[str, str | int], ...] = ()
+    """Fields the access line adds after the usual ones (``mediasrv.web.accesslog``)."""
     request_id: str | None = None
     """This request's id: nginx's (from our proxy) or a new one; echoed in X-Request-Id and in
     the access log line, so a client's report finds the request's lines."""
@@ -263,17 +266,15 @@ class BaseHandler(tornado.web.RequestHandler):
         this server share (MEDIASRV_PROXY_SECRET). Only then are X-Mediasrv-* request headers,
         which nginx clears from every client request, believed."""
         if self._from_proxy is None:
-            secret = self.base.proxy_secret
-            sent = self.request.headers.get("X-Mediasrv-Proxy-Secret", "")
-            self._from_proxy = bool(self.base.trust_proxy and secret and sent
-                                    and hmac.compare_digest(sent.encode(), secret.encode()))
+            self._from_proxy = from_our_proxy(self.request.headers, trust_proxy=self.base.trust_proxy,
+                                              secret=self.base.proxy_secret)
         return self._from_proxy
 
     def client_ip(self) -> str:
         """The socket's peer, or behind trusted proxies the address the outermost one saw
         (``mediasrv.web.client_address``)."""
         return client_address(self.request.headers, self.request.remote_ip, trust_proxy=self.base.trust_proxy,
-                              hops=self.base.proxy_hops)
+                              secret=self.base.proxy_secret, hops=self.base.proxy_hops)
 
     def json_body(self) -> dict[str, Any]:
         """The request body as a JSON object; BadRequest otherwise."""

@@ -1,5 +1,5 @@
 """The dashboard: its page at ``/`` and its files at ``/assets/...`` (not API routes: they are
-bound in ``mediasrv.web.app``); ``send_asset`` also answers the reset-password page (handlers.auth).
+bound in ``mediasrv.assembly.app``); ``send_asset`` also answers the reset-password page (handlers.auth).
 
 Thin: the files come from ``mediasrv.web.webassets`` (loaded once), the API does the work. Every
 page answer carries the strict Content-Security-Policy and never lets itself be framed.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from handlers.base import BaseDeps, BaseHandler
+from mediasrv.base.errors import NotFound
 from mediasrv.core.delivery.http_fields import etag_matches
-from mediasrv.core.errors import NotFound
 from mediasrv.web.cors import CorsMode
 from mediasrv.web.http_headers import accepts_gzip
 from mediasrv.web.webassets import INDEX, Asset

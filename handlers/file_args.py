@@ -11,11 +11,9 @@ from urllib.parse import unquote
 
 import tornado.web
 
-from mediasrv.core.errors import BadRequest
-from mediasrv.core.files import content_types
-from mediasrv.core.files.content_types import AllowList
+from mediasrv.base.errors import BadRequest
+from mediasrv.base.timeutil import iso, parse_iso
 from mediasrv.core.files.service import MAX_NAME_CHARS
-from mediasrv.core.timeutil import iso, parse_iso
 
 DRAIN_LIMIT = 1024 * 1024
 """A refused upload's body up to this size is read and dropped before the answer (see files.py)."""
@@ -45,28 +43,6 @@ def time_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
         return iso(parse_iso(value))
     except ValueError:
         raise BadRequest(f"{name} must be an ISO 8601 timestamp", code="INVALID_QUERY") from None
-
-
-def upload_type(declared: str, named: list[bytes], allow: AllowList) -> str | None:
-    """The type an upload is stored as; None: taken from its first bytes.
-
-    Content-Type names it, unless it is application/octet-stream (what generated clients always
-    send): then the ``type`` query parameter may name it, and without one the bytes tell.
-    """
-    if len(named) > 1:
-        raise BadRequest("type is given more than once", code="INVALID_QUERY")
-    if not named:
-        return None if declared == content_types.OCTET_STREAM else allow.require(declared)
-    wanted = named[0].decode("latin-1").split(";", 1)[0].strip().lower()
-    if declared not in (content_types.OCTET_STREAM, wanted):
-        raise BadRequest(f"The type query parameter ({wanted}) and Content-Type ({declared}) differ: send the "
-                         "file's type in one of them, or the same in both", code="INVALID_CONTENT_TYPE")
-    if wanted == content_types.OCTET_STREAM:
-        return None
-    if wanted not in allow:
-        raise BadRequest(f"Content type {wanted!r} is not allowed; see /reference/allowed-content-types",
-                         code="CONTENT_TYPE_NOT_ALLOWED")
-    return wanted
 
 
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")

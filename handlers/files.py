@@ -7,16 +7,32 @@ import logging
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import bool_arg, content_length, drainable, file_name, single_arg, time_arg, upload_type
+from handlers.file_args import (
+    DRAIN_LIMIT,
+    bool_arg,
+    content_length,
+    drainable,
+    file_name,
+    single_arg,
+    time_arg,
+)
 from handlers.paging import int_arg, page_args
-from mediasrv.core.errors import KNOWN_FAILURES, ApiError, BadRequest, NotFound, PayloadTooLarge
+from mediasrv.base.errors import ApiError, BadRequest, NotFound, PayloadTooLarge
 from mediasrv.core.files import content_types
-from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, SignedLinks
-from mediasrv.core.files.service import MAX_NAME_CHARS, FileQuery, FileService, require_active_trial
-from mediasrv.core.files.uploads import Upload, failure_status
+from mediasrv.core.files.service import (
+    DEFAULT_SORT,
+    FILE_SORTS,
+    KINDS,
+    MAX_NAME_CHARS,
+    FileQuery,
+    FileService,
+    require_active_trial,
+)
+from mediasrv.core.files.uploads import UploadRequest, UploadSession, failure_status
+from mediasrv.core.store_errors import KNOWN_FAILURES
 from mediasrv.web import http_limits
-from mediasrv.web.openapi_parts import DocContext, Json, error, json_body, json_response, ref, typed
+from mediasrv.web.openapi_parts import DocContext, Json, error, header_refs, json_body, json_response, ref, typed
 from mediasrv.web.peer import unless_client_leaves
 from mediasrv.web.routespec import ANY, Route, per_user
 
@@ -28,19 +44,28 @@ BULK_DELETE_MAX = 100
 
 class FilesBase(BaseHandler):
     files: FileService
-    allow: AllowList
 
-    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, files: FileService) -> None:  # type: ignore[override]
         super().initialize(base)
-        self.files, self.allow = files, allow
+        self.files = files
 
 
 @tornado.web.stream_request_body
 class FilesHandler(FilesBase):
     """POST streams an upload into the blob store; GET lists the caller's files."""
 
-    upload: Upload | None = None
+    upload: UploadSession | None = None
     failure: ApiError | None = None
+    stored_id: str | None = None
+
+    @property
+    def access_extra(self) -> tuple[tuple[str, str | int], ...]:  # type: ignore[override]
+        """An upload's access line names the file stored and the body bytes received (a refused
+        one: the bytes received before it was refused)."""
+        if self.upload is None:
+            return ()
+        received: tuple[tuple[str, str | int], ...] = (("received_bytes", self.upload.received),)
+        return ((("file_id", self.stored_id),) if self.stored_id else ()) + received
 
     async def prepare(self) -> None:
         try:
@@ -57,56 +82,52 @@ class FilesHandler(FilesBase):
             # Answer once the small body is read: closing a socket with unread bytes makes the
             # kernel reset the connection, which can destroy the answer before the client reads it.
             self.failure = failure_status(exc)
+            if not bodyless:  # the connection's limit is still the API's (64 KiB): let the body be drained
+                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
+                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
 
     async def _start_upload(self) -> None:
-        """Every check the headers allow, then the quota reservation and the blob writer."""
+        """The file service admits the upload (``admit``), reading its fields from here."""
         assert self.principal is not None
-        user = self.principal.user
-        require_active_trial(user)
-        declared_type = content_types.normalize(self.request.headers.get_list("Content-Type"))
-        if declared_type == "multipart/form-data":
-            raise BadRequest("Send the raw bytes as the body, not multipart/form-data, with the file's own "
-                             "type as Content-Type (e.g. curl --data-binary @photo.jpg -H 'Content-Type: "
-                             "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
-        content_type = upload_type(declared_type, self.request.query_arguments.get("type", []), self.allow)
-        is_public = bool_arg(self, "isPublic", default=True) is not False  # absent: public
-        name = file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", []))
-        limits = self.files.limits_for(user)
-        declared = content_length(self.request.headers)
-        too_large = f"File too large: the limit is {limits.cap_bytes} bytes"
-        if declared is not None and declared > limits.cap_bytes:
-            raise PayloadTooLarge(too_large)
-        http_limits.set_body_limit(self.request.connection, limits.cap_bytes, PayloadTooLarge.code, too_large)
-        self.upload = await self.files.start_upload(user, content_type, name, is_public, declared, limits,
-                                                    self.allow)
+        self.upload = await self.files.admit(self.principal.user, self._upload_request)
+        cap = self.upload.body_limit
+        http_limits.set_body_limit(self.request.connection, cap, PayloadTooLarge.code,
+                                   f"File too large: the limit is {cap} bytes")
+
+    def _upload_request(self) -> UploadRequest:
+        """What this request says of its upload: headers and query parsed, nothing judged."""
+        named = self.request.query_arguments.get("type", [])
+        if len(named) > 1:
+            raise BadRequest("type is given more than once", code="INVALID_QUERY")
+        return UploadRequest(
+            declared_type=content_types.normalize(self.request.headers.get_list("Content-Type")),
+            named_type=named[0].decode("latin-1") if named else None,
+            name=file_name(self.request.headers.get_list("x-file-name"), self.request.query_arguments.get("name", [])),
+            is_public=bool_arg(self, "isPublic", default=True) is not False,  # absent: public
+            declared_size=content_length(self.request.headers))
 
     async def data_received(self, chunk: bytes) -> None:
         if self.upload is None or self.failure is not None:
             return
         try:
             await self.upload.feed(chunk)
-        except Exception as exc:
-            self.failure = failure_status(exc)
-            await self.upload.abort()
+        except ApiError as exc:  # the session has undone the upload: answer once the body is read
+            self.failure = exc
 
     async def post(self) -> None:
         if self.failure is not None:
             raise self.failure
         assert self.upload is not None
         self.request_size = self.upload.received
-        try:
-            record = await unless_client_leaves(self.request.connection, self.upload.finish(),
-                                                self.on_connection_close)
-        except Exception as exc:
-            await self.upload.abort()
-            raise failure_status(exc) from exc
+        record = await unless_client_leaves(self.request.connection, self.upload.finish(), self.on_connection_close)
+        self.stored_id = record.file_id
         render = await self.files.renderer(record.user_id)
         self.write_json({"file": render(record), "message": "File uploaded"}, 201)
 
     def on_connection_close(self) -> None:
-        """A client gone mid-body: drop its partial blob and reservation."""
+        """A client gone mid-body: its upload is abandoned (partial blob and reservation go)."""
         if self.upload is not None:
-            self.files.abort_later(self.upload)
+            self.upload.abandon()
             log.warning("upload aborted: the client disconnected after %d bytes", self.upload.received)
         super().on_connection_close()
 
@@ -125,13 +146,20 @@ class FilesHandler(FilesBase):
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")
-        if ctype is not None and ctype not in self.allow:
+        ctype = None if ctype is None else content_types.canonical(ctype)
+        if ctype is not None and ctype not in self.files.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")
+        sort = single_arg(self, "sort") or DEFAULT_SORT  # empty: the default, as an empty q is no search
+        if sort not in FILE_SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(FILE_SORTS)}", code="INVALID_QUERY")
+        kind = single_arg(self, "kind") or None  # empty: every kind (a form's "All kinds")
+        if kind is not None and kind not in KINDS:
+            raise BadRequest(f"kind must be one of {', '.join(KINDS)}", code="INVALID_QUERY")
         return FileQuery(q=q or None, content_type=ctype, size_min=size_min, size_max=size_max,
                          is_public=bool_arg(self, "isPublic", default=None),
                          created_after=time_arg(self, "createdAfter"),
-                         created_before=time_arg(self, "createdBefore"))
+                         created_before=time_arg(self, "createdBefore"), kind=kind, sort=sort)
 
 
 class FileHandler(FilesBase):
@@ -165,9 +193,9 @@ class SignedUrlHandler(FilesBase):
 
     links: SignedLinks
 
-    def initialize(self, base: BaseDeps, files: FileService, allow: AllowList,  # type: ignore[override]
+    def initialize(self, base: BaseDeps, files: FileService,  # type: ignore[override]
                    links: SignedLinks) -> None:
-        super().initialize(base, files, allow)
+        super().initialize(base, files)
         self.links = links
 
     async def post(self, file_id: str) -> None:
@@ -219,7 +247,11 @@ def _upload(ctx: DocContext) -> Json:
                              "type cannot be recognised (octet-stream), an image too large to "
                              "decode, or an invalid file name (INVALID_FILE_NAME)."),
                 "403": error("The trial has ended, or the storage or file count limit is reached."),
-                "413": error("File too large; code FILE_TOO_LARGE.")}}
+                "413": error("File too large; code FILE_TOO_LARGE."),
+                "503": {**error("Try again after Retry-After seconds: the storage is unavailable "
+                                "(STORE_UNAVAILABLE), or the uploads in progress hold all the memory "
+                                "the server gives uploads (UPLOADS_BUSY)."),
+                        "headers": header_refs(**{"Retry-After": "RetryAfter"})}}}
 
 
 def _query(name: str, description: str, schema: Json) -> Json:
@@ -238,10 +270,18 @@ def _list_files(ctx: DocContext) -> Json:
         _query("isPublic", "filter by visibility", typed("string", enum=["true", "false"])),
         _query("createdAfter", "created_at >= this ISO 8601 value", typed("string", format="date-time")),
         _query("createdBefore", "created_at <= this ISO 8601 value", typed("string", format="date-time")),
+        _query("kind", "files of one kind: image, video and audio by their type's first part; document "
+                       "(PDF, text, Office and OpenDocument files...), archive (zip, tar, gzip, 7z...), and "
+                       "other for the rest; empty: every kind", typed("string", enum=list(KINDS))),
+        _query("sort", "the order: created, name or size, ascending, or descending with a leading `-`; "
+                       "ties by id. `name` compares names case-insensitively, files without a name "
+                       "first. The server sorts all matching files, then pages them",
+               typed("string", enum=list(FILE_SORTS), default=DEFAULT_SORT)),
     ]
     return {"parameters": params,
-            "responses": {"200": json_response("Matching files, newest first.", "FilePage"),
-                          "400": error("Invalid filter, page or limit (e.g. a type not allowed).")}}
+            "responses": {"200": json_response("Matching files, in `sort`'s order (newest first by default).",
+                                               "FilePage"),
+                          "400": error("Invalid filter, sort, page or limit (e.g. a type not allowed).")}}
 
 
 def _get_file(ctx: DocContext) -> Json:

@@ -34,18 +34,18 @@ import tornado.web
 from tornado import httputil
 
 from handlers.serving import MediaHandler, ServeBase
-from mediasrv.core import ids
+from mediasrv.base import ids
+from mediasrv.base.errors import ApiError
 from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.service import MediaDelivery
-from mediasrv.core.errors import ApiError
 from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.images.policy import SIGNATURE_PARAM
 from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
-from mediasrv.web.client_address import client_address
+from mediasrv.web.client_address import PROXY_SECRET_HEADER, client_address
 from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.routespec import Route
 
-HANDED_ON = ("Authorization", "X-Api-Key", "Range", "If-Range", "X-Mediasrv-Proxy-Secret", "Content-Length",
+HANDED_ON = ("Authorization", "X-Api-Key", "Range", "If-Range", PROXY_SECRET_HEADER, "Content-Length",
              "Transfer-Encoding")
 """A request carrying any of these fields goes to the handler: credentials, byte ranges, our
 proxy's headers and a body are its business."""
@@ -84,12 +84,12 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
     """The server's delegate in front of the application (``make_server``)."""
 
     def __init__(self, app: tornado.web.Application, delivery: MediaDelivery, routes: Mapping[str, HotRoute], *,
-                 limiter: RateLimiter, trust_proxy: bool, proxy_hops: int) -> None:
+                 limiter: RateLimiter, trust_proxy: bool, proxy_hops: int, proxy_secret: str | None) -> None:
         self.app = app
         self.wildcard_router = app.wildcard_router
         """The application's routes, for ``RequestLimits`` (which paths exist)."""
         self._delivery, self._routes, self._limiter = delivery, dict(routes), limiter
-        self._trust_proxy, self._hops = trust_proxy, proxy_hops
+        self._trust_proxy, self._hops, self._secret = trust_proxy, proxy_hops, proxy_secret
         self._cors: CorsPolicy | None = app.settings.get("cors")
         self._date = (0, "")
 
@@ -118,7 +118,7 @@ class HotMedia(httputil.HTTPServerConnectionDelegate):
             spec = _transform(query) if route.transforms and query else None
         except _HandOn:
             return None
-        client = client_address(headers, remote_ip, trust_proxy=self._trust_proxy, hops=self._hops)
+        client = client_address(headers, remote_ip, trust_proxy=self._trust_proxy, secret=self._secret, hops=self._hops)
         limit = route.limit
         if limit is not None and not self._limiter.would_allow(limit.name, client):
             return None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tornado.web
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 30

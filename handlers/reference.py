@@ -1,7 +1,7 @@
 """Unauthenticated reference routes: the OpenAPI and for-agents documents, the allowed upload
 types and the HTML reference page, with their route rows and OpenAPI operations.
 
-The documents are built once at start-up by ``mediasrv.web.app`` (from every module's routes)
+The documents are built once at start-up by ``mediasrv.assembly.app`` (from every module's routes)
 and handed to these handlers under the names their rows give (``Route.args``).
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _html_page(ctx: DocContext) -> Json:
 
 # ---------------------------------------------------------------------------- routes
 # The app provides the documents as "allowed_types_document", "for_agents_document",
-# "openapi_document" and "reference_page" (mediasrv.web.app).
+# "openapi_document" and "reference_page" (mediasrv.assembly.app).
 
 ROUTES: tuple[Route, ...] = (
     Route("GET", "/reference/allowed-content-types", NONE, StaticJsonHandler, "reference", "allowedContentTypes",

@@ -85,6 +85,11 @@ class ServeBase(BaseHandler):
             self.set_status(answer.status)
         for name, value in answer.headers.items():
             self.set_header(name, value)
+        if answer.accel is not None:  # the access line says what nginx sends, not the empty 200 it gets
+            accel = answer.accel
+            self.relayed = (accel.status, accel.length)
+            self.access_extra = (("sent_by", "nginx"),) + ((("range", accel.content_range.removeprefix("bytes ")),)
+                                                           if accel.content_range else ())
         if answer.stream is not None:
             await self._stream(answer.stream)
             return
@@ -155,6 +160,9 @@ def _serving(ctx: DocContext, *, head: bool, download: bool) -> Json:
         "304": ref("NotModified", "responses"),
         "404": error("No such file, or a private file without the owner's credential or a valid "
                      "signature."),
+        "410": error("A signed link of this private file, made by its owner, past its `expires` "
+                     "(LINK_EXPIRED): ask the owner for a new one. A link altered or made for another "
+                     "file is 404."),
         "416": ref("RangeNotSatisfiable", "responses"),
     }
 

@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy the server during the first run of each mediasrv case (pip install py-spy); "
                              "collapsed stacks and summaries go to DIR")
+    parser.add_argument("--cases", metavar="REGEX",
+                        help="resize: only the cases whose name (e.g. 'JPEG text w1200') matches this regex")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="resize: leave out the in-process pyvips ceiling (the thumbor rows only)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, data)")
     parser.add_argument("--checkout", type=Path, metavar="DIR",
                         help="benchmark the mediasrv of another checkout (git worktree add DIR COMMIT) with "
@@ -78,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="mediasrv-bench-"))
     ctx = Ctx(work=work, quick=args.quick, rounds=args.rounds,
-              seconds=args.seconds or (1.0 if args.quick else 5.0), profile_dir=args.profile)
+              seconds=args.seconds or (1.0 if args.quick else 5.0), profile_dir=args.profile,
+              cases=re.compile(args.cases) if args.cases else None, ceiling=not args.no_ceiling)
     commit = _git_rev() if args.checkout is None else procs.use_checkout(args.checkout, work)
     meta = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cores": ctx.cores,

@@ -30,13 +30,13 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from handlers.routes import LIMITS  # noqa: E402
+from mediasrv.assembly.app import make_app  # noqa: E402
+from mediasrv.base.settings import load as load_settings  # noqa: E402
 from mediasrv.cli.server import make_server  # noqa: E402
 from mediasrv.core.domains.providers import make_provider  # noqa: E402
 from mediasrv.core.limits.ratelimit import RateLimiter  # noqa: E402
 from mediasrv.core.limits.store_counters import shared_counters  # noqa: E402
 from mediasrv.core.mail import MailQueue, make_mailer  # noqa: E402
-from mediasrv.core.settings import Settings  # noqa: E402
-from mediasrv.web.app import make_app  # noqa: E402
 from store.fs import FsBlobStore  # noqa: E402
 from store.mongo import MongoMetaStore  # noqa: E402
 from tests.backends import servers  # noqa: E402
@@ -90,10 +90,10 @@ async def time_uploads(client: httpx.AsyncClient, token: str, n: int) -> list[fl
 async def run(mongo_port: int, n: int) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="bench-counters-"))
     port = servers.free_port()
-    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data_dir), "MEDIASRV_RATE_LIMIT_SCALE": "1000",
+    settings = load_settings({"MEDIASRV_DATA_DIR": str(data_dir), "MEDIASRV_RATE_LIMIT_SCALE": "1000",
                                   "MEDIASRV_BCRYPT_ROUNDS": "4",
                                   "MEDIASRV_MONGODB_URL": servers.mongo_url(mongo_port, "bench_counters")},
-                                 port=port).validate()
+                                 port=port)
     meta, blobs = MongoMetaStore(settings.mongodb_url or ""), FsBlobStore(data_dir)
     await meta.open()
     await blobs.open()

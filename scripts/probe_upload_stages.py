@@ -86,7 +86,7 @@ SITECUSTOMIZE = textwrap.dedent('''
         _import = builtins.__import__
         def _hooked(name, *args, **kwargs):
             module = _import(name, *args, **kwargs)
-            if name == "mediasrv.web.app" and not STATS.get("_installed"):
+            if name == "mediasrv.assembly.app" and not STATS.get("_installed"):
                 STATS["_installed"] = [0, 0.0, 0.0]
                 _install()
             return module

@@ -8,7 +8,7 @@ aggregates it uses. ``BlobStore`` is one protocol. What only some backends can d
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
 backend name, never with ``getattr``): ``SharedSecrets``, ``AccountReconcile``, ``HitCounters``
 and ``Leases`` (MongoDB), ``LocalDatabase``, ``Snapshots`` and ``Draining`` (SQLite),
-``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files).
+``RowCopy`` (both, for ``mediasrv migrate``), ``LocalBlobFiles`` (files), ``WriteBuffers`` (S3).
 ``tests/store/test_protocols.py`` checks with mypy that each backend satisfies its protocols.
 
 Every method takes explicit keys, never request state, so one contract suite
@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from store.errors import Duplicate
 from store.models import (
     AccountPlan,
     ApiKey,
@@ -67,9 +66,6 @@ from store.models import (
     WebhookDelivery,
     WebhookEvent,
 )
-
-DuplicateError = Duplicate
-"""The earlier name of ``store.errors.Duplicate``, kept for callers written before it."""
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -147,7 +143,8 @@ class UserStore(Protocol):
     async def mark_email_verified(self, user_id: str, at: str) -> None: ...
 
     async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
-        """Replace the hash and bump token_version, retiring every earlier session token."""
+        """Replace the hash and bump token_version and credential_epoch in one write, retiring
+        every earlier session token, refresh token, API key and signed URL."""
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None: ...
 
@@ -159,8 +156,10 @@ class UserStore(Protocol):
         ``email_contains``: only addresses containing it (a literal, case-insensitive)."""
 
     async def set_disabled(self, user_id: str, disabled_at: str | None, at: str) -> bool:
-        """Disable an account (``disabled_at`` a time; token_version moves on, so its session
-        tokens stop) or enable it again (None); False when there is no such account."""
+        """Disable an account (``disabled_at`` a time) or enable it again (None); either way
+        token_version moves on, so its session and refresh tokens stop for good (credential_epoch
+        stays: its API keys and signed URLs pause while it is disabled). False when there is no
+        such account."""
 
     async def delete_user(self, user_id: str) -> bool:
         """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
@@ -253,7 +252,11 @@ class FileStore(Protocol):
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
-        """Matching files, newest first (ties by id), and the total count.
+        """Matching files in ``query.sort``'s order (``FILE_SORTS``: newest first by default;
+        ties by id in the same direction), and the total count. ``query.kind`` matches files
+        whose ``store.kinds.kind_of(content_type)`` is that kind. Every sort, with or without a
+        kind, is read through an index (an account of 100,000 files answers a page in
+        milliseconds).
 
         ``query.q`` is a literal (no wildcard or pattern character: ``%``, ``_``, ``*``, ``.``,
         quotes match themselves) searched case-insensitively as a substring of the name or of
@@ -266,6 +269,15 @@ class FileStore(Protocol):
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Delete the user's record and release its quota in one step, with its ``file.deleted``
         event (``WebhookStore``); the deleted record or None."""
+
+    async def unpublish_files(self, user_id: str) -> int:
+        """Make every public file of the account private and mark it ``withheld`` (an operator's
+        ``users disable --unpublish``), in one write; how many. Serving notices it as it notices
+        a delete: through the record cache's bound, or at once where nginx revalidates."""
+
+    async def republish_files(self, user_id: str) -> int:
+        """Make the account's withheld files public again and clear the mark (``users enable
+        --republish``); files its owner uploaded private stay private. How many."""
 
     async def count_files(self) -> int:
         """How many file records exist (each references one blob); the sweep's yardstick."""
@@ -303,7 +315,7 @@ class LogStore(Protocol):
 
 
 class UsageStore(Protocol):
-    """Monthly usage counters (origin reads, image operations)."""
+    """Usage counters (origin reads, image operations, API requests) per month and per day."""
 
     async def add_usage(self, deltas: dict[tuple[str, str], UsageCounts], *,
                         batch_id: str | None = None) -> None:
@@ -311,6 +323,11 @@ class UsageStore(Protocol):
         ``batch_id`` (its first reply lost) counts once."""
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts: ...
+
+    async def daily_usage(self, user_id: str, first_day: str, last_day: str) -> dict[str, UsageCounts]:
+        """The counters of the days ``first_day``..``last_day`` (``YYYY-MM-DD``, inclusive) that
+        have any, by day. Daily counters are the periods of ten characters that ``add_usage``
+        was given (the monthly ones have seven)."""
 
 
 class WebhookStore(Protocol):
@@ -600,7 +617,18 @@ class BlobStore(Lifecycle, Protocol):
         """Delete quarantined blobs quarantined more than ``older_than_s`` ago; the number."""
 
 
-# -- optional capability of a blob store ----------------------------------------------------
+# -- optional capabilities of a blob store --------------------------------------------------
+
+@runtime_checkable
+class WriteBuffers(Protocol):
+    """A blob store whose writers keep bytes in memory between writes (S3: a part is gathered
+    whole before it is sent). What an upload holds is then more than what it is writing: the
+    uploads' memory budget (``mediasrv.core.limits.buffers``) counts it."""
+
+    @property
+    def writer_buffer_bytes(self) -> int:
+        """The most one writer keeps between writes, besides the write in progress."""
+
 
 @runtime_checkable
 class LocalBlobFiles(Protocol):
@@ -614,11 +642,6 @@ class LocalBlobFiles(Protocol):
     @property
     def root(self) -> Path:
         """The directory holding ``blobs/`` and ``quarantine/``."""
-
-    def local_path(self, key: str) -> Path | None:
-        """Where the blob's file would be (it may not exist), without any I/O; None for an
-        invalid key. For naming the file to others (an nginx sidecar, logs), never for opening
-        it: use ``open_for_read``."""
 
     def open_for_read(self, key: str) -> int:
         """A read-only descriptor of the committed blob, opened without following a symlink at

@@ -2,7 +2,7 @@
 
 Backends translate their drivers' errors (sqlite3, OSError, PyMongo, botocore) into these, so
 core code never names a driver: it catches ``StoreUnavailable`` and friends, and one place
-(``mediasrv.core.errors.for_store_error``) turns them into HTTP answers (503 with Retry-After,
+(``mediasrv.base.errors.for_store_error``) turns them into HTTP answers (503 with Retry-After,
 404, 409). They are plain exceptions: ``store/`` imports nothing from ``mediasrv/``.
 """
 from __future__ import annotations
@@ -36,3 +36,7 @@ class StorageFull(StoreUnavailable):
 
     def __init__(self, message: str = "storage full") -> None:
         super().__init__(message)
+
+
+class DamagedDatabase(StoreError):
+    """A database file fails SQLite's integrity check, or is no database of ours at all."""

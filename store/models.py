@@ -2,7 +2,7 @@
 
 Plain frozen dataclasses with no behaviour beyond what a record needs: every backend
 (SQLite, MongoDB) reads and writes exactly these. Timestamps are ISO 8601 UTC strings with
-millisecond precision (``mediasrv.core.timeutil.iso``), so they sort and compare as text.
+millisecond precision (``mediasrv.base.timeutil.iso``), so they sort and compare as text.
 """
 from __future__ import annotations
 
@@ -34,6 +34,11 @@ class User:
     """Per-account file count limit set by an operator; None: the server-wide MEDIASRV_FILE_COUNT_LIMIT."""
     disabled_at: str | None = None
     """Set by an operator (``mediasrv users disable``): the account's sessions and keys stop."""
+    credential_epoch: int = 0
+    """Bumped with every new password (reset, ``users set-password``), with token_version.
+    API keys and signed URLs carry the epoch they were made under and stop once it moves on.
+    Unlike token_version, disabling and enabling leave it alone: an account's keys and links
+    pause while it is disabled and work again once it is enabled."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class ApiKey:
     created_at: str
     last_used_at: str | None = None
     revoked_at: str | None = None
+    credential_epoch: int = 0
+    """The owner's ``User.credential_epoch`` when the key was made: a newer password ends it."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,21 @@ class FileRecord:
     blob_key: str
     width: int | None = None
     height: int | None = None
+    withheld: bool = False
+    """Made private by an operator (``users disable --unpublish``), not by its owner: only
+    these are made public again by ``users enable --republish``."""
+
+
+FILE_SORTS: tuple[str, ...] = ("-created", "created", "name", "-name", "size", "-size")
+"""Orders of a file listing: a key, descending with a leading ``-``. Ties are broken by the
+record id in the same direction, so pages never overlap. ``-created`` (newest first) is the
+interface's order and the default. ``name`` is the folded name (``store.kinds.name_key``),
+files without a name first; ``-name`` the exact reverse."""
 
 
 @dataclass(frozen=True)
 class FileQuery:
-    """Filters of GET /files, already validated. ``q`` is a literal, never a pattern."""
+    """Filters and order of GET /files, already validated. ``q`` is a literal, never a pattern."""
 
     q: str | None = None
     content_type: str | None = None
@@ -98,6 +115,10 @@ class FileQuery:
     is_public: bool | None = None
     created_after: str | None = None
     created_before: str | None = None
+    kind: str | None = None
+    """One of ``store.kinds.KINDS``: files whose content type is of that kind."""
+    sort: str = "-created"
+    """One of ``FILE_SORTS``."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,8 @@ class LogEntry:
 class UsageCounts:
     origin_reads: int = 0
     image_ops: int = 0
+    api_requests: int = 0
+    """Authenticated API requests (what the activity log records), counted from this release on."""
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from pymongo.results import UpdateResult
 
 from store import mongo_counters, mongo_leases, mongo_outbox, mongo_quota, outbox
 from store.errors import Duplicate, StoreUnavailable
+from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
     DELIVERY_FAILED,
     DELIVERY_PENDING,
@@ -215,11 +216,23 @@ def _log(doc: Doc) -> LogEntry:
 
 
 def _file_doc(record: FileRecord) -> Doc:
-    """Folded copies of the searchable fields are stored at insert, for literal search."""
+    """Folded copies of the searchable fields are stored at insert, for literal search (the
+    folded name is also ``sort=name``'s key, ``store.kinds.name_key``), and the kind."""
     doc = _doc(record, _FILE_DATES)
-    doc["name_folded"] = fold_text(record.name)
+    doc["name_folded"] = name_key(record.name)
     doc["file_id_folded"] = fold_text(record.file_id)
+    doc["kind"] = kind_of(record.content_type)
     return doc
+
+
+SORT_FIELDS = {"created": "created_at", "name": "name_folded", "size": "size"}
+"""``FileQuery.sort``'s keys and the field each orders by (then ``_id``, the record id)."""
+
+
+def _file_order(sort: str) -> list[tuple[str, int]]:
+    """``sort`` as a MongoDB sort: its field, then ``_id``, both in its direction."""
+    direction = DESCENDING if sort.startswith("-") else ASCENDING
+    return [(SORT_FIELDS[sort.lstrip("-")], direction), ("_id", direction)]
 
 
 def _file_filter(user_id: str, query: FileQuery) -> Doc:
@@ -230,6 +243,8 @@ def _file_filter(user_id: str, query: FileQuery) -> Doc:
         flt["$or"] = [{"name_folded": {"$regex": pattern}}, {"file_id_folded": {"$regex": pattern}}]
     if query.content_type is not None:
         flt["content_type"] = query.content_type
+    if query.kind is not None:
+        flt["kind"] = query.kind
     size: Doc = {}
     if query.size_min is not None:
         size["$gte"] = query.size_min
@@ -278,6 +293,16 @@ INDEXES: dict[str, list[IndexModel]] = {
               IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
               IndexModel([("user_id", ASCENDING), ("content_type", ASCENDING), *NEWEST_FIRST],
                          name="user_type_newest"),
+              # GET /files?sort=&kind= (issue 31): each order alone and after the kind; read
+              # backwards for the opposite direction.
+              IndexModel([("user_id", ASCENDING), ("kind", ASCENDING), *NEWEST_FIRST], name="user_kind_newest"),
+              IndexModel([("user_id", ASCENDING), ("name_folded", ASCENDING), ("_id", ASCENDING)],
+                         name="user_name"),
+              IndexModel([("user_id", ASCENDING), ("kind", ASCENDING), ("name_folded", ASCENDING),
+                          ("_id", ASCENDING)], name="user_kind_name"),
+              IndexModel([("user_id", ASCENDING), ("size", ASCENDING), ("_id", ASCENDING)], name="user_size"),
+              IndexModel([("user_id", ASCENDING), ("kind", ASCENDING), ("size", ASCENDING), ("_id", ASCENDING)],
+                         name="user_kind_size"),
               IndexModel([("blob_key", ASCENDING)], name="blob_key"),
               IndexModel([(f"{mongo_outbox.EVENT_FIELD}.at", ASCENDING)], sparse=True, name="webhook_event")],
     "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
@@ -333,6 +358,7 @@ class MongoMetaStore:
                 self._identity = await self._load_identity()
                 for name, indexes in INDEXES.items():
                     await self._db[name].create_indexes(indexes)
+                await self._classify()
         except BaseException:
             await self.close()
             raise
@@ -347,6 +373,25 @@ class MongoMetaStore:
                                f"({SCHEMA_VERSION}); refusing to open it")
         if version < SCHEMA_VERSION:
             await config.update_one({"_id": "schema"}, {"$max": {"version": SCHEMA_VERSION}}, upsert=True)
+
+    async def _classify(self) -> None:
+        """Give every file document the kind of ``store.kinds`` when the documents were
+        classified under other rules (or none: a database from before kinds): once per change
+        of rules, one update per content type the database holds. Idempotent, so processes
+        opening at the same moment may all run it."""
+        config = self._db["config"]
+        doc = await config.find_one({"_id": "kinds"})
+        if (doc or {}).get("signature") == KINDS_SIGNATURE:
+            return
+        changed = 0
+        for content_type in await self._db["files"].distinct("content_type"):
+            kind = kind_of(content_type)
+            result = await self._db["files"].update_many({"content_type": content_type, "kind": {"$ne": kind}},
+                                                         {"$set": {"kind": kind}})
+            changed += int(result.modified_count)
+        await config.update_one({"_id": "kinds"}, {"$set": {"signature": KINDS_SIGNATURE}}, upsert=True)
+        if changed:
+            log.info("file kinds classified again: %d documents changed", changed)
 
     async def _load_identity(self) -> StoreIdentity:
         """The database's identity, written once by whichever process opens it first."""
@@ -480,7 +525,7 @@ class MongoMetaStore:
         async with self._op() as db:
             await db["users"].update_one({"_id": user_id}, {
                 "$set": {"password_hash": password_hash, "updated_at": to_date(at)},
-                "$inc": {"token_version": 1}})
+                "$inc": {"token_version": 1, "credential_epoch": 1}})
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
         async with self._op() as db:
@@ -650,7 +695,21 @@ class MongoMetaStore:
 
     async def list_files(self, user_id: str, query: FileQuery, offset: int,
                          limit: int) -> tuple[list[FileRecord], int]:
-        return await self._page("files", _file_filter(user_id, query), offset, limit, _file)
+        return await self._page("files", _file_filter(user_id, query), offset, limit, _file,
+                                order=_file_order(query.sort))
+
+    async def unpublish_files(self, user_id: str) -> int:
+        """One update_many (sent twice, it finds nothing more to change)."""
+        async with self._op() as db:
+            result: UpdateResult = await db["files"].update_many(
+                {"user_id": user_id, "is_public": True}, {"$set": {"is_public": False, "withheld": True}})
+        return result.modified_count
+
+    async def republish_files(self, user_id: str) -> int:
+        async with self._op() as db:
+            result: UpdateResult = await db["files"].update_many(
+                {"user_id": user_id, "withheld": True}, {"$set": {"is_public": True, "withheld": False}})
+        return result.modified_count
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         """Release the file's quota once (marked by its file_id), then delete the record by its
@@ -778,7 +837,7 @@ class MongoMetaStore:
             return
         if batch_id is None:
             ops = [UpdateOne({"_id": f"{user_id}|{period}"},
-                             {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
+                             {"$inc": _usage_inc(c),
                               "$setOnInsert": {"user_id": user_id, "period": period}}, upsert=True)
                    for (user_id, period), c in deltas.items()]
             async with self._op() as db:
@@ -786,7 +845,7 @@ class MongoMetaStore:
             return
         await self._idempotent(lambda db: _ensure_usage_docs(db, list(deltas)))
         counted = [UpdateOne({"_id": f"{user_id}|{period}", "batches": {"$ne": batch_id}},
-                             {"$inc": {"origin_reads": c.origin_reads, "image_ops": c.image_ops},
+                             {"$inc": _usage_inc(c),
                               "$push": {"batches": {"$each": [batch_id], "$slice": -USAGE_BATCHES_KEPT}}})
                    for (user_id, period), c in deltas.items()]
         await self._idempotent(lambda db: db["usage"].bulk_write(counted, ordered=False))
@@ -794,9 +853,15 @@ class MongoMetaStore:
     async def get_usage(self, user_id: str, period: str) -> UsageCounts:
         async with self._op() as db:
             doc = await db["usage"].find_one({"_id": f"{user_id}|{period}"})
-        if doc is None:
-            return UsageCounts()
-        return UsageCounts(origin_reads=int(doc.get("origin_reads", 0)), image_ops=int(doc.get("image_ops", 0)))
+        return UsageCounts() if doc is None else _usage_counts(doc)
+
+    async def daily_usage(self, user_id: str, first_day: str, last_day: str) -> dict[str, UsageCounts]:
+        """A range of ``_id`` (``<user>|YYYY-MM-DD``): the monthly documents inside it
+        (``<user>|YYYY-MM`` sorts between the days) are skipped by their period's length."""
+        async with self._op() as db:
+            docs = await db["usage"].find({"_id": {"$gte": f"{user_id}|{first_day}",
+                                                    "$lte": f"{user_id}|{last_day}"}}).to_list()
+        return {doc["period"]: _usage_counts(doc) for doc in docs if len(doc.get("period", "")) == len(first_day)}
 
     # --- rate-limit counters (HitCounters) ------------------------------------------------
 
@@ -1072,14 +1137,14 @@ class MongoMetaStore:
     # --- helpers ----------------------------------------------------------------------
 
     async def _page(self, collection: str, flt: Doc, offset: int, limit: int,
-                    convert: Any) -> tuple[list[Any], int]:
-        """Newest first, ties by id descending, and the total matching ``flt``."""
+                    convert: Any, order: list[tuple[str, int]] = NEWEST_FIRST) -> tuple[list[Any], int]:
+        """In ``order`` (newest first, ties by id descending), and the total matching ``flt``."""
         _check_page(offset, limit)
         async with self._op() as db:
             total = await db[collection].count_documents(flt)
             docs: list[Doc] = []
             if limit > 0 and offset < total:
-                docs = await db[collection].find(flt).sort(NEWEST_FIRST).skip(offset).limit(limit).to_list()
+                docs = await db[collection].find(flt).sort(order).skip(offset).limit(limit).to_list()
         return [convert(doc) for doc in docs], total
 
 
@@ -1103,6 +1168,16 @@ class MongoMetaStore:
         async with self._op() as db:
             await db[_COLLECTIONS[table]].bulk_write(
                 [ReplaceOne({"_id": doc["_id"]}, doc, upsert=True) for doc in docs], ordered=False)
+
+def _usage_inc(counts: UsageCounts) -> Doc:
+    return {"origin_reads": counts.origin_reads, "image_ops": counts.image_ops,
+            "api_requests": counts.api_requests}
+
+
+def _usage_counts(doc: Doc) -> UsageCounts:
+    return UsageCounts(origin_reads=int(doc.get("origin_reads", 0)), image_ops=int(doc.get("image_ops", 0)),
+                       api_requests=int(doc.get("api_requests", 0)))
+
 
 CLAIM_TRIES = 3
 
@@ -1142,9 +1217,9 @@ async def _claim_delete_event(db: Any, doc: Doc, record: FileRecord, now: dt.dat
 
 
 async def _ensure_usage_docs(db: Any, keys: list[tuple[str, str]]) -> None:
-    """Create the (user, month) documents that do not exist yet, at zero (idempotent)."""
+    """Create the (user, period) documents that do not exist yet, at zero (idempotent)."""
     ops = [UpdateOne({"_id": f"{user_id}|{period}"}, {"$setOnInsert": {
-        "user_id": user_id, "period": period, "origin_reads": 0, "image_ops": 0}}, upsert=True)
+        "user_id": user_id, "period": period, "origin_reads": 0, "image_ops": 0, "api_requests": 0}}, upsert=True)
         for user_id, period in keys]
     try:
         await db["usage"].bulk_write(ops, ordered=False)
@@ -1187,7 +1262,7 @@ def _row(table: str, doc: Doc) -> dict[str, Any]:
                 "data": doc.get("data")}
     if table == "usage":
         return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
-                "image_ops": int(doc.get("image_ops", 0))}
+                "image_ops": int(doc.get("image_ops", 0)), "api_requests": int(doc.get("api_requests", 0))}
     convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log,
                "invites": _invite}[table]
     record: Any = convert(doc)  # one of the record dataclasses
@@ -1202,7 +1277,8 @@ def _row_doc(table: str, row: dict[str, Any]) -> Doc:
                 "data": row.get("data")}
     if table == "usage":
         return {"_id": f"{row['user_id']}|{row['period']}", "user_id": row["user_id"], "period": row["period"],
-                "origin_reads": row["origin_reads"], "image_ops": row["image_ops"]}
+                "origin_reads": row["origin_reads"], "image_ops": row["image_ops"],
+                "api_requests": row.get("api_requests", 0)}  # absent in older dumps
     if table == "users":
         user = User(**row)
         return {**_doc(user, _USER_DATES), "email_folded": fold_email(user.email)}

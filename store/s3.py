@@ -9,11 +9,15 @@ per upload is ever in memory. Nothing is visible until commit (PUT, or CompleteM
 ``abort`` (any failure, a client that disconnects) aborts the multipart upload, so no parts
 are left behind; ``sweep_temp`` aborts uploads abandoned by a crash.
 
-Every call has a total deadline, ``S3Config.timeout_s`` (MEDIASRV_S3_TIMEOUT) from sending the
-request to having its answer, botocore's own connect and read timeouts and its one retry
-included; a part of a multipart upload is one call, and so is each chunk read of a streamed
-body. So a black-holed S3 is ``StoreUnavailable`` (HTTP 503) within that time, never a hung
-request; a body must travel within it too (8 MiB in 5 s needs about 13 Mbit/s to S3).
+Every call has a total deadline from sending the request to having its answer, botocore's own
+connect and read timeouts and its one retry included: ``S3Config.timeout_s``
+(MEDIASRV_S3_TIMEOUT), plus the time the bytes it carries take at ``S3Config.min_rate``
+(MEDIASRV_S3_MIN_RATE), so a part of 8 MiB on a slow link is not cut where a small PUT would be
+(``deadline_s``). A part of a multipart upload is one call. A streamed body is read within the
+same allowance, counted over all its reads (``_Pace``): a body that stalls or trickles slower
+than ``min_rate`` ends in ``StoreUnavailable`` too, however often a byte arrives. So a
+black-holed or crawling S3 is ``StoreUnavailable`` (HTTP 503) within a bound, never a hung
+request.
 """
 from __future__ import annotations
 
@@ -59,6 +63,8 @@ class S3Config:
     secret_access_key: str | None = None
     session_token: str | None = None
     timeout_s: float = 5.0
+    min_rate: int = 1024 * 1024
+    """Bytes per second: the slowest link a call is given time for (``deadline_s``)."""
     max_attempts: int = 2
     create_bucket: bool = True
     """Create the bucket at open when it does not exist (handy for MinIO and tests)."""
@@ -86,31 +92,63 @@ def _translated(key: str = "") -> Any:
         raise StoreUnavailable(f"S3: {type(exc).__name__}") from exc
 
 
-class _Deadlined:
-    """The aiobotocore client with a total deadline on every call (its methods are coroutines)."""
+def deadline_s(config: S3Config, size: int) -> float:
+    """How long a call carrying ``size`` bytes (either way) may take: the fixed deadline, which
+    covers an answer without a body, plus the bytes' time at the slowest rate allowed."""
+    return config.timeout_s + size / config.min_rate
 
-    def __init__(self, client: Any, timeout_s: float) -> None:
-        self._client, self._timeout_s = client, timeout_s
+
+class _Deadlined:
+    """The aiobotocore client with a total deadline on every call (its methods are coroutines):
+    ``deadline_s`` of the ``Body`` it sends (none: the fixed deadline)."""
+
+    def __init__(self, client: Any, config: S3Config) -> None:
+        self._client, self._config = client, config
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         method = getattr(self._client, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            async with asyncio.timeout(self._timeout_s):
+            body = kwargs.get("Body")
+            size = len(body) if isinstance(body, (bytes, bytearray, memoryview)) else 0
+            async with asyncio.timeout(deadline_s(self._config, size)):
                 return await method(*args, **kwargs)
         return call
 
 
-async def _read_chunk(body: Any, size: int | None, timeout_s: float) -> bytes:
-    """One chunk of a streamed answer, within the deadline (a stalled body is an outage)."""
-    async with asyncio.timeout(timeout_s):
-        return bytes(await body.read(size))
+class _Pace:
+    """The time the reads of one streamed answer may spend waiting, in all: ``deadline_s`` of
+    the bytes received so far plus those asked for. A body that stalls runs out of it after the
+    fixed deadline; one that trickles (a byte now and then, each read answered in time) runs
+    out of it as soon as it falls behind ``min_rate``. Only time spent in a read counts: a
+    reader that waits for its own client between reads is not cut for it."""
+
+    def __init__(self, config: S3Config) -> None:
+        self._config = config
+        self._received = 0
+        self._waited = 0.0
+
+    async def read(self, body: Any, size: int, *, whole: bool = False) -> bytes:
+        """One chunk of at most ``size`` bytes (fewer when fewer have arrived), or with
+        ``whole`` the rest of the body (``size``: its length); TimeoutError when the answer has
+        used up its allowance."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(deadline_s(self._config, self._received + size) - self._waited):
+                chunk = bytes(await body.read(None if whole else size))
+        finally:
+            self._waited += loop.time() - started
+        self._received += len(chunk)
+        return chunk
 
 
 class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
     delivers_urls = True
+    writer_buffer_bytes = PART_SIZE
+    """``WriteBuffers``: a writer gathers up to a part before it sends it."""
 
     def __init__(self, config: S3Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
@@ -126,7 +164,9 @@ class S3BlobStore:
         if self._client is not None:
             return
         c = self.config
-        config = Config(connect_timeout=c.timeout_s, read_timeout=c.timeout_s,
+        # botocore's read timeout runs while a body goes out too (it waits for 100-continue),
+        # so it is the deadline of the largest call, a part: the calls' own deadlines are shorter.
+        config = Config(connect_timeout=c.timeout_s, read_timeout=deadline_s(c, PART_SIZE),
                         retries={"max_attempts": c.max_attempts, "mode": "standard"},
                         s3={"addressing_style": "path" if c.endpoint_url else "auto"},
                         # Requests are SigV4 anyway; presigned URLs (``delivery``) would be SigV2
@@ -138,7 +178,7 @@ class S3BlobStore:
             client = await stack.enter_async_context(get_session().create_client(
                 "s3", endpoint_url=c.endpoint_url, region_name=c.region, aws_access_key_id=c.access_key_id,
                 aws_secret_access_key=c.secret_access_key, aws_session_token=c.session_token, config=config))
-            self._client = _Deadlined(client, c.timeout_s)
+            self._client = _Deadlined(client, c)
             self._stack = stack
             await self._ensure_bucket()
         except BaseException:
@@ -236,11 +276,11 @@ class S3BlobStore:
             if isinstance(cause, ClientError) and _code(cause) == "InvalidRange":
                 return  # the window starts at or past the end: no bytes
             raise
-        body = response["Body"]
+        body, pace = response["Body"], _Pace(self.config)
         try:
             while True:
                 with _translated(key):
-                    chunk = await _read_chunk(body, chunk_size, self.config.timeout_s)
+                    chunk = await pace.read(body, chunk_size)
                 if not chunk:
                     break
                 yield chunk
@@ -258,7 +298,7 @@ class S3BlobStore:
             if size > limit:
                 raise ValueError(f"blob is {size} bytes, over the {limit}-byte limit")
             with _translated(key):
-                return await _read_chunk(body, None, self.config.timeout_s)
+                return await _Pace(self.config).read(body, size, whole=True)
         finally:
             body.close()
 

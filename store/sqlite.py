@@ -33,8 +33,9 @@ import orjson
 
 from store import outbox
 from store.base import MIGRATION_TABLES
-from store.errors import Duplicate, StorageFull, StoreUnavailable
+from store.errors import DamagedDatabase, Duplicate, StorageFull, StoreUnavailable
 from store.groupcommit import Call, GroupCommit
+from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
     DELIVERY_FAILED,
     DELIVERY_PENDING,
@@ -249,6 +250,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX invites_created ON invites (created_at DESC, id DESC)",
     ),
     (
+        # Issue 25 finding 2: a new password ends the API keys and signed URLs made before it
+        # (each carries the account's credential epoch); an operator can take an account's
+        # public files offline and bring exactly those back (withheld).
+        "ALTER TABLE users ADD COLUMN credential_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE api_keys ADD COLUMN credential_epoch INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE files ADD COLUMN withheld INTEGER NOT NULL DEFAULT 0 CHECK (withheld IN (0, 1))",
+    ),
+    (
+        # Issue 31: the gallery's listing, sorted by date, name or size and filtered by kind on
+        # the server over all of an account's files. kind (store.kinds.kind_of) and name_key
+        # (the folded name) are written with each row; kind is filled in here and again
+        # whenever the classification changes (_classify, at open). Each order has an index,
+        # alone and after the kind, ties by id; files_user_size gains id (sort=size) and
+        # keeps its covering columns (size-range counts).
+        "ALTER TABLE files ADD COLUMN kind TEXT",
+        "ALTER TABLE files ADD COLUMN name_key TEXT",
+        "UPDATE files SET name_key = fold(name)",
+        "CREATE INDEX files_user_kind_created ON files (user_id, kind, created_at DESC, id DESC)",
+        "CREATE INDEX files_user_name ON files (user_id, name_key, id)",
+        "CREATE INDEX files_user_kind_name ON files (user_id, kind, name_key, id)",
+        "DROP INDEX files_user_size",
+        "CREATE INDEX files_user_size ON files (user_id, size, id, is_public, content_type, created_at)",
+        "CREATE INDEX files_user_kind_size ON files (user_id, kind, size, id)",
+        # Daily counters live beside the monthly ones (period YYYY-MM-DD); API requests too.
+        "ALTER TABLE usage ADD COLUMN api_requests INTEGER NOT NULL DEFAULT 0",
+    ),
+    (
         # Webhooks (issue 28): endpoints, the outbox of events, one delivery per event and
         # endpoint. No foreign key to users: an account's endpoints outlive it until the
         # events of its deleted files are delivered (purge_deliveries removes them then).
@@ -354,10 +382,11 @@ RECONCILE_SQL = """UPDATE users SET
     storage_bytes = coalesce((SELECT sum(size) FROM files WHERE files.user_id = users.id), 0),
     files_count = (SELECT count(*) FROM files WHERE files.user_id = users.id)"""
 
-USAGE_SQL = """INSERT INTO usage (user_id, period, origin_reads, image_ops) VALUES (?, ?, ?, ?)
+USAGE_SQL = """INSERT INTO usage (user_id, period, origin_reads, image_ops, api_requests) VALUES (?, ?, ?, ?, ?)
     ON CONFLICT (user_id, period) DO UPDATE SET
     origin_reads = origin_reads + excluded.origin_reads,
-    image_ops = image_ops + excluded.image_ops"""
+    image_ops = image_ops + excluded.image_ops,
+    api_requests = api_requests + excluded.api_requests"""
 
 # Upsert on user_id only: a clash on hostname (another user's row) must raise, not replace it
 # as INSERT OR REPLACE would.
@@ -388,7 +417,7 @@ def _first_column(row: Row) -> Any:
 def _file(row: Row) -> FileRecord:
     """Booleans are stored as 0/1."""
     values = dict(row)
-    values["is_public"] = bool(values["is_public"])
+    values["is_public"], values["withheld"] = bool(values["is_public"]), bool(values["withheld"])
     return FileRecord(**values)
 
 
@@ -460,7 +489,7 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
             params.append(_fts_phrase(folded))
         clauses.append("(instr(fold(name), ?) > 0 OR instr(fold(file_id), ?) > 0)")
         params += [folded, folded]
-    conditions = (("content_type = ?", query.content_type), ("size >= ?", query.size_min),
+    conditions = (("content_type = ?", query.content_type), ("kind = ?", query.kind), ("size >= ?", query.size_min),
                   ("size <= ?", query.size_max), ("created_at >= ?", query.created_after),
                   ("created_at <= ?", query.created_before))
     for clause, value in conditions:
@@ -474,7 +503,7 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
 
 
 def _now_iso() -> str:
-    """Now in the stored format (as ``mediasrv.core.timeutil.now_iso``, which store/ cannot import)."""
+    """Now in the stored format (as ``mediasrv.base.timeutil.now_iso``, which store/ cannot import)."""
     now = dt.datetime.now(dt.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
@@ -554,29 +583,64 @@ def _page_oldest(conn: sqlite3.Connection, table: str, cols: str, offset: int, l
     return [convert(row) for row in rows], total
 
 
+SORT_COLUMNS = {"created": "created_at", "name": "name_key", "size": "size"}
+"""``FileQuery.sort``'s keys and the column each orders by (then id, in the same direction)."""
+
+
+def _sort_index(key: str, kind: str | None) -> str:
+    """The index that reads an account's files (of one kind) in ``key``'s order."""
+    if key == "created":
+        return "files_user_kind_created" if kind else "files_user_created"
+    return f"files_user_kind_{key}" if kind else f"files_user_{key}"
+
+
+def _order_by(sort: str, reverse: bool, by_index: bool) -> str:
+    """ORDER BY for ``sort`` (read from the other end when ``reverse``). Without ``by_index``
+    the terms are written ``+column``, which SQLite cannot read from an index: a sparse filter
+    then picks its own index and the few matching rows are sorted."""
+    descending = sort.startswith("-") != reverse
+    column, plus = SORT_COLUMNS[sort.lstrip("-")], "" if by_index else "+"
+    direction = " DESC" if descending else ""
+    return f"{plus}{column}{direction}, {plus}id{direction}"
+
+
 def _list_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, offset: int,
                 limit: int) -> tuple[list[FileRecord], int]:
-    """One page of an account's files, newest first, and the total; planned for 100,000 files.
+    """One page of an account's files in ``query.sort``'s order, and the total; planned for
+    100,000 files.
 
-    The total comes from ``file_counts`` when only type and visibility filter, else from a
-    count on an index. Knowing it first lets the page be read from whichever end is nearer
-    (page 990 of 1,000 skips 1,000 rows, not 99,000), and a size range matching few rows be
-    read through the size index and sorted rather than by walking every row in date order.
+    The total comes from ``file_counts`` when only type, kind and visibility filter, else from
+    a count on an index. Knowing it first lets the page be read from whichever end is nearer
+    (page 990 of 1,000 skips 1,000 rows, not 99,000), and a filter matching few rows be read
+    through its own index and sorted, rather than by walking every row in the listing's
+    order (``SIZE_SCAN_MAX_SKIP``). By date, the planner's choice stands but for size ranges;
+    by name or size, a dense listing walks that order's index (``_sort_index``).
     """
     indexed = _use_search_index(conn, query)
     where, params = _file_filters(user_id, query, indexed)
     total = _count_files(conn, user_id, query, where, params)
     if offset >= total or limit == 0:
         return [], total
-    source = "files"
-    if (query.size_min is not None or query.size_max is not None) and not query.q:
-        dense = total * SIZE_SCAN_MAX_SKIP >= _counted(conn, user_id)
-        source += " INDEXED BY " + ("files_user_created" if dense else "files_user_size")
+    key = query.sort.lstrip("-")
+    sized = query.size_min is not None or query.size_max is not None
+    dense = total * SIZE_SCAN_MAX_SKIP >= _counted(conn, user_id, kind=query.kind)
+    source, by_index = "files", True
+    if key == "created":
+        if sized and not query.q:
+            source += " INDEXED BY " + _sort_index("created" if dense else "size", query.kind)
+    elif indexed:
+        by_index = False  # the search index gives the candidates (few): sort them
+    elif (dense or (key == "size" and sized)) and not query.q:
+        source += " INDEXED BY " + _sort_index(key, query.kind)
+    else:
+        by_index = False
+        if sized and not query.q:
+            source += " INDEXED BY " + _sort_index("size", query.kind)
     from_end = offset + limit / 2 > total / 2
-    if from_end:  # the same rows, counted from the oldest
+    if from_end:  # the same rows, counted from the other end
         offset, limit = max(0, total - offset - limit), min(limit, total - offset)
-    order = "created_at, id" if from_end else "created_at DESC, id DESC"
-    rows = conn.execute(f"SELECT {FILE_COLS} FROM {source} WHERE {where} ORDER BY {order} "
+    rows = conn.execute(f"SELECT {FILE_COLS} FROM {source} WHERE {where} "
+                        f"ORDER BY {_order_by(query.sort, from_end, by_index)} "
                         "LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
     records = [_file(row) for row in rows]
     return (records[::-1] if from_end else records), total
@@ -588,19 +652,25 @@ def _count_files(conn: sqlite3.Connection, user_id: str, query: FileQuery, where
                                                       query.created_after, query.created_before))
     if ranged:
         return int(conn.execute(f"SELECT count(*) FROM files WHERE {where}", params).fetchone()[0])
-    return _counted(conn, user_id, query.content_type, query.is_public)
+    return _counted(conn, user_id, query.content_type, query.is_public, query.kind)
 
 
 def _counted(conn: sqlite3.Connection, user_id: str, content_type: str | None = None,
-             is_public: bool | None = None) -> int:
-    """An account's files of that type and visibility (None: any), from ``file_counts``."""
-    sql = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?"
+             is_public: bool | None = None, kind: str | None = None) -> int:
+    """An account's files of that type, visibility and kind (None: any), from ``file_counts``
+    (a kind is the sum of its types': an account has a few dozen types at most)."""
+    if kind is None:
+        sql = "SELECT coalesce(sum(n), 0) FROM file_counts WHERE user_id = ?"
+    else:
+        sql = "SELECT content_type, n FROM file_counts WHERE user_id = ?"
     args: list[Any] = [user_id]
     if content_type is not None:
         sql, args = sql + " AND content_type = ?", [*args, content_type]
     if is_public is not None:
         sql, args = sql + " AND is_public = ?", [*args, int(is_public)]
-    return int(conn.execute(sql, args).fetchone()[0])
+    if kind is None:
+        return int(conn.execute(sql, args).fetchone()[0])
+    return sum(int(n) for ctype, n in conn.execute(sql, args) if kind_of(ctype) == kind)
 
 
 def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
@@ -614,9 +684,21 @@ def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
     return row["user_id"], row["data"]
 
 
+FILE_INSERT_SQL = _insert_sql("files", FileRecord).replace(") VALUES (", ", kind, name_key) VALUES (", 1)[:-1] + (
+    ", :kind, :name_key)")
+"""The record's columns and the two it is listed by (``_file_params``)."""
+
+
+def _file_params(record: FileRecord) -> dict[str, Any]:
+    """A record's columns, with its kind and name sort key (``store.kinds``)."""
+    values = _params(record)
+    values["kind"], values["name_key"] = kind_of(record.content_type), name_key(record.name)
+    return values
+
+
 def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
     """The record, its search row and its ``file.created`` event, in one transaction."""
-    conn.execute(_insert_sql("files", FileRecord), _params(record))
+    conn.execute(FILE_INSERT_SQL, _file_params(record))
     _index_file(conn, record.id, record.name, record.file_id)
     _record_file_event(conn, FILE_CREATED, record, record.created_at)
 
@@ -907,6 +989,20 @@ def _migrate(conn: sqlite3.Connection) -> None:
         log.info("metadata schema migrated from version %d to %d", version, len(MIGRATIONS))
 
 
+def _classify(conn: sqlite3.Connection) -> None:
+    """Give every file row the kind of ``store.kinds`` when the rows were classified under
+    other rules (or none: a database migrated from before kinds); once per change of rules."""
+    row = conn.execute("SELECT value FROM store_info WHERE key = 'kinds'").fetchone()
+    if row is not None and row[0] == KINDS_SIGNATURE:
+        return
+    changed = conn.execute("UPDATE files SET kind = kind_of(content_type) "
+                           "WHERE kind IS NOT kind_of(content_type)").rowcount
+    conn.execute("INSERT INTO store_info (key, value) VALUES ('kinds', ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (KINDS_SIGNATURE,))
+    if changed:
+        log.info("file kinds classified again: %d rows changed", changed)
+
+
 def _is_unique_violation(exc: sqlite3.IntegrityError) -> bool:
     name = getattr(exc, "sqlite_errorname", "")
     return name in ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY") or (
@@ -970,6 +1066,27 @@ def copy_database(source: Path, dest: Path) -> None:
     """Copy a database file that no server is using (``mediasrv restore``) to a new file at
     ``dest``; through SQLite's backup API, so a damaged source fails here rather than later."""
     _snapshot(Path(source), Path(dest))
+
+
+def checked_snapshot(db: Path) -> tuple[list[str], int]:
+    """``snapshot_contents`` of a snapshot file that passes SQLite's integrity check, read
+    without writing anything beside it (read-only, immutable: no journal, no lock file);
+    ``DamagedDatabase`` naming the first problem otherwise (``mediasrv restore`` checks a
+    backup's database with it before writing anything)."""
+    uri = f"{Path(db).resolve().as_uri()}?mode=ro&immutable=1"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA integrity_check(5)")]
+            if problems != ["ok"]:
+                raise DamagedDatabase(f"it fails SQLite's integrity check: {'; '.join(problems)}")
+            keys = [row[0] for row in conn.execute("SELECT DISTINCT blob_key FROM files ORDER BY blob_key")]
+            files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # not a database, or not one with our tables
+        raise DamagedDatabase(f"it cannot be read as a mediasrv database: {exc}") from None
+    return keys, files
 
 
 def snapshot_contents(db: Path) -> tuple[list[str], int]:
@@ -1082,6 +1199,7 @@ class SqliteMetaStore:
         if str(mode).lower() != "wal":
             log.warning("SQLite refused WAL mode for %s (got %s)", self.path, mode)
         self._in_transaction(True, _migrate)
+        self._in_transaction(True, _classify)
         self._file = _file_id(self.path)
 
     def _connect(self, write: bool) -> sqlite3.Connection:
@@ -1099,6 +1217,7 @@ class SqliteMetaStore:
         if not write:
             conn.execute("PRAGMA query_only = ON")
         conn.create_function("fold", 1, _fold, deterministic=True)
+        conn.create_function("kind_of", 1, kind_of, deterministic=True)
         with self._conns_lock:
             self._conns.append(conn)
         return conn
@@ -1306,8 +1425,8 @@ class SqliteMetaStore:
                           (at, at, user_id))
 
     async def set_password(self, user_id: str, password_hash: str, at: str) -> None:
-        await self._write(_execute, "UPDATE users SET password_hash = ?, "
-                          "token_version = token_version + 1, updated_at = ? WHERE id = ?",
+        await self._write(_execute, "UPDATE users SET password_hash = ?, token_version = token_version + 1, "
+                          "credential_epoch = credential_epoch + 1, updated_at = ? WHERE id = ?",
                           (password_hash, at, user_id))
 
     async def set_max_upload_size(self, user_id: str, value: int | None, at: str) -> None:
@@ -1442,6 +1561,17 @@ class SqliteMetaStore:
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
         return await self._write(_delete_file, user_id, file_id)
 
+    async def unpublish_files(self, user_id: str) -> int:
+        """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""
+        changed: int = await self._write(_execute, "UPDATE files SET is_public = 0, withheld = 1 "
+                                         "WHERE user_id = ? AND is_public = 1", (user_id,))
+        return changed
+
+    async def republish_files(self, user_id: str) -> int:
+        changed: int = await self._write(_execute, "UPDATE files SET is_public = 1, withheld = 0 "
+                                         "WHERE user_id = ? AND withheld = 1", (user_id,))
+        return changed
+
     async def count_files(self) -> int:
         return await self._read(lambda conn: conn.execute("SELECT count(*) FROM files").fetchone()[0])
 
@@ -1496,15 +1626,26 @@ class SqliteMetaStore:
                         batch_id: str | None = None) -> None:
         if not deltas:
             return
-        rows = [(user_id, period, counts.origin_reads, counts.image_ops)
+        rows = [(user_id, period, counts.origin_reads, counts.image_ops, counts.api_requests)
                 for (user_id, period), counts in deltas.items()]
         await self._write(_execute_many, USAGE_SQL, rows)
 
     async def get_usage(self, user_id: str, period: str) -> UsageCounts:
-        counts = await self._lookup(_fetch_one, "SELECT origin_reads, image_ops FROM usage "
+        counts = await self._lookup(_fetch_one, "SELECT origin_reads, image_ops, api_requests FROM usage "
                                   "WHERE user_id = ? AND period = ?", (user_id, period),
                                   lambda row: UsageCounts(**dict(row)))
         return counts or UsageCounts()
+
+    async def daily_usage(self, user_id: str, first_day: str, last_day: str) -> dict[str, UsageCounts]:
+        """Through the primary key: at most a few months of this user's rows (the monthly rows
+        in the range are skipped by their length)."""
+        def days(conn: sqlite3.Connection) -> dict[str, UsageCounts]:
+            rows = conn.execute("SELECT period, origin_reads, image_ops, api_requests FROM usage "
+                                "WHERE user_id = ? AND period >= ? AND period <= ? AND length(period) = 10",
+                                (user_id, first_day, last_day))
+            return {row["period"]: UsageCounts(row["origin_reads"], row["image_ops"], row["api_requests"])
+                    for row in rows}
+        return await self._lookup(days)
 
     # --- webhooks (WebhookStore) -------------------------------------------------------
 
@@ -1589,7 +1730,8 @@ class SqliteMetaStore:
             for row in rows:
                 values = dict(row)
                 if table == "files":
-                    values["is_public"] = bool(values["is_public"])
+                    values["is_public"], values["withheld"] = bool(values["is_public"]), bool(values["withheld"])
+                    del values["kind"], values["name_key"]  # derived: the loading store computes its own
                 elif table == "logs":
                     values["metadata"] = orjson.loads(values["metadata"])
                 out.append(values)
@@ -1607,6 +1749,8 @@ class SqliteMetaStore:
             values = dict(row)
             if table == "files":
                 values["is_public"] = int(values["is_public"])
+                values["withheld"] = int(values.get("withheld", False))  # absent in older dumps
+                values["kind"], values["name_key"] = kind_of(values["content_type"]), name_key(values["name"])
             elif table == "logs":
                 values["metadata"] = orjson.dumps(values["metadata"]).decode()
             prepared.append(values)

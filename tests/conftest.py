@@ -25,13 +25,14 @@ import tornado.web
 from aiosmtpd.controller import Controller
 from tornado.httpclient import HTTPResponse
 
+from mediasrv.assembly.app import Runtime, make_app
+from mediasrv.assembly.stores import make_stores
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings import load as load_settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.cli.server import make_server
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, SmtpMailer
-from mediasrv.core.settings import Settings
-from mediasrv.core.stores import make_stores
-from mediasrv.core.timeutil import now_iso
-from mediasrv.web.app import Runtime, make_app
 from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 from tests.launcher import free_port
@@ -93,6 +94,17 @@ def app_env() -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(params=["sqlite", "mongo"])
+def meta_backend_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The settings that run a test's app on each metadata backend in turn: SQLite (none), then a
+    fresh database of the session's mongoeco server. A module's ``app_env`` adds them."""
+    if request.param == "sqlite":
+        return {}
+    from tests.backends.fixtures import new_database
+
+    return {"MEDIASRV_MONGODB_URL": request.getfixturevalue("mongoeco").url(new_database())}
+
+
 @pytest.fixture
 def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple[Sink, int],
              app_env: dict[str, str]) -> Settings:
@@ -100,7 +112,7 @@ def settings(tmp_path: Path, http_server_port: tuple[Any, int], smtp_sink: tuple
     env = {"MEDIASRV_DATA_DIR": str(tmp_path / "data"), "MEDIASRV_PUBLIC_URL": f"http://127.0.0.1:{port}",
            "MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_sink[1]}", "MEDIASRV_MAIL_FROM": "test@mediasrv.test",
            "MEDIASRV_BCRYPT_ROUNDS": "4", **app_env}
-    return Settings.from_env(env, port=port).validate()
+    return load_settings(env, port=port)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from mediasrv.core.admin import KEEP, AdminService
+from mediasrv.base.settings.values import byte_size
+from mediasrv.cli.users_admin import KEEP, AdminService
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 
@@ -40,19 +41,18 @@ async def run_users(admin: AdminService, files: FileService, args: argparse.Name
         print(f"confirmed {user.email} at {user.email_verified_at}")
         return 0
     if action in ("disable", "enable"):
-        user = await admin.set_enabled(args.email, action == "enable")
-        print(f"{action}d {user.email}" + (f" at {user.disabled_at}" if user.disabled_at else ""))
-        return 0
+        return await _set_enabled(admin, args)
     if action == "set-password":
-        user, generated = await admin.set_password(args.email, password)
-        print(f"new password set for {user.email}; every session of the account ended")
+        user, generated, revoked = await admin.set_password(args.email, password)
+        print(f"new password set for {user.email}; every session, refresh token, API key ({revoked} revoked) "
+              "and signed URL of the account made before it ended")
         _print_generated(generated)
         return 0
     if action == "delete":
         return await _delete(admin, files, args)
     if action == "set-plan":
         user = await admin.set_plan(
-            args.email, plan=_text(args.plan), storage_limit_bytes=_number(args.storage_limit, "--storage-limit"),
+            args.email, plan=_text(args.plan), storage_limit_bytes=_bytes(args.storage_limit, "--storage-limit"),
             file_count_limit=_number(args.file_limit, "--file-limit"), trial_ends_at=_text(args.trial_end))
     else:
         user = await admin.user(args.email)
@@ -95,6 +95,20 @@ async def _list(admin: AdminService, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _set_enabled(admin: AdminService, args: argparse.Namespace) -> int:
+    """disable [--unpublish] / enable [--republish]: the account first (no upload or session
+    starts afterwards), then its files."""
+    enabling = args.action == "enable"
+    user = await admin.set_enabled(args.email, enabling)
+    print(f"{args.action}d {user.email}" + (f" at {user.disabled_at}" if user.disabled_at else ""))
+    if not enabling and args.unpublish:
+        print(f"{await admin.unpublish(args.email)} public file(s) made private (withheld); "
+              "'users enable --republish' publishes them again")
+    if enabling and args.republish:
+        print(f"{await admin.republish(args.email)} withheld file(s) public again")
+    return 0
+
+
 async def _delete(admin: AdminService, files: FileService, args: argparse.Namespace) -> int:
     user = await admin.user(args.email)
     if not args.yes:
@@ -117,6 +131,18 @@ def _text(value: str | None) -> Any:
     return None if value.strip().lower() in ("default", "none", "") else value.strip()
 
 
+def _bytes(value: str | None, option: str) -> Any:
+    """A size as every setting takes it (``values.byte_size``: 10MiB, 64MB, 1048576), or default."""
+    if value is None:
+        return KEEP
+    if value.strip().lower() in ("default", "none"):
+        return None
+    try:
+        return byte_size(value)
+    except ValueError as exc:
+        raise ValueError(f"{option} {value!r}: {exc}, or 'default'") from None
+
+
 def _number(value: str | None, option: str) -> Any:
     if value is None:
         return KEEP
@@ -125,4 +151,4 @@ def _number(value: str | None, option: str) -> Any:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{option} must be a number of bytes/files or 'default'") from None
+        raise ValueError(f"{option} must be a number of files or 'default'") from None

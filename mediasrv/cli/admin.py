@@ -12,26 +12,20 @@ import asyncio
 import dataclasses
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from mediasrv.base.errors import ApiError
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings.help import shown_value
 from mediasrv.cli import accounts
-from mediasrv.core import backup as backups
-from mediasrv.core.admin import AdminService
+from mediasrv.cli import backup as backups
+from mediasrv.cli.users_admin import AdminService
 from mediasrv.core.credentials.passwords import PasswordHasher
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import make_provider, normalize_hostname
-from mediasrv.core.errors import ApiError
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
-from mediasrv.core.settings import Settings
-
-SECRET_FIELDS = frozenset({"jwt_secret", "cloudflare_api_token"})
-URL_FIELDS = frozenset({"smtp_url", "mongodb_url"})
-"""URLs that may carry a password in their user-info part."""
-MASK = "********"
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -49,7 +43,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from mediasrv.core.stores import open_stores  # the same stores `serve` opens
+    from mediasrv.assembly.stores import open_stores  # the same stores `serve` opens
 
     if args.command == "restore":
         manifest = await backups.restore(settings, args.source, force=args.force)
@@ -140,34 +134,11 @@ def describe_settings(settings: Settings) -> str:
         if not name:
             continue
         value = getattr(settings, f.name)
-        shown = _shown(f.name, value)
-        note = "  # default" if value == getattr(defaults, f.name) else ""
-        lines.append(f"{name}={shown}{note}")
+        notes = ["default"] if value == getattr(defaults, f.name) else []
+        if f.name == "registration":  # auto means open or invite: say which, and why
+            notes.append(f"effective: {settings.registration_explained}")
+        lines.append(f"{name}={shown_value(settings, f.name)}" + (f"  # {'; '.join(notes)}" if notes else ""))
     return "\n".join(lines)
-
-
-def _shown(name: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if name in SECRET_FIELDS:
-        return MASK
-    if name in URL_FIELDS:
-        return _mask_url(str(value))
-    if name == "rate_limits":
-        return ", ".join(f"{key}={per_minute}" for key, per_minute in value)
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))
 
 
 def _is_period(text: str) -> bool:

@@ -10,9 +10,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings.help import help_text as settings_help_text
 from mediasrv.cli import upload
 from mediasrv.cli.sidecar import arguments as sidecar_arguments
-from mediasrv.core.settings import Settings
 from mediasrv.version import version
 
 ADMIN_COMMANDS = frozenset({"users", "invites", "usage", "domains", "backup", "restore", "config"})
@@ -26,7 +27,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
     top.add_argument("--version", action="version", version=f"mediasrv {version()}")
     sub = top.add_subparsers(dest="command", required=True)
-    epilog = "environment variables:\n" + Settings.help_text()
+    epilog = "environment variables:\n" + settings_help_text(Settings)
     _server_parsers(sub, epilog)
     upload.add_parser(sub)
     sidecar_arguments.add_parsers(sub)
@@ -132,11 +133,20 @@ def _account_parsers(sub: Any, epilog: str) -> None:
     create.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
     create.add_argument("--confirmed", action="store_true", help="mark the e-mail address confirmed at once")
     for name, text in (("confirm", "mark an account's e-mail address confirmed"),
-                       ("disable", "stop an account: its sessions and API keys are refused (403), no login"),
-                       ("enable", "let a disabled account in again"),
                        ("show", "print an account's plan and counters as JSON")):
         actions.add_parser(name, help=text).add_argument("email")
-    password = actions.add_parser("set-password", help="set a new password; every session of the account ends")
+    disable = actions.add_parser("disable", help="stop an account: no login, its sessions and refresh tokens end, "
+                                                 "its API keys and signed URLs are refused until it is enabled")
+    disable.add_argument("email")
+    disable.add_argument("--unpublish", action="store_true",
+                         help="also take its public files offline (made private, within 2 s on every process "
+                              "and the nginx sidecar); 'enable --republish' brings them back")
+    enable = actions.add_parser("enable", help="let a disabled account in again (old sessions stay ended)")
+    enable.add_argument("email")
+    enable.add_argument("--republish", action="store_true",
+                        help="make the files 'disable --unpublish' took offline public again")
+    password = actions.add_parser("set-password", help="set a new password; every session, refresh token, API key "
+                                                      "and signed URL of the account made before it ends")
     password.add_argument("email")
     password.add_argument("--password-stdin", action="store_true", help=PASSWORD_HELP)
     delete = actions.add_parser("delete", help="delete an account with all its files and their bytes")
@@ -147,7 +157,8 @@ def _account_parsers(sub: Any, epilog: str) -> None:
                          "back to the server-wide setting (absent options stay unchanged)")
     plan.add_argument("email")
     plan.add_argument("--plan", help="plan name shown in GET /profile ('default': trial/standard)")
-    plan.add_argument("--storage-limit", help="storage limit in bytes, or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
+    plan.add_argument("--storage-limit", help="storage limit: bytes or a size such as 10MiB, 5GB (KiB, MiB, GiB "
+                      "binary; kB, MB, GB decimal), or 'default' (MEDIASRV_STORAGE_LIMIT_BYTES)")
     plan.add_argument("--file-limit", help="file count limit, or 'default' (MEDIASRV_FILE_COUNT_LIMIT)")
     plan.add_argument("--trial-end", help="ISO 8601 time the trial ends (uploads and deletes then get 403), "
                                           "or 'none' for no trial")

@@ -12,17 +12,44 @@ import asyncio
 import functools
 import logging
 import logging.handlers
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from mediasrv.base.settings import Settings, SettingsError, unknown_settings
+from mediasrv.base.settings import load as load_settings
 from mediasrv.cli.arguments import ADMIN_COMMANDS, parser
-from mediasrv.core.settings import Settings, SettingsError
 
 log = logging.getLogger("mediasrv")
 
 
+READER_GONE_STATUS = 128 + 13
+"""Exit status when stdout's reader went away (``mediasrv users list --json | head``): what a
+shell reports for a Unix tool that SIGPIPE ended."""
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the command; output cut short by its reader (a pipe into ``head``) ends it quietly."""
+    try:
+        try:
+            _main(argv)  # exits with the command's status (SystemExit)
+        finally:
+            sys.stdout.flush()  # here, not at exit: a reader gone by now is answered below too
+    except BrokenPipeError:
+        _reader_gone()
+
+
+def _reader_gone() -> None:
+    """stdout's reader closed the pipe: stop without a traceback (nor Python's "Exception
+    ignored" when it flushes stdout at exit), as ``git log | head`` does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(READER_GONE_STATUS)
+
+
+def _main(argv: list[str] | None) -> None:
     command_line = parser()
     args = command_line.parse_args(argv)
     if args.command == "upload":
@@ -37,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     from mediasrv.cli.logs import configure_logging
 
     listener = configure_logging(settings.log_level, settings.log_format)
-    for warning in Settings.unknown_names():
+    for warning in unknown_settings():
         log.warning("%s", warning)
     if args.command in ADMIN_COMMANDS:
         from mediasrv.cli import admin
@@ -50,9 +77,9 @@ def main(argv: list[str] | None = None) -> None:
 def _settings(args: argparse.Namespace) -> Settings:
     """The validated settings, or exit status 2 with the reason on stderr."""
     try:
-        settings = Settings.from_env(host=getattr(args, "host", None), port=getattr(args, "port", None)).validate()
+        settings = load_settings(host=getattr(args, "host", None), port=getattr(args, "port", None))
         if args.command == "serve":
-            from mediasrv.web.app import limited_routes
+            from mediasrv.assembly.app import limited_routes
 
             limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
     except (SettingsError, ValueError) as exc:
@@ -65,7 +92,7 @@ def _run_server_command(args: argparse.Namespace, settings: Settings,
                         configure_logging: Callable[[str], logging.handlers.QueueListener],
                         listener: logging.handlers.QueueListener) -> int:
     """serve, sweep, reconcile or migrate; exit status 1 with one line when it cannot start."""
-    from mediasrv.core.stores import StartupError
+    from mediasrv.base.errors import StartupError
 
     try:
         if args.command == "serve" and args.workers > 1:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from mediasrv.core.settings import Settings
-from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
+from mediasrv.assembly.stores import cause_of, metadata_is_shared, open_stores
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
+from mediasrv.core.housekeeping import reconciles_before_start
 from mediasrv.core.sweep import Sweeper, SweepPolicy
-from store.base import BlobStore, Lifecycle, LocalDatabase, MetaStore, RowCopy, SharedSecrets
+from store.base import BlobStore, Lifecycle, MetaStore, RowCopy, SharedSecrets
 from store.errors import StoreError
 
 
@@ -19,9 +21,9 @@ def sweep_policy(settings: Settings, force: bool = False) -> SweepPolicy:
 
 
 async def migrate_once(settings: Settings, to: str) -> int:
-    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.core.migrate``."""
-    from mediasrv.core.migrate import Progress, SecretConflict, carry_signing_secret, migrate
-    from mediasrv.core.stores import make_blobs, make_embedded, make_meta
+    """``mediasrv migrate --to backends|embedded``: see ``mediasrv.cli.migrate``."""
+    from mediasrv.assembly.stores import make_blobs, make_embedded, make_meta
+    from mediasrv.cli.migrate import Progress, SecretConflict, carry_signing_secret, migrate
 
     if not (settings.mongodb_url or settings.s3_bucket):
         raise StartupError("set MEDIASRV_MONGODB_URL and/or MEDIASRV_S3_BUCKET: nothing to migrate to or from")
@@ -86,11 +88,10 @@ async def reconcile_once(settings: Settings) -> int:
 
 async def reconcile_before_fork(settings: Settings) -> None:
     """``--workers``: the embedded store's start-up reconcile, once, before the workers exist
-    (MEDIASRV_HOUSEKEEPING=full only)."""
-    stores = make_stores(settings)
-    if not isinstance(stores[0], LocalDatabase) or settings.housekeeping != "full":
+    (``reconciles_before_start``)."""
+    if not reconciles_before_start(settings.housekeeping, shared_store=metadata_is_shared(settings)):
         return
-    meta, blobs = await open_stores(settings, stores)
+    meta, blobs = await open_stores(settings)
     try:
         await meta.reconcile_usage()
     except StoreError as exc:

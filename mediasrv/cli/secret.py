@@ -11,8 +11,8 @@ import logging
 import os
 import secrets
 
-from mediasrv.core.settings import Settings
-from mediasrv.core.stores import StartupError
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
 from store.base import BlobStore, LocalDatabase, MetaStore, SharedSecrets
 from store.errors import StoreError
 

@@ -20,23 +20,23 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
+from mediasrv.assembly.app import Runtime, make_app
+from mediasrv.assembly.stores import cause_of, make_stores, open_stores
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
 from mediasrv.cli import workers
-from mediasrv.cli.main import main  # noqa: F401  (the entry point of installs made before cli/main.py)
 from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.secret import local_secret, shared_secret
 from mediasrv.cli.startup_log import log_starting, log_startup, startup_fields
 from mediasrv.core.domains.providers import make_provider
-from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping
+from mediasrv.core.housekeeping import LEASE_NAME, Housekeeping, reconciles_before_start
 from mediasrv.core.lease import Lease
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.reconcile import Reconciler
-from mediasrv.core.settings import Settings
-from mediasrv.core.stores import StartupError, cause_of, make_stores, open_stores
 from mediasrv.core.sweep import Sweeper
 from mediasrv.images import allocator, pipeline, vips
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.app import Runtime, make_app
 from mediasrv.web.connections import (
     FD_HEADROOM_MIN,
     ConnectionLimits,
@@ -113,20 +113,16 @@ def make_server(app: tornado.web.Application, settings: Settings, *,
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)
 
 
-async def start(settings: Settings, *, sockets: list[socket.socket] | None = None,
-                primary: bool = True) -> Running:
+async def start(settings: Settings, *, sockets: list[socket.socket] | None = None) -> Running:
     """Open the stores, build the app, listen. Raises on any failure to start.
 
     A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT, shared by
-    all workers) and only the ``primary`` one runs the periodic sweep; none of them runs
-    the start-up reconcile, which the parent ran before forking.
-
-    MEDIASRV_HOUSEKEEPING: ``full`` reconciles the embedded store's counters at start and
-    sweeps; ``sweep`` only sweeps; ``none`` does neither. Separate processes sharing one
-    DATA_DIR (`mediasrv sidecar`) must not reconcile at start: a process (re)started
-    while another has uploads in flight would drop their quota reservations. On MongoDB,
-    ``full`` and ``sweep`` only make the process compete for the fleet's housekeeping lease
-    (``start_housekeeping``): its holder sweeps and reconciles, safely, while everyone serves.
+    all workers) and its MEDIASRV_HOUSEKEEPING from ``process_role``, as the sidecar's
+    processes do: ``full`` (one process alone) reconciles the embedded store's counters at
+    start (``reconciles_before_start``) and sweeps; ``sweep`` only sweeps; ``none`` does
+    neither. On MongoDB, ``full`` and ``sweep`` only make the process compete for the fleet's
+    housekeeping lease (``start_housekeeping``): its holder sweeps and reconciles, safely, while
+    everyone serves.
     """
     libvips = check_libvips()
     log_starting(settings)
@@ -137,10 +133,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
         secret = await shared_secret(meta, blobs)
     vips.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
-    if isinstance(meta, LocalDatabase) and sockets is None and settings.housekeeping == "full":
-        # Embedded means one process: counters are exact after any crash. A shared database
-        # may have other processes' uploads in flight, so there it is `mediasrv reconcile`
-        # (run once before the processes start, and MEDIASRV_HOUSEKEEPING=sweep or none).
+    if reconciles_before_start(settings.housekeeping, shared_store=not isinstance(meta, LocalDatabase)):
         try:
             await meta.reconcile_usage()
         except StoreError as exc:
@@ -175,7 +168,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     runtime.flusher.start()
     runtime.guard.start()
     runtime.relay.start()  # webhook deliveries: every process sends, one claim per delivery
-    housekeeping, lease = start_housekeeping(settings, meta, blobs, primary=primary)
+    housekeeping, lease = start_housekeeping(settings, meta, blobs)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
     access_log.start()
@@ -195,16 +188,15 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
-                       primary: bool) -> tuple[Housekeeping, Lease | None]:
+def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore) -> tuple[Housekeeping, Lease | None]:
     """The sweep (and, on a shared store, the automatic reconcile), if this process takes part
-    (MEDIASRV_HOUSEKEEPING not none, the primary worker): on a store a fleet shares (``Leases``),
-    under the fleet's one lease; on a local one, here (the per-machine rule)."""
+    (MEDIASRV_HOUSEKEEPING not none; ``process_role`` gives it to one process of several): on a
+    store a fleet shares (``Leases``), under the fleet's one lease; on a local one, here."""
     reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
                   if isinstance(meta, AccountReconcile) else None)
     housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
                                 sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s)
-    if not primary or settings.housekeeping == "none":
+    if settings.housekeeping == "none":
         return housekeeping, None
     if isinstance(meta, Leases):
         lease = Lease(meta, LEASE_NAME, housekeeping.run, ttl_s=settings.housekeeping_lease_s,
@@ -293,7 +285,7 @@ async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None
 
 
 async def serve(settings: Settings, *, sockets: list[socket.socket] | None = None,
-                primary: bool = True, times: ShutdownTimes = ShutdownTimes()) -> int:
+                times: ShutdownTimes = ShutdownTimes()) -> int:
     """Run until SIGTERM or SIGINT, then ``stop`` within ``times``; the exit status."""
     # The handlers go in before anything starts: a SIGTERM while the stores open or just after
     # "listening" is logged (a supervisor may take that line as ready) is a clean stop, not a kill.
@@ -301,7 +293,7 @@ async def serve(settings: Settings, *, sockets: list[socket.socket] | None = Non
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    running = await start(settings, sockets=sockets, primary=primary)
+    running = await start(settings, sockets=sockets)
     if workers.stop_requested():  # a worker told to stop while it was starting
         stopping.set()
     await stopping.wait()

@@ -14,9 +14,10 @@ import ipaddress
 import logging
 import os
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings.help import shown_value
 from mediasrv.version import version
 from store.base import LocalBlobFiles, LocalDatabase
 
@@ -24,19 +25,12 @@ log = logging.getLogger("mediasrv")
 ALL_INTERFACES = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
 
 
-def _mask(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:********@{parts.netloc.rpartition('@')[2]}"))
-
-
 def describe_stores(settings: Settings, meta: object, blobs: object) -> tuple[str, str]:
     """(metadata, blobs) in words, from the store objects the server actually opened."""
     if isinstance(meta, LocalDatabase):
         meta_text = f"SQLite {meta.path}"
     else:
-        meta_text = type(meta).__name__ + (f" ({_mask(settings.mongodb_url)})" if settings.mongodb_url else "")
+        meta_text = type(meta).__name__ + (f" ({shown_value(settings, 'mongodb_url')})" if settings.mongodb_url else "")
     if isinstance(blobs, LocalBlobFiles):
         blob_text = f"files under {blobs.root}/blobs"
     else:
@@ -46,7 +40,7 @@ def describe_stores(settings: Settings, meta: object, blobs: object) -> tuple[st
 
 def mail_mode(settings: Settings) -> str:
     if settings.smtp_url:
-        return f"SMTP {_mask(settings.smtp_url)}"
+        return f"SMTP {shown_value(settings, 'smtp_url')}"
     return f"outbox {settings.data_dir / 'outbox'} (no MEDIASRV_SMTP_URL: e-mails are written as files)"
 
 
@@ -89,6 +83,7 @@ def log_startup(settings: Settings, meta: object, blobs: object) -> None:
     log.info("metadata: %s; blobs: %s", meta_text, blob_text, extra=extra)
     log.info("mail: %s", mail_mode(settings), extra=extra)
     log.info("public URL %s", settings.public_url, extra=extra)
+    log.info("registration: %s", settings.registration_explained, extra=extra)
     warning = public_url_warning(settings)
     if warning:
         log.warning("%s", warning, extra=extra)

@@ -11,7 +11,7 @@ far, "run again to resume", exit status 130. At the end a JSON summary goes to s
 (progress to stderr); the exit status is 1 when any file failed.
 
 The API key comes from --api-key or MEDIASRV_API_KEY (read through
-``mediasrv.core.client_settings.ClientSettings``, the only place that reads the environment).
+``mediasrv.base.settings.client.ClientSettings``, the only place that reads the environment).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class UploadOptions:
 
 def add_parser(sub: Any) -> None:
     """Register the ``upload`` subcommand on mediasrv's argparse subparsers."""
-    from mediasrv.core.client_settings import ClientSettings
+    from mediasrv.base.settings.client import ClientSettings
 
     cmd = sub.add_parser("upload", help="upload files and directories to a mediasrv server",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -95,7 +95,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     """The ``mediasrv upload`` command: 0 when every file is uploaded or skipped, 1 otherwise."""
-    from mediasrv.core.client_settings import ClientSettings
+    from mediasrv.base.settings.client import ClientSettings
 
     env = ClientSettings.from_env(environ)
     api_key = args.api_key or env.api_key

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from mediasrv.cli.upload_manifest import LocalFile
@@ -57,21 +58,17 @@ class NoProgress:
 class RichProgress:
     """A total bar (files and bytes) and one bar per file in flight, on stderr."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Any = None, clock: Callable[[], float] | None = None) -> None:
+        """``console``: where the bars go (stderr); ``clock``: rich's time (tests move it)."""
         from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+        from rich.progress import BarColumn, DownloadColumn, TextColumn
         from rich.progress import Progress as RichBars
 
-        self.console = Console(stderr=True)
+        self.console = console or Console(stderr=True)
+        speed, remaining = _rate_columns()
         self.live = RichBars(TextColumn("{task.description}", markup=False), BarColumn(), DownloadColumn(),
-                             TransferSpeedColumn(), TextColumn("{task.fields[files]}", markup=False),
-                             TimeRemainingColumn(), _wait_column(), console=self.console, transient=False)
+                             speed, TextColumn("{task.fields[files]}", markup=False),
+                             remaining, _wait_column(), console=self.console, transient=False, get_time=clock)
         self._total: Any = None
         self._files_done = 0
         self._files_total = 0
@@ -99,8 +96,15 @@ class RichProgress:
         self.live.advance(self._total, nbytes)
 
     def restart(self, handle: Any, sent: int) -> None:
+        """The file is sent again from its start: its bytes leave the total. Not as a negative
+        step of the total (rich would average it into a negative speed and ETA): the total is
+        set back and its speed measured afresh."""
         self.live.reset(handle)
-        self.live.advance(self._total, -sent)
+        done = self.live.tasks[self._total_index()].completed
+        self.live.reset(self._total, completed=max(0, int(done) - sent))
+
+    def _total_index(self) -> int:
+        return next(n for n, task in enumerate(self.live.tasks) if task.id == self._total)
 
     def end(self, handle: Any, ok: bool, message: str | None = None) -> None:
         self.live.remove_task(handle)
@@ -116,6 +120,35 @@ def wait_text(fields: dict[str, Any], now: float) -> str:
     if resume_at is None:
         return ""
     return f"waiting {max(0.0, resume_at - now):.0f} s: {fields.get('reason', '')}"
+
+
+def rate_texts(fields: dict[str, Any], speed: float | None, remaining: float | None) -> tuple[str | None, str | None]:
+    """What the speed and time-left columns show instead of rich's own numbers: "paused" and
+    "-:--:--" while a pause lasts (no bytes move, whatever the last samples say), "?" and
+    "-:--:--" for an estimate that is not a positive number; None: rich's own text."""
+    if fields.get("resume_at") is not None:
+        return "paused", "-:--:--"
+    return ("?" if speed is None or speed <= 0 else None,
+            "-:--:--" if remaining is not None and remaining < 0 else None)
+
+
+def _rate_columns() -> tuple[Any, Any]:
+    """rich's transfer speed and time-left columns, minus negative numbers and stale estimates
+    during a pause (``rate_texts``). Built on first use, like ``_wait_column``."""
+    from rich.progress import TimeRemainingColumn, TransferSpeedColumn
+    from rich.text import Text
+
+    class SpeedColumn(TransferSpeedColumn):
+        def render(self, task: Any) -> Text:
+            shown, _ = rate_texts(task.fields, task.finished_speed or task.speed, None)
+            return Text(shown, style="progress.data.speed") if shown else super().render(task)
+
+    class RemainingColumn(TimeRemainingColumn):
+        def render(self, task: Any) -> Text:
+            _, shown = rate_texts(task.fields, task.speed, task.time_remaining)
+            return Text(shown, style="progress.remaining") if shown else super().render(task)
+
+    return SpeedColumn(), RemainingColumn()
 
 
 def _wait_column() -> Any:

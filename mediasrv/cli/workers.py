@@ -38,7 +38,9 @@ from typing import Any
 
 import tornado.netutil
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
+from mediasrv.core.housekeeping import process_role
 from mediasrv.web.metrics_fanin import FanIn, socket_paths
 
 log = logging.getLogger("mediasrv")
@@ -86,7 +88,6 @@ def bind_metrics(settings: Settings, workers: int) -> FanIn | None:
         return FanIn(settings.metrics_host, settings.metrics_port, sources)
     except OSError as exc:
         shutil.rmtree(sources["0"].parent, ignore_errors=True)
-        from mediasrv.cli.server import StartupError
         raise StartupError(f"cannot listen on {settings.metrics_host}:{settings.metrics_port} "
                            f"(MEDIASRV_METRICS_PORT): {exc.strerror or exc}") from exc
 
@@ -103,7 +104,6 @@ def bind(settings: Settings) -> list[socket.socket]:
     try:
         return tornado.netutil.bind_sockets(settings.port, settings.host, reuse_port=True)
     except OSError as exc:
-        from mediasrv.core.stores import StartupError
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
@@ -124,7 +124,8 @@ def _child(settings: Settings, sockets: list[socket.socket], index: int, serve: 
             signal.signal(sig, lambda _signum, _frame: _EARLY_STOP.append(True))
         listener = configure_logging(settings.log_level)
         try:
-            code = asyncio.run(serve(settings, sockets=sockets, primary=index == 0))
+            role = process_role(settings.housekeeping, index)
+            code = asyncio.run(serve(dataclasses.replace(settings, housekeeping=role), sockets=sockets))
         finally:
             listener.stop()
     except BaseException as exc:

@@ -173,10 +173,13 @@ class MediasrvClient:
 
     async def list_files(self, *, page: int = 1, limit: int = 30, q: str | None = None, type: str | None = None,
                          size_min: int | None = None, size_max: int | None = None, is_public: bool | None = None,
-                         created_after: str | None = None, created_before: str | None = None) -> FilePage:
+                         created_after: str | None = None, created_before: str | None = None,
+                         kind: str | None = None, sort: str | None = None) -> FilePage:
+        """One page of your files. ``kind``: image, video, audio, document, archive or other;
+        ``sort``: created, name or size, descending with a leading ``-`` (default ``-created``)."""
         params = {"page": page, "limit": limit, "q": q, "type": type, "sizeMin": size_min, "sizeMax": size_max,
                   "isPublic": None if is_public is None else _flag(is_public),
-                  "createdAfter": created_after, "createdBefore": created_before}
+                  "createdAfter": created_after, "createdBefore": created_before, "kind": kind, "sort": sort}
         return FilePage.from_json(await self._json("GET", "/files", params=params))
 
     async def get_file(self, file_id: str) -> StoredFile:
@@ -205,6 +208,10 @@ class MediasrvClient:
 
     async def usage(self) -> JsonObject:
         return await self._json("GET", "/usage")
+
+    async def daily_usage(self, days: int = 30) -> JsonObject:
+        """``{"days": [{"date", "api_requests", "origin_reads", "image_ops"}, ...]}``, oldest first."""
+        return await self._json("GET", "/usage/daily", params={"days": days})
 
     async def logs(self, page: int = 1, limit: int = 30) -> JsonObject:
         return await self._json("GET", "/logs", params={"page": page, "limit": limit})

@@ -27,6 +27,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "get_settings": ("GET", "/settings"),
     "update_settings": ("PATCH", "/settings"),
     "usage": ("GET", "/usage"),
+    "daily_usage": ("GET", "/usage/daily"),
     "logs": ("GET", "/logs"),
     "profile": ("GET", "/profile"),
     "allowed_content_types": ("GET", "/reference/allowed-content-types"),

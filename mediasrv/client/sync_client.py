@@ -127,6 +127,9 @@ class SyncMediasrvClient:
     def usage(self) -> JsonObject:
         return self._run(self._async.usage())
 
+    def daily_usage(self, days: int = 30) -> JsonObject:
+        return self._run(self._async.daily_usage(days))
+
     def logs(self, page: int = 1, limit: int = 30) -> JsonObject:
         return self._run(self._async.logs(page, limit))
 

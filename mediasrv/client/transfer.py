@@ -28,12 +28,17 @@ ProgressCallback = Callable[[int], None]
 
 def guess_content_type(path: str | os.PathLike[str]) -> str:
     """A file's MIME type: from its first bytes when they show one, else from its name, else
-    ``application/octet-stream`` (the server then sniffs, or refuses with 400)."""
+    ``application/octet-stream`` (the server then sniffs, or refuses with 400). A ZIP whose
+    first entries do not say what it is, named as a ZIP-based document (``.docx``, ``.odt``,
+    ``.epub``), goes by its name."""
     with open(path, "rb") as fh:
-        sniffed = magic.content_type_of(fh.read(magic.SNIFF_WINDOW))
-    if sniffed:
-        return sniffed
+        head = fh.read(magic.SNIFF_WINDOW)
+        if magic.window(head) > len(head):
+            head += fh.read(magic.window(head) - len(head))
+    sniffed = magic.content_type_of(head)
     guessed, _ = mimetypes.guess_type(str(path), strict=False)
+    if sniffed and not (sniffed == "application/zip" and guessed in magic.ZIP_BASED):
+        return sniffed
     return guessed or OCTET_STREAM
 
 

@@ -2,14 +2,19 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
+from mediasrv.base.errors import BadRequest
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, month_period, now, period_key
 from mediasrv.core.files.service import effective_limits
 from mediasrv.core.invites import is_admin
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, month_period, period_key
 from store.base import MetaStore
-from store.models import User
+from store.models import UsageCounts, User
+
+DEFAULT_DAILY_DAYS, MAX_DAILY_DAYS = 30, 366
+"""GET /usage/daily's ``days``: the default and the most (a year of daily counters)."""
 
 
 class AccountInfo:
@@ -27,6 +32,24 @@ class AccountInfo:
         return {"storage_bytes": fresh.storage_bytes, "files_count": fresh.files_count,
                 "origin_reads": counts.origin_reads, "image_ops": counts.image_ops,
                 "period_start": iso(start), "period_end": iso(end)}
+
+    async def daily_usage(self, user: User, days: int, today: dt.date | None = None) -> dict[str, Any]:
+        """GET /usage/daily: the last ``days`` UTC days up to today (which is still counting),
+        oldest first, every day present (zeros where nothing was counted)."""
+        if not 1 <= days <= MAX_DAILY_DAYS:
+            raise BadRequest(f"days must be between 1 and {MAX_DAILY_DAYS}", code="INVALID_QUERY")
+        last = today or now().date()
+        first = last - dt.timedelta(days=days - 1)
+        counted = await self._meta.daily_usage(user.id, first.isoformat(), last.isoformat())
+        out = []
+        for n in range(days):
+            day = (first + dt.timedelta(days=n)).isoformat()
+            counts = counted.get(day, UsageCounts())
+            out.append({"date": day, "api_requests": counts.api_requests, "origin_reads": counts.origin_reads,
+                        "image_ops": counts.image_ops})
+        start = dt.datetime.combine(first, dt.time(), dt.UTC)
+        end = dt.datetime.combine(last + dt.timedelta(days=1), dt.time(), dt.UTC)
+        return {"days": out, "period_start": iso(start), "period_end": iso(end)}
 
     async def logs(self, user: User, offset: int, limit: int) -> tuple[list[dict[str, Any]], int]:
         """One page of the user's activity log, newest first, and the total."""

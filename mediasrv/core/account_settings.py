@@ -4,10 +4,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mediasrv.base.errors import BadRequest
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService, public_base
 from mediasrv.core.domains.providers import normalize_hostname
-from mediasrv.core.errors import BadRequest
-from mediasrv.core.timeutil import now_iso
 from store.base import MetaStore
 from store.models import User
 

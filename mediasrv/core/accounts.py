@@ -5,11 +5,14 @@ Responses never tell whether an e-mail has an account beyond what the interface 
 gets the same 201 shape and a notice goes to the address instead; forgot-password answers
 the same for every address; every password check costs one bcrypt run.
 
-Who holds an address: the first registration chooses the password, and only its link confirms
-it. A later registration of a pending address never replaces that password nor sends a second
-activating link (whoever clicks the one link would otherwise activate whichever password its
-sender chose); the address gets a notice pointing to forgot-password, whose reset proves the
-mailbox, sets the password, and ends every session and API key made before it.
+Who holds an address: nobody who has not read its mailbox ever chooses its password. A first
+registration's link confirms that registration's password (GET confirms, as the operator
+contract fixes; its e-mail says not to open it unless you registered). A second registration of
+a pending address contests it: the pending password is dropped (``NO_PASSWORD``), every earlier
+confirmation link dies, and the mailbox gets a link that asks for the password (the reset page,
+which confirms the address too). Before, the first registration's link stayed the one that
+worked: a squatter who registered the address first had their password activated by the
+victim opening it, even after the victim had registered too (issue 25 finding 3).
 """
 from __future__ import annotations
 
@@ -23,14 +26,16 @@ from urllib.parse import urlencode, urlsplit
 
 import orjson
 
+from mediasrv.base.errors import BadRequest, Forbidden, Unauthorized
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, now, now_iso
 from mediasrv.core.credentials import tokens
-from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
-from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
+from mediasrv.core.credentials.passwords import NO_PASSWORD, PasswordHasher, validate_password
+from mediasrv.core.credentials.renewal import replace_password
 from mediasrv.core.invites import InviteService
 from mediasrv.core.mail import MailQueue, Message
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, now, now_iso
-from store.base import DuplicateError, MetaStore
+from store.base import MetaStore
+from store.errors import Duplicate
 from store.models import User
 
 log = logging.getLogger("mediasrv.accounts")
@@ -88,8 +93,8 @@ class AccountService:
         user = new_user(self._settings, email, password_hash)
         try:
             await self._meta.create_user(user)
-        except DuplicateError:
-            await self._notify_existing(email)
+        except Duplicate:
+            await self._registered_again(email)
             return {"message": REGISTERED, "user": {"id": str(uuid.uuid4()), "email": email}}
         await self._send_confirmation(user, redirect_to)
         return {"message": REGISTERED, "user": {"id": user.id, "email": email}}
@@ -141,7 +146,7 @@ class AccountService:
                             reused_by)
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         user = await self._meta.get_user(found[0])
-        if user is None or not user.email_verified_at or user.disabled_at:
+        if user is None or not user.email_verified_at or user.disabled_at or not _same_version(found[1], user):
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         return await self._session(user)
 
@@ -174,40 +179,25 @@ class AccountService:
             raise BadRequest("token is invalid, used or expired", code="INVALID_TOKEN")
         user_id = found[0]
         at = now_iso()
-        # The new password also ends every access token (token_version moves on).
-        await self._meta.set_password(user_id, await self._hasher.hash(password), at)
-        await self._meta.revoke_tokens("refresh", user_id)
-        await self._meta.revoke_tokens("reset", user_id)  # older reset links must not work any more
+        # Every session, refresh token, older reset link, API key and signed URL ends with it.
+        revoked = await replace_password(self._meta, user_id, await self._hasher.hash(password), at)
         await self._meta.revoke_tokens("confirm", user_id)  # and a pending registration's link
-        revoked = await self._revoke_api_keys(user_id, at)
         await self._meta.mark_email_verified(user_id, at)  # the reset link proved the address
         user = await self._meta.get_user(user_id)
         if user is not None:
             self._mail.submit(Message(to=user.email, subject="Your password was changed", text=(
                 "The password of your account was changed with a reset link.\n\n"
-                f"Every session and every API key made before the change has been ended ({revoked} "
-                "API key(s) revoked): log in again, and make new API keys for your scripts.\n"
+                f"Every session, API key and signed link made before the change has been ended ({revoked} "
+                "API key(s) revoked): log in again, and make new API keys and links for your scripts.\n"
                 "If you did not do this, reset your password again at once.\n")))
         return {"message": "Your password has been changed. Log in with the new password."}
-
-    async def _revoke_api_keys(self, user_id: str, at: str) -> int:
-        """Revoke every API key of the user: a key made by whoever held the account before the
-        reset must not outlive it. Returns how many were revoked."""
-        revoked = 0
-        while True:
-            keys, _total = await self._meta.list_api_keys(user_id, 0, 100)
-            if not keys:
-                return revoked
-            done = [await self._meta.revoke_api_key(user_id, key.id, at) for key in keys]
-            if not any(done):
-                return revoked  # revoked meanwhile by someone else: nothing left to do
-            revoked += sum(done)
 
     async def _session(self, user: User) -> Session:
         access, expires_at = self._jwt.issue(user.id, user.token_version)
         refresh = tokens.new_opaque_token()
         refresh_expiry = now() + dt.timedelta(seconds=self._settings.refresh_token_ttl_s)
-        await self._meta.put_token("refresh", tokens.digest(refresh), user.id, iso(refresh_expiry))
+        await self._meta.put_token("refresh", tokens.digest(refresh), user.id, iso(refresh_expiry),
+                                   _refresh_data(user))
         body = {
             "user": {"id": user.id, "email": user.email, "created_at": user.created_at,
                      "updated_at": user.updated_at},
@@ -249,25 +239,41 @@ class AccountService:
         link = self._link("/auth/confirm", token)
         self._mail.submit(Message(to=user.email, subject="Confirm your e-mail address", text=(
             f"Welcome! Confirm your e-mail address by opening this link:\n\n{link}\n\n"
-            "The link works once and expires in 48 hours.\n")))
+            "The link works once and expires in 48 hours. If you did not ask for an account, "
+            "ignore this e-mail and do not open the link: it would confirm an account whose "
+            "password someone else chose.\n")))
 
-    async def _notify_existing(self, email: str) -> None:
-        """A second registration: a notice to the address, never a second activating link."""
+    async def _registered_again(self, email: str) -> None:
+        """A registration of an address that has an account: never a second activating link."""
         user = await self._meta.get_user_by_email(email)
         if user is None:
             return
         if not user.email_verified_at:
-            self._mail.submit(Message(to=email, subject="Your registration is waiting for confirmation", text=(
-                "Someone asked to register this e-mail address again, while an earlier registration "
-                "of it is still waiting for confirmation.\n\n"
-                "If you started the earlier registration, open the link in its e-mail. If you did "
-                "not, or you forgot the password you chose, do not open that link: set your own "
-                "password with POST /auth/forgot-password (the dashboard's 'Forgot password'), "
-                "which also confirms the address.\n")))
+            await self._contest(user)
             return
         self._mail.submit(Message(to=email, subject="Someone tried to register with your address", text=(
             "Someone tried to create an account with this e-mail address, which already has one.\n"
             "If it was you, log in, or reset your password with POST /auth/forgot-password.\n")))
+
+    async def _contest(self, user: User) -> None:
+        """A pending address registered again: two parties may have chosen passwords, and only
+        the mailbox tells them apart. Drop the pending password (so a link that escaped the
+        revocation, made by a registration racing this one, confirms an account nobody can log
+        in to), kill every confirmation link, and send the mailbox a link that asks for the
+        password (the reset page: it sets one and confirms the address)."""
+        await self._meta.set_password(user.id, NO_PASSWORD, now_iso())
+        await self._meta.revoke_tokens("confirm", user.id)
+        token = tokens.new_opaque_token()
+        await self._meta.put_token("reset", tokens.digest(token), user.id, iso(now() + CONFIRM_TTL))
+        link = self._link("/auth/reset-password", token)
+        self._mail.submit(Message(to=user.email, subject="Choose your password to finish registering", text=(
+            "This e-mail address was registered again while an earlier registration of it was still "
+            "waiting for confirmation. So that nobody who cannot read this mailbox chooses the "
+            "account's password, the earlier confirmation link no longer works and no password "
+            "given at registration will be used.\n\n"
+            f"To finish, choose your password here (this also confirms the address):\n\n{link}\n\n"
+            "The link works once and expires in 48 hours (the token in it can also be sent to POST "
+            "/auth/reset-password). If you did not ask for an account, ignore this e-mail.\n")))
 
     def _link(self, path: str, token: str) -> str:
         return f"{self._settings.public_url}{path}?{urlencode({'token': token})}"
@@ -284,9 +290,26 @@ def new_user(settings: Settings, email: str, password_hash: str, *, confirmed: b
                 updated_at=stamp, email_verified_at=stamp if confirmed else None, trial_ends_at=trial_end)
 
 
+def _refresh_data(user: User) -> str:
+    """What a refresh token carries: the token_version of the account it was issued under (the
+    one its access token carries), so a token issued by a login or refresh in flight while the
+    password changed or the account was disabled never works, not even after ``enable``."""
+    return orjson.dumps({"ver": user.token_version}).decode()
+
+
+def _same_version(data: str | None, user: User) -> bool:
+    """Whether a refresh token was issued under the account's current token_version. A token
+    issued before tokens carried it has no data: it is still retired with every other refresh
+    token of the account at each change (``revoke_tokens``), as it always was."""
+    if data is None:
+        return True
+    version = orjson.loads(data).get("ver")
+    return isinstance(version, int) and version == user.token_version
+
+
 def _confirm_data(data: str | None) -> str | None:
-    """The redirect_to stored with a confirmation token (older links also carry a password
-    hash of a repeated registration: it is ignored, the first registration's password stays)."""
+    """The redirect_to stored with a confirmation token (links of an older release may also
+    carry a password hash of a repeated registration: it is ignored)."""
     value = orjson.loads(data) if data else {}
     return value.get("redirect_to")
 

@@ -11,22 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
+from mediasrv.base.tasks import Periodic
 from mediasrv.core.reconcile import Reconciler
 from mediasrv.core.sweep import Sweeper
-from mediasrv.core.tasks import cancel_and_wait
 
 log = logging.getLogger("mediasrv.housekeeping")
 LEASE_NAME = "housekeeping"
+
+
+def process_role(configured: str, index: int) -> str:
+    """MEDIASRV_HOUSEKEEPING of the ``index``-th of the processes one supervisor starts on one
+    store (``serve --workers``, the sidecar), kept when it is started again: the first sweeps
+    (on a shared store: competes for the fleet's lease), the others do neither, and none of them
+    recomputes counters at start (``reconciles_before_start`` ran once before them: one process
+    (re)starting while another has uploads in flight would drop their reservations). ``none``
+    given to the supervisor (housekeeping done elsewhere) stays none for all."""
+    return "sweep" if index == 0 and configured != "none" else "none"
+
+
+def reconciles_before_start(configured: str, *, shared_store: bool) -> bool:
+    """Whether the usage counters are recomputed from the records before anything serves:
+    MEDIASRV_HOUSEKEEPING=full on a store local to this machine (exact after any crash); never
+    on a store a fleet shares, whose other hosts have uploads in flight (there the automatic
+    reconcile of the lease holder repairs counters while everyone serves)."""
+    return configured == "full" and not shared_store
 
 
 class Housekeeping:
     def __init__(self, sweeper: Sweeper, reconciler: Reconciler | None, *, sweep_interval_s: float,
                  reconcile_interval_s: float) -> None:
         self._sweeper, self._reconciler = sweeper, reconciler
-        self._sweep_s, self._reconcile_s = sweep_interval_s, reconcile_interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._loops = [Periodic("sweep", sweeper.run, sweep_interval_s, log=log)]
+        if reconciler is not None:
+            self._loops.append(Periodic("automatic reconcile", reconciler.run_once, reconcile_interval_s, log=log))
 
     @property
     def duties(self) -> str:
@@ -35,28 +53,17 @@ class Housekeeping:
     @property
     def running(self) -> bool:
         """Whether ``start`` runs the duties here (not through a lease)."""
-        return self._task is not None
+        return any(loop.running for loop in self._loops)
 
     async def run(self) -> None:
         """The duties, each on its period (the first round at once), until cancelled."""
-        loops = [_every(self._sweep_s, self._sweeper.run, "sweep")]
-        if self._reconciler is not None:
-            loops.append(_every(self._reconcile_s, self._reconciler.run_once, "automatic reconcile"))
-        await asyncio.gather(*loops)
+        await asyncio.gather(*(loop.run() for loop in self._loops))
 
     def start(self) -> None:
         """Run the duties in this process (no lease: the per-machine rule)."""
-        self._task = asyncio.get_running_loop().create_task(self.run())
+        for loop in self._loops:
+            loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
-
-
-async def _every(interval_s: float, step: Callable[[], Awaitable[object]], name: str) -> None:
-    while True:
-        try:
-            await step()
-        except Exception as exc:  # a store outage must not end the loop; the next round retries
-            log.warning("%s failed (%s)", name, type(exc).__name__)
-        await asyncio.sleep(interval_s)
+        for loop in self._loops:
+            await loop.stop()

@@ -11,9 +11,9 @@ import datetime as dt
 import secrets
 import uuid
 
+from mediasrv.base.errors import BadRequest, Forbidden
+from mediasrv.base.timeutil import iso, now, now_iso
 from mediasrv.core.credentials import tokens
-from mediasrv.core.errors import BadRequest, Forbidden
-from mediasrv.core.timeutil import iso, now, now_iso
 from store.base import InviteStore
 from store.models import Invite, User
 

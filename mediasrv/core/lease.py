@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from mediasrv.core.tasks import cancel_and_wait
-from mediasrv.core.timeutil import iso
+from mediasrv.base.tasks import Periodic
+from mediasrv.base.timeutil import iso
 from store.base import Leases
 
 log = logging.getLogger("mediasrv.lease")
@@ -59,7 +59,7 @@ class Lease:
         self._valid_until = 0.0
         """Monotonic time until which this process may act as the holder."""
         self._duty_task: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic(f"{name} lease renewal", self.renew_once, self._next_renewal_s, log=log)
         self._tried = False
         """Whether a take was ever sent (then a graceful stop drops the lease, in case it landed)."""
 
@@ -68,12 +68,11 @@ class Lease:
         return self._monotonic() < self._valid_until
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._periodic.start()
 
     async def stop(self) -> None:
         """Stop the duty and give the lease up (another process may take it at once)."""
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        await self._periodic.stop()
         await self._stop_duty("this process is stopping")
         if self._tried:
             with contextlib.suppress(Exception):  # unreachable store: it expires by itself
@@ -105,13 +104,13 @@ class Lease:
             await self._stop_duty("the lease was not renewed in time")
         return self.held
 
-    async def _loop(self) -> None:
-        while True:
-            await self.renew_once()
-            wait = self.ttl_s / 3
-            if self._duty_task is not None:  # wake up in time to stop the duty if renewals fail
-                wait = min(wait, max(0.0, self._valid_until - self._monotonic()))
-            await asyncio.sleep(wait)  # then renew_once stops the duty first if the lease ran out
+    def _next_renewal_s(self) -> float:
+        """A third of the lease's life; sooner while the duty runs, so that renewals failing
+        stop it before the lease runs out (``renew_once`` stops it first if it did)."""
+        wait = self.ttl_s / 3
+        if self._duty_task is not None:
+            wait = min(wait, max(0.0, self._valid_until - self._monotonic()))
+        return wait
 
     async def _stop_duty(self, why: str) -> None:
         task, self._duty_task = self._duty_task, None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 if TYPE_CHECKING:
-    from mediasrv.core.settings import Settings
+    from mediasrv.base.settings import Settings
 
 log = logging.getLogger("mediasrv.mail")
 

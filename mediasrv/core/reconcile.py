@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from mediasrv.core.timeutil import iso
+from mediasrv.base.timeutil import iso
 from store.base import AccountReconcile
 
 log = logging.getLogger("mediasrv.reconcile")

@@ -18,8 +18,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from mediasrv.core.ids import row_id
-from mediasrv.core.timeutil import now_iso, period_key
+from mediasrv.base.ids import row_id
+from mediasrv.base.tasks import Periodic
+from mediasrv.base.timeutil import day_key, now_iso
 from store.base import MetaStore
 from store.models import LogEntry, UsageCounts
 
@@ -28,34 +29,51 @@ MAX_PENDING_LOGS = 50_000
 
 
 class UsageRecorder:
-    """origin_reads and image_ops per (user, month).
+    """origin_reads, image_ops and API requests per (user, UTC day), written as the day's and
+    the month's counters (GET /usage reads the month, GET /usage/daily the days).
 
-    A batch is sent with an id; one that failed is sent again, whole and with the same id,
-    before any newer counts (they wait in the next batch): a store that applied it but lost
-    the reply counts it once (``UsageStore.add_usage``)."""
+    The hot path adds one count per answer under its day; ``flush`` adds each day's counts to
+    its month too. A batch is sent with an id; one that failed is sent again, whole and with
+    the same id, before any newer counts (they wait in the next batch): a store that applied
+    it but lost the reply counts it once (``UsageStore.add_usage``)."""
 
     def __init__(self) -> None:
         self._reads: Counter[tuple[str, str]] = Counter()
         self._ops: Counter[tuple[str, str]] = Counter()
+        self._api: Counter[tuple[str, str]] = Counter()
         self._unsent: tuple[str, dict[tuple[str, str], UsageCounts]] | None = None
 
     def pending(self) -> int:
-        unsent = sum(c.origin_reads + c.image_ops for c in self._unsent[1].values()) if self._unsent else 0
-        return sum(self._reads.values()) + sum(self._ops.values()) + unsent
+        unsent = sum(c.origin_reads + c.image_ops + c.api_requests for (_, period), c in self._unsent[1].items()
+                     if len(period) == len("YYYY-MM-DD")) if self._unsent else 0
+        return sum(self._reads.values()) + sum(self._ops.values()) + sum(self._api.values()) + unsent
 
     def origin_read(self, user_id: str) -> None:
-        self._reads[(user_id, period_key())] += 1
+        self._reads[(user_id, day_key())] += 1
 
     def image_op(self, user_id: str) -> None:
-        self._ops[(user_id, period_key())] += 1
+        self._ops[(user_id, day_key())] += 1
+
+    def api_request(self, user_id: str) -> None:
+        """An authenticated API request answered (the activity log's entries, counted)."""
+        self._api[(user_id, day_key())] += 1
 
     async def flush(self, meta: MetaStore) -> None:
         if self._unsent is None:
-            if not self._reads and not self._ops:
+            if not self._reads and not self._ops and not self._api:
                 return
-            reads, ops = self._reads, self._ops
-            self._reads, self._ops = Counter(), Counter()
-            deltas = {k: UsageCounts(origin_reads=reads[k], image_ops=ops[k]) for k in set(reads) | set(ops)}
+            reads, ops, api = self._reads, self._ops, self._api
+            self._reads, self._ops, self._api = Counter(), Counter(), Counter()
+            deltas: dict[tuple[str, str], UsageCounts] = {}
+            for user_id, day in set(reads) | set(ops) | set(api):
+                key = (user_id, day)
+                counts = UsageCounts(origin_reads=reads[key], image_ops=ops[key], api_requests=api[key])
+                deltas[key] = counts
+                month = (user_id, day[:7])
+                before = deltas.get(month, UsageCounts())
+                deltas[month] = UsageCounts(before.origin_reads + counts.origin_reads,
+                                            before.image_ops + counts.image_ops,
+                                            before.api_requests + counts.api_requests)
             self._unsent = (uuid.uuid4().hex, deltas)
         batch_id, deltas = self._unsent
         await meta.add_usage(deltas, batch_id=batch_id)  # raises: kept, sent again next time
@@ -63,10 +81,12 @@ class UsageRecorder:
 
 
 class ActivityRecorder:
-    """Activity-log entries waiting to be written."""
+    """Activity-log entries waiting to be written. ``on_request`` is told the user of each
+    (``UsageRecorder.api_request``: the daily count of API requests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_request: Callable[[str], None] | None = None) -> None:
         self._pending: list[LogEntry] = []
+        self._on_request = on_request
 
     def pending(self) -> int:
         return len(self._pending)
@@ -74,6 +94,8 @@ class ActivityRecorder:
     def request_done(self, user_id: str, method: str, path: str, status: int, size: int | None,
                      metadata: dict[str, Any]) -> None:
         """One entry of ``user_id``'s activity log for a request just answered."""
+        if self._on_request is not None:
+            self._on_request(user_id)
         self.add(LogEntry(id=row_id(), user_id=user_id, method=method, path=path, status_code=status,
                           request_size_bytes=size, created_at=now_iso(), metadata=metadata))
 
@@ -127,13 +149,11 @@ class Flusher:
                  interval_s: float = 1.0, counters: dict[str, Pending] | None = None) -> None:
         self._meta = meta
         self._steps = steps
-        self._interval_s = interval_s
         self._counters = counters or {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        self._periodic = Periodic("flush", self.flush_now, interval_s, first_at_once=False, log=log)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._periodic.start()
 
     def pending(self) -> dict[str, int]:
         return {name: c.pending() for name, c in self._counters.items()}
@@ -149,8 +169,7 @@ class Flusher:
         """Finish the flush under way (never cut it: its batch would vanish), flush once more,
         all within ``timeout_s``; then log whatever could not be written as lost."""
         before = self.pending()
-        self._stopping.set()
-        final = asyncio.ensure_future(self._final(self._task))
+        final = asyncio.ensure_future(self._final())
         done, _ = await asyncio.wait({final}, timeout=timeout_s)
         if not done:
             final.cancel()
@@ -163,20 +182,11 @@ class Flusher:
         if any(left.values()):
             self._log_lost(left, "the metadata store refused the last flush")
 
-    async def _final(self, task: asyncio.Task[None] | None) -> None:
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def _final(self) -> None:
+        await self._periodic.stop(finish_step=True)  # a flush under way is never cut: its batch would vanish
         await self.flush_now()
 
     @staticmethod
     def _log_lost(counts: dict[str, int], why: str) -> None:
         log.error("shutdown: %s; lost (not written): %s", why,
                   ", ".join(f"{n} {name}" for name, n in counts.items()) or "unknown counts")
-
-    async def _loop(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
-            if not self._stopping.is_set():
-                await self.flush_now()

@@ -9,13 +9,12 @@ The store also refuses writes itself where it can tell at once (SQLite checks on
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 
-from mediasrv.core.errors import StoreUnavailable
-from mediasrv.core.tasks import cancel_and_wait
+from mediasrv.base.errors import StoreUnavailable
+from mediasrv.base.tasks import Periodic
 from store.base import MetaStore
 
 log = logging.getLogger("mediasrv.storeguard")
@@ -26,10 +25,10 @@ MESSAGE = "The metadata database changed under the server; storage is unavailabl
 class StoreGuard:
     def __init__(self, meta: MetaStore, interval_s: float = CHECK_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._meta, self._interval_s, self._clock = meta, interval_s, clock
+        self._meta, self._clock = meta, clock
         self.healthy = True
         self._checked_at = float("-inf")
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("database identity check", self.check, interval_s, first_at_once=False, log=log)
 
     async def recent(self, max_age_s: float) -> bool:
         """The last answer if it is under ``max_age_s`` old, else ``check``: uploads ask on every
@@ -62,12 +61,7 @@ class StoreGuard:
             raise StoreUnavailable(MESSAGE)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._periodic.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            await self.check()
+        await self._periodic.stop()

@@ -27,7 +27,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from mediasrv.core.timeutil import iso, now, parse_iso
+from mediasrv.base.timeutil import iso, now, parse_iso
 from store.base import BlobStore, MetaStore
 
 log = logging.getLogger("mediasrv.sweep")

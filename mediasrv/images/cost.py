@@ -4,6 +4,8 @@ The resize jobs reserve this much of the server's image memory budget before the
 (``jobs``), so the estimate must never be low: it is made from the header's dimensions and
 pixel layout, or from the size stored at upload with the widest layout the format allows, and
 the transform then refuses an image whose libvips header says more than was reserved for.
+A JPEG that libjpeg-turbo decodes into memory (``jpeg``) has that memory priced here too
+(``inmemory``), at the scale the decoder will be asked for (``shrink``).
 """
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
-from mediasrv.images import sniff
+from mediasrv.base.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.images import inmemory, shrink, sniff
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
 from mediasrv.images.metadata import MetadataFacts
-from mediasrv.images.spec import FORMATS, TransformSpec, output_size
+from mediasrv.images.spec import FORMATS, TransformSpec, bounding_box, output_size
 
 __all__ = ["JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "USUAL_INFLATED_METADATA", "USUAL_RAW_METADATA", "JobEstimate",
            "ReservationTooSmall", "estimate_cost", "estimate_for_size", "metadata_allowance"]
@@ -54,11 +56,18 @@ def metadata_allowance(src: str | None, size: int) -> int:
 
 
 class ReservationTooSmall(Exception):
-    """The file's metadata needs more memory than its job reserved: ``needed`` bytes in all."""
+    """The file's metadata (``what`` = "metadata") or its in-memory JPEG decode ("decode") needs
+    more memory than its job reserved: ``needed`` bytes in all."""
 
-    def __init__(self, needed: int) -> None:
-        super().__init__(f"metadata needs {needed} bytes")
-        self.needed = needed
+    def __init__(self, needed: int, what: str = "metadata") -> None:
+        super().__init__(f"{what} needs {needed} bytes")
+        self.needed, self.what = needed, what
+
+    def grow(self, estimate: JobEstimate) -> JobEstimate:
+        """``estimate`` with what was needed reserved instead of what it held."""
+        if self.what == "decode":
+            return estimate.with_decode(self.needed)
+        return estimate.with_metadata(self.needed)
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,17 @@ class JobEstimate:
     """Bytes per decoded pixel the estimate assumed (``transform``'s ``max_layout``)."""
     metadata_bytes: int = 0
     """What the estimate holds for the loader's metadata (``transform``'s ``max_metadata``)."""
+    decode_bytes: int = 0
+    """What it holds for an in-memory JPEG decode (``transform``'s ``max_decode_bytes``; 0: the
+    decode, if any, streams through libvips)."""
 
     def with_metadata(self, needed: int) -> JobEstimate:
         """This estimate with ``needed`` bytes for metadata instead of what it held."""
         return replace(self, cost_bytes=self.cost_bytes - self.metadata_bytes + needed, metadata_bytes=needed)
+
+    def with_decode(self, needed: int) -> JobEstimate:
+        """This estimate with ``needed`` bytes for the in-memory decode instead of what it held."""
+        return replace(self, cost_bytes=self.cost_bytes - self.decode_bytes + needed, decode_bytes=needed)
 
 
 def estimate_cost(prefix: bytes, size: int, spec: TransformSpec, max_pixels: int, *,
@@ -122,5 +138,17 @@ def estimate_for_size(src: str | None, width: int, height: int, size: int, spec:
     decode = 0 if src in _STREAMING_DECODERS else layout.pixel_bytes * width * height
     encode = _ENCODE_BYTES_PER_PIXEL.get(fmt, 4) * out_pixels
     metadata = metadata_allowance(src, size)
-    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode + metadata,
-                       source_area=width * height, layout=layout, metadata_bytes=metadata)
+    in_memory = _jpeg_in_memory(width, height, size, spec) if src == "jpeg" else 0
+    return JobEstimate(cost_bytes=JOB_OVERHEAD_BYTES + held + decode + encode + metadata + in_memory,
+                       source_area=width * height, layout=layout, metadata_bytes=metadata, decode_bytes=in_memory)
+
+
+def _jpeg_in_memory(width: int, height: int, size: int, spec: TransformSpec) -> int:
+    """What libjpeg-turbo's in-memory decode of a (baseline) JPEG would hold for ``spec``, at the
+    smaller of the decoder's scales for either EXIF rotation (the box before any output cap,
+    which could only shrink it further); 0 when ``inmemory.in_memory`` leaves it to libvips, which
+    streams it."""
+    box = bounding_box(spec)
+    factor = min(shrink.decode_shrink("jpeg", width, height, orientation, box, spec.fit) for orientation in (1, 6))
+    need = inmemory.in_memory_bytes(width, height, factor, size)
+    return need if inmemory.in_memory(width, height, factor, need) else 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mediasrv.core.errors import UnprocessableImage
+from mediasrv.base.errors import UnprocessableImage
 
 __all__ = ["MAX_BANDS", "MAX_SAMPLE_BYTES", "UNKNOWN_LAYOUT", "WORST_LAYOUTS", "PixelLayout"]
 

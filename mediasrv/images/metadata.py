@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mediasrv.core.errors import UnprocessableImage
+from mediasrv.base.errors import UnprocessableImage
 from mediasrv.images.headers import is_jpeg_frame
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_METADATA_ITEMS",
     "RAW_BUDGET_BYTES",
     "RAW_COPIES",
+    "JpegFrame",
     "MetadataFacts",
     "ReadAt",
     "check_metadata",
@@ -60,6 +61,25 @@ _INFLATE_STEP = 64 * 1024
 ReadAt = Callable[[int, int], bytes]
 """``read_at(offset, n)``: up to ``n`` bytes of the file from ``offset`` (fewer at its end)."""
 
+_PROGRESSIVE_FRAMES = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_ICC_SIGNATURE = b"ICC_PROFILE\x00"
+
+
+@dataclass(frozen=True)
+class JpegFrame:
+    """A JPEG's first frame header (SOFn), as the segment walk found it: what ``jpeg`` needs to
+    know before it decodes (which decoder, how much memory)."""
+
+    marker: int
+    """The SOFn code: 0xC0 baseline, 0xC1 extended, 0xC2 progressive, ..."""
+    precision: int
+    components: tuple[tuple[int, int], ...]
+    """Each component's (horizontal, vertical) sampling factors, in frame order."""
+
+    @property
+    def progressive(self) -> bool:
+        return self.marker in _PROGRESSIVE_FRAMES
+
 
 @dataclass(frozen=True)
 class MetadataFacts:
@@ -73,6 +93,10 @@ class MetadataFacts:
     frame: tuple[int, int] | None = None
     """A JPEG's (width, height) from its first frame header, found by walking the segments
     (however much metadata precedes it), or None."""
+    jpeg: JpegFrame | None = None
+    """The rest of that frame header: coding, precision, components."""
+    icc: tuple[tuple[int, int], ...] = ()
+    """A JPEG's ICC profile, as (offset, length) of each APP2 chunk's data, in sequence order."""
 
     @property
     def held_bytes(self) -> int:
@@ -92,6 +116,8 @@ class _Tally:
         self.raw = self.inflated = self.items = 0
         self.orientation = 1
         self.frame: tuple[int, int] | None = None
+        self.jpeg: JpegFrame | None = None
+        self.icc: list[tuple[int, int, int]] = []  # (sequence number, offset, length)
 
     def add_raw(self, n: int) -> None:
         self.raw += max(0, n)
@@ -106,7 +132,8 @@ class _Tally:
         return self.facts().over_budget
 
     def facts(self) -> MetadataFacts:
-        return MetadataFacts(self.raw, self.inflated, self.items, self.orientation, self.frame)
+        icc = tuple((offset, length) for _seq, offset, length in sorted(self.icc))
+        return MetadataFacts(self.raw, self.inflated, self.items, self.orientation, self.frame, self.jpeg, icc)
 
 
 def scan_metadata(read_at: ReadAt, size: int, fmt: str | None) -> MetadataFacts:
@@ -207,7 +234,8 @@ def _inflated_size(read_at: ReadAt, start: int, length: int, room: int) -> int:
 
 def _jpeg(read_at: ReadAt, size: int, tally: _Tally) -> None:
     """APPn and COM segments up to the first scan (where libjpeg's header read stops), the
-    orientation from an APP1 Exif segment and the first frame header's size."""
+    orientation from an APP1 Exif segment, where the ICC profile's APP2 chunks lie, and the
+    first frame header."""
     pos = 2
     while pos + 4 <= size and not tally.done:
         marker = read_at(pos, 4)
@@ -224,16 +252,29 @@ def _jpeg(read_at: ReadAt, size: int, tally: _Tally) -> None:
             return
         length = struct.unpack(">H", marker[2:4])[0]
         if is_jpeg_frame(code) and tally.frame is None:
-            sof = read_at(pos + 5, 4)  # after the length and the precision: height, width
-            height, width = struct.unpack(">HH", sof)
-            tally.frame = (width, height) if width and height else None
+            _jpeg_frame(read_at(pos + 4, min(length - 2, 6 + 3 * 255)), code, tally)
         if 0xE0 <= code <= 0xEF or code == 0xFE:
             tally.add_raw(length - 2)
+            if code == 0xE2 and length - 2 > len(_ICC_SIGNATURE) + 2:
+                head = read_at(pos + 4, len(_ICC_SIGNATURE) + 2)
+                if head.startswith(_ICC_SIGNATURE):
+                    body = len(_ICC_SIGNATURE) + 2  # the signature, then sequence number and count
+                    tally.icc.append((head[-2], pos + 4 + body, length - 2 - body))
             if code == 0xE1 and tally.orientation == 1:
                 segment = read_at(pos + 4, min(length - 2, 64 * 1024))
                 if segment.startswith(b"Exif\x00\x00"):
                     tally.orientation = exif_orientation(segment[6:])
         pos += 2 + length
+
+
+def _jpeg_frame(sof: bytes, code: int, tally: _Tally) -> None:
+    """SOFn: precision, height, width, component count, then (id, sampling, table) each."""
+    precision, height, width, count = struct.unpack(">BHHB", sof[:6])
+    if not (width and height):
+        return
+    tally.frame = (width, height)
+    sampling = tuple((sof[7 + 3 * k] >> 4, sof[7 + 3 * k] & 15) for k in range(count))
+    tally.jpeg = JpegFrame(code, precision, sampling)
 
 
 # ---------------------------------------------------------------------------- WebP

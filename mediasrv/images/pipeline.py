@@ -1,30 +1,35 @@
-"""The transform: one image resized and/or converted with libvips, as a list of named steps.
+"""The transform: one image resized and/or converted, as a list of named steps.
 
 ``STEPS`` is the whole pipeline, in order. Each step is a small function that reads what the
 earlier ones put in the ``Job`` and adds its own part, or stops the job with a typed error. The
 header steps decide everything that can be decided before libvips is called (metadata budget,
 size, layout, output format, box, the decoder's shrink), in pure Python from the file's own
-structure; the decode steps (``DECODE_STEPS``) are the only ones that call libvips: the image is
-opened once, with the shrink already chosen, checked against what the header steps read, then
-decoded, and a libvips error there means a corrupt file (422) or a missing decoder (415).
+structure; the decode steps (``DECODE_STEPS``) are the only ones that touch pixels. A JPEG that
+libjpeg-turbo reads alike is decoded by it, at the chosen scale, straight into memory
+(``decode_jpeg``, see ``jpeg``); any other image is opened by libvips once, with the shrink
+already chosen, checked against what the header steps read, then decoded, and a libvips error
+there means a corrupt file (422) or a missing decoder (415). pyvips resizes and converts; every
+JPEG is written by Pillow's libjpeg-turbo, every other format by libvips.
 
 Shrink-on-load (the JPEG decoder's own 1/2, 1/4, 1/8 scale, libwebp's scaled decode) means a
-large image is never decoded at full size when a small result is wanted; ``decode_shrink`` says
-how far, and why not further. Everything here is bytes in, bytes out, safe on a worker thread;
+large image is never decoded at full size when a small result is wanted; ``shrink`` says how
+far, and why not further. Everything here is bytes in, bytes out, safe on a worker thread;
 nothing touches Tornado.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import mmap
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyvips
 
-from mediasrv.core.errors import BadRequest, UnprocessableImage, UnsupportedMedia
-from mediasrv.images import metadata, probe, sniff, vips
+from mediasrv.base.errors import BadRequest, UnprocessableImage, UnsupportedMedia
+from mediasrv.images import inmemory, jpeg, metadata, probe, shrink, sniff, vips
 from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import PixelLayout
@@ -32,24 +37,8 @@ from mediasrv.images.metadata import MetadataFacts
 from mediasrv.images.probe import ImageInfo
 from mediasrv.images.spec import AUTO, FORMATS, TransformSpec, bounding_box, output_size
 
-__all__ = ["DECODE_STEPS", "ENCODERS", "HEADER_STEPS", "MIN_FINAL_REDUCE", "STEPS", "FileInput", "Header", "Job",
+__all__ = ["DECODE_STEPS", "ENCODERS", "HEADER_STEPS", "STEPS", "FileInput", "Header", "Job",
            "Limits", "decode_shrink", "require_libvips", "transform"]
-
-MIN_FINAL_REDUCE = 2.0
-"""How much of the reduction a shrink-on-load leaves to the final Lanczos3 resize, at least.
-
-A decoder's own downscaling is a box filter in effect: libjpeg's 1/8 scale is each 8x8 block's
-mean (1/4 and 1/2 keep 2x2 and 4x4 of its DCT coefficients), libwebp's rescaler averages areas.
-Decoding all the way down to the target (Pillow's ``draft``, what thumbor does) is cheaper, but
-measured against a float Lanczos3 reduction of the full image (tests/images/test_quality.py,
-SSIM) it blurs and aliases: a dead-leaves photograph decoded at 1/8 with a final reduce of 1.02
-loses 0.038 SSIM, a real photograph 0.016 to 0.10, text 0.036 (visibly jagged strokes), a
-3-pixel checkerboard 0.39 (moire), where leaving a factor of 2 stays within 0.003 of the full
-decode. Every content kind needs the same factor, so the rule is one for all: libvips'
-thumbnail keeps it for JPEG itself; a WebP it scales all the way on load with libwebp's area
-average (0.034 SSIM lost on text at 250 px, 0.34 on a 1-pixel checkerboard at 400 px), so a
-WebP is loaded here instead, at a power-of-two scale (a fractional one aliases too) that is
-at least twice the target, then reduced."""
 
 # Loader options for the real decode: fail on truncated data instead of serving a grey tail.
 _LOAD_OPTIONS = "fail_on=truncated"
@@ -78,6 +67,17 @@ class FileInput:
     def size(self) -> int:
         return os.fstat(self.fd).st_size
 
+    @contextlib.contextmanager
+    def mapped(self, size: int) -> Iterator[mmap.mmap]:
+        """The file mapped read-only, its pages faulted in at once: the decoder reads the page
+        cache itself, where a read would copy the file into freshly zeroed memory first."""
+        view = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                         prot=mmap.PROT_READ)
+        try:
+            yield view
+        finally:
+            view.close()
+
 
 def _reader(data: bytes | FileInput) -> tuple[metadata.ReadAt, int]:
     """Random access to the input, for the pure-Python walks, and its size."""
@@ -96,6 +96,9 @@ class Limits:
     max_source_area: int | None
     max_layout: PixelLayout | None
     max_metadata: int | None = None
+    max_decode_bytes: int | None = None
+    """What the job reserved for an in-memory JPEG decode (``inmemory.in_memory_bytes``); None:
+    whatever ``inmemory.in_memory`` allows (a call outside the job runner)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,10 @@ class Job:
     """The decoder's own reduction (``decode_shrink``): a JPEG factor 1, 2, 4 or 8, or the
     inverse of libwebp's scale."""
     image: pyvips.Image | None = None
-    """The image: opened (header only) by ``read_header`` or ``open_image``, then decoded."""
+    """The image: decoded by ``decode_jpeg``, or opened (header only) by ``read_header`` or
+    ``open_image``, then decoded."""
+    decoder: str = ""
+    """Who decoded it: "libjpeg-turbo" (``decode_jpeg``) or "libvips"."""
     output: bytes = b""
 
     @property
@@ -169,6 +175,7 @@ def read_header(job: Job) -> None:
     if fmt is None and sniff.looks_foreign(head):
         raise UnsupportedMedia()
     job.image = _open(job, 1.0)
+    job.decoder = "libvips"
     job.opened = _opened_header(job.image)
 
 
@@ -223,6 +230,39 @@ def shrink_on_load(job: Job) -> None:
 # ---------------------------------------------------------------------------- decode steps
 
 
+def decode_jpeg(job: Job) -> None:
+    """A JPEG that libjpeg-turbo reads alike (``jpeg.decodable``), decoded by it at the chosen
+    scale into memory, with its ICC profile and EXIF orientation attached for ``load``. Only
+    within what the job reserved for it (``ReservationTooSmall`` for a progressive frame's
+    coefficients when its header was not read before), and only as far as ``inmemory.in_memory``
+    allows: larger jobs, other layouts and streams libjpeg-turbo warns
+    about are left to ``open_image`` (libvips, streaming)."""
+    facts = job.facts
+    if job.image is not None or job.header.info.format != "jpeg" or facts is None or \
+            not jpeg.decodable(facts.jpeg) or facts.jpeg is None:
+        return
+    info, factor = job.header.info, int(job.shrink)
+    read_at, size = _reader(job.data)
+    need = inmemory.in_memory_bytes(info.width, info.height, factor, size, facts.jpeg)
+    if not inmemory.in_memory(info.width, info.height, factor, need):
+        return
+    reserved = job.limits.max_decode_bytes
+    if reserved is not None and need > reserved:
+        raise ReservationTooSmall(need, "decode")
+    with contextlib.nullcontext(job.data) if isinstance(job.data, bytes) else job.data.mapped(size) as data:
+        image = jpeg.decode(data, facts.jpeg, info.width, info.height, factor)
+    if image is None:
+        return
+    profile = jpeg.icc_profile(read_at, facts.icc)
+    if profile:
+        image.set_type(pyvips.GValue.blob_type, "icc-profile-data", profile)
+    if facts.orientation != 1:
+        image.set_type(pyvips.GValue.gint_type, "orientation", facts.orientation)
+    job.opened = Header(ImageInfo("jpeg", info.width, info.height, 1, facts.orientation), PixelLayout(image.bands, 1))
+    check_pixels(job)
+    job.image, job.decoder = image, "libjpeg-turbo"
+
+
 def open_image(job: Job) -> None:
     """The one libvips open of a JPEG or WebP, at the chosen shrink, checked against what pure
     Python read of it: the same format, no more pixels than the shrink of the declared size
@@ -230,6 +270,7 @@ def open_image(job: Job) -> None:
     if job.image is not None:
         return
     image = _open(job, job.shrink)
+    job.decoder = "libvips"
     real = _opened_header(image)
     declared = job.header.info
     scale = int(job.shrink)
@@ -265,19 +306,25 @@ def prepare(job: Job) -> None:
 
 @dataclass(frozen=True)
 class Encoder:
-    """One output format's saver and its fixed settings (``quality`` is its Q, when it has one)."""
+    """One output format's saver and its fixed settings (``quality`` is its Q, when it has one).
+    ``saver`` names a libvips saver, or ``jpeg.encode`` (Pillow's libjpeg-turbo) for JPEG."""
 
     saver: str
     options: Mapping[str, object]
     quality: int | None = None
 
+    @property
+    def libvips(self) -> bool:
+        return self.saver.endswith("save_buffer")
+
 
 ENCODERS: dict[str, Encoder] = {
-    # Baseline with optimised Huffman tables: plain baseline is 8% larger, progressive (with
-    # the same tables) 3% larger and slower at thumbnail sizes, 4:4:4 chroma 59% larger; 4:2:0
-    # below Q90 and 4:4:4 from it ("auto", as Pillow and thumbor do).
-    "jpeg": Encoder("jpegsave_buffer", {"optimize_coding": True, "interlace": False,
-                                        "subsample_mode": "auto"}, quality=82),
+    # Pillow's libjpeg-turbo (``jpeg.encode``): libvips' jpegsave took 1.3-2.2x its time for the
+    # same pixels and bytes. Baseline with optimised Huffman tables: plain baseline is 8% larger,
+    # progressive (thumbor's, with the same tables) 3% smaller but slower to write, 4:4:4 chroma
+    # 59% larger; 4:2:0 below Q90 and 4:4:4 from it.
+    "jpeg": Encoder("jpeg.encode", {"optimize": True, "progressive": False, "subsampling": "4:2:0 below Q90"},
+                    quality=82),
     # libwebp's method 4 (Pillow's and so thumbor's default too: the same bytes). Method 2
     # encodes in ~70% of the time but 1.5-5% larger, and an encode is paid once per variant while
     # its bytes are paid on every hit; method 6 gains nothing here. No smart_subsample (sharper
@@ -304,7 +351,8 @@ first)."""
 def require_libvips(**overrides: Any) -> vips.LibvipsInfo:
     """``vips.check_libvips`` for these encoders: what the server needs of the loaded libvips
     (``mediasrv serve`` refuses to start without it; ``overrides`` are for tests)."""
-    savers = {e.saver: set(e.options) | ({"Q"} if e.quality is not None else set()) for e in ENCODERS.values()}
+    savers = {e.saver: set(e.options) | ({"Q"} if e.quality is not None else set())
+              for e in ENCODERS.values() if e.libvips}
     return vips.check_libvips(savers, **overrides)
 
 
@@ -313,6 +361,9 @@ def save(job: Job) -> None:
     encoder = ENCODERS.get(job.fmt)
     if encoder is None:  # pragma: no cover - choose_format names only these
         raise BadRequest(f"'format' must be one of: {', '.join(FORMATS)}")
+    if not encoder.libvips:
+        job.output = jpeg.encode(job.pixels, job.spec.quality or encoder.quality or 82)
+        return
     strip = vips.strip_options()
     options = dict(encoder.options, **strip)
     if encoder.quality is not None:
@@ -327,17 +378,17 @@ def save(job: Job) -> None:
 
 Step = Callable[[Job], None]
 HEADER_STEPS: tuple[Step, ...] = (check_metadata, read_header, check_pixels, choose_format, fit_box, shrink_on_load)
-DECODE_STEPS: tuple[Step, ...] = (open_image, load, prepare, save)
+DECODE_STEPS: tuple[Step, ...] = (decode_jpeg, open_image, load, prepare, save)
 STEPS: tuple[Step, ...] = HEADER_STEPS + DECODE_STEPS
 """The pipeline: metadata budget -> header (pure Python for JPEG and WebP, else libvips' one
-open) -> pixels and layout -> format -> box -> shrink-on-load -> open (JPEG, WebP: once, shrinking)
--> load -> prepare -> save."""
+open) -> pixels and layout -> format -> box -> shrink-on-load -> JPEG decode (libjpeg-turbo, in
+memory) or open (libvips; JPEG, WebP: once, shrinking) -> load -> prepare -> save."""
 
 
 def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
               max_pixels: int, *, caps: Mapping[str, int] = OUTPUT_MAX_PIXELS,
               max_source_area: int | None = None, max_layout: PixelLayout | None = None,
-              max_metadata: int | None = None) -> tuple[bytes, str]:
+              max_metadata: int | None = None, max_decode_bytes: int | None = None) -> tuple[bytes, str]:
     """Resize and/or convert one image; returns (output bytes, output content type).
 
     Raises UnsupportedMedia (415) when the type or the bytes are not a raster format an
@@ -347,7 +398,8 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     (what its memory was reserved for, see ``cost.estimate_cost``: the hard ceiling an estimate
     error cannot pass), more channels or wider samples than ``PixelLayout.check`` allows, metadata
     over ``metadata``'s budget, or the file is corrupt or truncated; ReservationTooSmall when its
-    metadata needs more than ``max_metadata`` bytes held. Only the first frame of an
+    metadata needs more than ``max_metadata`` bytes held, or its in-memory JPEG decode more than
+    ``max_decode_bytes``. Only the first frame of an
     animation is used; the image is auto-rotated by its EXIF orientation, never enlarged,
     scaled down to ``caps[format]`` pixels when the result would be larger, converted to sRGB
     and stripped of metadata. The same input and spec always give the same bytes.
@@ -355,7 +407,8 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
     if not vips.decodes(source_type):
         raise UnsupportedMedia()
     source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
-    job = Job(data, source, spec, Limits(max_pixels, caps, max_source_area, max_layout, max_metadata))
+    job = Job(data, source, spec, Limits(max_pixels, caps, max_source_area, max_layout, max_metadata,
+                                         max_decode_bytes))
     for step in HEADER_STEPS:
         step(job)
     try:
@@ -372,22 +425,10 @@ def transform(data: bytes | FileInput, source_type: str, spec: TransformSpec,
 
 
 def decode_shrink(info: ImageInfo, box: tuple[int, int], fit: str = "contain") -> float:
-    """How far the decoder itself reduces the image before the final resize: the largest power
-    of two (at most 8 for a JPEG) that leaves ``MIN_FINAL_REDUCE`` to Lanczos3 (a 4000x3000
-    JPEG or WebP to 400 wide decodes at 1/4, 1000x750, as libvips' thumbnail does a JPEG). 1 for
-    other formats: PNG, GIF and TIFF decode whole, and a
-    HEIF's only cheaper source is its embedded thumbnail, which libvips' thumbnail picks itself
-    when it is at least the target size."""
-    if info.format not in ("jpeg", "webp"):
-        return 1.0
-    width, height = (info.height, info.width) if info.orientation in (5, 6, 7, 8) else (info.width, info.height)
-    ratios = (width / box[0], height / box[1])
-    # contain: the larger ratio fits the image inside the box; cover: the smaller fills it
-    shrink = (max(ratios) if fit == "contain" else min(ratios)) / MIN_FINAL_REDUCE
-    factor = 1
-    while factor * 2 <= shrink and (factor < 8 or info.format == "webp"):
-        factor *= 2  # powers of two: libwebp's area average of a fractional width aliases
-    return float(factor)
+    """``shrink.decode_shrink`` for an image's header: how far its decoder reduces it before the
+    final resize (a 4000x3000 JPEG to 400 wide decodes at 1/8, 500x375, as thumbor does; a WebP
+    at 1/4, leaving a factor of 2 to Lanczos3; PNG, GIF, TIFF and HEIF at 1)."""
+    return float(shrink.decode_shrink(info.format, info.width, info.height, info.orientation, box, fit))
 
 
 def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:

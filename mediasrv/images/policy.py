@@ -16,7 +16,7 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import TransformSpec
 
 __all__ = ["ANY_TRANSFORM", "SIGNATURE_PARAM", "TransformPolicy", "sign_transform"]
@@ -62,7 +62,10 @@ class TransformPolicy:
         TRANSFORM_NOT_ALLOWED (outside the lists, no key), TRANSFORM_SIGNATURE_REQUIRED
         (outside the lists or no lists, with a key) or INVALID_TRANSFORM_SIGNATURE."""
         if self.key is not None and signature is not None:
-            if hmac.compare_digest(signature.lower(), sign_transform(self.key, file_id, spec)):
+            # compare_digest takes ASCII strings only (a TypeError, so a 500, otherwise); a
+            # signature is hex digits, so anything else simply does not match.
+            if signature.isascii() and hmac.compare_digest(signature.lower(),
+                                                           sign_transform(self.key, file_id, spec)):
                 return
             raise BadRequest("The transform signature does not match these parameters",
                              code="INVALID_TRANSFORM_SIGNATURE")

@@ -13,7 +13,7 @@ import pyvips
 from mediasrv.images import vips
 from mediasrv.images.layout import PixelLayout
 
-__all__ = ["ImageInfo", "decoded_layout", "image_info", "open_header", "probe"]
+__all__ = ["ImageInfo", "decoded_layout", "image_info", "open_header"]
 
 _SAMPLE_BYTES = {"uchar": 1, "char": 1, "ushort": 2, "short": 2}
 """libvips band formats we decode, and their size; every other format is refused."""
@@ -66,20 +66,3 @@ def decoded_layout(image: pyvips.Image) -> PixelLayout:
     """The layout libvips will decode to, from the header it opened (no pixels decoded)."""
     size = _SAMPLE_BYTES.get(image.format)
     return PixelLayout(image.bands, size or 4, floating=size is None)
-
-
-def probe(data: bytes) -> ImageInfo | None:
-    """Read the header only (no pixel decode).
-
-    None when the bytes are not an image an allowed loader decodes (SVG, PDF, random
-    bytes, a header too short to parse). ``format`` is one of jpeg, png, webp, gif, tiff,
-    heif, or avif (a HEIF container holding AV1); width and height are those of the
-    first frame/page, pages the frame count.
-    """
-    image = open_header(data)
-    if image is None:
-        return None
-    try:
-        return image_info(image)
-    except pyvips.Error:
-        return None

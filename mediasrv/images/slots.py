@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mediasrv.core.errors import ServerBusy
+from mediasrv.base.errors import ServerBusy
 
 T = TypeVar("T")
 

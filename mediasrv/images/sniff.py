@@ -12,6 +12,7 @@ Pure Python on a few bytes: no libvips, safe to import from the client and the u
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Callable
 
 __all__ = [
@@ -19,6 +20,8 @@ __all__ = [
     "SIGNATURES",
     "SNIFF_BYTES",
     "SNIFF_WINDOW",
+    "ZIP_BASED",
+    "ZIP_WINDOW",
     "content_type_of",
     "image_format",
     "looks_foreign",
@@ -29,6 +32,15 @@ SNIFF_BYTES = 64
 """Leading bytes a declared type's signature check wants (and the image format check reads)."""
 SNIFF_WINDOW = 512
 """Leading bytes ``content_type_of`` looks at (a tar header's magic sits at offset 257)."""
+ZIP_WINDOW = 64 * 1024
+"""Leading bytes of a ZIP that ``content_type_of`` reads its first entries from (``_zip_type``):
+an Office or OpenDocument file says what it is in an entry near the start."""
+
+
+def window(head: bytes) -> int:
+    """How many leading bytes ``content_type_of`` wants of a file that starts with ``head``
+    (ZIP_WINDOW for a ZIP, whose entries may name a document type, else SNIFF_WINDOW)."""
+    return ZIP_WINDOW if head[:4] == ZIP_LOCAL_HEADER else SNIFF_WINDOW
 
 # ---------------------------------------------------------------------------- HEIF brands
 
@@ -71,8 +83,103 @@ TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
 EBML_MAGIC = b"\x1a\x45\xdf\xa3"  # Matroska and WebM
 
 
+ZIP_LOCAL_HEADER = b"PK\x03\x04"
+OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # legacy Office (.doc, .xls, .ppt), and .msi too
+
+
 def _riff(kind: bytes) -> Callable[[bytes], bool]:
     return lambda b: b[:4] == b"RIFF" and b[8:12] == kind
+
+
+def _zip(b: bytes) -> bool:
+    return b[:4] in (ZIP_LOCAL_HEADER, b"PK\x05\x06", b"PK\x07\x08")
+
+
+def _ole2(b: bytes) -> bool:
+    return b.startswith(OLE2_MAGIC)
+
+
+# ---------------------------------------------------------------------------- ZIP-based documents
+
+OOXML_MAIN_PARTS: dict[bytes, str] = {
+    b"application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml":
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    b"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml":
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    b"application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml":
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+}
+"""An OOXML package's main part (in ``[Content_Types].xml``) -> the document's type. Macro-enabled
+documents and templates name other parts: they stay ``application/zip``."""
+OOXML_MAIN_NAMES: dict[bytes, str] = {
+    b"word/document.xml": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    b"xl/workbook.xml": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    b"ppt/presentation.xml": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+}
+"""The same by the main part's entry name, when ``[Content_Types].xml`` lies beyond the window."""
+ZIP_MIMETYPES: frozenset[str] = frozenset({
+    "application/vnd.oasis.opendocument.text", "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation", "application/vnd.oasis.opendocument.graphics",
+    "application/epub+zip",
+})
+"""What an OpenDocument or EPUB file's first entry, ``mimetype`` (stored, uncompressed), may say."""
+ZIP_BASED: frozenset[str] = frozenset({*OOXML_MAIN_PARTS.values(), *ZIP_MIMETYPES})
+"""Types whose files are ZIP archives: their declared check is the ZIP signature, and a file
+named so by its extension is not overruled by a sniffed ``application/zip``."""
+_ZIP_ENTRIES = 32
+_INFLATED_MAX = 64 * 1024
+
+
+def _inflated(data: bytes, method: int) -> tuple[bytes, int] | None:
+    """An entry's bytes (stored, or deflated: at most _INFLATED_MAX of them) and how many bytes
+    of ``data`` its compressed form took (-1: unknown); None for another method or a broken one."""
+    if method == 0:
+        return data, -1
+    if method != 8:
+        return None
+    inflater = zlib.decompressobj(-15)
+    try:
+        out = inflater.decompress(data, _INFLATED_MAX)
+    except zlib.error:
+        return None
+    used = len(data) - len(inflater.unused_data) if inflater.eof else -1
+    return out, used
+
+
+def _zip_type(b: bytes) -> str | None:
+    """The document type of a ZIP from its first entries (within ``b``), or None: an OpenDocument
+    or EPUB file by its ``mimetype`` entry, an OOXML one by the main part its
+    ``[Content_Types].xml`` names, else by that part's entry name (not when it carries macros)."""
+    b = b[:ZIP_WINDOW]  # however much the caller holds: the same answer for the same file
+    offset, named, macros = 0, None, False
+    for _ in range(_ZIP_ENTRIES):
+        if b[offset:offset + 4] != ZIP_LOCAL_HEADER or offset + 30 > len(b):
+            break
+        flags, method = struct.unpack_from("<HH", b, offset + 6)
+        size, _, name_len, extra_len = struct.unpack_from("<IIHH", b, offset + 18)
+        name = b[offset + 30:offset + 30 + name_len]
+        start = offset + 30 + name_len + extra_len
+        described = flags & 0x08  # sizes follow the data: only a deflated entry's end is known
+        data = b[start:] if described else b[start:start + size]
+        if name == b"mimetype" and method == 0 and not described:
+            found = data.strip().decode("ascii", "replace")
+            return found if found in ZIP_MIMETYPES else None
+        if name == b"[Content_Types].xml":
+            inflated = _inflated(data, method)
+            if inflated is None:
+                return None
+            return next((t for part, t in OOXML_MAIN_PARTS.items() if b'"' + part + b'"' in inflated[0]), None)
+        macros = macros or name.endswith(b"vbaProject.bin")
+        named = named or OOXML_MAIN_NAMES.get(name)
+        if described:
+            inflated = _inflated(data, method)
+            if inflated is None or inflated[1] < 0:
+                break
+            offset = start + inflated[1]
+            offset += 16 if b[offset:offset + 4] == b"PK\x07\x08" else 12
+        else:
+            offset = start + size
+    return None if macros else named
 
 
 def _any_ftyp(b: bytes) -> bool:
@@ -90,8 +197,19 @@ SIGNATURES: dict[str, Callable[[bytes], bool]] = {
     "image/tiff": lambda b: b[:4] in TIFF_MAGIC,
     "image/bmp": lambda b: b.startswith(b"BM"),
     "application/pdf": lambda b: b"%PDF-" in b[:SNIFF_BYTES],
-    "application/zip": lambda b: b[:4] in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"),
+    "application/zip": _zip,
+    **dict.fromkeys(ZIP_BASED, _zip),
+    "application/msword": _ole2,
+    "application/vnd.ms-excel": _ole2,
+    "application/vnd.ms-powerpoint": _ole2,
+    "application/rtf": lambda b: b.startswith(b"{\\rtf"),
     "application/gzip": lambda b: b.startswith(b"\x1f\x8b"),
+    "application/x-7z-compressed": lambda b: b.startswith(b"7z\xbc\xaf\x27\x1c"),
+    "application/vnd.rar": lambda b: b.startswith(b"Rar!\x1a\x07"),
+    "application/x-bzip2": lambda b: b.startswith(b"BZh") and b[3:4] in b"123456789" and len(b) > 3,
+    "application/x-xz": lambda b: b.startswith(b"\xfd7zXZ\x00"),
+    "application/zstd": lambda b: b.startswith(b"\x28\xb5\x2f\xfd"),
+    "video/x-msvideo": _riff(b"AVI "),
     "video/mp4": _any_ftyp,
     "video/quicktime": lambda b: b[4:8] in (b"ftyp", b"moov", b"mdat", b"wide", b"free"),
     "audio/mp4": _any_ftyp,
@@ -166,8 +284,15 @@ _NAMERS: tuple[Callable[[bytes], str | None], ...] = (
     _signed("image/tiff"),
     lambda b: "image/bmp" if _bmp(b) else None,
     lambda b: "application/pdf" if b.startswith(b"%PDF-") else None,
-    _signed("application/zip"),
+    lambda b: (_zip_type(b) or "application/zip") if _zip(b) else None,
     _signed("application/gzip"),
+    _signed("application/x-7z-compressed"),
+    _signed("application/vnd.rar"),
+    _signed("application/x-bzip2"),
+    _signed("application/x-xz"),
+    _signed("application/zstd"),
+    _signed("application/rtf"),
+    _signed("video/x-msvideo"),
     lambda b: "application/x-tar" if b[257:262] == b"ustar" else None,
     _ebml_type,
     _ogg_type,
@@ -177,8 +302,11 @@ _NAMERS: tuple[Callable[[bytes], str | None], ...] = (
 
 
 def content_type_of(head: bytes) -> str | None:
-    """The content type the first bytes of a file show (up to ``SNIFF_WINDOW`` are looked at),
-    or None when none is recognised. Text formats have no signature and are never named."""
+    """The content type the first bytes of a file show (``window(head)`` of them are enough:
+    SNIFF_WINDOW, or ZIP_WINDOW for a ZIP, whose first entries tell an Office, OpenDocument or
+    EPUB file from an archive), or None when none is recognised. Text formats have no
+    signature and are never named; neither are legacy Office files (their container is
+    also an installer's)."""
     for namer in _NAMERS:
         found = namer(head)
         if found is not None:

@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.images import vips
 
 __all__ = [

@@ -9,7 +9,12 @@ a slow stderr (a stalled supervisor pipe) never stalls a request.
 
 A line says: time (UTC), level, pid, status, method, the path with the values of secret query
 parameters (signatures, tokens, expiry, keys) replaced by ``REDACTED``, duration, bytes of body
-sent, client address (through the trusted proxies), user id, request id and user agent.
+sent, client address (through the trusted proxies), user id, request id and user agent; then
+what the handler adds (``access_extra``): an upload's ``file_id`` and ``received_bytes``.
+
+An answer that nginx completes (X-Accel-Redirect: mediasrv sends headers only) is logged as
+the answer decided here, not as the empty 200 mediasrv handed nginx: its status (206 for a
+range) and body length (``relayed``), with ``sent_by=nginx`` and the range in ``access_extra``.
 
 Levels: answers below 400 and client errors at INFO; back-pressure (429, a busy 503 with
 Retry-After) at WARNING; every other 5xx at ERROR, so an error alert means a failure.
@@ -30,11 +35,10 @@ import time
 from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote_plus
 
-import orjson
 import tornado.web
 
 from mediasrv.core.webhooks.relay import AttemptLine
-from mediasrv.web.loglines import StampClock, printable
+from mediasrv.web.loglines import StampClock, json_text, printable
 
 LOGGER = "mediasrv.access"
 WEBHOOK_LOGGER = "mediasrv.webhooks"
@@ -60,6 +64,9 @@ class Entry(NamedTuple):
     user: str | None
     request_id: str | None
     user_agent: str | None
+    extra: tuple[tuple[str, str | int], ...] = ()
+    """What the handler adds (``access_extra``): an upload's file id and bytes received, the
+    body nginx sends for an X-Accel-Redirect answer."""
 
 
 def level_of(status: int, busy: bool) -> int:
@@ -106,11 +113,16 @@ class AccessLog:
         request = handler.request
         principal = getattr(handler, "principal", None)
         client_ip = getattr(handler, "client_ip", None)
+        relayed = getattr(handler, "relayed", None)  # X-Accel-Redirect: nginx sends what was decided here
+        if relayed is not None:
+            status, sent = relayed
+        else:
+            sent = getattr(handler, "bytes_sent", 0)
         self._lines.put(Entry(
             time.time(), level, status, request.method or "-", request.uri or "/", request.request_time(),
-            getattr(handler, "bytes_sent", 0), client_ip() if client_ip else request.remote_ip or "-",
+            sent, client_ip() if client_ip else request.remote_ip or "-",
             principal.user.id if principal is not None else None, getattr(handler, "request_id", None),
-            request.headers.get("User-Agent")))
+            request.headers.get("User-Agent"), getattr(handler, "access_extra", ())))
 
     def webhook(self, line: AttemptLine) -> None:
         """A webhook delivery attempt (``Relay.log_attempt``), formatted by the writer thread."""
@@ -139,19 +151,21 @@ class AccessLog:
             out: dict[str, Any] = {
                 "time": stamp, "level": level, "logger": LOGGER, "pid": self._pid, "status": e.status,
                 "method": e.method, "path": target, "duration_s": round(e.seconds, 4), "bytes": e.sent,
-                "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent}
-            return orjson.dumps(out).decode() + "\n"
-        agent = orjson.dumps(e.user_agent).decode() if e.user_agent is not None else "-"
+                "client": e.client, "user": e.user, "request_id": e.request_id, "user_agent": e.user_agent,
+                **dict(e.extra)}
+            return json_text(out) + "\n"
+        agent = json_text(e.user_agent) if e.user_agent is not None else "-"
+        extra = "".join(f" {name}={printable(str(value))}" for name, value in e.extra)
         return (f"{stamp} [{self._pid}] {level} {LOGGER}: {e.status} {printable(e.method)} {printable(target)} "
                 f"{1000 * e.seconds:.1f}ms {e.sent}B client={printable(e.client)} user={e.user or '-'} "
-                f"request_id={e.request_id or '-'} ua={agent}\n")
+                f"request_id={e.request_id or '-'} ua={agent}{extra}\n")
 
     def _format_attempt(self, line: AttemptLine) -> str:
         stamp, level = self._clock.stamp(line.when), "INFO" if line.ok else "WARNING"
         if self._json:
             out = {"time": stamp, "level": level, "logger": WEBHOOK_LOGGER, "pid": self._pid,
                    "msg": f"webhook delivery: {line.text()}", "webhook": line._asdict()}
-            return orjson.dumps(out).decode() + "\n"
+            return json_text(out) + "\n"
         return f"{stamp} [{self._pid}] {level} {WEBHOOK_LOGGER}: webhook delivery: {printable(line.text())}\n"
 
     def _write_forever(self) -> None:

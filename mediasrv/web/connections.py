@@ -37,6 +37,8 @@ import tornado.httpserver
 import tornado.httputil
 from tornado.ioloop import IOLoop
 
+from mediasrv.web.http_limits import answer_malformed_in_json
+
 log = logging.getLogger("mediasrv.connections")
 FD_HEADROOM_MIN = 64
 DEFAULT_MAX_CONNECTIONS = 10_000
@@ -192,6 +194,7 @@ class GuardedHTTPServer(tornado.httpserver.HTTPServer):
         self._handle_connection(connection, address)
 
     def handle_stream(self, stream: Any, address: tuple) -> None:
+        answer_malformed_in_json(stream)  # Tornado's bare 400 for an unparsable request: JSON
         self._open += 1
         self._per_ip[_ip(address)] += 1
         super().handle_stream(stream, address)

@@ -8,6 +8,11 @@ Tornado reads up to ``HEADER_READ_LIMIT`` bytes of headers, and this layer answe
 over the real limits with the JSON error the interface promises:
 
 - a request line over ``MAX_REQUEST_LINE`` bytes: 414 ``URI_TOO_LONG``;
+- an HTTP/1.1 request without ``Host``, or a ``Host`` that is not one ``host[:port]`` (RFC 9112
+  section 3.2: a user-info part, a second Host, a comma): 400 ``INVALID_HOST``. Tornado's
+  request object refuses the same with a bare 400 later; deciding it here gives the handlers
+  and the hot ``/m`` path (``handlers.hot_media``, which sits behind this layer) one rule and
+  one answer;
 - header fields over ``MAX_HEADER_BYTES`` in total or ``MAX_HEADER_FIELDS`` in number: 431
   ``HEADERS_TOO_LARGE``;
 - a ``Content-Length`` that is not a plain non-negative integer: 400 ``INVALID_CONTENT_LENGTH``;
@@ -25,10 +30,16 @@ Each refusal is sent before any body byte is read, with ``Connection: close``. A
 block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
 without buffering it. That read limit equals the JSON body limit, so it adds nothing to the
 memory one connection can already hold.
+
+What Tornado cannot parse at all (a malformed request line, an HTTP version other than 1.x, a
+control character in a header value, a broken chunked body) never reaches a delegate: Tornado
+writes ``HTTP/1.1 400 Bad Request`` with no body and closes. ``answer_malformed_in_json`` puts a
+JSON 400 ``BAD_REQUEST`` in place of exactly those bytes on each connection's stream.
 """
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,6 +60,13 @@ CHUNKED_SLACK = 4 * 1024 * 1024
 BUFFERED_BYTES_BUDGET = 64 * 1024 * 1024
 """Request bytes all connections together may hold in buffers before their handler runs."""
 BUSY_RETRY_AFTER_S = 1
+
+_HOST = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+;=\[\]:]|%[0-9A-Fa-f]{2})*")
+"""RFC 3986's ``host [":" port]`` as Tornado's request object reads it (brackets and colons
+anywhere, no IP literal checked), less the comma it refuses too: every Host this passes,
+Tornado passes, so its bare 400 for a bad Host is never reached."""
+TORNADO_BARE_400 = b"HTTP/1.1 400 Bad Request\r\n\r\n"
+"""What Tornado writes for a request it cannot parse (``HTTP1Connection._read_message``)."""
 
 _REASONS = {400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 414: "URI Too Long",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
@@ -107,6 +125,11 @@ def refusal(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders
     line = len(start_line.method) + len(start_line.path) + len(start_line.version) + 2
     if line > MAX_REQUEST_LINE:
         return 414, "URI_TOO_LONG", f"The request line is longer than {MAX_REQUEST_LINE} bytes"
+    hosts = headers.get_list("Host")
+    if not hosts and start_line.version != "HTTP/1.0":
+        return 400, "INVALID_HOST", "An HTTP/1.1 request needs a Host header (RFC 9112, section 3.2)"
+    if len(hosts) > 1 or (hosts and not _HOST.fullmatch(hosts[0])):
+        return 400, "INVALID_HOST", "The Host header must be one host[:port], with no user name"
     fields = list(headers.get_all())
     if len(fields) > MAX_HEADER_FIELDS:
         return 431, "HEADERS_TOO_LARGE", f"More than {MAX_HEADER_FIELDS} header fields"
@@ -118,6 +141,40 @@ def refusal(start_line: httputil.RequestStartLine, headers: httputil.HTTPHeaders
         if len(values) != 1 or not all(v.isascii() and v.isdigit() for v in values):
             return 400, "INVALID_CONTENT_LENGTH", "Content-Length must be one non-negative integer"
     return None
+
+
+def answer_malformed_in_json(stream: Any) -> None:
+    """Make Tornado's bare 400 for an unparsable request (``TORNADO_BARE_400``, written once
+    before it closes the connection) the JSON error every other refusal is, on this stream.
+
+    Tornado writes those bytes from inside its connection loop with no hook before them, so
+    the connection's stream is the one place to see them; every other write passes unchanged
+    (a comparison that fails on the length first)."""
+    write = stream.write
+
+    def write_json_400(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if data == TORNADO_BARE_400:
+            data = _answer(400, "BAD_REQUEST", "Malformed HTTP request", head=False)
+        return write(data, *args, **kwargs)
+
+    stream.write = write_json_400
+
+
+def _answer(status: int, code: str, message: str, *, head: bool,
+            extra: dict[str, str] | None = None) -> bytes:
+    """A whole JSON error answer as bytes, for a connection that closes after it."""
+    body, fields = _error(code, message, extra)
+    head_lines = "".join(f"{name}: {value}\r\n" for name, value in fields.get_all())
+    return f"HTTP/1.1 {status} {_REASONS[status]}\r\n{head_lines}\r\n".encode("latin-1") + (b"" if head else body)
+
+
+def _error(code: str, message: str, extra: dict[str, str] | None) -> tuple[bytes, httputil.HTTPHeaders]:
+    """The JSON body and the fields of a refusal answered before the application (then closed)."""
+    body = orjson.dumps({"error": message, "code": code})
+    return body, httputil.HTTPHeaders({
+        "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
+        "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+        "Date": httputil.format_timestamp(time.time()), **(extra or {})})
 
 
 def declared_length(headers: httputil.HTTPHeaders) -> int | None:
@@ -233,11 +290,7 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         """Answer now, before any body byte is read; Tornado closes the connection after it."""
         self.refused = True
         log.info("refused a request: %d %s", status, code)
-        body = orjson.dumps({"error": message, "code": code})
-        headers = httputil.HTTPHeaders({
-            "Content-Type": "application/json", "Content-Length": str(len(body)), "Connection": "close",
-            "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
-            "Date": httputil.format_timestamp(time.time()), **(extra or {})})
+        body, headers = _error(code, message, extra)
         conn = self.conn
         conn.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, _REASONS[status]), headers,
                            b"" if self.method == "HEAD" else body)

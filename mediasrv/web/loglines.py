@@ -48,8 +48,31 @@ class StampClock:
 
 
 def printable(text: str) -> str:
-    """``text`` for a text line: control characters (a forged line break) escaped."""
+    """``text`` for a text line: control characters (a forged line break) escaped, C1 ones
+    (U+0085 NEXT LINE...) and U+2028/U+2029 included: every character ``str.isprintable``
+    refuses."""
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON with every non-printable character escaped (``\\u0085``).
+
+    orjson escapes only U+0000..U+001F, so C1 controls (a client's ``User-Agent`` byte 0x85 is
+    U+0085, NEXT LINE, once Tornado decodes it as Latin-1), DEL, U+2028/U+2029 and bidi
+    overrides would reach a log raw, where a terminal or a log viewer acts on them. Outside its
+    strings orjson writes printable ASCII only, so escaping them anywhere in the text is exact."""
+    text = orjson.dumps(value, default=str).decode()
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _json_escape(c) for c in text)
+
+
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # beyond the BMP: a surrogate pair, as JSON writes it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 class LineFormatter(logging.Formatter):
@@ -71,7 +94,7 @@ class LineFormatter(logging.Formatter):
                     out[name] = getattr(record, name)
             if exc:
                 out["exc"] = exc
-            return orjson.dumps(out, default=str).decode()
+            return json_text(out)
         port = getattr(record, "port", None)
         who = f"{record.process}:{port}" if port is not None else str(record.process)
         line = f"{stamp} [{who}] {record.levelname} {record.name}: {message}"

@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from mediasrv.core.settings import MAX_UNIX_SOCKET_PATH
+from mediasrv.base.settings.model import MAX_UNIX_SOCKET_PATH
 
 SCRAPE_TIMEOUT_S = 5.0
 LABEL = "worker"

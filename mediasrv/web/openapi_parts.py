@@ -1,7 +1,7 @@
 """The small vocabulary OpenAPI operations are written in: references, schemas, bodies, answers.
 
 Each handler module builds the OpenAPI operations of its own routes (``Route.build``, beside
-the handlers); ``mediasrv.web.openapi`` builds the shared components and assembles the documents.
+the handlers); ``mediasrv.assembly.openapi`` builds the shared components and assembles the documents.
 Both write with these helpers, so a schema looks the same wherever it is built. Pure data: this
 module imports nothing of the handlers, so any handler module may import it.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mediasrv.base.settings import Settings
 from mediasrv.core.limits.ratelimit import scaled_limit
-from mediasrv.core.settings import Settings
 from mediasrv.images.vips import OUTPUT_TYPES
 
 SERVICE_NAME = "mediasrv"

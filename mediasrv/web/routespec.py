@@ -5,17 +5,17 @@ holds its handlers, its rows (a module-level ``ROUTES``) and the OpenAPI builder
 ``handlers.routes.ROUTES`` concatenates every module's rows, in the documents' order, and all
 else is derived from that one list:
 
-- ``mediasrv.web.app`` builds the Tornado route table (``path_regex`` turns ``{id}`` into the
+- ``mediasrv.assembly.app`` builds the Tornado route table (``path_regex`` turns ``{id}`` into the
   capture group the handlers take) and hands each handler its init arguments by the names its
   ``initialize`` takes (``Route.args`` renames one where the app's name differs);
 - ``handlers.base`` enforces each method's auth and limit from the ``Route`` it is given;
 - ``mediasrv.core.limits.ratelimit.RateLimiter`` is given the declared counters (``limits``);
 - ``mediasrv.web.metrics`` labels requests by the row's path;
-- ``mediasrv.web.openapi`` builds the OpenAPI and for-agents documents (``Route.build``);
+- ``mediasrv.assembly.openapi`` builds the OpenAPI and for-agents documents (``Route.build``);
 - ``mediasrv sidecar`` (mediasrv/cli/sidecar) reads the /m limit from the for-agents document.
 
 The dashboard's own pages (``/`` and ``/assets/...``) are not API operations (no auth, no limit,
-not documented) and stay in ``mediasrv.web.app`` only.
+not documented) and stay in ``mediasrv.assembly.app`` only.
 """
 from __future__ import annotations
 

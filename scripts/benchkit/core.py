@@ -29,6 +29,10 @@ class Ctx:
     """Length of one timed load run (wrk -d)."""
     cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     connections: int = 10
+    cases: re.Pattern[str] | None = None
+    """With --cases: only the cases of a suite whose name matches (the resize suite's)."""
+    ceiling: bool = True
+    """Without --no-ceiling: the in-process ceiling beside each resize case."""
     profile_dir: Path | None = None
     """With --profile: py-spy samples of mediasrv during its first run of each profiled case."""
     rows: list[Row] = field(default_factory=list)

@@ -6,6 +6,10 @@ already received are held, nothing more reaches either side, connections stay op
 what a dropped route looks like. ``resume()`` sends what was held and forwards again: a stalled
 S3 that comes back (what the client had sent before giving up then arrives). ``resume(drop=True)``
 throws what was held away and closes those connections instead: what was sent is lost.
+``pace(down=..., up=...)`` makes it a slow link instead: from then on each connection forwards
+at most that many bytes per second toward the client (``down``: S3's answers) or the server
+(``up``: request bodies), past the first ``after`` bytes of each direction (an answer's headers
+arrive at once, its body trickles); ``pace()`` ends it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ import asyncio
 import contextlib
 import threading
 from typing import Any
+
+PACE_STEP_S = 0.05
+"""A paced connection forwards a piece of this many seconds' worth of bytes, then waits that long."""
 
 
 class StallProxy:
@@ -30,6 +37,10 @@ class StallProxy:
         """Times something reached the proxy while it was stalled (a new connection, or bytes on
         an open one): a test can wait for a request to be held."""
         self._writers: set[asyncio.StreamWriter] = set()
+        self._rates: dict[str, float | None] = {"up": None, "down": None}
+        self._after = 0
+        self._paced = 0
+        """How many times ``pace`` was called: each call starts every connection's ``after`` anew."""
         self._thread = threading.Thread(target=self._run, daemon=True, name="stall-proxy")
 
     @property
@@ -62,6 +73,12 @@ class StallProxy:
             if drop:
                 self._dropped_upto = self._stalls
             self._flowing.set()  # type: ignore[union-attr]
+        self._call(run)
+
+    def pace(self, *, down: float | None = None, up: float | None = None, after: int = 0) -> None:
+        def run() -> None:
+            self._rates, self._after = {"up": up, "down": down}, after
+            self._paced += 1
         self._call(run)
 
     def _call(self, fn: Any) -> None:
@@ -109,8 +126,8 @@ class StallProxy:
             client_w.close()
             return
         self._writers |= {client_w, server_w}
-        pumps = [asyncio.ensure_future(self._pump(client_r, server_w)),
-                 asyncio.ensure_future(self._pump(server_r, client_w))]
+        pumps = [asyncio.ensure_future(self._pump(client_r, server_w, "up")),
+                 asyncio.ensure_future(self._pump(server_r, client_w, "down"))]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -120,8 +137,9 @@ class StallProxy:
                 self._writers.discard(writer)
                 writer.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: str) -> None:
         assert self._flowing is not None
+        paced, passed = self._paced, 0
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
                 if not self._flowing.is_set():
@@ -130,5 +148,19 @@ class StallProxy:
                     await self._flowing.wait()
                     if stall <= self._dropped_upto:
                         return  # lost with the route: the connection is closed
-                writer.write(data)
-                await writer.drain()
+                if paced != self._paced:
+                    paced, passed = self._paced, 0
+                while data:
+                    rate, wait = self._rates[direction], 0.0
+                    if rate is None:
+                        piece = data
+                    elif passed < self._after:
+                        piece = data[:self._after - passed]
+                    else:
+                        piece = data[:max(1, int(rate * PACE_STEP_S))]
+                        wait = len(piece) / rate
+                    writer.write(piece)
+                    await writer.drain()
+                    passed += len(piece)
+                    data = data[len(piece):]
+                    await asyncio.sleep(wait)

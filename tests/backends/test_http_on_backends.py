@@ -17,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from store.s3 import PART_SIZE, S3BlobStore
 from tests.backends import servers
 from tests.conftest import Api, body

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from tests.backends.fixtures import MongoServer, new_database
 from tests.backends.wireproxy import Command, LostReplyProxy, writes
 from tests.conftest import Api, body

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.migrate import Progress, migrate
+from mediasrv.base.settings import load as load_settings
+from mediasrv.cli.migrate import Progress, migrate
 from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.models import ApiKey, CustomDomain, FileQuery, LogEntry, UsageCounts
@@ -112,7 +113,6 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
     """``mediasrv migrate --to backends`` then ``--to embedded`` into another DATA_DIR: the
     command builds the stores from the settings and asks each for its rows (``RowCopy``)."""
     from mediasrv.cli.maintenance import migrate_once
-    from mediasrv.core.settings import Settings
 
     assert mongoeco.port is not None
     remote = {"MEDIASRV_MONGODB_URL": servers.mongo_url(mongoeco.port, new_database()),
@@ -127,7 +127,7 @@ async def test_mediasrv_migrate_both_ways_through_the_command(tmp_path: Path, mo
         await sqlite.close()
     (tmp_path / "a" / "jwt_secret").write_text(SECRET)
     for data_dir, to in ((tmp_path / "a", "backends"), (tmp_path / "b", "embedded")):
-        settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data_dir), **remote}).validate()
+        settings = load_settings({"MEDIASRV_DATA_DIR": str(data_dir), **remote})
         assert await migrate_once(settings, to) == 0
     mongo = MongoMetaStore(remote["MEDIASRV_MONGODB_URL"])
     await mongo.open()
@@ -154,7 +154,6 @@ async def test_migrate_refuses_a_target_holding_another_signing_secret(tmp_path:
     """A MongoDB a server already ran on holds its own secret: copying would end every session
     made on DATA_DIR. The command refuses, says how, and copies nothing."""
     from mediasrv.cli.maintenance import StartupError, migrate_once
-    from mediasrv.core.settings import Settings
 
     assert mongoeco.port is not None
     url = servers.mongo_url(mongoeco.port, new_database())
@@ -171,14 +170,14 @@ async def test_migrate_refuses_a_target_holding_another_signing_secret(tmp_path:
             await files.close()
             await sqlite.close()
         (tmp_path / "jwt_secret").write_text(SECRET)
-        settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url}).validate()
+        settings = load_settings({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url})
         with pytest.raises(StartupError, match="MEDIASRV_JWT_SECRET") as refused:
             await migrate_once(settings, "backends")
         assert "nothing copied" in str(refused.value) and SECRET not in str(refused.value)
         assert await mongo.count_rows("users") == 0
         assert await mongo.read_shared_secret("jwt") == "another-" * 6
-        with_env = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url,
-                                      "MEDIASRV_JWT_SECRET": SECRET}).validate()
+        with_env = load_settings({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_MONGODB_URL": url,
+                                      "MEDIASRV_JWT_SECRET": SECRET})
         assert await migrate_once(with_env, "backends") == 0  # the way out it names
         assert await mongo.count_rows("users") == 2
     finally:
@@ -196,7 +195,6 @@ def test_a_session_and_a_signed_link_made_before_migrate_work_after(tmp_path: Pa
     import httpx
 
     from mediasrv.cli.maintenance import migrate_once
-    from mediasrv.core.settings import Settings
     from tests.cli.test_server import PASSWORD, Server
 
     assert mongoeco.port is not None
@@ -219,7 +217,7 @@ def test_a_session_and_a_signed_link_made_before_migrate_work_after(tmp_path: Pa
             assert c.get(signed).status_code == 200
     finally:
         embedded.terminate()
-    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(data), **remote}).validate()
+    settings = load_settings({"MEDIASRV_DATA_DIR": str(data), **remote})
     assert asyncio.run(migrate_once(settings, "backends")) == 0
     backends = Server(data, tmp_path / "backends.log", port=embedded.port, **remote).start()
     try:

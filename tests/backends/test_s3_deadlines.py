@@ -1,9 +1,16 @@
 """Every S3 call has a total deadline, and an upload whose client left keeps nothing (issue 15
-finding 6), against moto behind a proxy that can black-hole it (tests/backends/stallproxy.py).
+finding 6), against moto behind a proxy that can black-hole it or make it a slow link
+(tests/backends/stallproxy.py).
 
 Before: with S3 black-holed, uploads up to 8 MiB got no answer at all (PutObject had no
 deadline), other calls failed after 15-17 s where MEDIASRV_S3_TIMEOUT said 5 s, reservations
 stayed held, and an upload whose client had given up became a file once S3 came back.
+
+Issue 25 finding 4: a streamed body that trickles (a few bytes at a time, each read answered in
+time) had no deadline at all, and a part of 8 MiB on a link slower than 13 Mbit/s was cut at
+5 s. The deadline of a call now grows with its bytes (``store.s3.deadline_s``: MEDIASRV_S3_TIMEOUT
+plus the bytes at MEDIASRV_S3_MIN_RATE), over all the reads of a body too. Every call here is
+awaited within ``GUARD_S`` past its bound: a deadline that is lost fails the test, never hangs it.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import pytest
 
 from store import s3 as s3_module
 from store.errors import StoreUnavailable
-from store.s3 import PART_SIZE, PREFIX, S3BlobStore, S3Config
+from store.s3 import PART_SIZE, PREFIX, S3BlobStore, S3Config, deadline_s
 from tests.backends import servers
 from tests.backends.fixtures import moto_endpoint, new_bucket
 from tests.backends.stallproxy import StallProxy
@@ -28,6 +35,13 @@ from tests.conftest import Api, body
 TIMEOUT_S = 1.0
 MARGIN_S = 1.5
 """What a call may take past the deadline here (the event loop's and moto's own latency)."""
+GUARD_S = 10.0
+"""How long past its bound a call is awaited before the test fails: its deadline is lost."""
+FAST_RATE = 64 * 1024 * 1024
+"""MEDIASRV_S3_MIN_RATE where the tests are not about it: the bytes add little to a deadline."""
+MiB = 1024 * 1024
+HEADERS_BYTES = 2048
+"""More than the head of moto's answers: what a paced link lets through before its body trickles."""
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +67,26 @@ def direct_client(moto: servers.Proc) -> Iterator[Any]:
         client.close()
 
 
-def store_for(proxy: StallProxy, bucket: str, timeout_s: float = TIMEOUT_S, **kw: Any) -> S3BlobStore:
+def store_for(proxy: StallProxy, bucket: str, timeout_s: float = TIMEOUT_S, min_rate: int = FAST_RATE,
+              **kw: Any) -> S3BlobStore:
     return S3BlobStore(S3Config(bucket=bucket, endpoint_url=proxy.url, access_key_id="testing",
-                                secret_access_key="testing", timeout_s=timeout_s), **kw)
+                                secret_access_key="testing", timeout_s=timeout_s, min_rate=min_rate), **kw)
 
 
-async def timed(call: Any) -> float:
-    """Seconds until ``call()`` raised StoreUnavailable (it must)."""
+async def guarded(call: Any, bound_s: float) -> Any:
+    """``call()``'s outcome, awaited at most ``bound_s + GUARD_S``: past that its deadline is
+    lost, and the test fails instead of waiting for it."""
+    try:
+        return await asyncio.wait_for(call(), bound_s + GUARD_S)
+    except TimeoutError:
+        pytest.fail(f"no answer within {bound_s + GUARD_S:.1f} s (its bound: {bound_s:.1f} s): a lost deadline")
+
+
+async def timed(call: Any, bound_s: float = TIMEOUT_S) -> float:
+    """Seconds until ``call()`` raised StoreUnavailable (it must, and within its bound plus the guard)."""
     start = time.monotonic()
     with pytest.raises(StoreUnavailable):
-        await call()
+        await guarded(call, bound_s)
     return time.monotonic() - start
 
 
@@ -83,7 +107,8 @@ async def test_every_call_to_a_black_holed_s3_fails_within_the_timeout(
         s3_proxy.stall()
         try:
             took = {"put": await timed(lambda: store.put("small", b"y" * 1000)),
-                    "put 8 MiB": await timed(lambda: store.put("big", b"z" * PART_SIZE)),
+                    "put 8 MiB": await timed(lambda: store.put("big", b"z" * PART_SIZE),
+                                             deadline_s(store.config, PART_SIZE)),
                     "last part": await timed(multipart.commit),
                     "stat": await timed(lambda: store.stat("present")),
                     "read": await timed(lambda: drain(store.read("present"))),
@@ -94,8 +119,10 @@ async def test_every_call_to_a_black_holed_s3_fails_within_the_timeout(
                     "quarantine": await timed(lambda: store.quarantine("present"))}
         finally:
             s3_proxy.resume()
-        slow = {name: round(s, 1) for name, s in took.items() if s > TIMEOUT_S + MARGIN_S}
-        assert not slow, f"past MEDIASRV_S3_TIMEOUT={TIMEOUT_S} s: {slow} (all: {took})"
+        bound = {name: deadline_s(store.config, PART_SIZE if name == "put 8 MiB" else 256 * 1024) + MARGIN_S
+                 for name in took}
+        slow = {name: round(s, 1) for name, s in took.items() if s > bound[name]}
+        assert not slow, f"past MEDIASRV_S3_TIMEOUT={TIMEOUT_S} s and the bytes' time: {slow} (all: {took})"
         assert (await store.health())["ok"]  # and it works again at once
     finally:
         await store.close()
@@ -115,8 +142,9 @@ async def test_multipart_uploads_left_by_an_unreachable_s3_are_swept_after_the_g
         s3_proxy.stall()
         try:
             with pytest.raises(StoreUnavailable):
-                await writer.write(b"c" * PART_SIZE)  # part 2 times out; its abort too:
-            await asyncio.gather(*s3_module._ABORTING)  # (it runs in the background)
+                await guarded(lambda: writer.write(b"c" * PART_SIZE), deadline_s(store.config, PART_SIZE))
+            # part 2 timed out; its abort too (it runs in the background):
+            await guarded(lambda: asyncio.gather(*s3_module._ABORTING), TIMEOUT_S)
         finally:
             s3_proxy.resume(drop=True)
         with direct_client(moto) as client:
@@ -124,6 +152,66 @@ async def test_multipart_uploads_left_by_an_unreachable_s3_are_swept_after_the_g
                 PREFIX + "cut"]
             assert await store.sweep_temp(3600) == 1
             assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    finally:
+        await store.close()
+
+
+async def test_a_body_that_trickles_fails_once_it_falls_behind_the_slowest_rate(
+        s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
+    """S3 answers at once, then sends the body 2 KiB a second: each read gets a few bytes in
+    time, so only the allowance of the whole body (MEDIASRV_S3_MIN_RATE, here 1 MiB/s) ends it.
+    Before, a streamed read of this 1 MiB blob had no bound but the body's own end (1 MiB at
+    2 KiB/s: eight and a half minutes)."""
+    store = store_for(s3_proxy, bucket, min_rate=MiB)
+    await store.open()
+    try:
+        await store.put("trickle", b"t" * MiB)
+        s3_proxy.pace(down=2048, after=HEADERS_BYTES)
+        try:
+            chunk = 256 * 1024
+            took = {"read": await timed(lambda: drain(store.read("trickle", chunk_size=chunk)),
+                                        deadline_s(store.config, chunk)),
+                    "read_all": await timed(lambda: store.read_all("trickle", MiB), deadline_s(store.config, MiB))}
+        finally:
+            s3_proxy.pace()
+        assert took["read"] < deadline_s(store.config, chunk) + MARGIN_S, took
+        assert took["read_all"] < deadline_s(store.config, MiB) + MARGIN_S, took
+        assert await store.read_all("trickle", MiB) == b"t" * MiB  # the link is back: read whole
+    finally:
+        await store.close()
+
+
+async def test_a_large_call_on_a_slow_link_gets_the_time_its_bytes_need(
+        s3_proxy: StallProxy, bucket: str, moto: servers.Proc) -> None:
+    """MEDIASRV_S3_TIMEOUT 1 s, MEDIASRV_S3_MIN_RATE 1 MiB/s, a link of 4 MiB/s: an 8 MiB part
+    and an 8 MiB read each take about 2 s, within their deadline (1 s + 8 s); before, both were
+    cut at 1 s. A body that crawls (64 KiB/s) is still cut, at its deadline (1 MiB: 2 s)."""
+    store = store_for(s3_proxy, bucket, min_rate=MiB)
+    await store.open()
+    try:
+        writer = await store.open_writer("slow-link")
+        s3_proxy.pace(up=4 * MiB, down=4 * MiB)
+        try:
+            start = time.monotonic()
+            await guarded(lambda: writer.write(b"s" * PART_SIZE), deadline_s(store.config, PART_SIZE))
+            sent = time.monotonic() - start
+            await guarded(lambda: writer.write(b"tail"), TIMEOUT_S)
+            assert await guarded(writer.commit, TIMEOUT_S) == PART_SIZE + 4
+            start = time.monotonic()
+            data = await guarded(lambda: store.read_all("slow-link", 2 * PART_SIZE),
+                                 deadline_s(store.config, PART_SIZE + 4))
+            read = time.monotonic() - start
+        finally:
+            s3_proxy.pace()
+        assert len(data) == PART_SIZE + 4
+        assert min(sent, read) > TIMEOUT_S, (sent, read)  # the link was slower than the fixed deadline
+
+        s3_proxy.pace(up=64 * 1024)
+        try:
+            took = await timed(lambda: store.put("crawling", b"c" * MiB), deadline_s(store.config, MiB))
+        finally:
+            s3_proxy.pace()
+        assert deadline_s(store.config, MiB) - 0.5 < took < deadline_s(store.config, MiB) + MARGIN_S
     finally:
         await store.close()
 

@@ -111,6 +111,55 @@ def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Server, Serve
         assert cb.get("/files").json()["total"] == 5
 
 
+def _within(seconds: float, url: str, status: int, what: str, headers: dict[str, str] | None = None) -> None:
+    """Poll GET ``url`` until it answers ``status``; AssertionError (``what``) past ``seconds``."""
+    start = time.monotonic()
+    while httpx.get(url, headers=headers, timeout=10).status_code != status:
+        assert time.monotonic() - start < seconds, what
+        time.sleep(0.05)
+
+
+def test_an_operators_unpublish_and_new_password_reach_every_process(pair: tuple[Server, Server],
+                                                                     smtp_sink: tuple[Sink, int]) -> None:
+    """Issue 25 finding 2 across a fleet: ``users disable --unpublish`` takes the account's public
+    files offline on every process within its record cache's 2 s, hot path included; after
+    ``enable --republish``, ``users set-password`` ends the keys and signed URLs made before it on
+    every process within its credential cache's 2 s (MEDIASRV_CREDENTIAL_CACHE_TTL)."""
+    a, b = pair
+    token = register(a, smtp_sink[0], "fleet@example.com")
+    auth = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=a.url, headers=auth, timeout=10) as ca:
+        public = ca.post("/files", content=b"public", headers={"Content-Type": "text/plain"}).json()["file"]["file_id"]
+        private = ca.post("/files?isPublic=false", content=b"private",
+                          headers={"Content-Type": "text/plain"}).json()["file"]["file_id"]
+        key = ca.post("/auth/api-keys", json={"name": "k"}).json()["key"]
+        link = ca.post(f"/files/{private}/signed-url", json={"expires_in": 600}).json()["url"].replace(a.url, "")
+    for server in (a, b):
+        for _ in range(3):  # cached, then answered hot
+            assert httpx.get(f"{server.url}/m/{public}", timeout=10).content == b"public"
+        assert httpx.get(f"{server.url}{link}", timeout=10).content == b"private"
+
+    def operator(*args: str, stdin: str | None = None) -> str:
+        done = subprocess.run([MEDIASRV, "users", *args], env=a.env, input=stdin, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "1 public file(s) made private" in operator("disable", "fleet@example.com", "--unpublish")
+    for server in (a, b):
+        _within(2.5, f"{server.url}/m/{public}", 404, f"{server.url} still serves an unpublished file")
+    assert "1 withheld file(s) public again" in operator("enable", "fleet@example.com", "--republish")
+    for server in (a, b):
+        _within(2.5, f"{server.url}/m/{public}", 200, f"{server.url} does not serve a republished file")
+        _within(2.5, f"{server.url}/files", 200, "a key of an enabled account is refused", {"X-Api-Key": key})
+
+    operator("set-password", "fleet@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
+    for server in (a, b):
+        _within(2.5, f"{server.url}/files", 401, f"{server.url} still takes a key made before the new password",
+                {"X-Api-Key": key})
+        _within(2.5, f"{server.url}{link}", 404, f"{server.url} still opens a link made before the new password")
+
+
 @pytest.mark.parametrize("which", ["mongo", "s3"])
 def test_backend_unreachable_at_start_exits_with_a_clear_message(tmp_path: Path, which: str, moto: servers.Proc,
                                                                  mongoeco: MongoServer,

@@ -8,7 +8,8 @@ import json
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -153,15 +154,29 @@ def test_domains_approve_and_reject(tmp_path: Path, data_dir: Path, server: list
     assert s.terminate()[0] == 0
 
 
+SECRETS = {"MEDIASRV_JWT_SECRET": "jwt" + "k" * 40, "CLOUDFLARE_API_TOKEN": "cf-token-123",
+           "AWS_SECRET_ACCESS_KEY": "aws-secret-key-4711", "AWS_SESSION_TOKEN": "aws-session-token-4712",
+           "MEDIASRV_PROXY_SECRET": "proxy-secret-4713-abcdef", "MEDIASRV_TRANSFORM_KEY": "transform" + "t" * 40}
+"""Every secret setting, each with a value the output must not contain (issue 25 finding 7:
+the AWS secret key, the proxy secret and the transform key were printed in clear)."""
+URLS_WITH_PASSWORDS = {"MEDIASRV_SMTP_URL": "smtp://mailer:hunter22@mail:25",
+                       "MEDIASRV_MONGODB_URL": "mongodb://db:mongo-pw-1@db.internal:27017/media",
+                       "MEDIASRV_S3_ENDPOINT_URL": "http://minio:s3-pw-2@minio.internal:9000",
+                       "MEDIASRV_CLOUDFLARE_API_URL": "https://proxy:cf-pw-3@cf.internal/client/v4"}
+
+
 def test_config_masks_secrets(data_dir: Path) -> None:
-    secret = "k" * 40
-    out = cli(data_dir, "config", MEDIASRV_JWT_SECRET=secret, MEDIASRV_SMTP_URL="smtp://mailer:hunter22@mail:25",
-              CLOUDFLARE_API_TOKEN="cf-token-123", MEDIASRV_TRUST_PROXY="true")
+    out = cli(data_dir, "config", **SECRETS, **URLS_WITH_PASSWORDS, AWS_ACCESS_KEY_ID="AKIDEXAMPLE",
+              MEDIASRV_S3_BUCKET="media", MEDIASRV_TRUST_PROXY="true")
     assert out.returncode == 0, out.stderr
-    assert secret not in out.stdout and "hunter22" not in out.stdout and "cf-token-123" not in out.stdout
+    for value in (*SECRETS.values(), "hunter22", "mongo-pw-1", "s3-pw-2", "cf-pw-3"):
+        assert value not in out.stdout, value
     lines = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-    assert lines["MEDIASRV_JWT_SECRET"] == "********"
+    for name in SECRETS:
+        assert lines[name] == "********", name
     assert lines["MEDIASRV_SMTP_URL"] == "smtp://mailer:********@mail:25"
+    assert lines["MEDIASRV_MONGODB_URL"] == "mongodb://db:********@db.internal:27017/media"
+    assert lines["AWS_ACCESS_KEY_ID"] == "AKIDEXAMPLE"  # an identifier, as a user name: shown
     assert lines["MEDIASRV_TRUST_PROXY"] == "true"
     assert lines["MEDIASRV_DATA_DIR"] == str(data_dir)
     assert lines["MEDIASRV_RESIZE_SLOTS"] == "10  # default"
@@ -251,6 +266,106 @@ def test_restore_refuses_damage_and_non_backups(tmp_path: Path, data_dir: Path) 
     assert out.returncode in (1, 2) and "MONGODB" in out.stderr.upper()
 
 
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by relative path, with its SHA-256: what a failed restore must not change."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _damage(db: Path) -> None:
+    """Flip bytes across the pages (the header kept): SQLite still opens the file, its pages are garbage."""
+    data = bytearray(db.read_bytes())
+    for i in range(4096, len(data), 97):
+        data[i] ^= 0x5A
+    db.write_bytes(bytes(data))
+
+
+def test_restore_of_a_damaged_database_writes_nothing(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    """Issue 25 finding 9: only blobs had checksums, so a damaged meta.sqlite3 passed the check;
+    then a traceback left a 0-byte database in the target, and restoring a good backup needed
+    --force. The database has a checksum now and passes SQLite's integrity check before
+    anything is written; a failed restore leaves the target as it was."""
+    assert cli(data_dir, "users", "create", "d@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log")
+    token = login(s.url, "d@example.com").json()["session"]["access_token"]
+    _upload(s.url, token, b"kept bytes", "text/plain")
+    assert s.terminate()[0] == 0
+    good = tmp_path / "good"
+    assert cli(data_dir, "backup", str(good)).returncode == 0
+    assert _manifest(good)["database"]["sha256"] == hashlib.sha256((good / "meta.sqlite3").read_bytes()).hexdigest()
+
+    damaged = tmp_path / "damaged"  # as the checksum step saw it before: its checksum matches
+    shutil.copytree(good, damaged)
+    _damage(damaged / "meta.sqlite3")
+    manifest = _manifest(damaged)
+    manifest["database"]["sha256"] = hashlib.sha256((damaged / "meta.sqlite3").read_bytes()).hexdigest()
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    old_format = tmp_path / "old-format"  # a backup made before the database had a checksum
+    shutil.copytree(damaged, old_format)
+    del manifest["database"]
+    (old_format / "manifest.json").write_text(json.dumps(manifest))
+    unsummed = tmp_path / "unsummed"  # damaged after the backup: its checksum no longer matches
+    shutil.copytree(good, unsummed)
+    _damage(unsummed / "meta.sqlite3")
+    with tarfile.open(tmp_path / "damaged.tgz", "w:gz") as tar:
+        for entry in sorted(damaged.iterdir()):
+            tar.add(entry, arcname=entry.name)
+
+    fresh = tmp_path / "fresh"
+    before = _tree(data_dir)
+    # (After "meta.sqlite3:" SQLite's words depend on where it meets the damage.)
+    for source, message in ((damaged, "meta.sqlite3:"), (old_format, "meta.sqlite3:"),
+                            (unsummed, "meta.sqlite3 does not match its checksum"),
+                            (tmp_path / "damaged.tgz", "meta.sqlite3:")):
+        out = cli(fresh, "restore", str(source))
+        assert out.returncode == 1 and "backup is damaged" in out.stderr and message in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and not fresh.exists(), source
+        out = cli(data_dir, "restore", str(source), "--force")  # over live data: nothing replaced
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert _tree(data_dir) == before, source
+
+    out = cli(fresh, "restore", str(good))  # no --force needed: nothing was left behind
+    assert out.returncode == 0 and "restored 1 files" in out.stdout, out.stderr
+    s2 = start(server, fresh, tmp_path / "server2.log")
+    listed = httpx.get(f"{s2.url}/files", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+    assert listed["total"] == 1
+    assert s2.terminate()[0] == 0
+
+
+def test_a_restore_that_fails_half_way_leaves_the_target_as_it_was(tmp_path: Path, data_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure while the blobs are written (a full disk, say) after the checks passed: the
+    database, blobs and secret written so far go, and --force's old data stays in place."""
+    import asyncio
+
+    from mediasrv.base.settings import Settings
+    from mediasrv.cli import backup as backups
+
+    assert cli(data_dir, "users", "create", "e@example.com", "--password-stdin", stdin=PASSWORD).returncode == 0
+    (data_dir / "blobs" / "ab").mkdir(parents=True, exist_ok=True)
+    (data_dir / "blobs" / "ab" / "abcdef").write_bytes(b"an old blob")
+    source = tmp_path / "b"
+    assert cli(data_dir, "backup", str(source)).returncode == 0
+    (source / "blobs" / "k1").write_bytes(b"blob bytes")
+    manifest = _manifest(source)
+    manifest["blobs"] = [{"key": "k1", "size": 10, "sha256": hashlib.sha256(b"blob bytes").hexdigest()}]
+    (source / "manifest.json").write_text(json.dumps(manifest))
+
+    async def failing_put(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(backups, "_put_blob", failing_put)
+    before = _tree(data_dir)
+    for target, force in ((tmp_path / "fresh", False), (data_dir, True)):
+        settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(target)})
+        with pytest.raises(OSError):
+            asyncio.run(backups.restore(settings, source, force=force))
+    assert not (tmp_path / "fresh").exists()
+    assert _tree(data_dir) == before and sorted(p.name for p in data_dir.iterdir()) == sorted(
+        p.name for p in data_dir.iterdir() if not p.name.startswith(".mediasrv-restore-"))
+
+
 def _png() -> bytes:
     from PIL import Image
 
@@ -319,6 +434,73 @@ def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_
     assert s.terminate()[0] == 0
 
 
+RECORD_CACHE_S = 2.0
+"""How long a process may serve a file's record from its cache (``FileCache``'s ttl): the bound
+within which another process's change of the file (a delete, an unpublish) is seen."""
+
+
+def _until(status: int, fetch: Callable[[], httpx.Response], within: float) -> float:
+    """Seconds until ``fetch`` answers ``status``; AssertionError past ``within``."""
+    start = time.monotonic()
+    while (r := fetch()).status_code != status:
+        assert time.monotonic() - start < within, f"still {r.status_code} after {within} s"
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def test_set_password_and_disable_end_keys_links_and_take_public_files_offline(
+        tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
+    """Issue 25 finding 2. Before: after ``users set-password`` the account's API keys and signed
+    URLs kept working (docs/operations.md said keys end), a disabled account's signed URLs kept
+    opening its private files, and ``disable --unpublish`` did not exist (public files stayed
+    online). Now a new password ends keys and links; disabling pauses them (``enable`` resumes
+    them) and with --unpublish takes the public files offline within the record cache's bound,
+    hot path included; ``enable --republish`` brings back exactly those."""
+    assert cli(data_dir, "users", "create", "owner@example.com", "--password-stdin", "--confirmed",
+               stdin=PASSWORD).returncode == 0
+    s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
+    auth = {"Authorization": f"Bearer {login(s.url, 'owner@example.com').json()['session']['access_token']}"}
+    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    uploaded = [httpx.post(f"{s.url}/files{query}", content=data, timeout=10,
+                           headers={"X-Api-Key": key, "Content-Type": "text/plain"}).json()["file"]["file_id"]
+                for query, data in (("?isPublic=false", b"private"), ("", b"public"))]
+    private, public = uploaded
+    link = httpx.post(f"{s.url}/files/{private}/signed-url", json={"expires_in": 600}, headers=auth,
+                      timeout=10).json()["url"]
+
+    def key_status() -> int:
+        return httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code
+
+    def anonymous(path: str) -> Callable[[], httpx.Response]:
+        return lambda: httpx.get(f"{s.url}{path}", timeout=10)
+
+    assert [anonymous(f"/m/{public}")().content for _ in range(3)] == [b"public"] * 3  # cached, then hot
+    assert anonymous(link.replace(s.url, ""))().content == b"private"
+
+    out = cli(data_dir, "users", "disable", "owner@example.com", "--unpublish")
+    assert out.returncode == 0, out.stderr
+    assert "1 public file(s) made private" in out.stdout
+    assert anonymous(link.replace(s.url, ""))().status_code == 404
+    assert key_status() == 403
+    assert _until(404, anonymous(f"/m/{public}"), RECORD_CACHE_S + 0.5) <= RECORD_CACHE_S + 0.5
+    assert anonymous(f"/d/{public}")().status_code == 404
+
+    out = cli(data_dir, "users", "enable", "owner@example.com", "--republish")
+    assert out.returncode == 0 and "1 withheld file(s) public again" in out.stdout, out
+    _until(200, anonymous(f"/m/{public}"), RECORD_CACHE_S + 0.5)
+    assert key_status() == 200 and anonymous(link.replace(s.url, ""))().status_code == 200  # paused, not ended
+    shown = {f["file_id"]: f["is_public"] for f in httpx.get(f"{s.url}/files", headers={"X-Api-Key": key},
+                                                              timeout=10).json()["files"]}
+    assert shown == {private: False, public: True}  # the private upload stayed private
+
+    out = cli(data_dir, "users", "set-password", "owner@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
+    assert out.returncode == 0 and "API key (1 revoked)" in out.stdout, out
+    assert key_status() == 401
+    assert anonymous(link.replace(s.url, ""))().status_code == 404
+    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401
+    assert s.terminate()[0] == 0
+
+
 def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: list[Server]) -> None:
     """Issue 19 item 1: MEDIASRV_REGISTRATION=closed refuses every registration (403); invite
     takes a single-use code from `mediasrv invites create`; the route keeps its shape."""
@@ -359,7 +541,7 @@ def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: 
 def test_auto_registration_is_open_on_loopback_and_invite_on_a_public_address(data_dir: Path) -> None:
     out = cli(data_dir, "config")
     assert "MEDIASRV_REGISTRATION=auto" in out.stdout
-    from mediasrv.core.settings import Settings
+    from mediasrv.base.settings import Settings
 
     assert Settings(public_url="http://127.0.0.1:8080").registration_mode == "open"
     assert Settings(public_url="http://localhost:8080").registration_mode == "open"

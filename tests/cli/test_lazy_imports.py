@@ -18,7 +18,7 @@ from tests.cli.test_server import ServerTestCase
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("pyvips", "tornado", "handlers", "mediasrv.web", "mediasrv.images.vips", "mediasrv.images.pipeline",
-             "mediasrv.cli.server", "mediasrv.core.stores", "store", "pymongo", "aiobotocore", "bcrypt", "sqlite3")
+             "mediasrv.cli.server", "mediasrv.assembly", "store", "pymongo", "aiobotocore", "bcrypt", "sqlite3")
 
 RUN_AND_LIST = """
 import importlib, json, sys
@@ -62,7 +62,7 @@ def test_the_checker_sees_the_server_when_it_is_loaded() -> None:
     done = subprocess.run([sys.executable, "-c", "import json, sys, mediasrv.cli.server; "
                            "print(json.dumps(sorted(sys.modules)))"], capture_output=True, text=True, timeout=60)
     found = heavy(json.loads(done.stdout))
-    assert {"pyvips", "tornado.web", "handlers", "mediasrv.web.app", "store.sqlite"} <= set(found)
+    assert {"pyvips", "tornado.web", "handlers", "mediasrv.assembly.app", "store.sqlite"} <= set(found)
 
 
 class UploadLoadsOnlyTheClientTest(ServerTestCase):

@@ -124,6 +124,14 @@ def test_ping_through_nginx_and_sigterm_exits_zero(sidecar: Sidecar) -> None:
     assert sidecar.proc.wait(20) == 0
     log = sidecar.log.read_text()
     assert log.count("INFO mediasrv: stopped") == 2, log[-3000:]  # both processes drained
+    # Issue 31 item 5: the sidecar's own lines have the UTC time and the pid, as every other line.
+    own = [line for line in log.splitlines() if "mediasrv.sidecar" in line]
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert own and all(re.fullmatch(rf"{stamp} \[{sidecar.proc.pid}\] [A-Z]+ mediasrv\.sidecar: .+", line)
+                       for line in own), own
+    assert any(f"nginx on 127.0.0.1:{sidecar.port} in front of 2 mediasrv processes" in line for line in own)
+    assert own[-1].endswith("INFO mediasrv.sidecar: stopped (exit status 0)")
+    assert "mediasrv sidecar:" not in log  # no line without them
 
 
 def test_per_address_limit_is_exact_through_nginx(sidecar: Sidecar) -> None:
@@ -497,6 +505,13 @@ def test_access_lines_of_nginx_and_mediasrv_share_the_request_id(tmp_path: Path)
     assert "s3cret-value" not in side.log.read_text()
     assert [by_id[i]["nginx.access"]["bytes"] for i in ids[:2]] == [6, 6]  # nginx sent the file
     assert all("mediasrv.access" in by_id[i] for i in ids[:2])  # after mediasrv decided
+    # ...and mediasrv's line says what it decided and who sent it (issue 31), not "200, 0 bytes".
+    assert [(by_id[i]["mediasrv.access"]["status"], by_id[i]["mediasrv.access"]["bytes"],
+             by_id[i]["mediasrv.access"]["sent_by"]) for i in ids[:2]] == [(200, 6, "nginx")] * 2
+    upload = next(e for e in entries if e.get("logger") == "mediasrv.access" and e.get("file_id") == fid)
+    assert upload["received_bytes"] == len(b"logged") and upload["status"] == 201
+    sidecar_lines = [e for e in entries if e.get("logger") == "mediasrv.sidecar"]
+    assert sidecar_lines and all(e["pid"] == side.proc.pid and e["time"].endswith("Z") for e in sidecar_lines)
     over = [e for e in entries if e.get("logger") == "nginx.access" and e["status"] == 429]
     assert over and over[0]["level"] == "WARNING"
     if views[1].headers.get("x-cache-status") == "HIT":
@@ -574,6 +589,53 @@ def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
     assert status == 414 and json.loads(body)["code"] == "URI_TOO_LONG"
 
 
+@pytest.mark.parametrize(("line", "fields", "status", "code"), [
+    ("GET /ping HTTP/9.9", "", 505, "HTTP_VERSION_NOT_SUPPORTED"),
+    ("GET http://user@{host}/ping HTTP/1.1", "", 400, "BAD_REQUEST"),  # was an HTML 421
+    ("GET http://{host}/pi\tng HTTP/1.1", "", 400, "BAD_REQUEST"),  # was an HTML 421
+    ("GET http://b.example/" + "a" * 20000 + " HTTP/1.1", "", 414, "URI_TOO_LONG"),  # was an HTML 421
+    ("GET /_mediasrv-errors/400 HTTP/1.1", "", 404, "HTTP_404"),  # was nginx's HTML 404
+    ("GET http://b.example/_mediasrv-errors/400 HTTP/1.1", "", 404, "HTTP_404"),
+    ("TRACE /ping HTTP/1.1", "", 405, "HTTP_405"),
+    ("POST /auth/login HTTP/1.1", "Transfer-Encoding: gzip\r\n", 501, "NOT_IMPLEMENTED"),
+    # Passed on by nginx, refused by mediasrv with Tornado's empty 400 before:
+    ("GET /ping HTTP/1.1", "X-Note: a\x01b\r\n", 400, "BAD_REQUEST"),
+    ("GET /ping HTTP/1.1", "Host: user@{host}\r\n", 400, "INVALID_HOST"),
+])
+def test_every_refusal_through_nginx_is_json(sidecar: Sidecar, line: str, fields: str, status: int,
+                                             code: str) -> None:
+    """Issue 25 finding 8c: error bodies outside the JSON contract through the sidecar."""
+    host = f"127.0.0.1:{sidecar.port}"
+    if not fields.startswith("Host:"):
+        fields = f"Host: {host}\r\n" + fields
+    got, body = raw_request(sidecar.port, f"{line.format(host=host)}\r\n{fields.format(host=host)}"
+                                          "Connection: close\r\n\r\n".encode("latin-1"))
+    assert (got, json.loads(body)["code"]) == (status, code), body[:200]
+
+
+def test_a_request_without_host_is_the_same_through_nginx(sidecar: Sidecar) -> None:
+    """Issue 25 finding 8b: HTTP/1.1 needs a Host (nginx refuses it first, in JSON); an HTTP/1.0
+    request without one is answered as mediasrv answers it directly (nginx used to send it on
+    with no Host at all, which mediasrv must refuse)."""
+    status, body = raw_request(sidecar.port, b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
+    status, body = raw_request(sidecar.port, b"GET /ping HTTP/1.0\r\n\r\n")
+    assert status == 200 and json.loads(body) == {"status": "ok"}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_process_port_reached_directly_counts_its_peer(sidecar: Sidecar) -> None:
+    """Issue 25 finding 8e: the processes run with TRUST_PROXY behind nginx, on loopback ports;
+    anyone on the host could reach one with made-up X-Forwarded-For values and log in without
+    the per-address limit (25 logins, no 429). Login allows 1 a minute here (15 x 0.01)."""
+    port = int(next(iter(_mediasrv_roles(sidecar))))
+    login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
+    codes = [request(port, "POST", "/auth/login", body=login, source="127.0.0.1", headers={
+        "X-Forwarded-For": f"198.51.100.{n}", "X-Mediasrv-Proxy-Secret": "guess" * 4,
+        "Content-Type": "application/json"}).status for n in range(4)]
+    assert codes == [401, 429, 429, 429]
+
+
 
 LUA_MODULE = Path("/usr/lib/nginx/modules/ngx_http_lua_module.so")
 needs_hot_cache = pytest.mark.skipif(not LUA_MODULE.exists(),
@@ -618,6 +680,31 @@ def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -
         assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
     assert request(sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
 
+
+
+@needs_hot_cache
+def test_a_range_past_the_end_is_json_from_the_hot_cache_and_the_blob_files(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 25 finding 8c: nginx answers a Range past the end itself, of a cached /m answer and
+    of a blob file it sends (X-Accel-Redirect): both were its HTML 416."""
+    outbox = tmp_path / "data" / "outbox"
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    ids, tokens = [], []
+    for n, path in enumerate(("/files", "/files?isPublic=false")):  # one upload a minute per account here
+        tokens.append(_token(sidecar.port, outbox, f"range{n}@example.com", f"{base}.{108 + n}"))
+        r = request(sidecar.port, "POST", path, body=b"0123456789", source=f"{base}.{108 + n}", headers={
+            "Authorization": f"Bearer {tokens[-1]}", "Content-Type": "text/plain", "x-file-name": "r.txt"})
+        assert r.status == 201, r.body
+        ids.append(r.json()["file"]["file_id"])
+    (fid, pid), token = ids, tokens[1]
+    assert request(sidecar.port, "GET", f"/m/{fid}", source=f"{base}.111").headers.get("x-cache-status") == "MISS"
+    past = {"Range": "bytes=100-"}
+    for path, headers in ((f"/m/{fid}", past), (f"/m/{pid}", {**past, "Authorization": f"Bearer {token}"})):
+        r = request(sidecar.port, "GET", path, source=f"{base}.112", headers=headers)
+        assert r.status == 416 and r.headers["content-type"] == "application/json", (path, r.body[:100])
+        assert r.json()["code"] == "RANGE_NOT_SATISFIABLE" and r.headers["content-range"] == "bytes */10"
+    r = request(sidecar.port, "GET", f"/m/{pid}", source=f"{base}.112",
+                headers={"Range": "bytes=2-4", "Authorization": f"Bearer {token}"})
+    assert r.status == 206 and r.body == b"234"
 
 
 @needs_hot_cache
@@ -685,6 +772,31 @@ def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(side
         while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
             assert r.status == 200 and time.monotonic() < deadline + 10, "a deleted file stays in the hot cache"
             time.sleep(0.1)
+
+
+@needs_hot_cache
+def test_unpublish_takes_a_hot_cached_file_offline_within_the_cache_bound(sidecar: Sidecar, tmp_path: Path) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` (an operator's command, another process)
+    makes an account's public files private; nginx's cached copies (original and variant) end at
+    their next revalidation, which reads the record from the store: within CACHE_VALID_S plus
+    nginx's whole-second clock of the command. Before, the option did not exist."""
+    base = f"127.0.{os.getpid() % 250 + 1}"
+    sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
+    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "offline@example.com", f"{base}.149", token_source=next(sources))
+    urls = (f"/m/{fid}", f"/m/{fid}?width=40")
+    for url in urls:
+        assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+                for _ in range(2)] == ["MISS", "HIT"]
+    done = subprocess.run([str(MEDIASRV), "users", "disable", "offline@example.com", "--unpublish"],
+                          env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "1 public file(s) made private" in done.stdout, done
+    bound = nginx_conf.CACHE_VALID_S + 1 + 1  # validity, nginx's whole-second clock, a margin for this machine
+    unpublished = time.monotonic()
+    for url in urls:
+        while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
+            assert r.status == 200 and time.monotonic() - unpublished < bound, "an unpublished file stays in the cache"
+            time.sleep(0.1)
+    assert r.json()["code"] == "FILE_NOT_FOUND"
 
 
 @needs_hot_cache
@@ -1015,7 +1127,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
     assert 'proxy_set_header X-Mediasrv-Counted "";' in text  # cleared at server level
 
 
-def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
+def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """MEDIASRV_NGINX_REAL_IP_FROM: the client address from the balancer's X-Forwarded-For (the
     simulated cluster, tests/cluster, shows the per-address limits exact behind one)."""
     script = _script_module()
@@ -1023,8 +1135,11 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path) -> None:
     lines = script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2, 10.1.2.3/16"})
     assert lines.split() == ["set_real_ip_from", "10.0.0.2/32;", "set_real_ip_from", "10.1.0.0/16;",
                              "real_ip_header", "X-Forwarded-For;"]
-    with pytest.raises(SystemExit, match="MEDIASRV_NGINX_REAL_IP_FROM"):
+    with pytest.raises(SystemExit) as stopped:
         script.real_ip({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2; evil"})
+    assert stopped.value.code == 1
+    assert [(r.name, r.levelname) for r in caplog.records if "MEDIASRV_NGINX_REAL_IP_FROM" in r.getMessage()] == [
+        ("mediasrv.sidecar", "ERROR")]
     sidecar = script.Sidecar("127.0.0.1", free_port(), 1, NGINX, ["mediasrv"], tmp_path)
     sidecar.env.update({"MEDIASRV_NGINX_REAL_IP_FROM": "10.0.0.2", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
     text = sidecar.render(media_limit=4)

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from mediasrv.base.settings import Settings
 from mediasrv.core.files.uploads import WRITE_BYTES
-from mediasrv.core.settings import Settings
 from tests.launcher import MEDIASRV, STOP_TIMEOUT_S, Server, base_env, free_port
 
 DRAIN_S = 1.0

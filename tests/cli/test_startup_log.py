@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mediasrv.base.settings import Settings
 from mediasrv.cli.startup_log import mail_mode, public_url_warning
-from mediasrv.core.settings import Settings
 from mediasrv.version import version
 from tests.launcher import MEDIASRV, Server, base_env, free_port
 
@@ -150,11 +150,18 @@ def test_host_and_port_are_settings_and_the_flags_win(tmp_path: Path) -> None:
     ("MEDIASRV_RESIZE_SLOTS", "abc", "MEDIASRV_RESIZE_SLOTS='abc': expected a whole number"),
     ("MEDIASRV_RESIZE_SLOTS", "1.5", "MEDIASRV_RESIZE_SLOTS='1.5': expected a whole number"),
     ("MEDIASRV_RATE_LIMIT_SCALE", "fast", "MEDIASRV_RATE_LIMIT_SCALE='fast': expected a number"),
-    ("MEDIASRV_BLOB_CACHE_BYTES", "64MB", "MEDIASRV_BLOB_CACHE_BYTES='64MB': expected a whole number of bytes"),
+    ("MEDIASRV_BLOB_CACHE_BYTES", "64XB", "MEDIASRV_BLOB_CACHE_BYTES='64XB': expected a whole number of bytes"),
     ("MEDIASRV_TRUST_PROXY", "maybe", "MEDIASRV_TRUST_PROXY='maybe': expected true or false"),
     ("MEDIASRV_PORT", "http", "MEDIASRV_PORT='http': expected a whole number"),
     ("MEDIASRV_PORT", "70000", "(--port or MEDIASRV_PORT) must be from 1 to 65535, not 70000"),
     ("MEDIASRV_LOG_FORMAT", "xml", "MEDIASRV_LOG_FORMAT must be text or json, not 'xml'"),
+    # Issue 25 finding 8d: these three stopped the server with a traceback (orjson's 64-bit
+    # range while rendering the documents, float infinity in the limiter).
+    ("MEDIASRV_RATE_LIMITS", "media=99999999999999999999999",
+     "MEDIASRV_RATE_LIMITS='media=99999999999999999999999': 'media=99999999999999999999999': a limit must be "
+     "from 1 to 1000000000 requests per minute"),
+    ("MEDIASRV_RATE_LIMIT_SCALE", "1e20", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
+    ("MEDIASRV_RATE_LIMIT_SCALE", "1e308", "MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most 1000000"),
 ])
 def test_bad_values_are_one_line_in_the_operators_words(tmp_path: Path, name: str, value: str, message: str) -> None:
     out = subprocess.run([MEDIASRV, "serve"], capture_output=True, text=True, timeout=30,
@@ -167,9 +174,12 @@ def test_bad_values_are_one_line_in_the_operators_words(tmp_path: Path, name: st
 def test_sizes_take_units_and_config_shows_bytes(tmp_path: Path) -> None:
     out = subprocess.run([MEDIASRV, "config"], capture_output=True, text=True, timeout=30,
                          env=base_env(tmp_path / "data", MEDIASRV_BLOB_CACHE_BYTES="32MiB",
-                                      MEDIASRV_MAX_UPLOAD_SIZE_BYTES="1 GiB", MEDIASRV_PORT="9001"))
+                                      MEDIASRV_MAX_UPLOAD_SIZE_BYTES="1 GiB", MEDIASRV_PORT="9001",
+                                      MEDIASRV_STORAGE_LIMIT_BYTES="64MB", MEDIASRV_UPLOAD_BUFFER_BYTES="64M"))
     assert out.returncode == 0, out.stderr
     values = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
     assert values["MEDIASRV_BLOB_CACHE_BYTES"] == str(32 * 1024 * 1024)
     assert values["MEDIASRV_MAX_UPLOAD_SIZE_BYTES"] == str(1024**3)
+    assert values["MEDIASRV_STORAGE_LIMIT_BYTES"] == "64000000"  # issue 31: MB is decimal, as the SI says
+    assert values["MEDIASRV_UPLOAD_BUFFER_BYTES"] == str(64 * 1024 * 1024)
     assert values["MEDIASRV_PORT"] == "9001" and values["MEDIASRV_HOST"] == "127.0.0.1  # default"

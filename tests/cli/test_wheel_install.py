@@ -30,6 +30,7 @@ WHEEL_SOURCES = ("pyproject.toml", "setup.cfg", "README.md", "LICENSE", "mediasr
 """What the wheel is built from (pyproject.toml's packages, metadata and package data)."""
 
 pytestmark = [pytest.mark.wheel,  # about a minute: run by .ci/run, not by the default suite
+              pytest.mark.timeout(600),  # the build and a fresh venv in the first test's setup
               pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")]
 
 

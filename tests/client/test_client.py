@@ -121,6 +121,10 @@ async def test_whole_api_through_the_async_client(api: Api, tmp_path: Path) -> N
         assert (await media.get_settings())["custom_domain"] is None
         assert (await media.update_settings(max_upload_size_bytes=10_000_000))["max_upload_size_bytes"] == 10_000_000
         assert (await media.usage())["files_count"] == 3
+        by_size = await media.list_files(sort="-size", kind="document")  # issue 31: the server's order and kinds
+        assert [f.file_id for f in by_size.files] == [stored.file_id, text.file_id] and by_size.total == 2
+        days = (await media.daily_usage(3))["days"]
+        assert len(days) == 3 and all(set(d) == {"date", "api_requests", "origin_reads", "image_ops"} for d in days)
         assert "user" in await media.profile()
         assert "image/png" in await media.allowed_content_types()
 

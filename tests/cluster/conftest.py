@@ -14,6 +14,10 @@ import pytest
 
 from tests.cluster import sim
 
+CLUSTER_TIMEOUT_S = 600
+"""Per test (pytest-timeout), its module's cluster built in the first one's setup: the suite's
+default (setup.cfg) is for tests that start one server, not a fleet of them in namespaces."""
+
 
 def fleet_fixture(**kwargs: Any) -> Callable[..., Iterator[sim.Cluster]]:
     """A module-scoped ``cluster`` fixture building ``sim.Cluster(**kwargs)``."""

@@ -21,11 +21,11 @@ import pytest
 
 from mediasrv.core.housekeeping import LEASE_NAME
 from mediasrv.core.lease import handover_bound_s
-from tests.cluster.conftest import fleet_fixture
+from tests.cluster.conftest import CLUSTER_TIMEOUT_S, fleet_fixture
 from tests.cluster.fleet import Account, Addresses, SteadyLoad, client, register, spread_over_hosts
 from tests.cluster.sim import FLEET_DATABASE, AppHost, Cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
 
 LEASE_S, RECONCILE_S, RESERVATION_S = 9, 3, 20
 cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": "20", "MEDIASRV_HOUSEKEEPING_LEASE": str(LEASE_S),

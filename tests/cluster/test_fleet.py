@@ -19,11 +19,11 @@ from collections.abc import Callable
 import pytest
 from PIL import Image
 
-from tests.cluster.conftest import fleet_fixture
+from tests.cluster.conftest import CLUSTER_TIMEOUT_S, fleet_fixture
 from tests.cluster.fleet import PASSWORD, Account, Addresses, async_client, client, register
 from tests.cluster.sim import Cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
 
 # The stores' deadlines (3 s for MongoDB, 5 s for S3 by default: an outage is a fast 503) are
 # raised here: these tests are about what two hosts agree on, and the data host's emulated

@@ -24,11 +24,11 @@ import pytest
 from handlers.routes import ROUTES
 from mediasrv.core.limits.ratelimit import scaled_limit
 from mediasrv.web.routespec import Route
-from tests.cluster.conftest import fleet_fixture
+from tests.cluster.conftest import CLUSTER_TIMEOUT_S, fleet_fixture
 from tests.cluster.fleet import Account, Addresses, async_client, client, register, within_one_window
 from tests.cluster.sim import Cluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
 
 SCALE = 1.0
 cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": str(SCALE)})

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.timeutil import now_iso
+from mediasrv.base.timeutil import now_iso
 from store.fs import FsBlobStore
 from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import period_key
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.credentials.apikeys import MAX_NAME_CHARS, ApiKeyService, looks_like_key
 from mediasrv.core.credentials.tokens import digest
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound
 from mediasrv.core.health import HealthCheck
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import period_key
 from store.models import UsageCounts
 from tests.core.conftest import Local
 
@@ -24,10 +24,10 @@ CAP = 10_000
 
 
 async def test_api_keys_are_shown_once_and_revoked_only_by_their_owner(local: Local) -> None:
-    await local.user("u1")
+    owner = await local.user("u1")
     await local.user("u2")
     keys = ApiKeyService(local.meta)
-    created = await keys.create("u1", "ci")
+    created = await keys.create(owner, "ci")
     assert looks_like_key(created["key"]) and created["key"].startswith(created["key_prefix"])
     stored = await local.meta.get_api_key_by_hash(digest(created["key"]))
     assert stored is not None and stored.user_id == "u1"  # only the digest is kept
@@ -44,9 +44,9 @@ async def test_api_keys_are_shown_once_and_revoked_only_by_their_owner(local: Lo
 
 @pytest.mark.parametrize("name", [7, "x" * (MAX_NAME_CHARS + 1), ["ci"]])
 async def test_an_api_key_name_is_a_short_string(local: Local, name: object) -> None:
-    await local.user("u1")
+    owner = await local.user("u1")
     with pytest.raises(BadRequest):
-        await ApiKeyService(local.meta).create("u1", name)
+        await ApiKeyService(local.meta).create(owner, name)
     assert await local.meta.list_api_keys("u1", 0, 10) == ([], 0)
 
 

@@ -17,6 +17,7 @@ from store.sqlite import SqliteMetaStore
 from tests.backends.fixtures import MongoServer, opened_mongo_meta
 
 ROUTE = "files.upload"
+OTHER_ROUTE = "files.list"
 LIMIT = LIMITS[ROUTE].per_minute
 
 
@@ -43,6 +44,8 @@ async def test_memory_counters_count_per_name_and_forget_old_windows() -> None:
     assert [await counters.add("a", 1, 120.0) for _ in range(3)] == [1, 2, 3]
     assert await counters.add("b", 1, 120.0) == 1
     assert await counters.add("a", 2, 180.0) == 1 and len(counters) == 1
+    assert (counters.peek("a", 2), counters.peek("a", 1), counters.peek("b", 2)) == (1, 0, 0)
+    assert counters.count(("media", "10.0.0.1"), 2) == 1  # the limiter's own keys: (counter, address)
 
 
 @pytest.mark.parametrize("users", [None, MemoryCounters], ids=["own-table", "memory-counters"])
@@ -65,6 +68,18 @@ async def test_in_mongodb_two_processes_share_one_limit(mongo: MongoMetaStore) -
     assert (await two.spend(ROUTE, "u1", per_ip=False)).remaining == LIMIT - 1
     indexes = await mongo._db["rate_windows"].index_information()
     assert indexes["expires_ttl"]["expireAfterSeconds"] == 0  # MongoDB expires the old windows
+
+
+async def test_in_mongodb_each_route_spends_its_own_counter(mongo: MongoMetaStore) -> None:
+    """One user's uploads at their limit leave that user's listing (another counter) whole: a
+    counter keyed by the user alone would make every route spend one (issue 25 finding 4)."""
+    clock = Clock(window_start())
+    limiter = RateLimiter(LIMITS.values(), clock=clock, users=shared_counters(mongo))
+    assert all([(await limiter.spend(ROUTE, "u1", per_ip=False)).allowed for _ in range(LIMIT)])
+    assert not (await limiter.spend(ROUTE, "u1", per_ip=False)).allowed
+    listing = await limiter.spend(OTHER_ROUTE, "u1", per_ip=False)
+    assert listing.allowed and listing.remaining == LIMITS[OTHER_ROUTE].per_minute - 1
+    assert (await limiter.spend(ROUTE, "u2", per_ip=False)).remaining == LIMIT - 1  # nor another user's
 
 
 async def test_per_address_limits_stay_in_the_process(mongo: MongoMetaStore) -> None:

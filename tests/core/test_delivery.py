@@ -15,18 +15,19 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from mediasrv.base.errors import BadRequest, NotFound, RangeNotSatisfiable
+from mediasrv.base.timeutil import unix
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.answer import MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import MEMO_CHARS, HostRule, _memo_host, is_loopback, request_host
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
+from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget
 from mediasrv.core.delivery.service import CHUNK, MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable
+from mediasrv.core.files.links import LinkCheck
 from mediasrv.core.recorders import UsageRecorder
-from mediasrv.core.timeutil import unix
-from mediasrv.images.jobs import ImageJobs, MemoryBudget
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import TransformSpec
 from store.base import Delivery
@@ -62,7 +63,8 @@ def _delivery(local: Local, pool: ResizePool, runner: FakeRunner, *, accel_prefi
     blobs = blobs or local.blobs
     images = ImageJobs(blobs, pool, MemoryBudget(256 * 1024 * 1024), 10_000_000, runner=runner)
     return MediaDelivery(local.meta, blobs, files=FileCache(), results=ResultCache(1024 * 1024),
-                         bodies=BlobCache(1024 * 1024, 64 * 1024), images=images, signer=SIGNER,
+                         bodies=BlobCache(1024 * 1024, 64 * 1024), images=images,
+                         links=LinkCheck(SIGNER, local.meta.get_user),
                          usage=UsageRecorder(), hosts=HostRule(frozenset({HOST}), DomainService(local.meta,
                                                                                              ManualProvider())),
                          public_cache=PUBLIC_CACHE, accel_prefix=accel_prefix)
@@ -146,11 +148,31 @@ async def test_a_private_file_for_its_owner_or_a_signed_link(local: Local, setup
     await local.user("u1")
     record = await local.file("u1", b"secret", public=False)
     expires = unix() + 60
-    for request in (_get(record.file_id, user_id="u1"),
-                    _get(record.file_id, expires=str(expires), signature=SIGNER.sign(record.file_id, expires))):
+    signed = _get(record.file_id, expires=str(expires), signature=SIGNER.sign(record.file_id, expires, epoch=0))
+    for request in (_get(record.file_id, user_id="u1"), signed):
         answer = await setup.delivery.deliver(request)
         assert answer.private and answer.body == b"secret"
         assert answer.headers["Cache-Control"] == PRIVATE_NO_STORE and answer.headers["Vary"] == CREDENTIAL_VARY
+
+
+async def test_a_signed_link_ends_with_a_new_password_and_pauses_while_disabled(local: Local, setup: Setup) -> None:
+    """Issue 25 finding 2: the link is checked under its owner's current credential epoch and
+    only while the owner is enabled (the owner is read afresh here: no credential cache)."""
+    await local.user("u1")
+    record = await local.file("u1", b"secret", public=False)
+    expires = unix() + 60
+    old = _get(record.file_id, expires=str(expires), signature=SIGNER.sign(record.file_id, expires, epoch=0))
+    assert (await setup.delivery.deliver(old)).body == b"secret"
+    await local.meta.set_disabled("u1", "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:00.000Z")
+    with pytest.raises(NotFound):
+        await setup.delivery.deliver(old)
+    await local.meta.set_disabled("u1", None, "2026-01-01T00:00:00.000Z")
+    assert (await setup.delivery.deliver(old)).body == b"secret"  # enabled again: the link works
+    await local.meta.set_password("u1", "new-hash", "2026-01-01T00:00:00.000Z")
+    with pytest.raises(NotFound):
+        await setup.delivery.deliver(old)  # made before the new password: ended
+    new = _get(record.file_id, expires=str(expires), signature=SIGNER.sign(record.file_id, expires, epoch=1))
+    assert (await setup.delivery.deliver(new)).body == b"secret"
 
 
 async def test_a_failure_after_the_file_is_known_stays_private(local: Local, setup: Setup) -> None:

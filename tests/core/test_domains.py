@@ -13,6 +13,9 @@ import orjson
 import pytest
 import tornado.web
 
+from mediasrv.base.errors import BadGateway, BadRequest
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
 from mediasrv.core.domains.providers import (
     CloudflareProvider,
     DomainStatus,
@@ -20,8 +23,6 @@ from mediasrv.core.domains.providers import (
     make_provider,
     normalize_hostname,
 )
-from mediasrv.core.errors import BadGateway, BadRequest
-from mediasrv.core.settings import Settings, SettingsError
 from tests.dnsserver import LocalDns
 from tests.launcher import free_port
 
@@ -400,14 +401,14 @@ async def test_manual_provider_gives_old_records_a_token(io_loop: Any) -> None:
 @pytest.mark.parametrize("value", ["dns.example.com", "1.2.3.4:0", "1.2.3.4:x", "[::1]x"])
 def test_bad_nameservers_are_refused(value: str) -> None:
     with pytest.raises(SettingsError, match="MEDIASRV_DNS_NAMESERVERS"):
-        Settings.from_env({"MEDIASRV_DNS_NAMESERVERS": value}).validate()
+        load_settings({"MEDIASRV_DNS_NAMESERVERS": value})
 
 
 def test_nameservers_parse() -> None:
-    settings = Settings.from_env({"MEDIASRV_DNS_NAMESERVERS": "127.0.0.1:5353, ::1,[::1]:53"}).validate()
+    settings = load_settings({"MEDIASRV_DNS_NAMESERVERS": "127.0.0.1:5353, ::1,[::1]:53"})
     assert settings.dns_nameservers == ("127.0.0.1:5353", "::1", "[::1]:53")
     with pytest.raises(SettingsError, match="MEDIASRV_DOMAIN_VERIFICATION"):
-        Settings.from_env({"MEDIASRV_DOMAIN_VERIFICATION": "maybe"}).validate()
+        load_settings({"MEDIASRV_DOMAIN_VERIFICATION": "maybe"})
 
 
 def test_make_provider_defaults_to_manual() -> None:

@@ -8,14 +8,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.settings import Settings
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import BadRequest, NotFound
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.links import MAX_TTL_S, MIN_TTL_S, SignedLinks
 from mediasrv.core.files.service import FileService
-from mediasrv.core.settings import Settings
 from store.errors import StorageFull
 from store.fs import FsBlobStore
 from store.models import FileRecord
@@ -65,7 +65,8 @@ async def test_another_users_file_cannot_be_read_signed_or_deleted(local: Local,
     assert (await files.describe(owner, record.file_id))["file_id"] == record.file_id
     link = await links.create(owner, record.file_id, MIN_TTL_S)
     query = parse_qs(urlsplit(link["url"]).query)
-    assert SIGNER.verify(record.file_id, query["expires"][0], query["signature"][0])
+    assert SIGNER.verify(record.file_id, query["expires"][0], query["signature"][0],
+                         epoch=owner.credential_epoch)
     assert link["download_url"].split("?")[0].endswith(f"/d/{record.file_id}")
 
     assert await files.delete(owner, record.file_id)

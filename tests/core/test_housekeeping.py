@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
+from mediasrv.base.settings.help import help_text as settings_help_text
+from mediasrv.core.housekeeping import process_role, reconciles_before_start
 from tests.cli import test_server
 from tests.cli.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
 from tests.launcher import Server
@@ -79,14 +83,28 @@ class HousekeepingRolesTest(ServerTestCase):
 
 
 def test_setting_values() -> None:
-    assert Settings.from_env({}).validate().housekeeping == "full"
-    assert Settings.from_env({"MEDIASRV_HOUSEKEEPING": " Sweep "}).validate().housekeeping == "sweep"
+    assert load_settings({}).housekeeping == "full"
+    assert load_settings({"MEDIASRV_HOUSEKEEPING": " Sweep "}).housekeeping == "sweep"
     with pytest.raises(SettingsError, match="MEDIASRV_HOUSEKEEPING"):
-        Settings.from_env({"MEDIASRV_HOUSEKEEPING": "primary"}).validate()
+        load_settings({"MEDIASRV_HOUSEKEEPING": "primary"})
+
+
+def test_one_rule_gives_the_roles_of_several_processes_on_one_store() -> None:
+    """``serve --workers`` and the sidecar both ask ``process_role`` and ``reconciles_before_start``
+    (issue 26: there were two rules, one keyed on MEDIASRV_MONGODB_URL)."""
+    assert [process_role("full", i) for i in range(3)] == ["sweep", "none", "none"]
+    assert [process_role("sweep", i) for i in range(2)] == ["sweep", "none"]
+    assert [process_role("none", i) for i in range(2)] == ["none", "none"]
+    assert reconciles_before_start("full", shared_store=False)
+    assert not reconciles_before_start("full", shared_store=True)
+    assert not reconciles_before_start("sweep", shared_store=False)
+    for module in ("mediasrv/cli/workers.py", "mediasrv/cli/sidecar/processes.py"):
+        source = (Path(__file__).resolve().parents[2] / module).read_text()
+        assert "process_role(" in source and '"sweep"' not in source, module
 
 
 def test_help_lists_the_setting() -> None:
-    assert "MEDIASRV_HOUSEKEEPING" in Settings.help_text()
+    assert "MEDIASRV_HOUSEKEEPING" in settings_help_text(Settings)
 
 
 @pytest.mark.parametrize(("role", "kept"), [("full", False), ("sweep", True), ("none", True)])
@@ -95,7 +113,7 @@ async def test_workers_parent_reconciles_only_when_full(tmp_path, role: str, kep
     from mediasrv.cli.maintenance import open_stores, reconcile_before_fork
     from tests.store.test_meta_contract import add_user
 
-    settings = Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_HOUSEKEEPING": role}).validate()
+    settings = load_settings({"MEDIASRV_DATA_DIR": str(tmp_path), "MEDIASRV_HOUSEKEEPING": role})
     meta, blobs = await open_stores(settings)
     try:
         await add_user(meta, "u1")

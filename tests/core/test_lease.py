@@ -4,6 +4,7 @@ objects stand for two processes; one fake clock (wall and monotonic) is moved in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,10 +12,11 @@ from pathlib import Path
 import pytest
 import tornado.ioloop
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.settings import load as load_settings
 from mediasrv.cli.server import start_housekeeping
 from mediasrv.core import lease as lease_module
 from mediasrv.core.lease import Lease, handover_bound_s
-from mediasrv.core.settings import Settings
 from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.mongo import MongoMetaStore
@@ -131,6 +133,24 @@ async def test_a_graceful_stop_hands_over_at_once(mongo: MongoMetaStore) -> None
     await b.lease.stop()
 
 
+async def test_a_process_that_never_held_the_lease_leaves_the_holders_lease_when_it_stops(
+        mongo: MongoMetaStore) -> None:
+    """b competed and was refused (a holds the lease); b stops gracefully. Its drop must not
+    take a's lease with it: a third process would then take it at once, and two would sweep and
+    reconcile while a still believes itself the holder (issue 25 finding 4)."""
+    clock = Clock()
+    a, b, c = Process(mongo, "a", clock), Process(mongo, "b", clock), Process(mongo, "c", clock)
+    assert await a.lease.renew_once() and not await b.lease.renew_once()
+    await b.lease.stop()
+    doc = await mongo._db["leases"].find_one({"_id": "housekeeping"})
+    assert doc is not None and doc["holder"] == "a"
+    assert not await c.lease.renew_once()  # nobody takes it while a holds it
+    await settle()
+    assert (a.lease.held, a.running, c.running) == (True, 1, 0)
+    await a.lease.stop()
+    await c.lease.stop()
+
+
 class Hung:
     """A store that takes the request and never answers (a half-open connection); the clock goes
     on meanwhile."""
@@ -169,8 +189,8 @@ async def test_a_renewal_that_hangs_is_given_up_when_the_lease_would_run_out(
 
 
 def settings_for(tmp_path: Path) -> Settings:
-    return Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path / "data"),
-                              "MEDIASRV_PUBLIC_URL": "http://127.0.0.1:8000"}, port=8000).validate()
+    return load_settings({"MEDIASRV_DATA_DIR": str(tmp_path / "data"),
+                              "MEDIASRV_PUBLIC_URL": "http://127.0.0.1:8000"}, port=8000)
 
 
 async def test_on_sqlite_the_named_process_sweeps_without_a_lease(tmp_path: Path) -> None:
@@ -180,8 +200,8 @@ async def test_on_sqlite_the_named_process_sweeps_without_a_lease(tmp_path: Path
     await meta.open()
     await blobs.open()
     settings = settings_for(tmp_path)
-    for primary, sweeps in ((True, True), (False, False)):
-        housekeeping, lease = start_housekeeping(settings, meta, blobs, primary=primary)
+    for role, sweeps in (("sweep", True), ("none", False)):
+        housekeeping, lease = start_housekeeping(dataclasses.replace(settings, housekeeping=role), meta, blobs)
         assert lease is None
         assert housekeeping.duties == "it sweeps"
         assert housekeeping.running is sweeps
@@ -193,7 +213,7 @@ async def test_on_sqlite_the_named_process_sweeps_without_a_lease(tmp_path: Path
 async def test_on_mongodb_the_process_competes_for_the_fleets_lease(mongo: MongoMetaStore, tmp_path: Path) -> None:
     blobs = FsBlobStore(tmp_path / "blobs")
     await blobs.open()
-    housekeeping, lease = start_housekeeping(settings_for(tmp_path), mongo, blobs, primary=True)
+    housekeeping, lease = start_housekeeping(settings_for(tmp_path), mongo, blobs)
     assert lease is not None and not housekeeping.running  # the lease runs the duties, once taken
     assert housekeeping.duties == "it sweeps and reconciles for the fleet"
     while (doc := await mongo._db["leases"].find_one({"_id": "housekeeping"})) is None:

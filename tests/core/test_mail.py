@@ -21,8 +21,8 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
+from mediasrv.base.settings import Settings
 from mediasrv.core.mail import MailQueue, Message, OutboxMailer, SmtpMailer, make_mailer
-from mediasrv.core.settings import Settings
 from tests.launcher import free_port
 
 TOKEN = "tok3n-S3CRET-abc"

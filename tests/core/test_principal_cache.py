@@ -6,10 +6,20 @@ within ``ttl_s``.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from mediasrv.base.errors import Unauthorized
+from mediasrv.base.timeutil import unix
+from mediasrv.core.credentials import apikeys
+from mediasrv.core.credentials.auth import Authenticator
 from mediasrv.core.credentials.principals import CredentialLookups, ForgetfulMeta
-from store.models import ApiKey, User
+from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.core.credentials.tokens import JwtCodec
+from mediasrv.core.files.links import LinkCheck
+from store.models import ApiKey, FileRecord, User
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
 
@@ -67,6 +77,42 @@ async def test_lookups_are_kept_for_the_ttl_and_forgotten_on_a_write(io_loop: An
     assert (await lookups.user("u1")).token_version == before + 1  # type: ignore[union-attr]
 
 
+async def test_a_new_password_elsewhere_ends_keys_and_signed_links_within_the_ttl(io_loop: Any) -> None:
+    """Issue 25 finding 2: an API key and a signed link carry the credential epoch they were
+    made under. Another process's new password (epoch moved on) ends both here once the cached
+    user is older than ``ttl_s``, never later; so does a disable for the link."""
+    meta, clock = CountingMeta(), Clock()
+    meta.users["u1"] = _user()
+    new = apikeys.generate()
+    meta.keys[new.key_hash] = ApiKey(id="k1", user_id="u1", name="k", key_hash=new.key_hash,
+                                     key_prefix=new.key_prefix, created_at="t")
+    lookups = CredentialLookups(meta, ttl_s=2.0, clock=clock)  # type: ignore[arg-type]
+    auth = Authenticator(meta, JwtCodec("s" * 40, 60), lambda _key_id: None, lookups)  # type: ignore[arg-type]
+    signer = UrlSigner("s" * 40)
+    links = LinkCheck(signer, lookups.user)
+    record = FileRecord(id="r1", user_id="u1", file_id="f1", name=None, content_type="text/plain", size=1,
+                        is_public=False, created_at="t", blob_key="f1")
+    expires = str(unix() + 600)
+    signature = signer.sign("f1", int(expires), epoch=0)
+    assert (await auth.authenticate([], [new.key])).key_id == "k1"
+    assert await links.opens(record, expires, signature)
+
+    old = meta.users["u1"]
+    meta.users["u1"] = replace(old, token_version=1, credential_epoch=1)  # `users set-password`, elsewhere
+    clock.now += 1.9
+    assert (await auth.authenticate([], [new.key])).key_id == "k1"  # within the documented bound
+    assert await links.opens(record, expires, signature)
+    clock.now += 0.2
+    with pytest.raises(Unauthorized):
+        await auth.authenticate([], [new.key])
+    assert not await links.opens(record, expires, signature)
+    assert await links.opens(record, expires, signer.sign("f1", int(expires), epoch=1))  # made after it
+
+    meta.users["u1"] = replace(meta.users["u1"], disabled_at="t")  # `users disable`, elsewhere
+    clock.now += 2.1
+    assert not await links.opens(record, expires, signer.sign("f1", int(expires), epoch=1))
+
+
 async def test_requests_reuse_the_user_and_see_this_processes_changes_at_once(
         api: Api, stores: tuple[SqliteMetaStore, Any]) -> None:
     login = await api.user(f"pc-{uuid.uuid4().hex[:10]}@example.com")
@@ -99,7 +145,6 @@ async def test_requests_reuse_the_user_and_see_this_processes_changes_at_once(
 
 def test_a_token_signature_is_checked_once_but_its_expiry_every_time(monkeypatch: Any) -> None:
     import jwt
-    import pytest
 
     from mediasrv.core.credentials import tokens
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core.errors import StoreUnavailable
+from mediasrv.base.errors import StoreUnavailable
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.sweep import MIN_ALLOWANCE, Sweeper, SweepPolicy
 from store import errors as store_errors
@@ -89,6 +89,27 @@ async def test_blobs_older_than_the_database_are_not_its_leftovers(stores, data_
     report = await Sweeper(meta, blobs, SweepPolicy(grace_s=0)).run()
     assert (report.orphan_blobs, report.predating, report.refused) == (0, 5, None)
     assert len(blob_keys(data_dir)) == 6
+
+
+async def test_a_blob_as_old_as_the_database_is_not_its_leftover_and_one_a_second_younger_is(
+        stores, data_dir) -> None:
+    """Issue 26: the boundary itself. A blob written the second the database was made may be
+    the previous database's (a restore lands within a second); one a second later is this one's."""
+    meta, blobs = stores
+    created = int(time.time()) - 10 * 86400
+    with sqlite3.connect(data_dir / "meta.sqlite3") as conn:
+        conn.execute("UPDATE store_info SET value = ? WHERE key = 'created_at'",
+                     (time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(created)),))
+    for i in range(3):
+        await put_blob(blobs, data_dir, f"file-{i}", OLD)
+        await add_file(meta, f"file-{i}")
+    for key, mtime in (("same-second", created), ("a-second-later", created + 1)):
+        await put_blob(blobs, data_dir, key, 0)
+        os.utime(data_dir / "blobs" / key[:2] / key, (mtime, mtime))
+    report = await Sweeper(meta, blobs, SweepPolicy(grace_s=0)).run()
+    assert (report.orphan_blobs, report.predating, report.refused) == (1, 1, None)
+    assert blob_keys(data_dir, "quarantine") == {"a-second-later"}
+    assert "same-second" in blob_keys(data_dir)
 
 
 async def test_crash_leftovers_are_quarantined_not_deleted_and_purged_later(stores, data_dir) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 import pytest
 
+from mediasrv.base.errors import BadRequest, TokenExpired, Unauthorized
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.credentials import apikeys, tokens
 from mediasrv.core.credentials.auth import Authenticator, _credential
 from mediasrv.core.credentials.passwords import MAX_BYTES, MIN_CHARS, PasswordHasher, validate_password
-from mediasrv.core.errors import BadRequest, TokenExpired, Unauthorized
-from mediasrv.core.timeutil import now_iso
 from store.models import ApiKey, User
 from store.sqlite import SqliteMetaStore
 

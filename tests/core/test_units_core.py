@@ -12,12 +12,16 @@ from typing import Any
 import pytest
 
 from handlers.routes import LIMITS
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
+from mediasrv.base.settings.help import help_text as settings_help_text
+from mediasrv.base.settings.model import DEFAULT_ALLOWED_CONTENT_TYPES
+from mediasrv.base.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from mediasrv.cli.secret import StartupError, load_secret
 from mediasrv.core import recorders
+from mediasrv.core.files.content_types import needs_sandbox, shown_inline
 from mediasrv.core.limits.ratelimit import WINDOW_S, Limit, RateLimiter
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
-from mediasrv.core.settings import DEFAULT_ALLOWED_CONTENT_TYPES, Settings, SettingsError
-from mediasrv.core.timeutil import iso, month_period, now, now_iso, parse_iso, period_key
 from store.models import LogEntry, UsageCounts
 
 UTC = dt.UTC
@@ -155,7 +159,7 @@ ALL_VARS = {f.metadata["env"] for f in dataclasses.fields(Settings) if "env" in 
 
 
 def test_defaults_with_an_empty_environment() -> None:
-    s = Settings.from_env({}).validate()
+    s = load_settings({})
     assert s.data_dir == Path("./data")
     assert s.public_url == "http://127.0.0.1:8080"
     assert s.dashboard_url == "http://127.0.0.1:8080/"
@@ -190,8 +194,11 @@ def test_default_allowed_types_include_the_contract_list_and_no_executables() ->
     assert required <= set(DEFAULT_ALLOWED_CONTENT_TYPES)
     for t in DEFAULT_ALLOWED_CONTENT_TYPES:
         assert t == t.lower() and t.count("/") == 1
-        assert not any(word in t for word in ("executable", "msdownload", "x-sh", "javascript", "html",
+        assert not any(word in t for word in ("executable", "msdownload", "x-sh", "javascript", "xhtml",
                                               "x-elf", "java-archive", "x-msi", "mach-binary", "octet-stream"))
+    # HTML is listed (issue 31), and, like every type not shown in place, served as a sandboxed attachment.
+    assert "text/html" in DEFAULT_ALLOWED_CONTENT_TYPES
+    assert not shown_inline("text/html") and needs_sandbox("text/html")
 
 
 def test_parsing_of_every_kind_of_value() -> None:
@@ -205,9 +212,9 @@ def test_parsing_of_every_kind_of_value() -> None:
         "MEDIASRV_MAX_IMAGE_PIXELS": "1000000", "MEDIASRV_RATE_LIMIT_SCALE": "2.5",
         "MEDIASRV_ALLOWED_CONTENT_TYPES": " Image/PNG, text/plain ,,", "MEDIASRV_LOG_LEVEL": "debug",
         "MEDIASRV_REDIRECT_ALLOWLIST": "https://app.example.com/, https://other.example.com",
-        "MEDIASRV_BCRYPT_ROUNDS": "4",
+        "MEDIASRV_BCRYPT_ROUNDS": "4", "MEDIASRV_PROXY_SECRET": "p" * 20,
     }
-    s = Settings.from_env(env, host="0.0.0.0", port=9000).validate()
+    s = load_settings(env, host="0.0.0.0", port=9000)
     assert s.data_dir == Path("/srv/media")
     assert s.public_url == "https://cdn.example.com"  # no trailing slash: links join cleanly
     assert s.dashboard_url == "https://cdn.example.com/"
@@ -231,13 +238,13 @@ def test_booleans(text: str, value: bool) -> None:
 
 def test_empty_values_mean_unset() -> None:
     env = dict.fromkeys(ALL_VARS, "  ")
-    s = Settings.from_env(env).validate()
-    assert s == Settings.from_env({}).validate()
+    s = load_settings(env)
+    assert s == load_settings({})
 
 
 def test_public_url_follows_host_and_port() -> None:
     assert Settings.from_env({}, host="10.1.2.3", port=8443).public_url == "http://10.1.2.3:8443"
-    s = Settings.from_env({}, host="::1", port=8080).validate()
+    s = load_settings({}, host="::1", port=8080)
     assert s.public_url == "http://[::1]:8080"
     assert Settings.from_env({"MEDIASRV_DASHBOARD_URL": "https://app.example.com/dash"}).dashboard_url == \
         "https://app.example.com/dash"
@@ -266,10 +273,12 @@ def test_public_url_follows_host_and_port() -> None:
     ("MEDIASRV_S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
     ("MEDIASRV_PUBLIC_MAX_AGE", "-1"), ("MEDIASRV_PUBLIC_MAX_AGE", "99999999999"),
     ("MEDIASRV_PUBLIC_IMMUTABLE", "sometimes"),
+    ("MEDIASRV_S3_MIN_RATE", "100"), ("MEDIASRV_S3_MIN_RATE", "fast"),
+    ("MEDIASRV_UPLOAD_BUFFER_BYTES", "1MiB"), ("MEDIASRV_UPLOAD_BUFFER_BYTES", "-1"),
 ])
 def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: str) -> None:
     with pytest.raises(SettingsError) as info:
-        Settings.from_env({name: value}).validate()
+        load_settings({name: value})
     assert name in str(info.value)
     assert isinstance(info.value, ValueError)
 
@@ -277,12 +286,12 @@ def test_bad_values_raise_settings_error_naming_the_variable(name: str, value: s
 @pytest.mark.parametrize("port", [0, -1, 65536, 70000])
 def test_port_out_of_range_is_refused(port: int) -> None:
     with pytest.raises(SettingsError, match="port"):
-        Settings.from_env({}, port=port).validate()
+        load_settings({}, port=port)
 
 
 def test_cloudflare_with_its_credentials_is_valid() -> None:
-    s = Settings.from_env({"MEDIASRV_DOMAIN_PROVIDER": "cloudflare", "CLOUDFLARE_API_TOKEN": "t",
-                           "CLOUDFLARE_ZONE_ID": "z"}).validate()
+    s = load_settings({"MEDIASRV_DOMAIN_PROVIDER": "cloudflare", "CLOUDFLARE_API_TOKEN": "t",
+                           "CLOUDFLARE_ZONE_ID": "z"})
     assert s.domain_provider == "cloudflare"
 
 
@@ -293,7 +302,7 @@ def test_settings_are_frozen() -> None:
 
 
 def test_help_text_lists_every_variable_once_with_a_description() -> None:
-    text = Settings.help_text()
+    text = settings_help_text(Settings)
     lines = [line for line in text.splitlines() if line.startswith("  ")]  # others are group headings
     assert len(lines) == len(ALL_VARS)
     for name in ALL_VARS:
@@ -308,6 +317,41 @@ def test_help_text_lists_every_variable_once_with_a_description() -> None:
                 "MEDIASRV_CLOUDFLARE_API_URL", "MEDIASRV_RESIZE_SLOTS", "MEDIASRV_MAX_IMAGE_PIXELS",
                 "MEDIASRV_RATE_LIMIT_SCALE", "MEDIASRV_ALLOWED_CONTENT_TYPES"}
     assert contract <= ALL_VARS
+
+
+def test_every_secret_looking_setting_is_marked_secret_and_every_url_masks_its_password() -> None:
+    """Issue 25 finding 7: `mediasrv config` printed AWS_SECRET_ACCESS_KEY, MEDIASRV_PROXY_SECRET and
+    MEDIASRV_TRANSFORM_KEY because a list apart from the declarations named two secrets only. The
+    declarations carry the mark now; a new variable named like a secret cannot be left unmarked."""
+    from mediasrv.base.settings.client import ClientSettings
+    from mediasrv.base.settings.model import SECRET, URL_WITH_PASSWORD
+
+    identifiers = {"AWS_ACCESS_KEY_ID"}  # shown, as a user name is: which credentials are in use
+    links = {"MEDIASRV_PUBLIC_URL", "MEDIASRV_DASHBOARD_URL"}  # in every link anyway: no password there
+    for cls in (Settings, ClientSettings):
+        for f in dataclasses.fields(cls):
+            name = f.metadata["env"]
+            if name in identifiers or name in links:
+                assert "shown" not in f.metadata, name
+            elif name.endswith("_URL"):
+                assert f.metadata.get("shown") == URL_WITH_PASSWORD, name
+            elif name.rpartition("_")[2] in ("SECRET", "TOKEN", "KEY", "PASSWORD") or "SECRET" in name:
+                assert f.metadata.get("shown") == SECRET and not f.repr, name
+
+
+def test_shown_values_mask_secrets_and_url_passwords() -> None:
+    from mediasrv.base.settings.help import shown_value
+
+    s = Settings.from_env({"MEDIASRV_TRANSFORM_KEY": "t" * 40, "MEDIASRV_SMTP_URL": "smtp://u:pw@h:25",
+                           "MEDIASRV_S3_ENDPOINT_URL": "http://minio:9000", "MEDIASRV_PROXY_SECRET": "p" * 20})
+    assert shown_value(s, "transform_key") == shown_value(s, "proxy_secret") == "********"
+    assert shown_value(s, "smtp_url") == "smtp://u:********@h:25"
+    assert shown_value(s, "s3_endpoint_url") == "http://minio:9000"  # no password: as it is
+    assert shown_value(s, "jwt_secret") == ""  # unset
+    assert "t" * 40 not in repr(s) and "p" * 20 not in repr(s)
+    # A URL Python cannot split (a port that is no number) shows nothing rather than its password.
+    bad = dataclasses.replace(s, smtp_url="smtp://u:pw@h:x[")
+    assert "pw" not in shown_value(bad, "smtp_url")
 
 
 # ---------------------------------------------------------------------------- timeutil
@@ -428,6 +472,21 @@ def entry(n: int) -> LogEntry:
                     request_size_bytes=None, created_at=f"2024-01-01T00:00:{n:02d}.000Z")
 
 
+def months(batch: dict[tuple[str, str], UsageCounts]) -> dict[tuple[str, str], UsageCounts]:
+    return {key: counts for key, counts in batch.items() if len(key[1]) == len("YYYY-MM")}
+
+
+def sum_days(batch: dict[tuple[str, str], UsageCounts]) -> dict[tuple[str, str], UsageCounts]:
+    """The days' counters of a batch added up per month (a flush may straddle midnight)."""
+    out: dict[tuple[str, str], UsageCounts] = {}
+    for (user_id, day), c in batch.items():
+        if len(day) == len("YYYY-MM-DD"):
+            was = out.get((user_id, day[:7]), UsageCounts())
+            out[(user_id, day[:7])] = UsageCounts(was.origin_reads + c.origin_reads, was.image_ops + c.image_ops,
+                                                  was.api_requests + c.api_requests)
+    return out
+
+
 async def test_usage_flush_resends_a_failed_batch_whole_with_its_id() -> None:
     """A failed batch may have been applied (its reply lost): it is sent again unchanged, with
     the same id, so the store can count it once; newer counts wait for the next batch."""
@@ -443,12 +502,12 @@ async def test_usage_flush_resends_a_failed_batch_whole_with_its_id() -> None:
     meta.during_call = None
     assert meta.usage == [] and rec.pending() == 6
     await rec.flush(meta)  # type: ignore[arg-type]
-    key = period_key()
-    assert meta.usage == [{("alice", key): UsageCounts(origin_reads=3, image_ops=1),
-                           ("bob", key): UsageCounts(origin_reads=1, image_ops=0)}]
+    assert months(meta.usage[0]) == {("alice", period_key()): UsageCounts(origin_reads=3, image_ops=1),
+                                     ("bob", period_key()): UsageCounts(origin_reads=1, image_ops=0)}
+    assert sum_days(meta.usage[0]) == months(meta.usage[0])  # each day's counts, and its month's
     assert meta.batch_ids[0] == meta.batch_ids[1] is not None  # resent under its id
     await rec.flush(meta)  # type: ignore[arg-type]
-    assert meta.usage[1:] == [{("alice", key): UsageCounts(origin_reads=1, image_ops=0)}]
+    assert [months(batch) for batch in meta.usage[1:]] == [{("alice", period_key()): UsageCounts(origin_reads=1)}]
     assert meta.batch_ids[2] != meta.batch_ids[1]
     await rec.flush(meta)  # type: ignore[arg-type]
     assert len(meta.usage) == 2 and rec.pending() == 0  # nothing left: no empty write
@@ -510,7 +569,7 @@ async def test_flusher_keeps_going_when_one_step_fails_and_flushes_at_stop() -> 
     assert meta.usage == [] and len(meta.logs) == 1 and len(meta.touched) == 1
     flusher.start()
     await asyncio.sleep(0.2)  # the periodic loop retries
-    assert meta.usage == [{("u", period_key()): UsageCounts(origin_reads=1, image_ops=0)}]
+    assert [months(batch) for batch in meta.usage] == [{("u", period_key()): UsageCounts(origin_reads=1)}]
     activity.add(entry(2))
     await flusher.stop()  # cancels the loop and flushes once more
     assert [e.id for batch in meta.logs for e in batch] == ["id-1", "id-2"]

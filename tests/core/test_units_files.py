@@ -1,4 +1,4 @@
-"""Unit tests of the upload pieces: content types, x-file-name decoding and ``Upload`` over real
+"""Unit tests of the upload pieces: content types, x-file-name decoding and ``UploadSession`` over real
 SQLite and blob files (no HTTP)."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from handlers.file_args import file_name
-from mediasrv.core.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.base.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import (
     NEVER_ALLOWED,
@@ -21,8 +22,7 @@ from mediasrv.core.files.content_types import (
     normalize,
     signature_bytes_needed,
 )
-from mediasrv.core.files.uploads import WRITE_BYTES, Upload, UploadLimits
-from mediasrv.core.timeutil import now_iso
+from mediasrv.core.files.uploads import WRITE_BYTES, UploadLimits, UploadSession
 from store.fs import FsBlobStore
 from store.models import FileQuery, FileRecord, User
 from store.sqlite import SqliteMetaStore
@@ -107,7 +107,7 @@ def test_file_name_refusals(raw: list[str]) -> None:
     assert info.value.code == "INVALID_FILE_NAME"
 
 
-# -- Upload over real stores -------------------------------------------------------------------
+# -- UploadSession over real stores -------------------------------------------------------------------
 
 
 def png_header(width: int, height: int) -> bytes:
@@ -122,9 +122,9 @@ class Env:
 
     def upload(self, data_type: str = "text/plain", declared: int | None = None, *, cap: int = 10_000,
                storage: int | None = None, count: int | None = None, max_pixels: int = 1_000_000,
-               meta: Any = None) -> Upload:
+               meta: Any = None) -> UploadSession:
         limits = UploadLimits(cap_bytes=cap, storage_limit=storage, count_limit=count, max_pixels=max_pixels)
-        return Upload(meta or self.meta, self.blobs, self.user, data_type, "n.txt", True, declared, limits)
+        return UploadSession(meta or self.meta, self.blobs, self.user, data_type, "n.txt", True, declared, limits)
 
     def blob_files(self) -> list[Path]:
         return sorted(p for p in (self.root / "blobs").rglob("*") if p.is_file())

@@ -5,8 +5,11 @@ Pure functions and small in-memory structures, tested without Tornado or a serve
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import email.utils
+import hashlib
+import hmac
 import itertools
 import re
 import threading
@@ -16,6 +19,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from mediasrv.base.errors import ServerBusy
 from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.delivery.caches import SWEEP_RECENT_S, FileCache, ResultCache
 from mediasrv.core.delivery.http_fields import (
@@ -26,7 +30,6 @@ from mediasrv.core.delivery.http_fields import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.core.errors import ServerBusy
 from mediasrv.images.slots import ResizePool
 from store.models import FileRecord
 
@@ -196,7 +199,19 @@ def test_content_disposition_falls_back_to_file_id(name: str | None) -> None:
 def test_content_disposition_non_ascii_only_name_has_ascii_fallback() -> None:
     ascii_name, utf8 = _parse_cd(content_disposition("中文", "Fid_1"))
     assert utf8 == "中文"
-    assert ascii_name  # never an empty filename=""
+    assert ascii_name == "ZhongWen"  # transliterated, never an empty filename=""
+    assert _parse_cd(content_disposition("\u0300\u0301", "Fid_1")) == ("Fid_1", "\u0300\u0301")  # nothing to show
+
+
+@pytest.mark.parametrize(("name", "ascii_name"), [
+    ("café-Ünïcødé 写真.jpg", "cafe-Unicode XieZhen.jpg"),  # issue 31: was "cafe-Unicode .jpg"
+    ("Øl & smørrebrød.txt", "Ol _ smorrebrod.txt"),
+    ("Straße.pdf", "Strasse.pdf"),
+    ("Łódź  ½.csv", "Lodz 1_2.csv"),
+    ("«quoted»  “name”.txt", "__quoted__ _name_.txt"),
+])
+def test_content_disposition_transliterates_the_ascii_name(name: str, ascii_name: str) -> None:
+    assert _parse_cd(content_disposition(name, "fid")) == (ascii_name, name)
 
 
 @pytest.mark.parametrize("length", [250, 255, 1000])
@@ -469,37 +484,51 @@ async def test_resize_pool_execute_propagates_errors(io_loop: Any) -> None:
 def test_url_signer_round_trip() -> None:
     signer = UrlSigner("secret-one")
     expires = int(time.time()) + 600
-    sig = signer.sign("file_A", expires)
+    sig = signer.sign("file_A", expires, epoch=0)
     assert re.fullmatch(r"[A-Za-z0-9_-]{32}", sig)  # 192 bits, URL-safe, no padding
-    assert signer.verify("file_A", str(expires), sig)
-    assert signer.sign("file_A", expires) == sig  # deterministic
+    assert signer.verify("file_A", str(expires), sig, epoch=0)
+    assert signer.sign("file_A", expires, epoch=0) == sig  # deterministic
 
 
 def test_url_signer_rejects() -> None:
     signer = UrlSigner("secret-one")
     expires = int(time.time()) + 600
-    sig = signer.sign("file_A", expires)
-    assert not signer.verify("file_B", str(expires), sig)  # another file
-    assert not signer.verify("file_A", str(expires + 1), sig)  # another deadline
-    assert not UrlSigner("secret-two").verify("file_A", str(expires), sig)  # another key
+    sig = signer.sign("file_A", expires, epoch=0)
+    assert not signer.verify("file_B", str(expires), sig, epoch=0)  # another file
+    assert not signer.verify("file_A", str(expires + 1), sig, epoch=0)  # another deadline
+    assert not UrlSigner("secret-two").verify("file_A", str(expires), sig, epoch=0)  # another key
     tampered = ("A" if sig[0] != "A" else "B") + sig[1:]
-    assert not signer.verify("file_A", str(expires), tampered)
-    assert not signer.verify("file_A", str(expires), sig[:-1])
-    assert not signer.verify("file_A", str(expires), sig + "A")
-    assert not signer.verify("file_A", None, sig)
-    assert not signer.verify("file_A", str(expires), None)
-    assert not signer.verify("file_A", "", sig)
-    assert not signer.verify("file_A", str(expires), "")
-    assert not signer.verify("file_A", f"{expires}.0", sig)
-    assert not signer.verify("file_A", f"-{expires}", sig)
-    assert not signer.verify("file_A", f" {expires}", sig)
-    assert not signer.verify("file_A", "9" * 13, signer.sign("file_A", int("9" * 13)))
-    assert not signer.verify("file_A", str(expires), "x" * 10_000)
+    assert not signer.verify("file_A", str(expires), tampered, epoch=0)
+    assert not signer.verify("file_A", str(expires), sig[:-1], epoch=0)
+    assert not signer.verify("file_A", str(expires), sig + "A", epoch=0)
+    assert not signer.verify("file_A", None, sig, epoch=0)
+    assert not signer.verify("file_A", str(expires), None, epoch=0)
+    assert not signer.verify("file_A", "", sig, epoch=0)
+    assert not signer.verify("file_A", str(expires), "", epoch=0)
+    assert not signer.verify("file_A", f"{expires}.0", sig, epoch=0)
+    assert not signer.verify("file_A", f"-{expires}", sig, epoch=0)
+    assert not signer.verify("file_A", f" {expires}", sig, epoch=0)
+    assert not signer.verify("file_A", "9" * 13, signer.sign("file_A", int("9" * 13), epoch=0), epoch=0)
+    assert not signer.verify("file_A", str(expires), "x" * 10_000, epoch=0)
 
 
 def test_url_signer_expiry() -> None:
     signer = UrlSigner("secret-one")
     past = int(time.time()) - 1
-    assert not signer.verify("file_A", str(past), signer.sign("file_A", past))
+    assert not signer.verify("file_A", str(past), signer.sign("file_A", past, epoch=0), epoch=0)
     future = int(time.time()) + 5
-    assert signer.verify("file_A", str(future), signer.sign("file_A", future))
+    assert signer.verify("file_A", str(future), signer.sign("file_A", future, epoch=0), epoch=0)
+
+
+def test_url_signer_binds_the_owners_credential_epoch() -> None:
+    """Issue 25 finding 2: a link is signed under its owner's credential epoch; once a new password
+    moves it on, the same link no longer verifies. Epoch 0 signs as links did before epochs."""
+    signer = UrlSigner("secret-one")
+    expires = int(time.time()) + 600
+    sig = signer.sign("file_A", expires, epoch=3)
+    assert signer.verify("file_A", str(expires), sig, epoch=3)
+    assert not signer.verify("file_A", str(expires), sig, epoch=4)
+    assert not signer.verify("file_A", str(expires), sig, epoch=0)
+    key = hashlib.sha256(b"mediasrv-signed-url:secret-one").digest()
+    legacy = hmac.new(key, f"file_A:{expires}".encode(), hashlib.sha256).digest()[:24]
+    assert signer.sign("file_A", expires, epoch=0) == base64.urlsafe_b64encode(legacy).decode().rstrip("=")

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from mediasrv.base.errors import StoreUnavailable
+from mediasrv.base.settings import Settings
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
-from mediasrv.core.errors import StoreUnavailable
-from mediasrv.core.files.content_types import AllowList
 from mediasrv.core.files.service import GUARD_MAX_AGE_S, FileService
-from mediasrv.core.files.uploads import WRITE_BYTES, Upload
-from mediasrv.core.settings import Settings
+from mediasrv.core.files.uploads import WRITE_BYTES, UploadSession
 from mediasrv.core.storeguard import MESSAGE, StoreGuard
 from store import errors as store_errors
 from store.models import User
@@ -49,9 +48,8 @@ class Uploads:
         self.db = Path(local.meta.path)
         self.away = self.db.with_name("meta.sqlite3.away")
 
-    async def start(self, user: User, size: int = BIG) -> Upload:
-        return await self.files.start_upload(user, "text/plain", "a.txt", True, size, self.files.limits_for(user),
-                                             AllowList(["text/plain"]))
+    async def start(self, user: User, size: int = BIG) -> UploadSession:
+        return await self.files.start_upload(user, "text/plain", "a.txt", True, size, self.files.limits_for(user))
 
     def replace_database(self) -> None:
         """An operator's restore over the running server: another database at the same path."""
@@ -129,8 +127,7 @@ async def test_without_the_guard_only_the_records_write_would_notice(local: Loca
                             on_deleted=lambda _record: None)
     uploads.replace_database()
     try:
-        upload = await unguarded.start_upload(user, "text/plain", "a.txt", True, 5, unguarded.limits_for(user),
-                                              AllowList(["text/plain"]))
+        upload = await unguarded.start_upload(user, "text/plain", "a.txt", True, 5, unguarded.limits_for(user))
         await upload.feed(b"hello")
         with pytest.raises(StoreUnavailable) as refused:  # the client's 503, from SQLite's check, not the guard's
             await upload.finish()

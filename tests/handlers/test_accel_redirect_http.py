@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.base.settings import SettingsError
+from mediasrv.base.settings import load as load_settings
 from tests.conftest import Api, body
 from tests.handlers.test_serving_http import _usage
 
@@ -82,4 +83,4 @@ async def test_resized_images_are_not_redirected(api: Api) -> None:
 @pytest.mark.parametrize("value", ["_blobs/", "/_blobs", "/a b/"])
 def test_setting_must_be_a_location_prefix(value: str) -> None:
     with pytest.raises(SettingsError):
-        Settings.from_env({"MEDIASRV_ACCEL_REDIRECT": value}).validate()
+        load_settings({"MEDIASRV_ACCEL_REDIRECT": value})

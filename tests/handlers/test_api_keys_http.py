@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from tests.conftest import Api, body
 
 KEY_RE = re.compile(r"^msk_[A-Za-z0-9_-]{22,}$")

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from tornado.httpclient import HTTPResponse
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, parse_iso, unix
 from mediasrv.core.credentials.signing import UrlSigner
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, parse_iso, unix
 from store.fs import FsBlobStore
 from store.models import FileRecord
 from store.sqlite import SqliteMetaStore
@@ -363,7 +363,7 @@ async def test_type_query_parameter_types_an_octet_stream_upload(api: Api, setti
 
 async def test_content_type_rules(api: Api, settings: Settings, stores: Stores, port: int) -> None:
     token = await token_for(api)
-    refused = ["text/html", "application/x-msdownload", "application/x-sh", "not a type", "text/", ""]
+    refused = ["text/javascript", "application/x-msdownload", "application/x-sh", "not a type", "text/", ""]
     if "image/svg+xml" not in settings.allowed_content_types:
         refused.append("image/svg+xml")
     for ctype in refused:
@@ -660,7 +660,7 @@ async def test_listing_envelope_and_filters(api: Api) -> None:
     assert await ids(api, token, "?type=image/png") == [created[5]["file_id"]]
     assert await ids(api, token, "?type=text/csv") == [created[3]["file_id"]]
     assert await ids(api, token, "?type=application/pdf") == []
-    for bad in ("text/html", "application/x-msdownload", "image", "nonsense"):
+    for bad in ("text/javascript", "application/x-msdownload", "image", "nonsense"):
         r = await api.call("GET", "/files?" + urllib.parse.urlencode({"type": bad}), token=token)
         assert r.code == 400, bad
 
@@ -863,7 +863,8 @@ async def test_signed_url_for_a_private_file(api: Api, settings: Settings) -> No
     bad = [
         f"expires={expires}&signature={flipped}",                    # altered signature
         f"expires={int(expires) + 1}&signature={signature}",         # altered expiry
-        f"expires={past}&signature={signer.sign(fid, past)}",        # correctly signed, expired
+        f"expires={past}&signature={signature}",                     # expiry moved into the past
+        f"expires={past}&signature={signer.sign(fid, past, epoch=1)}",        # expired, other epoch
         f"expires={expires}",                                        # no signature
         f"signature={signature}",                                    # no expiry
     ]
@@ -874,6 +875,19 @@ async def test_signed_url_for_a_private_file(api: Api, settings: Settings) -> No
     # The same signature does not open another private file.
     g = await uploaded(api, token, b"other secret", query="?isPublic=false")
     r = await api.call("GET", f"/m/{g['file_id']}?expires={expires}&signature={signature}")
+    assert r.code == 404
+    # A link its owner made, once expired, says so (issue 31): 410 LINK_EXPIRED, not "File not found".
+    for route in ("m", "d"):
+        r = await api.call("GET", f"/{route}/{fid}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
+        assert r.code == 410, (route, r.body)
+        assert body(r) == {"error": "This link has expired; ask the file's owner for a new one",
+                           "code": "LINK_EXPIRED"}
+        assert "no-store" in r.headers["Cache-Control"]
+        # ...but only for the file it was made for: another file's id is still 404.
+        r = await api.call("GET", f"/{route}/{g['file_id']}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
+        assert r.code == 404
+    r = await api.call("DELETE", f"/files/{fid}", token=token)  # a deleted file is 404, link or not
+    r = await api.call("GET", f"/m/{fid}?expires={past}&signature={signer.sign(fid, past, epoch=0)}")
     assert r.code == 404
     # Only the owner can sign; unknown ids are 404.
     r = await api.call("POST", f"/files/{fid}/signed-url", token=other, json={"expires_in": 120})
@@ -900,6 +914,34 @@ async def test_refused_listing_keeps_the_connection_alive(api: Api, port: int) -
         await raw.send(b"GET /files HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         status, _, _ = await raw.response()
         assert status == 401
+        await raw.send(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = await raw.response()
+        assert status == 200
+    finally:
+        raw.close()
+
+
+@env(MEDIASRV_RATE_LIMIT_SCALE="0.1")  # 3 uploads a minute
+async def test_a_refused_upload_of_a_few_hundred_kib_is_its_refusal_not_a_413(api: Api, port: int) -> None:
+    """Found with issue 31 item 8: an upload refused before it starts (429 here; 401 and 403
+    alike) was drained to answer on a kept-alive connection, but under the API's 64 KiB body
+    limit: a body past it got 413 REQUEST_TOO_LARGE, and the next request on the connection a
+    reset. `mediasrv upload` then recorded a rate-limited file as refused for its size."""
+    token = await token_for(api)
+    for _ in range(3):
+        assert (await upload(api, token, b"x" * 10)).code == 201
+    data = b"y" * 300_000
+    raw = await Raw.open(port)
+    try:
+        for _ in range(2):  # the same connection answers again
+            await raw.send(post_head(len(data), token) + data)
+            status, headers, reply = await raw.response()
+            assert status == 429, reply
+            assert orjson.loads(reply)["code"] == "RATE_LIMITED" and int(headers["retry-after"]) >= 1
+        for body_size in (0, 1024 * 1024):
+            await raw.send(post_head(body_size, None) + b"z" * body_size)
+            status, _, reply = await raw.response()
+            assert status == 401, reply
         await raw.send(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         status, _, _ = await raw.response()
         assert status == 200

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import AllowList, resolve_sniffed, sniff
 from store.fs import FsBlobStore

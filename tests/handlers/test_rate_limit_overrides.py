@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.core.limits.ratelimit import Limit, override
-from mediasrv.core.settings import Settings, SettingsError
 from tests.conftest import Api, body
 from tests.launcher import MEDIASRV, base_env
 
@@ -40,6 +40,15 @@ async def test_overrides_then_the_scale_in_the_limiter_and_the_documents(api: Ap
     assert r.headers["RateLimit-Limit"] == "6"
     media = [(await api.call("GET", "/m/AAAAAAAAAAAAAAAAAAAAAA")).code for _ in range(11)]
     assert media == [404] * 10 + [429]
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "media=1000000000",
+                                      "MEDIASRV_RATE_LIMIT_SCALE": "1000000"}])
+async def test_the_largest_limit_and_scale_are_published_exactly(api: Api) -> None:
+    """The ceilings of issue 25 finding 8d still make a server whose documents render."""
+    limits = published(body(await api.call("GET", "/reference/for-agents")))
+    assert limits["GET /m/{id}"] == 10**15
+    assert (await api.call("GET", "/m/AAAAAAAAAAAAAAAAAAAAAA")).code == 404
 
 
 def test_a_route_or_its_counter_and_shared_counters() -> None:
@@ -75,7 +84,8 @@ def test_the_variable_is_read(text: str, pairs: tuple[tuple[str, int], ...]) -> 
 @pytest.mark.parametrize(("text", "message"), [
     ("POST /files", "expected METHOD /path=NUMBER or counter=NUMBER"),
     ("POST /files=many", "'many' is not a whole number of requests per minute"),
-    ("POST /files=0", "at least 1 request per minute"),
+    ("POST /files=0", "from 1 to 1000000000 requests per minute"),
+    ("media=99999999999999999999999", "from 1 to 1000000000 requests per minute"),
     ("POST files=5", "expected METHOD /path=NUMBER"),
 ])
 def test_bad_values_name_the_part(text: str, message: str) -> None:

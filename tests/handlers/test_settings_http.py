@@ -12,7 +12,7 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body

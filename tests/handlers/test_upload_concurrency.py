@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from tests.conftest import Api
 from tests.web.test_http_semantics import _raw
 

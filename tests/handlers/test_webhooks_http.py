@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import standardwebhooks
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from tests.conftest import Api, body
 from tests.dnsserver import LocalDns
 from tests.webhook_receiver import Receiver

@@ -1,11 +1,14 @@
-"""Image quality for the resize tests: SSIM in numpy, a float Lanczos3 reference, and procedural
-test images of four kinds (photographs, line art, text on flat colour, a fine checkerboard).
+"""Image quality for the resize tests: SSIM in numpy, a float Lanczos3 reference, thumbor's resize
+(its PIL engine's), and procedural test images (photographs, camera-like photographs,
+high-entropy noise, line art, text on flat colour, fine checkerboards).
 
 SSIM is Wang et al. (2004) as everyone computes it: 11-tap Gaussian windows (sigma 1.5),
 K1 0.01, K2 0.03, L 255, the mean of the SSIM map, averaged over the R, G and B channels.
 The images are made here, seeded, so every run compares the same pixels.
 """
 from __future__ import annotations
+
+import io
 
 import numpy as np
 import pyvips
@@ -63,6 +66,26 @@ def lanczos_reference(full: pyvips.Image, width: int, height: int) -> np.ndarray
     if (out.width, out.height) != (width, height):  # a rounding of one pixel: pad or cut
         out = out.gravity("north-west", width, height, extend="copy")
     return np.clip(np.rint(pixels_float(out)), 0, 255)
+
+
+def thumbor_resize(data: bytes, width: int, height: int) -> np.ndarray:
+    """What thumbor 7.8's PIL engine makes of a JPEG before encoding it: ``draft`` to the target
+    (the smallest DCT scale at least that large), then Pillow's LANCZOS ``resize``
+    (thumbor/engines/pil.py ``resize``: ``self.image.draft(None, size)``, ``self.image.resize(size,
+    LANCZOS)``)."""
+    picture = Image.open(io.BytesIO(data))
+    picture.draft(None, (width, height))
+    resized = picture.resize((width, height), Image.Resampling.LANCZOS).convert("RGB")
+    return np.asarray(resized, dtype=np.uint8)
+
+
+def thumbor_jpeg(data: bytes, width: int, height: int, quality: int, *, progressive: bool = True) -> bytes:
+    """thumbor's JPEG of that resize at ``quality``: its PIL engine saves with ``optimize`` and,
+    by default (PROGRESSIVE_JPEG), ``progressive``, Pillow's default 4:2:0."""
+    out = io.BytesIO()
+    options: dict[str, object] = {"progressive": True} if progressive else {}
+    Image.fromarray(thumbor_resize(data, width, height)).save(out, "JPEG", quality=quality, optimize=True, **options)
+    return out.getvalue()
 
 
 def pixels_float(image: pyvips.Image) -> np.ndarray:
@@ -149,9 +172,29 @@ def checkerboard(width: int, height: int, square: int = 1) -> pyvips.Image:
     return _image(np.stack([value] * 3, axis=2))
 
 
+def camera(width: int, height: int, seed: int = 4) -> pyvips.Image:
+    """Camera-like: a dead-leaves scene through a softer lens (a demosaiced sensor's blur) with
+    stronger, grainier sensor noise, in luminance and chroma; saved as cameras do (4:2:0, Q92)."""
+    scene = photo(width, height, seed).gaussblur(0.7)
+    rng = np.random.default_rng(seed)
+    grain = rng.normal(0, 4.0, (height, width, 1)) + rng.normal(0, 1.5, (height, width, 3))
+    return _image(pixels(scene).astype(np.float64) + grain)
+
+
+def high_entropy(width: int, height: int, seed: int = 5) -> pyvips.Image:
+    """Gaussian noise in every band (sigma 18 around 128): no structure, all detail, the
+    benchmark's high-entropy set (scripts/benchkit/images.py)."""
+    rng = np.random.default_rng(seed)
+    return _image(rng.normal(128, 18, (height, width, 3)))
+
+
 def make(kind: str, width: int, height: int) -> pyvips.Image:
     if kind == "photo":
         return photo(width, height)
+    if kind == "camera":
+        return camera(width, height)
+    if kind == "entropy":
+        return high_entropy(width, height)
     if kind == "line-art":
         return line_art(width, height)
     if kind == "text":

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pyvips
 
+from mediasrv.images.probe import ImageInfo, image_info, open_header
+
 
 def rgb(width: int, height: int) -> pyvips.Image:
     """A colourful gradient, different in every corner."""
@@ -29,3 +31,9 @@ def decoded_size(data: bytes) -> tuple[int, int]:
 
 def black_jpeg(width: int, height: int) -> bytes:
     return pyvips.Image.black(width, height, bands=3).copy(interpretation="srgb").jpegsave_buffer(Q=60)
+
+
+def probe(data: bytes) -> ImageInfo | None:
+    """libvips' header facts of an image (no pixel decoded), None when no allowed loader reads it."""
+    image = open_header(data)
+    return None if image is None else image_info(image)

@@ -5,10 +5,12 @@ import struct
 import zlib
 
 import pytest
+import pyvips
 
-from mediasrv.core.errors import UnprocessableImage, UnsupportedMedia
-from mediasrv.images.cost import OUTPUT_MAX_PIXELS, estimate_cost
-from mediasrv.images.jobs import PREFIX_BYTES
+from mediasrv.base.errors import UnprocessableImage, UnsupportedMedia
+from mediasrv.core.delivery.jobs import PREFIX_BYTES
+from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall, estimate_cost, estimate_for_size
+from mediasrv.images.pipeline import transform
 from mediasrv.images.spec import TransformSpec
 from tests.images.samples import black_jpeg
 
@@ -34,11 +36,37 @@ def test_estimate_of_a_full_size_avif_of_24_mp_counts_the_capped_output() -> Non
     head = black_jpeg(6000, 4000)[:PREFIX_BYTES]
     estimate = estimate_cost(head, 9 * MIB, _spec(fmt="avif"), 50_000_000, buffered=False)
     assert estimate.source_area == 24_000_000
-    # A JPEG read from its file streams: the cost is the capped AVIF encode, not 24 MP of it.
+    # Kept at full size, a JPEG streams through libvips: the cost is the capped AVIF encode,
+    # not 24 MP of it, and nothing is reserved for an in-memory decode.
     capped = OUTPUT_MAX_PIXELS["avif"]
     assert 20 * capped < estimate.cost_bytes < 30 * capped + 32 * MIB
+    assert estimate.decode_bytes == 0
+    # A thumbnail is decoded in memory at 1/8 (750x500): its file and that frame, little more.
     small = estimate_cost(head, 9 * MIB, _spec(width=200), 50_000_000, buffered=False)
-    assert small.cost_bytes < 32 * MIB  # a JPEG thumbnail costs little more than the overhead
+    assert small.decode_bytes == 9 * MIB + 750 * 500 * 3
+    assert small.cost_bytes < 32 * MIB + small.decode_bytes
+
+
+def test_a_progressive_jpeg_has_its_coefficients_reserved_once_its_header_is_read() -> None:
+    """The stored size says nothing of the coding: the estimate reserves a baseline decode, and
+    the transform asks for a progressive frame's whole-image coefficients (ReservationTooSmall)
+    before libjpeg-turbo allocates them."""
+    data = black_jpeg(1600, 1200)
+    progressive = pyvips.Image.new_from_buffer(data, "").jpegsave_buffer(interlace=True, subsample_mode="off")
+    spec = _spec(width=200)
+    for source, coefficients in ((data, 0), (progressive, 1600 * 1200 * 3 * 2)):
+        estimate = estimate_for_size("jpeg", 1600, 1200, len(source), spec, buffered=False)
+        assert estimate.decode_bytes == len(source) + 400 * 300 * 3  # 1/4: the scale if rotated (EXIF unknown)
+        try:
+            transform(source, "image/jpeg", spec, 50_000_000, max_decode_bytes=estimate.decode_bytes)
+            assert coefficients == 0
+        except ReservationTooSmall as short:
+            assert short.what == "decode"
+            held = short.needed - len(source) - 200 * 150 * 3  # the file and the frame at 1/8
+            assert coefficients <= held < coefficients * 1.05
+            grown = short.grow(estimate)
+            assert grown.cost_bytes - estimate.cost_bytes == short.needed - estimate.decode_bytes
+            transform(source, "image/jpeg", spec, 50_000_000, max_decode_bytes=grown.decode_bytes)
 
 
 def test_estimate_counts_bytes_held_and_whole_frame_decoders() -> None:

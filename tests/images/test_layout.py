@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import pyvips
 
-from mediasrv.core.errors import UnprocessableImage
+from mediasrv.base.errors import UnprocessableImage
 from mediasrv.images.cost import estimate_cost, estimate_for_size
 from mediasrv.images.headers import header_layout
 from mediasrv.images.layout import WORST_LAYOUTS, PixelLayout

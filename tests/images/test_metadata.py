@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from mediasrv.core.errors import UnprocessableImage
+from mediasrv.base.errors import UnprocessableImage
 from mediasrv.images import metadata
 from mediasrv.images.metadata import (
     INFLATED_BUDGET_BYTES,

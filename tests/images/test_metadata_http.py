@@ -15,9 +15,9 @@ import httpx
 import pytest
 import pyvips
 
-from mediasrv.images import probe
-from mediasrv.images.jobs import MemoryBudget
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
+from mediasrv.core.delivery.jobs import MemoryBudget
+from mediasrv.images import jpeg, probe
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb
@@ -26,22 +26,30 @@ from tests.images.test_metadata import exif_block, jpeg_with_app1, ztxt_bomb
 MIB = 1024 * 1024
 
 
-def _xmp_photo() -> bytes:
-    """A 1200x800 JPEG behind 7.3 MB of APP1 XMP, as the real file of the performance issue."""
+def _xmp_photo(progressive: bool = False) -> bytes:
+    """A 1200x800 JPEG behind 7.3 MB of APP1 XMP, as the real file of the performance issue (a
+    progressive JPEG there)."""
     xmp = [b"http://ns.adobe.com/xap/1.0/\x00" + b"x" * 65_000] * 112
-    return jpeg_with_app1([b"Exif\x00\x00" + exif_block(1), *xmp], base=rgb(1200, 800).jpegsave_buffer())
+    return jpeg_with_app1([b"Exif\x00\x00" + exif_block(1), *xmp],
+                          base=rgb(1200, 800).jpegsave_buffer(interlace=progressive))
 
 
 @contextlib.contextmanager
 def _opens_counted(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Count libvips opens of an image (the pipeline's only way in)."""
+    """Count the opens of an image by its decoders (the pipeline's only ways in): libvips' with
+    its loader options, libjpeg-turbo's as "libjpeg-turbo 1/<scale>"."""
     opened: list[str] = []
-    real = probe.open_header
+    real, real_jpeg = probe.open_header, jpeg.decode
 
     def counted(data: Any, options: str = "") -> Any:
         opened.append(options)
         return real(data, options)
+
+    def counted_jpeg(data: bytes, frame: Any, width: int, height: int, shrink: int) -> Any:
+        opened.append(f"libjpeg-turbo 1/{shrink}")
+        return real_jpeg(data, frame, width, height, shrink)
     monkeypatch.setattr(probe, "open_header", counted)
+    monkeypatch.setattr(jpeg, "decode", counted_jpeg)
     yield opened
 
 
@@ -92,9 +100,31 @@ async def test_a_photo_with_7_mb_of_xmp_is_served_with_its_metadata_reserved(
     assert r.code == 200, r.body
     assert pyvips.Image.new_from_buffer(r.body, "").width == 300
     # The usual allowance first; the walk found 7.3 MB, so the job was reserved again, in full,
-    # with twice that held for metadata, before libvips opened the file (once, shrinking).
+    # with twice that held for metadata, before the file was decoded (once, at 1/4: 300x200).
     assert len(costs) == 2 and costs[1] - costs[0] >= 2 * 7_000_000 - 2 * MIB  # less the usual 2 MiB
-    assert opened == ["fail_on=truncated,shrink=2"]
+    assert opened == ["libjpeg-turbo 1/4"]
+    assert runtime.images.budget.used == 0
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_MAX_UPLOAD_SIZE_BYTES": str(16 * MIB)}])
+async def test_a_progressive_photo_with_7_mb_of_xmp_has_its_metadata_then_its_coefficients_reserved(
+        api: Api, runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30's real file: progressive, its frame header after 7.3 MB of XMP. Reserved three
+    times, each in full: the usual allowance, then its metadata, then libjpeg-turbo's
+    whole-image coefficients (6 bytes a pixel at 4:4:4, less at 4:2:0) before it decodes."""
+    token = (await api.user(f"xmp-{uuid.uuid4().hex[:10]}@example.com"))["session"]["access_token"]
+    r = await api.call("POST", "/files", body=_xmp_photo(progressive=True), token=token,
+                       headers={"Content-Type": "image/jpeg"})
+    assert r.code == 201, r.body
+    fid = body(r)["file"]["file_id"]
+    with _opens_counted(monkeypatch) as opened:
+        async with _reservations(runtime.images.budget) as costs:
+            r = await api.call("GET", f"/m/{fid}?width=300")
+    assert r.code == 200, r.body
+    assert pyvips.Image.new_from_buffer(r.body, "").width == 300
+    assert len(costs) == 3 and costs[1] - costs[0] >= 2 * 7_000_000 - 2 * MIB
+    assert 1200 * 800 * 2 < costs[2] - costs[1] < 1200 * 800 * 6 + MIB  # the coefficients (4:2:0: 1.5 x 2 bytes)
+    assert opened == ["libjpeg-turbo 1/4"]
     assert runtime.images.budget.used == 0
 
 

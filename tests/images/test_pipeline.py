@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import pyvips
 
-from mediasrv.core.errors import ApiError, UnprocessableImage, UnsupportedMedia
+from mediasrv.base.errors import ApiError, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import pipeline
 from mediasrv.images.pipeline import (
     DECODE_STEPS,
@@ -18,16 +18,17 @@ from mediasrv.images.pipeline import (
     Job,
     Limits,
     Step,
+    decode_jpeg,
     load,
     open_image,
     prepare,
     save,
     transform,
 )
-from mediasrv.images.probe import ImageInfo, probe
+from mediasrv.images.probe import ImageInfo
 from mediasrv.images.spec import FORMATS, TransformSpec
 from mediasrv.images.vips import init_vips
-from tests.images.samples import black_jpeg, decode, decoded_size, rgb, solid
+from tests.images.samples import black_jpeg, decode, decoded_size, probe, rgb, solid
 
 MAX_PIXELS = 50_000_000
 MIB = 1024 * 1024
@@ -252,7 +253,7 @@ def test_pixel_bomb_jpeg_is_refused_before_decoding(jpeg_bomb: bytes, decode_ste
     assert info.value.status == 422
     assert decode_steps_run == []  # refused from the header: no pixel was decoded
     _run(solid(64, 48, [10, 200, 30]).jpegsave_buffer(), width=10)  # the spy does see a decode
-    assert decode_steps_run[:2] == ["open_image", "load"]
+    assert decode_steps_run[:3] == ["decode_jpeg", "open_image", "load"]
 
 
 def test_pixel_bomb_png_is_refused_before_decoding(png_bomb: bytes, decode_steps_run: list[str]) -> None:
@@ -397,7 +398,7 @@ def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> 
 def test_the_pipeline_is_the_documented_list_of_steps() -> None:
     assert [step.__name__ for step in STEPS] == [
         "check_metadata", "read_header", "check_pixels", "choose_format", "fit_box", "shrink_on_load",
-        "open_image", "load", "prepare", "save"]
+        "decode_jpeg", "open_image", "load", "prepare", "save"]
     assert STEPS == HEADER_STEPS + DECODE_STEPS
 
 
@@ -411,8 +412,11 @@ def test_steps_run_one_by_one_fill_in_the_job_and_give_what_transform_gives() ->
     assert job.image is None  # a JPEG's header is read without libvips
     assert job.box == (115, 86)  # 200x150 is over the 10,000-pixel cap: the same shape, scaled down
     assert job.shrink == 8  # 17.4x smaller: decoded at 250x188, then reduced to the box by 2.2
-    open_image(job)
-    assert (job.pixels.width, job.pixels.height) == (250, 187)  # opened once, at 1/8
+    decode_jpeg(job)
+    assert (job.pixels.width, job.pixels.height) == (250, 188)  # decoded once, at 1/8, as libjpeg rounds
+    assert job.decoder == "libjpeg-turbo"
+    open_image(job)  # nothing left to open
+    assert job.decoder == "libjpeg-turbo"
     for step in (load, prepare, save):
         step(job)
     assert decoded_size(job.output) == (115, 86)

@@ -7,9 +7,9 @@ import random
 import pytest
 import pyvips
 
-from mediasrv.images.probe import ImageInfo, probe
+from mediasrv.images.probe import ImageInfo
 from mediasrv.images.vips import init_vips
-from tests.images.samples import rgb
+from tests.images.samples import probe, rgb
 
 MAX_PIXELS = 50_000_000
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import tornado.web
 
-from mediasrv.web.app import Runtime
+from mediasrv.assembly.app import Runtime
 from tests.conftest import Api, insert_file
 from tests.images.samples import black_jpeg
 from tests.images.test_jobs import (  # noqa: F401  (fixtures used by name)
@@ -21,6 +21,28 @@ from tests.images.test_jobs import (  # noqa: F401  (fixtures used by name)
     local_blobs,
     runtime_and_app,
 )
+
+
+@pytest.mark.parametrize("runner", [GatedRunner()])
+@pytest.mark.parametrize("private", [True, False], ids=["private", "public"])
+async def test_a_304_for_a_variant_never_made_here_runs_no_transform(
+        api: Api, stores: Any, runtime: Runtime, runner: GatedRunner, private: bool) -> None:
+    """Issue 26: a revalidation of a variant this process never rendered (a private file's, or
+    a public one not in the result cache: another process or a restart made the client's copy)
+    is a 304 from the validators alone, on the full path as on the in-memory one."""
+    runner.finish.set()
+    login = await api.user(f"rev-{'private' if private else 'public'}@example.com")
+    owner = {"Authorization": f"Bearer {login['session']['access_token']}"}
+    fid = await insert_file(stores, login["user"]["id"], black_jpeg(64, 64), "image/jpeg", width=64, height=64,
+                            public=not private)
+    etag = f'"{fid}-w10-h-f"'  # the variant's validator: the file and the normalised spec alone
+    before, inputs = runtime.images.transforms_run, len(runner.inputs)
+    r = await api.call("GET", f"/m/{fid}?width=10", headers={"If-None-Match": etag, **(owner if private else {})})
+    assert r.code == 304, r.body
+    assert r.headers["ETag"] == etag
+    assert runtime.images.transforms_run == before and len(runner.inputs) == inputs  # nothing rendered
+    r = await api.call("GET", f"/m/{fid}?width=10", headers=owner if private else {})
+    assert r.code == 200 and r.headers["ETag"] == etag and runtime.images.transforms_run == before + 1
 
 
 def _serving_deps(app: tornado.web.Application) -> Any:
@@ -92,26 +114,47 @@ async def test_identical_requests_in_flight_share_one_transform(api: Api, app: t
     assert deps.usage.pending() - counted == 1 + 5
 
 
-def test_shrink_on_load_leaves_a_factor_of_two_to_the_final_resize() -> None:
-    """The decoder's own (box-like) scaling stops at twice the target: see MIN_FINAL_REDUCE and
-    tests/images/test_quality.py for what decoding all the way down costs in quality."""
+def test_shrink_on_load_decodes_a_jpeg_at_thumbors_scale_and_a_webp_at_twice_the_target() -> None:
+    """A JPEG decodes at the floor, the smallest DCT scale still at least the target's size (what
+    Pillow's ``draft`` and so thumbor pick); a WebP at a power of two leaving a factor of 2 to
+    Lanczos3. See shrink.MIN_FINAL_REDUCE, and tests/images/test_quality.py for the guard."""
     from mediasrv.images.pipeline import decode_shrink
     from mediasrv.images.probe import ImageInfo
 
     photo = ImageInfo(format="jpeg", width=4000, height=3000, pages=1)
-    assert decode_shrink(photo, (400, 10_000_000)) == 4  # 1000x750, then Lanczos3 by 2.5
-    assert decode_shrink(photo, (250, 10_000_000)) == 8  # 500x375, then by 2
-    assert decode_shrink(photo, (500, 10_000_000)) == 4
-    assert decode_shrink(photo, (800, 10_000_000)) == 2
-    assert decode_shrink(photo, (2000, 10_000_000)) == 1
-    assert decode_shrink(photo, (400, 400), "cover") == 2  # filling 400x400 takes 3000 -> 400
+    assert decode_shrink(photo, (400, 10_000_000)) == 8  # 500x375, then Lanczos3 by 1.25
+    assert decode_shrink(photo, (250, 10_000_000)) == 8  # libjpeg's smallest scale
+    assert decode_shrink(photo, (500, 10_000_000)) == 8  # exactly the target
+    assert decode_shrink(photo, (501, 10_000_000)) == 4
+    assert decode_shrink(photo, (800, 10_000_000)) == 4
+    assert decode_shrink(photo, (2000, 10_000_000)) == 2
+    assert decode_shrink(photo, (2001, 10_000_000)) == 1
+    assert decode_shrink(photo, (400, 400), "cover") == 4  # filling 400x400 takes 3000 -> 400
     rotated = ImageInfo(format="jpeg", width=4000, height=3000, pages=1, orientation=6)  # shown 3000x4000
-    assert decode_shrink(rotated, (400, 10_000_000)) == 2  # 3000 / 400 / 2 = 3.75
+    assert decode_shrink(rotated, (400, 10_000_000)) == 4  # 3000 / 400 = 7.5
     webp = ImageInfo(format="webp", width=4000, height=3000, pages=1)
     assert decode_shrink(webp, (400, 10_000_000)) == 4  # libwebp scales to 1000x750, not 400 wide
     assert decode_shrink(webp, (100, 10_000_000)) == 16  # beyond the JPEG decoder's 8
     assert decode_shrink(webp, (3000, 10_000_000)) == 1.0
     assert decode_shrink(ImageInfo(format="png", width=4000, height=3000, pages=1), (400, 10_000_000)) == 1
+
+
+def test_the_jpeg_scale_is_the_one_pillows_draft_picks() -> None:
+    import io
+
+    from PIL import Image
+
+    from mediasrv.images.pipeline import decode_shrink
+    from mediasrv.images.probe import ImageInfo
+    from tests.images.samples import rgb
+
+    data = rgb(1000, 750).jpegsave_buffer()
+    for width in (60, 124, 125, 126, 249, 250, 251, 400, 499, 500, 501, 999, 1000):
+        height = round(750 * width / 1000)
+        picture = Image.open(io.BytesIO(data))
+        picture.draft("RGB", (width, height))
+        ours = decode_shrink(ImageInfo("jpeg", 1000, 750, 1), (width, 10_000_000))
+        assert picture.size == (-(-1000 // int(ours)), -(-750 // int(ours))), width
 
 
 @pytest.mark.parametrize("orientation", [1, 6])

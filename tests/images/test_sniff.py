@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.core.files import content_types
 from mediasrv.images import sniff, vips
 from mediasrv.images.sniff import HEIF_BRANDS

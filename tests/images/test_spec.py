@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import TransformSpec, parse_transform, query_arguments
 
 

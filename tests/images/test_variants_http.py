@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import pyvips
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.images.policy import sign_transform
 from mediasrv.images.spec import FORMATS, TransformSpec
-from mediasrv.web.app import Runtime
 from tests.conftest import Api, body, insert_file
 from tests.images.samples import rgb
 
@@ -165,3 +165,9 @@ async def test_signed_transforms(api: Api, stores: Any) -> None:
     other = await _photo(api, stores)
     r = await api.call("GET", f"/m/{other[0]}?width=150&format=webp&tsig={tsig}")  # signed for another file
     assert r.code == 400 and body(r)["code"] == "INVALID_TRANSFORM_SIGNATURE"
+    # Issue 25 finding 8a: a signature with a non-ASCII character was a 500 (hmac.compare_digest
+    # takes ASCII strings only); Latin-1 and astral, percent-escaped, with and without width.
+    for bad in ("%C3%A9", "%F0%9F%98%80" * 8, tsig[:-1] + "%C3%A9"):
+        r = await api.call("GET", f"/m/{fid}?width=150&format=webp&tsig={bad}")
+        assert r.code == 400 and body(r)["code"] == "INVALID_TRANSFORM_SIGNATURE", (bad, r.body)
+        assert (await api.call("GET", f"/m/{fid}?tsig={bad}")).code == 200  # no transform: not asked

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
 from mediasrv.core.files.service import FileService
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import now_iso
 from store.errors import StorageFull
 from store.fs import FsBlobStore
 from store.models import FileRecord, User

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core import timeutil
-from store.base import DuplicateError, MetaStore, QuotaWithRecord
-from store.errors import StoreUnavailable
+from mediasrv.base import timeutil
+from store.base import MetaStore, QuotaWithRecord
+from store.errors import Duplicate, StoreUnavailable
+from store.kinds import KINDS, kind_of, name_key
 from store.models import (
+    FILE_SORTS,
     AccountPlan,
     ApiKey,
     CustomDomain,
@@ -117,9 +119,9 @@ async def test_user_round_trip(meta: MetaStore) -> None:
 
 async def test_duplicate_email_and_id_are_rejected(meta: MetaStore) -> None:
     original = await add_user(meta, "u1", email="same@example.com")
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u2", email="same@example.com"))
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u1", email="other@example.com"))
     assert await meta.get_user("u2") is None
     assert await meta.get_user_by_email("same@example.com") == original
@@ -143,9 +145,10 @@ async def test_set_password_bumps_token_version(meta: MetaStore) -> None:
     await meta.set_password("u1", "h2", ts(20))
     user = await meta.get_user("u1")
     assert user is not None
-    assert (user.password_hash, user.token_version, user.updated_at) == ("h2", 2, ts(20))
+    assert (user.password_hash, user.token_version, user.credential_epoch, user.updated_at) == ("h2", 2, 2, ts(20))
     other = await meta.get_user("u2")
     assert other is not None and other.token_version == 0 and other.password_hash == "h0"
+    assert other.credential_epoch == 0
 
 
 async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
@@ -204,6 +207,7 @@ async def test_disabling_an_account_ends_its_session_tokens(meta: MetaStore) -> 
     assert await meta.set_disabled("u1", None, NOW)
     user = await meta.get_user("u1")
     assert user is not None and user.disabled_at is None and user.token_version == 2
+    assert user.credential_epoch == 0  # keys and signed links only pause while it is disabled
     assert not await meta.set_disabled("nobody", ts(50), NOW)
 
 
@@ -254,7 +258,7 @@ async def test_invites_work_once_until_they_expire(meta: MetaStore) -> None:
     invites, total = await meta.list_invites(0, 2)
     assert total == 3 and [i.id for i in invites] == ["i2", "i1"]  # newest first
     assert invites[0].used_at == NOW and invites[1].used_at is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_invite(Invite(id="i9", code_hash="c1", created_at=ts(9), expires_at=ts(2000)))
 
 
@@ -291,7 +295,7 @@ async def test_token_expiry_and_kind(meta: MetaStore) -> None:
 async def test_duplicate_token_hash_is_rejected(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("reset", "t1", "u1", ts(2000))
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.put_token("reset", "t1", "u1", ts(3000))
 
 
@@ -337,8 +341,11 @@ async def test_api_key_round_trip_and_lookup(meta: MetaStore) -> None:
     key = make_key("u1", "k1", ts(1), name=None)
     await meta.create_api_key(key)
     assert await meta.get_api_key_by_hash("hash-k1") == key
+    later = make_key("u1", "k3", ts(3), credential_epoch=4)
+    await meta.create_api_key(later)
+    assert await meta.get_api_key_by_hash("hash-k3") == later
     assert await meta.get_api_key_by_hash("hash-other") is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_api_key(make_key("u1", "k2", ts(2), key_hash="hash-k1"))
 
 
@@ -421,7 +428,7 @@ async def test_quota_with_record_reserves_and_inserts_as_one(meta: MetaStore) ->
     stored = {r.file_id for r, ok in zip(records, taken, strict=True) if ok}
     assert {f.file_id for f in (await meta.list_files("u1", FileQuery(), 0, 100))[0]} == stored
     assert not await meta.insert_file_within_quota(make_file("u1", "over-count", size=1), None, 3)
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.insert_file_within_quota(make_file("u1", sorted(stored)[0], id="another", size=1), None, None)
     user = await meta.get_user("u1")
     assert user is not None and (user.storage_bytes, user.files_count) == (300, 3)
@@ -449,7 +456,7 @@ async def test_file_round_trip_and_duplicate_file_id(meta: MetaStore) -> None:
     assert stored == record
     assert stored is not None and stored.is_public is True
     assert await meta.get_file("nope") is None
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.insert_file(make_file("u1", "f1", id="another-id"))
 
 
@@ -591,6 +598,85 @@ async def test_list_files_every_window_matches_the_filtered_listing(meta: MetaSt
                 assert [f.file_id for f in page] == expected[offset:offset + limit], (query, offset, limit)
 
 
+def expected_order(records: list[FileRecord], sort: str) -> list[FileRecord]:
+    """``FILE_SORTS`` by definition: the key (the folded name, files without one first), then
+    the record id, both in the sort's direction."""
+    column = sort.lstrip("-")
+
+    def key(f: FileRecord) -> tuple[object, ...]:
+        if column == "name":
+            folded = name_key(f.name)
+            return (folded is not None, folded or "", f.id)
+        return (f.created_at if column == "created" else f.size, f.id)
+
+    return sorted(records, key=key, reverse=sort.startswith("-"))
+
+
+async def test_list_files_sorted_by_every_key_and_filtered_by_kind(meta: MetaStore) -> None:
+    """Issue 31: the gallery's orders and kinds, over all files, any window of them; ties
+    (same size, same name but for case, no name) broken by id, so pages never overlap."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    types = ("image/png", "video/mp4", "audio/mpeg", "application/pdf", "text/plain", "application/zip",
+             "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "application/octet-stream",
+             "image/svg+xml", "application/x-7z-compressed")
+    names = ("Zebra.png", "apple.png", "Été.jpg", "été.jpg", None, "banana", "Apple.png", "ß.txt", "10.txt", "9.txt")
+    records = []
+    for n in range(40):
+        record = make_file("u1", f"f{n:02d}", id=f"id-{(n * 7) % 40:02d}", content_type=types[n % len(types)],
+                           name=names[(n * 3) % len(names)], size=(n * 13) % 7 * 100, is_public=n % 3 == 0,
+                           created_at=ts(n // 3))
+        await meta.insert_file(record)
+        records.append(record)
+    await meta.insert_file(make_file("u2", "theirs", content_type="image/png", name="aaa"))
+    assert {kind_of(t) for t in types} == set(KINDS)
+    for sort in FILE_SORTS:
+        for kind in (None, *KINDS):
+            for public in (None, False):
+                query = FileQuery(sort=sort, kind=kind, is_public=public)
+                matching = [r for r in records if (kind is None or kind_of(r.content_type) == kind)
+                            and (public is None or r.is_public == public)]
+                expected = [r.file_id for r in expected_order(matching, sort)]
+                for offset, limit in ((0, 100), (0, 3), (3, 3), (len(expected) - 2, 5)):
+                    page, total = await meta.list_files("u1", query, max(offset, 0), limit)
+                    assert total == len(expected), query
+                    assert [f.file_id for f in page] == expected[max(offset, 0):max(offset, 0) + limit], (
+                        query, offset, limit)
+    # With the other filters too: a size range (its own index when sparse), a type, a search.
+    for sort in FILE_SORTS:
+        for query, keep in ((FileQuery(sort=sort, size_min=600), lambda r: r.size >= 600),
+                            (FileQuery(sort=sort, kind="image", size_max=100), lambda r: r.size <= 100
+                             and r.content_type.startswith("image/")),
+                            (FileQuery(sort=sort, kind="document", content_type="text/plain"),
+                             lambda r: r.content_type == "text/plain"),
+                            (FileQuery(sort=sort, q="apple"), lambda r: "apple" in (r.name or "").lower()
+                             or "apple" in r.file_id)):
+            expected = [r.file_id for r in expected_order([r for r in records if keep(r)], sort)]
+            page, total = await meta.list_files("u1", query, 0, 100)
+            assert ([f.file_id for f in page], total) == (expected, len(expected)), query
+    # A deleted file leaves every order and kind count.
+    gone = records[5]
+    assert await meta.delete_file("u1", gone.file_id) is not None
+    page, total = await meta.list_files("u1", FileQuery(sort="name", kind=kind_of(gone.content_type)), 0, 100)
+    left = [r.file_id for r in expected_order(records, "name")
+            if r is not gone and kind_of(r.content_type) == kind_of(gone.content_type)]
+    assert ([f.file_id for f in page], total) == (left, len(left))
+
+
+async def test_daily_usage_is_kept_beside_the_monthly_counters(meta: MetaStore) -> None:
+    """Issue 31: the usage chart's days; monthly rows (the same table) never read as days."""
+    await meta.add_usage({("u1", "2026-06"): UsageCounts(500, 5, 300), ("u1", "2026-06-30"): UsageCounts(7, 1, 250),
+                          ("u1", "2026-07-01"): UsageCounts(0, 0, 120), ("u1", "2026-07"): UsageCounts(0, 0, 120),
+                          ("u2", "2026-07-01"): UsageCounts(9, 9, 9)}, batch_id="b1")
+    await meta.add_usage({("u1", "2026-07-01"): UsageCounts(1, 0, 5)}, batch_id="b2")
+    assert await meta.daily_usage("u1", "2026-06-01", "2026-07-31") == {
+        "2026-06-30": UsageCounts(7, 1, 250), "2026-07-01": UsageCounts(1, 0, 125)}
+    assert await meta.daily_usage("u1", "2026-07-01", "2026-07-01") == {"2026-07-01": UsageCounts(1, 0, 125)}
+    assert await meta.daily_usage("u1", "2026-07-02", "2026-08-01") == {}
+    assert await meta.daily_usage("nobody", "2026-06-01", "2026-07-31") == {}
+    assert await meta.get_usage("u1", "2026-06") == UsageCounts(500, 5, 300)
+
+
 async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await add_user(meta, "u2")
@@ -605,6 +691,27 @@ async def test_delete_file_only_by_owner_and_releases_quota(meta: MetaStore) -> 
     assert user is not None and (user.storage_bytes, user.files_count) == (50, 1)
     other = await meta.get_user("u2")
     assert other is not None and (other.storage_bytes, other.files_count) == (0, 0)
+
+
+async def test_unpublish_makes_public_files_private_and_republish_only_those(meta: MetaStore) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` takes an account's public files offline;
+    ``users enable --republish`` brings back exactly those, never a file uploaded private."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for file_id, public in (("p1", True), ("p2", True), ("private", False)):
+        await add_file(meta, "u1", file_id, is_public=public)
+    await add_file(meta, "u2", "other", is_public=True)
+    assert await meta.unpublish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private", "other"])}
+    assert states == {"p1": (False, True), "p2": (False, True), "private": (False, False), "other": (True, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 0
+    assert (await meta.list_files("u1", FileQuery(is_public=False), 0, 10))[1] == 3
+    assert await meta.unpublish_files("u1") == 0  # twice: nothing more to change
+    assert await meta.republish_files("u1") == 2
+    states = {r.file_id: (r.is_public, r.withheld) for r in await meta.get_files(["p1", "p2", "private"])}
+    assert states == {"p1": (True, False), "p2": (True, False), "private": (False, False)}
+    assert (await meta.list_files("u1", FileQuery(is_public=True), 0, 10))[1] == 2
+    assert await meta.republish_files("u1") == 0 and await meta.unpublish_files("nobody") == 0
 
 
 async def test_get_files_across_chunks(meta: MetaStore) -> None:
@@ -666,7 +773,7 @@ async def test_domain_hostname_unique_across_users(meta: MetaStore) -> None:
     await add_user(meta, "u2")
     mine = make_domain("u1", "media.example.com")
     await meta.put_domain(mine)
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.put_domain(make_domain("u2", "media.example.com"))
     assert await meta.get_domain_by_hostname("media.example.com") == mine
     assert await meta.get_domain("u2") is None
@@ -776,7 +883,7 @@ async def test_reopening_twice_keeps_data_and_schema(meta: MetaStore,
     third = await reopen(second, meta_factory)
     try:
         await check_everything(third, seeded)
-        with pytest.raises(DuplicateError):  # the unique indexes survived too
+        with pytest.raises(Duplicate):  # the unique indexes survived too
             await third.create_user(make_user("u9", email="u1@example.com"))
     finally:
         await third.close()
@@ -838,7 +945,7 @@ async def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
 
 async def test_email_unique_ignores_case(meta: MetaStore) -> None:
     await add_user(meta, "u1", email="a@example.com")
-    with pytest.raises(DuplicateError):
+    with pytest.raises(Duplicate):
         await meta.create_user(make_user("u2", email="A@Example.com"))
 
 
@@ -931,6 +1038,31 @@ async def test_mongo_indexes_dates_and_database_name(meta: MetaStore) -> None:
     raw = await db["files"].find_one({"file_id": "f1"})
     assert isinstance(raw["created_at"], dt.datetime)
     assert await meta.get_file("f1") == record and record.created_at.endswith(".500Z")
+
+
+async def test_mongo_lists_by_kind_and_order_through_indexes_and_classifies_older_documents(
+        meta: MetaStore, meta_factory: MetaFactory) -> None:
+    """Issue 31 on MongoDB: the order and kind indexes exist, and documents written before
+    kinds (no ``kind``) get theirs when a process opens the database with rules it has not
+    classified under."""
+    if not isinstance(meta, MongoMetaStore):
+        pytest.skip("MongoDB layout")
+    db = meta._db
+    names = set(await db["files"].index_information())
+    assert {"user_kind_newest", "user_name", "user_kind_name", "user_size", "user_kind_size"} <= names
+    await add_user(meta, "u1")
+    await add_file(meta, "u1", "f1", content_type="application/pdf", name="b.pdf")
+    await add_file(meta, "u1", "f2", content_type="image/png", name="A.png", created_at=ts(1))
+    await db["files"].update_many({}, {"$unset": {"kind": ""}})  # as an older release wrote them
+    await db["config"].delete_one({"_id": "kinds"})
+    again = await reopen(meta, meta_factory)
+    try:
+        page, total = await again.list_files("u1", FileQuery(kind="document", sort="name"), 0, 10)
+        assert ([f.file_id for f in page], total) == (["f1"], 1)
+        page, _ = await again.list_files("u1", FileQuery(sort="-name"), 0, 10)
+        assert [f.file_id for f in page] == ["f1", "f2"]
+    finally:
+        await again.close()
 
 
 def test_mongo_database_name_defaults_to_mediasrv() -> None:

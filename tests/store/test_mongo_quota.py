@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import tornado.ioloop
 
-from mediasrv.core import timeutil
+from mediasrv.base import timeutil
 from store import mongo_quota
 from store.errors import Duplicate
 from store.models import UsageCounts

@@ -43,6 +43,7 @@ from store.base import (
     UsageStore,
     UserStore,
     WebhookStore,
+    WriteBuffers,
 )
 from store.fs import FsBlobStore
 from store.mongo import MongoMetaStore
@@ -54,12 +55,12 @@ MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store i
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
                                      FileStore, DomainStore, LogStore, UsageStore, WebhookStore)
 CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, HitCounters, Leases, LocalDatabase,
-                                       Snapshots, Draining, RowCopy, QuotaWithRecord, LocalBlobFiles)
+                                       Snapshots, Draining, RowCopy, QuotaWithRecord, LocalBlobFiles, WriteBuffers)
 EXPECTED: dict[type[Any], set[type[Any]]] = {
     SqliteMetaStore: {LocalDatabase, Snapshots, Draining, RowCopy, QuotaWithRecord},
     MongoMetaStore: {SharedSecrets, AccountReconcile, HitCounters, Leases, RowCopy},
     FsBlobStore: {LocalBlobFiles},
-    S3BlobStore: set(),
+    S3BlobStore: {WriteBuffers},
 }
 
 
@@ -85,8 +86,9 @@ def _conformance(tmp: Path) -> list[object]:
     leases: Leases = MongoMetaStore(MONGO_URL)
     one_write: QuotaWithRecord = SqliteMetaStore(tmp / "meta.sqlite3")
     local_files: LocalBlobFiles = FsBlobStore(tmp)
+    write_buffers: WriteBuffers = S3BlobStore(S3Config(bucket="protocols"))
     return [sqlite, mongo, files, s3, users, quota, lifecycle, local_db, snapshots, draining, sqlite_rows,
-            mongo_rows, secrets, reconcile, counters, leases, one_write, local_files]
+            mongo_rows, secrets, reconcile, counters, leases, one_write, local_files, write_buffers]
 
 
 def _build(cls: type[Any], tmp: Path) -> Any:
@@ -102,7 +104,7 @@ def _members(protocol: type[Any]) -> set[str]:
 
 
 def test_the_conformance_assignments_run(tmp_path: Path) -> None:
-    assert len(_conformance(tmp_path)) == 18
+    assert len(_conformance(tmp_path)) == 19
     assert not list(tmp_path.iterdir())  # building a store touches nothing
 
 

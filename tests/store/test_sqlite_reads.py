@@ -16,13 +16,19 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.errors import TooManyRequests
+from mediasrv.base.errors import TooManyRequests
+from mediasrv.base.settings import Settings
 from mediasrv.core.files.service import FileService
 from mediasrv.core.limits.querygate import QueryGate
-from mediasrv.core.settings import Settings
+from store import sqlite as sqlite_store
+from store.kinds import KINDS_SIGNATURE
 from store.models import ApiKey, FileQuery, FileRecord, User
 from store.sqlite import MIGRATIONS, SqliteMetaStore, _file_filters
 from tests.store.test_meta_contract import make_file, make_user, ts
+
+ISSUE_25_STEP = 6
+"""MIGRATIONS[6] is issue 25's step (credential epochs, withheld files)."""
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 
 async def _open(path: Path, **kw: Any) -> SqliteMetaStore:
@@ -114,6 +120,38 @@ async def test_migration_indexes_the_files_of_an_older_database(tmp_path: Path, 
                            "ON f.id = r.file_pk WHERE f.id IS NULL").fetchone()[0] == 0
 
 
+async def test_migration_gives_older_accounts_keys_and_files_their_first_epoch(tmp_path: Path,
+                                                                              io_loop: Any) -> None:
+    """The step of issue 25: rows of the release before it read as epoch 0 (their keys keep
+    working) and not withheld, and both can change afterwards."""
+    path = tmp_path / "meta.sqlite3"
+    with sqlite3.connect(path) as raw:  # a database as the release before the step left it
+        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+        for step in MIGRATIONS[:ISSUE_25_STEP]:
+            for statement in step:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {ISSUE_25_STEP}")
+        raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
+                    "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
+        raw.execute("INSERT INTO api_keys (id, user_id, key_prefix, key_hash, created_at) "
+                    "VALUES ('k1', 'u1', 'msk_x', 'hash-k1', ?)", (ts(1),))
+        raw.execute("INSERT INTO files (id, user_id, file_id, content_type, size, is_public, created_at, "
+                    "blob_key) VALUES ('id1', 'u1', 'f1', 'image/png', 1, 1, ?, 'b1')", (ts(2),))
+    meta = await _open(path)
+    try:
+        user, key = await meta.get_user("u1"), await meta.get_api_key_by_hash("hash-k1")
+        record = await meta.get_file("f1")
+        assert user is not None and key is not None and record is not None
+        assert (user.credential_epoch, key.credential_epoch, record.is_public, record.withheld) == (0, 0, True, False)
+        await meta.set_password("u1", "h2", ts(3))
+        assert await meta.unpublish_files("u1") == 1
+        user, record = await meta.get_user("u1"), await meta.get_file("f1")
+        assert user is not None and record is not None
+        assert (user.credential_epoch, record.is_public, record.withheld) == (1, False, True)
+    finally:
+        await meta.close()
+
+
 class GatedMeta:
     """A metadata store whose list_files waits for the test; counts concurrent lists per user."""
 
@@ -194,3 +232,83 @@ async def test_type_and_visibility_totals_stay_exact(tmp_path: Path, io_loop: An
         raw.execute("PRAGMA foreign_keys = ON")
         raw.execute("DELETE FROM users WHERE id = 'u1'")  # files go by cascade, counts with them
         assert raw.execute("SELECT user_id, n FROM file_counts").fetchall() == [("u2", 1)]
+
+
+async def test_kinds_and_name_keys_for_the_files_of_an_older_database(tmp_path: Path, io_loop: Any) -> None:
+    """Issue 31's step: rows written before it get their kind and name key, and get their
+    kind again whenever ``store.kinds`` classifies differently (its signature changed)."""
+    path = tmp_path / "meta.sqlite3"
+    before = len(MIGRATIONS) - 1
+    with sqlite3.connect(path) as raw:  # a database as the release before the step left it
+        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+        for step in MIGRATIONS[:before]:
+            for statement in step:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {before}")
+        raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
+                    "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
+        for n, (name, ctype) in enumerate([("Zoo.PNG", "image/png"), ("report.docx", DOCX), (None, "text/csv"),
+                                           ("Été.zip", "application/zip")]):
+            raw.execute("INSERT INTO files (id, user_id, file_id, name, content_type, size, is_public, "
+                        "created_at, blob_key) VALUES (?, 'u1', ?, ?, ?, ?, 1, ?, ?)",
+                        (f"id{n}", f"file{n}", name, ctype, 10 * n, ts(n), f"b{n}"))
+    meta = await _open(path)
+    try:
+        for kind, expected in (("image", ["file0"]), ("document", ["file1", "file2"]), ("archive", ["file3"]),
+                               ("video", [])):
+            page, total = await meta.list_files("u1", FileQuery(kind=kind, sort="created"), 0, 10)
+            assert ([f.file_id for f in page], total) == (expected, len(expected)), kind
+        page, _ = await meta.list_files("u1", FileQuery(sort="name"), 0, 10)
+        assert [f.file_id for f in page] == ["file2", "file1", "file0", "file3"]  # None, r, z, é
+    finally:
+        await meta.close()
+    with sqlite3.connect(path) as raw:  # as if a release had classified them under other rules
+        raw.execute("UPDATE files SET kind = 'other'")
+        raw.execute("UPDATE store_info SET value = 'older-rules' WHERE key = 'kinds'")
+    meta = await _open(path)
+    try:
+        page, total = await meta.list_files("u1", FileQuery(kind="document"), 0, 10)
+        assert ([f.file_id for f in page], total) == (["file2", "file1"], 2)
+    finally:
+        await meta.close()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT value FROM store_info WHERE key = 'kinds'").fetchone()[0] == KINDS_SIGNATURE
+
+
+@pytest.mark.parametrize(("query", "index"), [
+    (FileQuery(kind="image"), "files_user_kind_created"),
+    (FileQuery(kind="image", sort="created"), "files_user_kind_created"),
+    (FileQuery(sort="name"), "files_user_name"),
+    (FileQuery(sort="-name", kind="document"), "files_user_kind_name"),
+    (FileQuery(sort="size"), "files_user_size"),
+    (FileQuery(sort="-size", kind="video"), "files_user_kind_size"),
+    (FileQuery(sort="size", size_min=10, size_max=20), "files_user_size"),
+])
+async def test_each_order_and_kind_is_read_through_its_index(tmp_path: Path, io_loop: Any, query: FileQuery,
+                                                            index: str) -> None:
+    """The page of a dense listing is read in order from an index, never sorted in a temp
+    B-tree over the account's rows (the query as ``_list_files`` sends it, EXPLAINed)."""
+    path = tmp_path / "meta.sqlite3"
+    meta = await _open(path)
+    try:
+        await meta.create_user(make_user("u1"))
+        types = ("image/png", "video/mp4", "application/pdf")
+        for n in range(60):
+            await meta.insert_file(make_file("u1", f"f{n}", content_type=types[n % 3], size=n % 25, created_at=ts(n)))
+        statements: list[str] = []
+
+        def listed() -> None:
+            conn = meta._thread_conn(write=False)
+            conn.set_trace_callback(statements.append)
+            try:
+                sqlite_store._list_files(conn, "u1", query, 0, 10)
+            finally:
+                conn.set_trace_callback(None)
+        await meta._run(False, listed)
+        select = next(s for s in statements if s.startswith("SELECT id, user_id"))
+        with sqlite3.connect(path) as raw:
+            raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+            plan = " ".join(str(row[-1]) for row in raw.execute("EXPLAIN QUERY PLAN " + select))
+        assert index in plan and "TEMP B-TREE" not in plan, (query, plan)
+    finally:
+        await meta.close()

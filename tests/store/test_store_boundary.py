@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core.errors import Conflict, NotFound, StoreUnavailable, for_store_error
+from mediasrv.base.errors import Conflict, NotFound, StoreUnavailable
+from mediasrv.core.store_errors import for_store_error
 from store import errors as store_errors
 from store.base import validate_key
 
@@ -23,16 +24,48 @@ def test_store_package_imports_nothing_from_mediasrv_or_handlers() -> None:
                 assert not name.startswith(("mediasrv", "handlers")), f"{path.name} imports {name}"
 
 
-def test_core_names_no_driver_exception() -> None:
-    """Core code and handlers catch store errors, never sqlite3/OSError/FileNotFoundError by name."""
-    for folder in ("mediasrv", "handlers"):
-        for path in sorted((ROOT / folder).glob("*.py")):
-            if path.name == "cli_upload.py":
-                continue  # the upload client reads the user's own files, not a store
-            text = path.read_text()
-            for driver in ("sqlite3.", "FileNotFoundError", "pymongo", "botocore"):
-                assert f"except {driver}" not in text and f"except ({driver}" not in text, (path.name, driver)
-            assert "import sqlite3" not in text, path.name
+SERVICE_RINGS = ("mediasrv/core", "handlers")
+"""The services and the handlers: they meet the stores only through store/errors.py."""
+OTHER_RINGS = ("mediasrv/base", "mediasrv/images", "mediasrv/web")
+"""Below or beside the stores: their OSErrors are sockets, /proc and logs, never a store's."""
+DRIVER_ERRORS = ("sqlite3.", "FileNotFoundError", "PermissionError", "pymongo", "botocore", "aiohttp")
+
+
+def driver_exceptions_caught(path: Path, names: tuple[str, ...] = (*DRIVER_ERRORS, "OSError")) -> list[str]:
+    """The exceptions of ``names`` an ``except`` clause of ``path`` names."""
+    caught = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            text = ast.unparse(node.type)
+            caught += [f"{path.relative_to(ROOT)}:{node.lineno}: {text}" for d in names if d in text]
+    return caught
+
+
+def service_modules(rings: tuple[str, ...] = SERVICE_RINGS) -> list[Path]:
+    return [path for folder in rings for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_the_service_rings_name_no_driver_exception() -> None:
+    """Services and handlers catch store errors (store/errors.py), never a driver's or the OS's
+    by name: every module of every ring between a request and the stores, at any depth."""
+    modules = service_modules()
+    assert len(modules) == len(list(ROOT.glob("mediasrv/core/**/*.py"))) + len(list(ROOT.glob("handlers/*.py")))
+    assert len(modules) > 50  # every file, at every depth (it read 19 of 132 once)
+    assert [c for path in modules for c in driver_exceptions_caught(path)] == []
+    others = service_modules(OTHER_RINGS)
+    assert [c for path in others for c in driver_exceptions_caught(path, DRIVER_ERRORS)] == []
+    assert [str(p) for p in modules + others if "import sqlite3" in p.read_text()] == []
+
+
+def test_the_driver_guard_sees_a_planted_catch(tmp_path: Path) -> None:
+    planted = ROOT / "mediasrv" / "core" / "delivery" / "_planted_for_the_test.py"
+    planted.write_text("def f():\n    try:\n        pass\n    except (ValueError, OSError):\n        pass\n")
+    try:
+        assert planted in service_modules()
+        assert driver_exceptions_caught(planted) == [
+            "mediasrv/core/delivery/_planted_for_the_test.py:4: (ValueError, OSError)"]
+    finally:
+        planted.unlink()
 
 
 def test_store_errors_map_to_http() -> None:

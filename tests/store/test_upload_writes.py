@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.files.uploads import WRITE_BYTES, Upload, UploadLimits
-from mediasrv.core.timeutil import now_iso
+from mediasrv.base.timeutil import now_iso
+from mediasrv.core.files.uploads import WRITE_BYTES, UploadLimits, UploadSession
 from store.fs import FsBlobStore
 from store.models import FileRecord, User
 from store.sqlite import SqliteMetaStore
@@ -73,7 +73,7 @@ def stores(tmp_path: Path, io_loop: Any) -> Iterator[Stores]:
 async def _upload(stores: Stores, counting: CountingBlobs, data: bytes) -> FileRecord:
     """The whole body, declared, fed in the 64 KiB pieces Tornado delivers."""
     meta, _, user = stores
-    upload = Upload(meta, counting, user, "application/octet-stream", None, True, len(data),  # type: ignore[arg-type]
+    upload = UploadSession(meta, counting, user, "application/octet-stream", None, True, len(data),  # type: ignore[arg-type]
                     LIMITS)
     await upload.start()
     for i in range(0, len(data), 64 * 1024):

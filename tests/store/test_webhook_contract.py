@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from mediasrv.core import timeutil
+from mediasrv.base import timeutil
 from store import outbox
 from store.base import MetaStore
 from store.models import (

@@ -3,6 +3,7 @@ client, user, method, path (secrets redacted), status, bytes, duration, request 
 agent, as text or JSON; back-pressure at WARNING, failures at ERROR (issue 19 item 3)."""
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -21,7 +22,8 @@ from tests.conftest import Api, body
 TEXT_LINE = re.compile(
     r"(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) \[(?P<pid>\d+)\] (?P<level>[A-Z]+) mediasrv\.access: "
     r"(?P<status>\d{3}) (?P<method>[A-Z]+) (?P<path>\S+) (?P<ms>\d+\.\d)ms (?P<bytes>\d+)B "
-    r"client=(?P<client>\S+) user=(?P<user>\S+) request_id=(?P<request_id>\S+) ua=(?P<ua>.*)")
+    r"client=(?P<client>\S+) user=(?P<user>\S+) request_id=(?P<request_id>\S+) "
+    r'ua=(?P<ua>"(?:[^"\\]|\\.)*"|-)(?P<extra>(?: [a-z_]+=\S+)*)')
 PROXY_SECRET = "proxy-secret-0123456789"
 PNG = pyvips.Image.black(40, 30).pngsave_buffer()
 
@@ -73,6 +75,50 @@ async def test_a_text_line_says_who_did_what(api: Api, access: tuple[AccessLog, 
     assert len({p["request_id"] for p in parsed}) == len(parsed)  # one id per request
 
 
+def extras(line: dict[str, str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in line["extra"].split())
+
+
+async def test_an_upload_line_names_the_file_and_the_bytes_received(api: Api,
+                                                                    access: tuple[AccessLog, io.StringIO]) -> None:
+    """Issue 31 item 5: which file an upload made, and how much of its body arrived (a refused
+    one included), so an operator can follow a file from its access line."""
+    token = (await api.user("up@example.com"))["session"]["access_token"]
+    stored = await api.call("POST", "/files", body=b"x" * 1234, token=token, headers={"Content-Type": "text/plain"})
+    refused = await api.call("POST", "/files", body=b"MZ" + bytes(300), token=token,
+                             headers={"Content-Type": "image/png"})
+    assert stored.code == 201 and refused.code == 400
+    parsed = [m.groupdict() for m in map(TEXT_LINE.fullmatch, written(access)) if m]
+    posts = [p for p in parsed if p["method"] == "POST" and p["path"] == "/files"]
+    assert [(p["status"], extras(p)) for p in posts] == [
+        ("201", {"file_id": body(stored)["file"]["file_id"], "received_bytes": "1234"}),
+        ("400", {"received_bytes": "302"})]
+    assert all(extras(p) == {} for p in parsed if p not in posts)  # other lines add nothing
+
+
+@pytest.mark.parametrize("log_format", ["json"])
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_ACCEL_REDIRECT": "/_blobs/"}])
+async def test_an_x_accel_line_says_what_nginx_sends(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
+    """Issue 31 item 5: behind nginx, mediasrv hands it an empty 200 and nginx sends the bytes;
+    the line is the answer decided here (206 and the range's length), marked as sent by nginx,
+    not "200, 0 bytes"."""
+    token = (await api.user("accel@example.com"))["session"]["access_token"]
+    data = b"0123456789" * 10
+    fid = body(await api.call("POST", "/files", body=data, token=token,
+                              headers={"Content-Type": "text/plain"}))["file"]["file_id"]
+    whole = await api.call("GET", f"/m/{fid}")
+    part = await api.call("GET", f"/d/{fid}", headers={"Range": "bytes=10-29"})
+    head = await api.call("HEAD", f"/m/{fid}")
+    assert whole.code == part.code == head.code == 200 and whole.body == part.body == b""  # nginx completes them
+    lines = [json.loads(line) for line in written(access)]
+    served = [(e["status"], e["method"], e["bytes"], e.get("sent_by"), e.get("range")) for e in lines
+              if e["path"].startswith(("/m/", "/d/"))]
+    assert served == [(200, "GET", 100, "nginx", None), (206, "GET", 20, "nginx", "10-29/100"),
+                      (200, "HEAD", 0, "nginx", None)]
+    upload = next(e for e in lines if e["method"] == "POST" and e["path"] == "/files")
+    assert (upload["file_id"], upload["received_bytes"]) == (fid, 100)
+
+
 @pytest.mark.parametrize("log_format", ["json"])
 async def test_json_lines(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
     r = await api.call("GET", "/m/no-such-file?width=10", headers={"User-Agent": "probe \"1\"\tx"})
@@ -84,6 +130,37 @@ async def test_json_lines(api: Api, access: tuple[AccessLog, io.StringIO]) -> No
     assert entry == {"level": "INFO", "logger": "mediasrv.access", "status": 404, "method": "GET",
                      "path": "/m/no-such-file?width=10", "bytes": len(r.body), "client": "127.0.0.1",
                      "user": None, "request_id": r.headers["X-Request-Id"], "user_agent": "probe \"1\"\tx"}
+
+
+C1_AGENT = b"probe\x85forged line\x9b[31m red\xe2\x80\xa8\xa0"
+"""A User-Agent with C1 controls (NEL, CSI), the UTF-8 bytes of U+2028 and a no-break space:
+Tornado reads a header as Latin-1, so each byte 0x80..0x9F is a C1 control character in the
+string (C0 controls and DEL it refuses with a 400)."""
+
+
+@pytest.fixture
+def port(http_server: Any, http_server_port: tuple[Any, int]) -> int:
+    return http_server_port[1]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_control_characters_of_a_user_agent_never_reach_a_line(
+        api: Api, port: int, access: tuple[AccessLog, io.StringIO], log_format: str) -> None:
+    """Issue 25 finding 8f: orjson escapes U+0000..U+001F only, so a User-Agent's C1 characters
+    (U+0085 NEXT LINE, U+009B CSI...) were written raw into the text and the JSON lines."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /ping HTTP/1.1\r\nHost: x\r\nUser-Agent: " + C1_AGENT + b"\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    assert (await reader.read()).startswith(b"HTTP/1.1 200 ")
+    writer.close()
+    [line] = written(access)
+    assert line.isprintable(), repr(line)  # printable non-ASCII (â, ¨) stays as it is
+    sent = C1_AGENT.decode("latin-1")
+    if log_format == "json":
+        assert json.loads(line)["user_agent"] == sent  # escaped, not lost
+    else:
+        match = TEXT_LINE.fullmatch(line)
+        assert match is not None and json.loads(match["ua"]) == sent
 
 
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "login=1"}])
@@ -217,3 +294,15 @@ def test_webhook_attempts_are_lines_of_the_same_writer(fmt: str) -> None:
     assert second.endswith("WARNING mediasrv.webhooks: webhook delivery: - POST http://[2001:db8::1]:8080 10000ms "
                            "user=u1 webhook=w1 event=file.deleted id=msg_2 attempt=2 retry "
                            "next=2026-01-01T00:05:00.000Z error='timeout'")
+
+
+def test_every_json_line_escapes_what_is_not_printable() -> None:
+    """The other log lines (``LineFormatter``'s JSON) go through the same escaping."""
+    from mediasrv.web.loglines import LineFormatter, json_text
+
+    tricky = "a\x85b\u2028c\u202ed\U000e0001e\u00e9"  # NEL, LINE SEPARATOR, RLO, a tag character, é
+    assert json_text(tricky) == '"a\\u0085b\\u2028c\\u202ed\\udb40\\udc01e\u00e9"'
+    assert json.loads(json_text(tricky)) == tricky
+    record = logging.LogRecord("mediasrv", logging.INFO, __file__, 1, "host %s", (tricky,), None)
+    line = LineFormatter("json").format(record)
+    assert line.isprintable() and json.loads(line)["msg"] == f"host {tricky}"

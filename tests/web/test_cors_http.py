@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from mediasrv.core.settings import Settings, SettingsError
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings import load as load_settings
 from mediasrv.web.cors import CorsPolicy
 from tests.conftest import Api, body
 from tests.handlers.test_files_http import png
@@ -137,7 +138,7 @@ async def test_private_file_is_never_readable_cross_origin(api: Api) -> None:
 
 
 def test_default_is_no_origin() -> None:
-    s = Settings.from_env({}).validate()
+    s = load_settings({})
     assert s.cors_origins == ()
     policy = CorsPolicy.from_origins(s.cors_origins)
     assert not policy.enabled
@@ -146,7 +147,7 @@ def test_default_is_no_origin() -> None:
 
 
 def test_star_allows_any_origin_without_vary() -> None:
-    policy = CorsPolicy.from_origins(Settings.from_env({"MEDIASRV_CORS_ORIGINS": "*"}).validate().cors_origins)
+    policy = CorsPolicy.from_origins(load_settings({"MEDIASRV_CORS_ORIGINS": "*"}).cors_origins)
     assert policy.response_headers("api", OTHER)["Access-Control-Allow-Origin"] == "*"
     assert not policy.varies("api")
     assert not policy.allows("null")  # sandboxed documents (uploaded files) have an opaque origin
@@ -156,4 +157,4 @@ def test_star_allows_any_origin_without_vary() -> None:
                                    "https://user@app.example.com"])
 def test_bad_origins_are_refused_at_start_up(value: str) -> None:
     with pytest.raises(SettingsError, match="MEDIASRV_CORS_ORIGINS"):
-        Settings.from_env({"MEDIASRV_CORS_ORIGINS": value}).validate()
+        load_settings({"MEDIASRV_CORS_ORIGINS": value})

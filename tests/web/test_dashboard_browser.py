@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from mediasrv.assembly.app import Runtime
+from mediasrv.base.settings import Settings
 from mediasrv.core.invites import InviteService
-from mediasrv.core.settings import Settings
-from mediasrv.web.app import Runtime
 from tests.conftest import Api, ShiftableClock, body
 from tests.dnsserver import LocalDns
 
@@ -429,7 +429,7 @@ QUEUE_SETTLED = """n => !document.querySelector('ul.uploads li[data-state=upload
 
 
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMIT_SCALE": "1"}], indirect=True)
-async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settings: Settings, runtime: Runtime,
+async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settings: Settings, clock: ShiftableClock,
                                                                   artifacts: Path) -> None:
     """60 files against the interface's 30 uploads per user per minute, on injected clocks.
 
@@ -438,8 +438,7 @@ async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settin
     """
     email = "browser-queue@example.com"
     await api.user(email)
-    offset = 60 - time.time() % 60 + 1
-    runtime.limiter._clock = lambda: time.time() + offset
+    clock.advance(61 - clock() % 60)  # one second into a window
     statuses: list[int] = []
     async with browser_page(settings.public_url, fake_clock=True) as (page, problems):
         page.on("response", lambda r: statuses.append(r.status)
@@ -471,7 +470,7 @@ async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settin
                 assert int(re.findall(r"\d+", await note.inner_text())[0]) <= seconds - 5
                 await waiting.scroll_into_view_if_needed()
                 await page.screenshot(path=str(artifacts / "dashboard-queue-waiting.png"))
-            offset += 60  # the server's next window...
+            clock.advance(60)  # the server's next window...
             await page.clock.fast_forward(61_000)  # ...and the page's wait is over: it resumes by itself
         await expect(page.locator(".upload-summary")).to_have_text("60 of 60 uploaded")
         assert rounds >= 1 and 429 in statuses

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from mediasrv.web import webassets
 from tests.conftest import Api, body
 

@@ -16,20 +16,24 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 import pyvips
 import tornado.web
 from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 from tornado.netutil import bind_sockets
 
+from mediasrv.assembly.app import Runtime
+from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
-from mediasrv.core.settings import Settings
 from mediasrv.web.accesslog import AccessLog
 from tests.conftest import Api, body
 
 VARYING = {"Date", "X-Request-Id"}
 """Fields that differ between any two answers."""
 JPEG = pyvips.Image.black(64, 48).jpegsave_buffer()
+RECORD_CACHE_S = 2.0
+"""The app's record cache (``FileCache``) keeps a record this long after the store read."""
 
 
 @pytest.fixture
@@ -112,6 +116,8 @@ async def test_hot_answers_equal_the_handlers_field_by_field(api: Api, cold_base
         ("GET", f"/m/{file_id[:-1]}%{ord(file_id[-1]):02X}", {}), ("GET", "/m/no-such-file", {}),
         ("GET", f"{m}/extra", {}), ("GET", f"{m}?width=21", {}),
         ("GET", f"{m}?form%61t=png", {}), ("GET", f"{m}?width=20&t%73ig=00", {}),  # escaped names: 400
+        ("GET", m, {"X-Mediasrv-Proxy-Secret": "anything"}),  # our proxy's: the handler's trust rule decides
+        ("GET", f"{m}?width=20", {"X-Mediasrv-Proxy-Secret": "anything", "X-Mediasrv-Counted": "media"}),
     ]
     for method, path, headers in hot + handed_on:
         before = len(asked)
@@ -134,6 +140,30 @@ async def test_the_per_address_limit_is_exact_through_the_hot_path(api: Api, ask
     refused = await api.call("GET", f"/m/{file_id}")
     assert refused.code == 429 and refused.headers["RateLimit-Limit"] == "5"
     assert int(refused.headers["Retry-After"]) >= 1 and body(refused)["code"] == "RATE_LIMITED"
+
+
+async def test_an_unpublished_file_leaves_the_hot_path_within_the_record_cache_bound(
+        api: Api, asked: list[str], stores: tuple[Any, Any], runtime: Runtime,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25 finding 2: ``users disable --unpublish`` (another process, writing to the store)
+    makes a hot public file private; this process's hot path stops answering it once its cached
+    record is older than the record cache's life, and the handler path then answers 404."""
+    file_id, token = await _public_jpeg(api)
+    m = f"/m/{file_id}"
+    assert (await api.call("GET", m)).code == 200  # record and bytes cached
+    before = len(asked)
+    assert (await api.call("GET", m)).code == 200 and len(asked) == before  # answered hot
+    user_id = body(await api.call("GET", "/profile", token=token))["user"]["id"]
+    assert await stores[0].unpublish_files(user_id) == 1
+    before = len(asked)
+    cache = runtime.file_cache
+    moved = cache._clock() + RECORD_CACHE_S  # the cache's clock past its entries' life, not a sleep
+    monkeypatch.setattr(cache, "_clock", lambda: moved)
+    for path in (m, f"{m}?width=20", f"/d/{file_id}"):
+        r = await api.call("GET", path)
+        assert r.code == 404 and body(r)["code"] == "FILE_NOT_FOUND", (path, r.code)
+    assert asked[before:] == [m, f"{m}?width=20", f"/d/{file_id}"]  # none of them hot
+    assert (await api.call("GET", m, token=token)).code == 200  # its owner still has it
 
 
 TEXT_LINE = re.compile(r"\S+ \[\d+\] INFO mediasrv\.access: (?P<status>\d+) (?P<method>\S+) (?P<path>\S+) "
@@ -196,3 +226,21 @@ async def test_connection_handling_is_the_servers_own(api: Api, cold_base: str, 
         hot, cold = await _raw(settings.public_url, request), await _raw(cold_base, request)
         assert _heads(hot) == _heads(cold) and len(hot) == len(cold), request
     assert [h[0] for h in _heads(await _raw(settings.public_url, exchanges[0]))] == ["HTTP/1.1 200 OK"] * 2
+
+
+async def test_no_host_or_a_bad_one_is_one_json_400_on_both_paths(api: Api, cold_base: str, settings: Settings,
+                                                                  asked: list[str]) -> None:
+    """Issue 25 finding 8b: an HTTP/1.1 request without Host was answered 200 by the hot path
+    (the handler path's Tornado refused it with a bare 400). One rule before both now."""
+    file_id, _ = await _public_jpeg(api)
+    assert (await api.call("GET", f"/m/{file_id}")).code == 200  # cached: the hot path would answer
+    target = f"/m/{file_id}".encode()
+    for request in (b"GET " + target + b" HTTP/1.1\r\n\r\n", b"HEAD " + target + b" HTTP/1.1\r\n\r\n",
+                    b"GET " + target + b" HTTP/1.1\r\nHost: user@127.0.0.1\r\n\r\n",
+                    b"GET " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: other.example\r\n\r\n"):
+        before = len(asked)
+        hot, cold = await _raw(settings.public_url, request), await _raw(cold_base, request)
+        assert _heads(hot) == _heads(cold), request
+        assert _heads(hot)[0][0] == "HTTP/1.1 400 Bad Request" and len(asked) == before  # before either path
+        if request.startswith(b"GET"):
+            assert orjson.loads(hot.split(b"\r\n\r\n", 1)[1])["code"] == "INVALID_HOST"

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 from tornado.httpclient import HTTPResponse
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.settings import Settings
 from store.base import BlobWriter
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
@@ -434,6 +434,17 @@ async def test_unparseable_redirect_to_is_a_400(api: Api) -> None:
                  id="chunked-body-to-an-unknown-route"),
     pytest.param(b"POST /auth/login HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400,
                  "INVALID_CONTENT_LENGTH", id="negative-length-json-route"),
+    # Issue 25 finding 8b/8c: Tornado's own refusals were a bare 400 with no body.
+    pytest.param(b"GET /ping HTTP/9.9\r\nHost: x\r\n\r\n", 400, "BAD_REQUEST", id="http-9.9"),
+    pytest.param(b"GET /pi\tng HTTP/1.1\r\nHost: x\r\n\r\n", 400, "BAD_REQUEST", id="tab-in-the-target"),
+    pytest.param(b"GET /ping HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400, "BAD_REQUEST",
+                 id="control-character-in-a-header-value"),
+    pytest.param(b"POST /auth/login HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
+                 "BAD_REQUEST", id="bad-chunk-size"),
+    pytest.param(b"GET /ping HTTP/1.1\r\nHost: user@x\r\n\r\n", 400, "INVALID_HOST", id="host-with-userinfo"),
+    pytest.param(b"GET /ping HTTP/1.1\r\n\r\n", 400, "INVALID_HOST", id="http-1.1-without-host"),
+    pytest.param(b"GET /ping HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "INVALID_HOST", id="two-hosts"),
+    pytest.param(b"GET /ping HTTP/1.1\r\nHost: a,b\r\n\r\n", 400, "INVALID_HOST", id="host-with-a-comma"),
 ])
 async def test_oversized_or_malformed_requests_get_a_json_answer(port: int, request_bytes: bytes, status: int,
                                                                  code: str) -> None:
@@ -454,6 +465,17 @@ async def test_a_chunked_json_body_over_the_limit_is_a_json_413(port: int) -> No
     within = b"%x\r\n" % 60_000 + b" " * 60_000 + b"\r\n2\r\n{}\r\n0\r\n\r\n"
     got, _, payload = await _raw(port, head + within)
     assert got == 400 and payload["code"] != "REQUEST_TOO_LARGE"  # read whole, refused by the handler
+
+
+async def test_hosts_tornado_takes_are_taken(port: int) -> None:
+    """The Host rule refuses no Host Tornado's request object would take (an IP literal, a port,
+    an empty Host; HTTP/1.0 needs none)."""
+    for head in (b"Host: [::1]:8080\r\n", b"Host: 127.0.0.1\r\n", b"Host: xn--bcher-kva.example:1\r\n",
+                 b"Host:\r\n"):
+        status, _, payload = await _raw(port, b"GET /ping HTTP/1.1\r\n" + head + b"\r\n")
+        assert (status, payload) == (200, {"status": "ok"}), head
+    status, _, payload = await _raw(port, b"GET /ping HTTP/1.0\r\n\r\n")
+    assert (status, payload) == (200, {"status": "ok"})
 
 
 async def test_requests_within_the_limits_still_work(api: Api, port: int) -> None:

@@ -14,9 +14,9 @@ import tornado.web
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.app import Runtime
 from mediasrv.web.metrics import Metrics, chain, route_label
 from tests.conftest import Api, body
 from tests.launcher import Server, free_port

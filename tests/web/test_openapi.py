@@ -1,4 +1,4 @@
-"""The OpenAPI document and the for-agents discovery document (mediasrv.web.openapi)."""
+"""The OpenAPI document and the for-agents discovery document (mediasrv.assembly.openapi)."""
 from __future__ import annotations
 
 import copy
@@ -9,10 +9,15 @@ import orjson
 import pytest
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
-from mediasrv.core.errors import BadRequest
+from handlers.routes import ROUTES as DECLARED
+from mediasrv.assembly.openapi import build_for_agents, build_openapi
+from mediasrv.base.errors import BadRequest
 from mediasrv.images.spec import FORMATS, parse_transform
-from mediasrv.web.openapi import RATE_LIMITS, ROUTES, build_for_agents, build_openapi
 
+ROUTES = tuple((r.method, r.path) for r in DECLARED)
+"""(METHOD, OpenAPI path) of every declared operation, in the documents' order."""
+RATE_LIMITS = {(r.method, r.path): (r.limit.per_minute, r.limit.key) for r in DECLARED if r.limit}
+"""(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 PUBLIC_URL = "https://media.example.test"
 TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "application/pdf",
          "text/plain")
@@ -249,10 +254,24 @@ def test_list_files_filters(doc):
     params = [deref(doc, p) for p in operation(doc, "GET", "/files")["parameters"]]
     by_name = {p["name"]: p["schema"] for p in params}
     assert set(by_name) == {"page", "limit", "q", "type", "sizeMin", "sizeMax", "isPublic",
-                            "createdAfter", "createdBefore"}
+                            "createdAfter", "createdBefore", "kind", "sort"}
     assert by_name["limit"]["maximum"] == 100 and by_name["limit"]["default"] == 30
     assert by_name["type"]["enum"] == list(TYPES)
     assert by_name["isPublic"]["enum"] == ["true", "false"]
+    # Issue 31: the gallery's order and kinds, the interface's order by default.
+    assert by_name["sort"] == {"type": "string", "enum": ["-created", "created", "name", "-name", "size", "-size"],
+                               "default": "-created"}
+    assert by_name["kind"]["enum"] == ["image", "video", "audio", "document", "archive", "other"]
+
+
+def test_daily_usage_is_documented(doc):
+    op = operation(doc, "GET", "/usage/daily")
+    (days,) = [deref(doc, p) for p in op["parameters"]]
+    assert days["name"] == "days" and days["schema"] == {"type": "integer", "minimum": 1, "maximum": 366,
+                                                          "default": 30}
+    schema = doc["components"]["schemas"]["DailyUsage"]
+    entry = schema["properties"]["days"]["items"]
+    assert set(entry["properties"]) == {"date", "api_requests", "origin_reads", "image_ops"}
 
 
 def test_file_schema_has_every_interface_field(doc):

@@ -41,10 +41,13 @@ async def test_media_counted_by_the_proxy_is_not_counted_again(api: Api) -> None
 @pytest.mark.parametrize("app_env", ["true"], indirect=True)
 async def test_the_counted_marker_without_the_proxy_secret_changes_nothing(api: Api) -> None:
     wrong_secrets = ({}, {"X-Mediasrv-Proxy-Secret": "guess"}, {"X-Mediasrv-Proxy-Secret": SECRET[:-1]})
+    codes = []
     for n, wrong in enumerate(wrong_secrets):
         headers = {"X-Mediasrv-Counted": "media", **wrong, "X-Forwarded-For": f"198.51.100.{n + 1}"}
-        codes = [(await api.call("GET", MISSING, headers=headers)).code for _ in range(5)]
-        assert codes == [404] * 4 + [429], wrong  # a client's own marker: counted as if absent
+        codes += [(await api.call("GET", MISSING, headers=headers)).code for _ in range(5)]
+    # A client's own marker is counted as if absent, and without the secret its forwarded
+    # address is not believed either (issue 25 finding 8e): all 15 spend the peer's 4.
+    assert codes == [404] * 4 + [429] * 11
 
 
 @pytest.mark.parametrize("app_env", ["true"], indirect=True)
@@ -81,3 +84,16 @@ async def test_cache_header_gets_bytes_for_public_files_only(api: Api) -> None:
     assert r.code == 200 and r.body == b"" and "X-Accel-Redirect" in r.headers
     r = await api.call("GET", f"/m/{fid}", headers={"X-Mediasrv-Cache": "1"})  # not from our proxy
     assert r.code == 200 and r.body == b"" and "X-Accel-Redirect" in r.headers
+
+
+@pytest.mark.parametrize("app_env", ["true"], indirect=True)
+async def test_hot_answers_count_the_peer_without_the_secret(api: Api) -> None:
+    """Issue 25 finding 8e on the hot path (handlers/hot_media.py): a cached public /m with a
+    made-up X-Forwarded-For each time is still the peer's /m budget (4 a minute here)."""
+    token = (await api.user(f"u-{uuid.uuid4().hex[:8]}@example.com"))["session"]["access_token"]
+    r = await api.call("POST", "/files", body=b"hot bytes", token=token,
+                       headers={"Content-Type": "text/plain", "x-file-name": "a.txt"})
+    fid = body(r)["file"]["file_id"]
+    codes = [(await api.call("GET", f"/m/{fid}", headers={"X-Forwarded-For": f"198.51.100.{n}"})).code
+             for n in range(6)]
+    assert codes == [200] * 4 + [429] * 2

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from mediasrv.web.openapi import build_openapi
+from mediasrv.assembly.openapi import build_openapi
 from mediasrv.web.reference_page import render_reference
 from tests.conftest import Api
 

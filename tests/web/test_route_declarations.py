@@ -26,15 +26,15 @@ from handlers import serving
 from handlers.account import AccountBase
 from handlers.base import BaseDeps
 from handlers.reference import StaticJsonHandler
+from mediasrv.assembly.app import Runtime, init_args, make_app
+from mediasrv.assembly.openapi import build_openapi
+from mediasrv.base.settings import Settings
 from mediasrv.cli.sidecar import processes
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.limits.ratelimit import scaled_limit
 from mediasrv.core.mail import MailQueue, SmtpMailer
-from mediasrv.core.settings import Settings
 from mediasrv.web.accesslog import AccessLog
-from mediasrv.web.app import Runtime, init_args, make_app
 from mediasrv.web.metrics import Metrics, chain
-from mediasrv.web.openapi import build_openapi
 from mediasrv.web.openapi_parts import DocContext, Json, json_response
 from mediasrv.web.routespec import ANY, Route, path_regex, per_user
 from tests.conftest import Api, ShiftableClock, body

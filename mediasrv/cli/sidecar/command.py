@@ -19,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mediasrv.cli.sidecar import processes
+from mediasrv.base.settings import SettingsError
+from mediasrv.cli.sidecar import logs, processes
 from mediasrv.cli.sidecar.arguments import add_parsers as add_parsers  # re-exported
 from mediasrv.cli.sidecar.nginx_conf import deploy_file
 from mediasrv.web.metrics_fanin import FanIn, socket_paths
@@ -31,6 +32,7 @@ WANTED_DESCRIPTORS = 65536
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "supervisord-conf":
         return write_supervisord_conf(args.output)
+    logs.configure(os.environ.get("MEDIASRV_LOG_FORMAT", "").strip().lower())
     return sidecar(args, parser)
 
 
@@ -61,7 +63,11 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp, metrics=metrics)
+    try:
+        running = processes.Sidecar(host, port, workers, nginx, mediasrv_command(), tmp, metrics=metrics)
+    except SettingsError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        parser.error(str(exc))
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
@@ -71,6 +77,7 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         running.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    logs.log.info("stopped (exit status %d)", code)
     return code
 
 
@@ -87,7 +94,7 @@ def bind_metrics(workers: int, tmp: Path, parser: argparse.ArgumentParser) -> Fa
     try:
         return FanIn(host, port, socket_paths(workers, tmp))
     except OSError as exc:
-        sys.exit(f"mediasrv sidecar: cannot listen on {host}:{port} (MEDIASRV_METRICS_PORT): {exc.strerror or exc}")
+        logs.fail(f"cannot listen on {host}:{port} (MEDIASRV_METRICS_PORT): {exc.strerror or exc}")
 
 
 def _env_int(name: str, parser: argparse.ArgumentParser) -> int | None:
@@ -122,9 +129,9 @@ def ask_descriptors(wanted: int) -> int:
         return wanted
     except (ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    print(f"mediasrv sidecar: warning: descriptor limit {hard}, below the {wanted} asked for (the hard "
-          "limit here, which this user may not raise); nginx and the processes run with it. Raise it "
-          "with `ulimit -Hn`, LimitNOFILE= (systemd) or the container's --ulimit nofile=", file=sys.stderr)
+    logs.log.warning("descriptor limit %d, below the %d asked for (the hard limit here, which this user may not "
+                     "raise); nginx and the processes run with it. Raise it with `ulimit -Hn`, LimitNOFILE= "
+                     "(systemd) or the container's --ulimit nofile=", hard, wanted)
     return hard
 
 
@@ -132,7 +139,7 @@ def find_nginx() -> str:
     found = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
                                            if os.access(p, os.X_OK)), None)
     if not found:
-        sys.exit("mediasrv sidecar: nginx not found on PATH or in /usr/sbin (apt-get install nginx)")
+        logs.fail("nginx not found on PATH or in /usr/sbin (apt-get install nginx)")
     return found
 
 

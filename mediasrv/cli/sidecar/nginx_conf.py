@@ -12,7 +12,6 @@ import ipaddress
 import math
 import os
 import pwd
-import sys
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,7 @@ def proxy_headers(secret: str, **internal: str) -> str:
     """The proxy_set_header lines of a location: what nginx tells mediasrv about the client,
     the shared secret, the request id, and each internal header cleared unless ``internal``
     sets it (Counted="media", Cache="1")."""
-    lines = ['Connection ""', "Host $http_host", "X-Forwarded-For $remote_addr", "X-Real-IP $remote_addr",
+    lines = ['Connection ""', "Host $mediasrv_host", "X-Forwarded-For $remote_addr", "X-Real-IP $remote_addr",
              "X-Forwarded-Proto $scheme", 'X-Forwarded-Host ""', f'{SECRET_HEADER} "{secret}"',
              f"{REQUEST_ID_HEADER} $request_id"]
     for name in INTERNAL_REQUEST_HEADERS:
@@ -116,7 +115,9 @@ def real_ip(env: dict[str, str]) -> str:
     try:
         networks = [str(ipaddress.ip_network(entry, strict=False)) for entry in given]
     except ValueError as exc:
-        sys.exit(f"mediasrv sidecar: MEDIASRV_NGINX_REAL_IP_FROM: {exc}")
+        from mediasrv.cli.sidecar.logs import fail  # the sidecar's line shape; this module stays stdlib-only
+
+        fail(f"MEDIASRV_NGINX_REAL_IP_FROM: {exc}")
     if not networks:
         return ""
     return "".join(f"set_real_ip_from {n};\n        " for n in networks) + "real_ip_header X-Forwarded-For;"

@@ -12,15 +12,18 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from mediasrv.assembly.stores import metadata_is_shared
+from mediasrv.base.settings import Settings
 from mediasrv.cli.sidecar import nginx_conf, orphans
+from mediasrv.cli.sidecar.logs import fail, log
 from mediasrv.cli.sidecar.nginx_conf import BLOB_LOCATION, BODY_IDLE_MARGIN_S, Layout
+from mediasrv.core.housekeeping import process_role, reconciles_before_start
 from mediasrv.web.metrics_fanin import FanIn
 
 NGINX_STOP_S = 9.0
@@ -121,21 +124,15 @@ class Sidecar:
         self.env.setdefault("MEDIASRV_ACCEL_REDIRECT", BLOB_LOCATION)
         if metrics is not None:  # the sidecar listens there; each process on its socket
             self.env.pop("MEDIASRV_METRICS_PORT", None)
-        self.owner = (self.env.get("MEDIASRV_HOUSEKEEPING") or "").strip().lower() != "none"
-        """False when the operator gave MEDIASRV_HOUSEKEEPING=none: housekeeping is done elsewhere."""
-        self.reconciles = self.owner and not self.env.get("MEDIASRV_MONGODB_URL")
-        """`mediasrv reconcile` before start: embedded SQLite only (a shared MongoDB may have
-        uploads in flight from other hosts)."""
+        settings = Settings.from_env(self.env)
+        self.housekeeping = settings.housekeeping
+        """The operator's MEDIASRV_HOUSEKEEPING, which ``process_role`` hands out."""
+        self.reconciles = reconciles_before_start(settings.housekeeping, shared_store=metadata_is_shared(settings))
+        """`mediasrv reconcile` before start (``reconciles_before_start``)."""
 
     def role(self, index: int) -> str:
-        """MEDIASRV_HOUSEKEEPING of the index-th process, kept when it is started again.
-
-        The processes share one database: none of them reconciles counters at start (`mediasrv
-        reconcile` ran once before them), the first one sweeps, the others do neither.
-        MEDIASRV_HOUSEKEEPING=none given to the sidecar (housekeeping done elsewhere): all none,
-        and no reconcile.
-        """
-        return "sweep" if index == 0 and self.owner else "none"
+        """MEDIASRV_HOUSEKEEPING of the index-th process, kept when it is started again."""
+        return process_role(self.housekeeping, index)
 
     # --- start ------------------------------------------------------------------------
 
@@ -154,19 +151,20 @@ class Sidecar:
             while not stopping() and not _pings(port):
                 proc = self.procs[port]
                 if proc.poll() is not None:
-                    raise SystemExit(f"mediasrv sidecar: mediasrv on port {port} exited with "
-                                     f"{proc.returncode} while starting")
+                    fail(f"mediasrv on port {port} exited with {proc.returncode} while starting")
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"mediasrv sidecar: mediasrv on port {port} not ready in {READY_S:.0f} s")
+                    fail(f"mediasrv on port {port} not ready in {READY_S:.0f} s")
                 time.sleep(0.1)
         self.media_limit = published_media_limit(self.ports[0])
         problem = nginx_conf.s3_reachability(self.env)
         if problem:
-            print(f"mediasrv sidecar: warning: {problem}", file=sys.stderr)
+            log.warning("%s", problem)
         self.start_nginx()
+        log.info("nginx on %s:%d in front of %d mediasrv processes (ports %s)", self.host, self.port, len(self.ports),
+                 ", ".join(map(str, self.ports)))
         if self.metrics is not None:
             self.metrics.start()
-            print(f"mediasrv sidecar: metrics of {len(self.ports)} processes at {self.metrics.url}", file=sys.stderr)
+            log.info("metrics of %d processes at %s", len(self.ports), self.metrics.url)
 
     def start_nginx(self) -> None:
         """nginx in the foreground with a freshly rendered nginx.conf (its access log goes into a
@@ -188,7 +186,7 @@ class Sidecar:
         in flight would drop their reservations). It also creates and migrates a new database."""
         done = subprocess.run([*self.mediasrv, "reconcile"], env=self.env)
         if done.returncode != 0:
-            raise SystemExit(f"mediasrv sidecar: `mediasrv reconcile` exited with {done.returncode}")
+            fail(f"`mediasrv reconcile` exited with {done.returncode}")
 
     def process_env(self, port: int) -> dict[str, str]:
         index = self.ports.index(port)
@@ -217,8 +215,7 @@ class Sidecar:
                 return 1
             for port, proc in list(self.procs.items()):
                 if proc.poll() is not None and not stopping():
-                    print(f"mediasrv sidecar: mediasrv on port {port} exited with {proc.returncode}; "
-                          "starting it again", file=sys.stderr)
+                    log.warning("mediasrv on port %d exited with %s; starting it again", port, proc.returncode)
                     time.sleep(0.5)
                     self.procs[port] = self._spawn(port)
             time.sleep(0.2)
@@ -233,15 +230,14 @@ class Sidecar:
         now = time.monotonic()
         self.nginx_restarts = [t for t in self.nginx_restarts if now - t < NGINX_RESTART_WINDOW_S] + [now]
         if len(self.nginx_restarts) > NGINX_RESTARTS:
-            print(f"mediasrv sidecar: nginx exited with {code}, the {len(self.nginx_restarts)}th time in "
-                  f"{NGINX_RESTART_WINDOW_S:.0f} s; stopping", file=sys.stderr)
+            log.error("nginx exited with %s, the %dth time in %.0f s; stopping", code, len(self.nginx_restarts),
+                      NGINX_RESTART_WINDOW_S)
             return False
-        print(f"mediasrv sidecar: nginx exited with {code}; {len(killed)} orphaned nginx processes killed; "
-              "starting it again once the port is free", file=sys.stderr)
+        log.warning("nginx exited with %s; %d orphaned nginx processes killed; starting it again once the port "
+                    "is free", code, len(killed))
         if not orphans.wait_port_free(self.host, self.port, PORT_FREE_S):
-            print(f"mediasrv sidecar: {self.host}:{self.port} still in use after {PORT_FREE_S:.0f} s"
-                  f"{'' if self.subreaper else ' (not a child subreaper: orphaned workers could not be collected)'}"
-                  "; stopping", file=sys.stderr)
+            log.error("%s:%d still in use after %.0f s%s; stopping", self.host, self.port, PORT_FREE_S,
+                      "" if self.subreaper else " (not a child subreaper: orphaned workers could not be collected)")
             return False
         self.start_nginx()
         return True
@@ -287,7 +283,7 @@ def published_media_limit(port: int) -> int:
         limits = json.load(r)["limits"]["rate_limits"]
     found = {x["requests_per_minute"] for x in limits if x["method"] == "GET" and x["path"].startswith("/m/")}
     if len(found) != 1:
-        raise SystemExit(f"mediasrv sidecar: mediasrv on port {port} publishes no single /m limit: {limits}")
+        fail(f"mediasrv on port {port} publishes no single /m limit: {limits}")
     limit: int = found.pop()
     return limit
 

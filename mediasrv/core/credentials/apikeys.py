@@ -12,11 +12,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from mediasrv.base.errors import BadRequest, NotFound
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.credentials.tokens import digest
-from mediasrv.core.errors import BadRequest, NotFound
-from mediasrv.core.timeutil import now_iso
 from store.base import MetaStore
-from store.models import ApiKey
+from store.models import ApiKey, User
 
 PREFIX = "msk"
 _KEY_RE = re.compile(r"^msk_[A-Za-z0-9_-]{32}$")
@@ -49,12 +49,14 @@ class ApiKeyService:
     def __init__(self, meta: MetaStore) -> None:
         self._meta = meta
 
-    async def create(self, user_id: str, name: object) -> dict[str, Any]:
+    async def create(self, user: User, name: object) -> dict[str, Any]:
+        """A new key of ``user``, under the account's credential epoch as the caller's session
+        saw it: a key made across a new password carries the old epoch and never works."""
         if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
             raise BadRequest(f"name must be a string of at most {MAX_NAME_CHARS} characters")
         new = generate()
-        record = ApiKey(id=str(uuid.uuid4()), user_id=user_id, name=name, key_prefix=new.key_prefix,
-                        key_hash=new.key_hash, created_at=now_iso())
+        record = ApiKey(id=str(uuid.uuid4()), user_id=user.id, name=name, key_prefix=new.key_prefix,
+                        key_hash=new.key_hash, created_at=now_iso(), credential_epoch=user.credential_epoch)
         await self._meta.create_api_key(record)
         return {"id": record.id, "key": new.key, "key_prefix": record.key_prefix, "name": record.name,
                 "created_at": record.created_at}

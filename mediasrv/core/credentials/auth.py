@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from mediasrv.base.errors import BadRequest, Forbidden, Unauthorized
 from mediasrv.core.credentials import apikeys
 from mediasrv.core.credentials.principals import CredentialLookups
 from mediasrv.core.credentials.tokens import JwtCodec, digest
-from mediasrv.core.errors import BadRequest, Forbidden, Unauthorized
 from store.base import MetaStore
 from store.models import User
 
@@ -73,8 +73,8 @@ class Authenticator:
         if record is None:
             raise Unauthorized()
         user = await self._lookups.user(record.user_id)
-        if user is None:
-            raise Unauthorized()
+        if user is None or record.credential_epoch != user.credential_epoch:
+            raise Unauthorized()  # a key made before the account's newest password has ended
         _check_enabled(user)
         self._on_key_used(record.id)
         return Principal(user=user, kind="api_key", key_id=record.id)

@@ -3,7 +3,8 @@
 bcrypt only looks at 72 bytes and bcrypt 5 raises ValueError beyond them, so the limit is
 enforced here in bytes: a longer password is refused at registration and reset (400, never
 truncated) and can never match at login (401, never 500). Unknown accounts are checked
-against a dummy hash so a login's timing does not reveal whether the e-mail exists.
+against a dummy hash so a login's timing does not reveal whether the e-mail exists; so are
+accounts whose password was dropped (``NO_PASSWORD``), which no password opens.
 """
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from typing import Any, TypeVar
 
 import bcrypt
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 
 T = TypeVar("T")
 
 MIN_CHARS = 6
 MAX_BYTES = 72
+NO_PASSWORD = "!no-password"
+"""Stored instead of a hash when an account has no password yet: a pending registration that
+someone registered again (``AccountService.register``); its mailbox's reset link sets one. Not
+a bcrypt hash ("$2..."), so nothing can match it."""
 
 
 def validate_password(value: object, field: str = "password") -> str:
@@ -52,14 +57,16 @@ class PasswordHasher:
         return digest.decode()
 
     async def verify(self, password: object, password_hash: str | None) -> bool:
-        """True only for a matching password; runs one bcrypt check in every case."""
-        target = password_hash.encode() if password_hash else await self._dummy_hash()
+        """True only for a matching password; runs one bcrypt check in every case (against a
+        dummy hash when there is no account or no password, and then never True)."""
+        usable = password_hash is not None and password_hash.startswith("$2")
+        target = password_hash.encode() if usable and password_hash else await self._dummy_hash()
         candidate = password.encode("utf-8", "surrogatepass") if isinstance(password, str) else b""
         if not candidate or len(candidate) > MAX_BYTES:
             # Still pay for one check so the response time does not tell the cases apart.
             await self._run(_checkpw, b"x", target)
             return False
-        return await self._run(_checkpw, candidate, target)
+        return await self._run(_checkpw, candidate, target) and usable
 
     async def _dummy_hash(self) -> bytes:
         if self._dummy is None:

@@ -5,10 +5,11 @@ Every authenticated request used to read the user (and, for an API key, the key 
 from the metadata store: one executor hop each. ``CredentialLookups`` keeps both for
 ``ttl_s`` (2 s by default) in this process, and ``ForgetfulMeta`` (the metadata store as the
 rest of the app sees it) drops a user's entries the moment this process changes anything
-about that user that a request's checks read: password (token_version), e-mail
-verification, upload cap, API keys. So within one process every change is seen at once; a change made by another
-process (a second ``--workers`` worker, an operator command) is seen within ``ttl_s``: a
-revoked API key or a retired session token works for at most that long there.
+about that user that a request's checks read: password (token_version and credential_epoch),
+e-mail verification, disabling, upload cap, API keys. So within one process every change is seen
+at once; a change made by another process (a second ``--workers`` worker, an operator command)
+is seen within ``ttl_s``: a revoked API key, a retired session token or a signed URL made before
+a new password (``LinkCheck`` reads the owner through ``user``) works for at most that long there.
 
 A miss (unknown key, unknown user) is never kept: a key created a moment ago is found.
 """
@@ -77,9 +78,11 @@ def _bounded(items: dict[str, Any]) -> dict[str, Any]:
     return items
 
 
-_USER_WRITES = frozenset({"mark_email_verified", "set_password", "set_max_upload_size", "revoke_api_key"})
+_USER_WRITES = frozenset({"mark_email_verified", "set_password", "set_disabled", "set_max_upload_size",
+                          "revoke_api_key"})
 """MetaStore methods whose first argument is the user they change in a way a request's
-checks read from the principal (token_version, verification, upload cap, keys). Quota
+checks read from the principal (token_version, credential_epoch, verification, disabled,
+upload cap, keys; serving's signed-link check reads the owner the same way). Quota
 counters are not among them: uploads reserve quota atomically in the store, and /usage
 reads the user afresh, so a cached user's storage_bytes is never relied upon (and an
 upload does not cost the next request a lookup)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from mediasrv.core.errors import TokenExpired
+from mediasrv.base.errors import TokenExpired
 
 ALGORITHM = "HS256"
 ISSUER = "mediasrv"

@@ -48,10 +48,15 @@ class MediaRequest:
 
 @dataclass(frozen=True, slots=True)
 class Accel:
-    """An X-Accel-Redirect answer: the internal location, and for S3 the object's URL."""
+    """An X-Accel-Redirect answer: the internal location, and for S3 the object's URL; once
+    decided (``MediaDelivery``), what nginx is to send: its status, body length and range."""
 
     uri: str
     upstream: str | None = None
+    status: int = 200
+    length: int = 0
+    content_range: str | None = None
+    """``bytes start-end/size`` of a range answer (206), else None."""
 
 
 @dataclass(slots=True)

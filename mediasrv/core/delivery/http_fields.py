@@ -12,6 +12,8 @@ import re
 import unicodedata
 from urllib.parse import quote
 
+from anyascii import anyascii
+
 PRIVATE_NO_STORE = "private, no-store"
 """Cache-Control of every answer that depends on the caller: the API's, and a private file's."""
 CREDENTIAL_VARY = "Authorization, X-Api-Key"
@@ -76,12 +78,16 @@ def http_date(t: dt.datetime) -> str:
 def content_disposition(name: str | None, fallback: str) -> str:
     """``attachment`` with an ASCII ``filename`` and an exact UTF-8 ``filename*`` (RFC 6266).
 
-    Quotes, control and bidi characters and path separators are removed from both forms,
-    so no header injection or misleading name is possible.
+    The ASCII form is the name transliterated (``café-Ünïcødé 写真.jpg`` is
+    ``cafe-Unicode XieZhen.jpg``, not ``cafe-Unicde .jpg``): clients that read only
+    ``filename`` (``curl -OJ``, ``wget --content-disposition``) get a name a person
+    recognises. Quotes, control and bidi characters and path separators are removed from both
+    forms, so no header injection or misleading name is possible. ``fallback`` names a file
+    without a (usable) name.
     """
     clean = _clean_name(name or "") or fallback
-    ascii_name = unicodedata.normalize("NFKD", clean).encode("ascii", "ignore").decode()
-    ascii_name = re.sub(r"[^A-Za-z0-9._ ()+-]", "_", ascii_name).strip(" .") or fallback
+    ascii_name = re.sub(r"[^A-Za-z0-9._ ()+-]", "_", anyascii(clean))
+    ascii_name = re.sub(r"\s+", " ", ascii_name).strip(" .") or fallback
     return (f"attachment; filename=\"{_shorten(ascii_name, 150)}\"; "
             f"filename*=UTF-8''{quote(_shorten(clean, 200), safe='')}")
 

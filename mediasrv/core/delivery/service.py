@@ -13,13 +13,16 @@ Hot path: a cached public file costs no await beyond the host check, and no exec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
-from mediasrv.core.credentials.signing import UrlSigner
+from mediasrv.base.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.delivery.answer import Accel, BlobStream, MediaAnswer, MediaRequest
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
@@ -33,12 +36,11 @@ from mediasrv.core.delivery.http_fields import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.core.errors import BadRequest, NotFound, RangeNotSatisfiable, UnsupportedMedia
+from mediasrv.core.delivery.jobs import ImageJobs
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import needs_sandbox, shown_inline
+from mediasrv.core.files.content_types import download_name, needs_sandbox, shown_inline
+from mediasrv.core.files.links import LinkCheck
 from mediasrv.core.recorders import UsageRecorder
-from mediasrv.core.timeutil import parse_iso
-from mediasrv.images.jobs import ImageJobs
 from mediasrv.images.policy import ANY_TRANSFORM, TransformPolicy
 from mediasrv.images.spec import AUTO, TransformSpec
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
@@ -84,13 +86,13 @@ class MediaDelivery:
     """
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, *, files: FileCache, results: ResultCache,
-                 bodies: BlobCache, images: ImageJobs, signer: UrlSigner, usage: UsageRecorder,
+                 bodies: BlobCache, images: ImageJobs, links: LinkCheck, usage: UsageRecorder,
                  hosts: HostRule, public_cache: str, accel_prefix: str = "",
                  policy: TransformPolicy = ANY_TRANSFORM) -> None:
         self._meta, self._blobs = meta, blobs
         self.files, self.results, self.bodies = files, results, bodies
         self.usage = usage
-        self._images, self._signer, self._hosts = images, signer, hosts
+        self._images, self._links, self._hosts = images, links, hosts
         self._public_cache = public_cache
         """Cache-Control of public files: ``public_cache_control(...)`` of the settings."""
         self._accel_prefix = accel_prefix
@@ -103,10 +105,12 @@ class MediaDelivery:
     async def deliver(self, request: MediaRequest) -> MediaAnswer:
         """The answer to ``request``. A file that does not exist, or that this Host or caller may
         not see, raises the same 404; any failure after that comes back in the answer. A
-        transform this server does not make is refused first (400), before any look-up."""
-        answer = self.deliver_cached(request)
-        if answer is not None:
-            return answer
+        transform this server does not make is refused first (400), before any look-up.
+
+        One path for every request: the record looked up once, then the representation; what
+        ``deliver_cached`` answers from memory is a step of it (``_body_from_memory``,
+        ``_variant_from_memory``), so a decision is made in one place for both."""
+        self._check_policy(request)
         record = await self._readable_record(request)
         try:
             if request.spec is None:
@@ -119,17 +123,12 @@ class MediaDelivery:
         """The answer ``deliver`` would give, when everything it needs is in this process's
         memory; else None, having counted and changed nothing (then ``deliver`` does the work).
 
-        For a transport that answers hot requests without a handler (``handlers.hot_media``).
-        A transform this server does not make raises as in ``deliver``."""
-        if request.spec is not None:
-            self._policy.check(request.key, request.spec, request.transform_signature)
-        return self._from_memory(request)
-
-    def _from_memory(self, request: MediaRequest) -> MediaAnswer | None:
-        """A public file's answer from the caches, with no await: its record cached, asked on
-        one of the server's own names (no domain look-up), no Range (rare, and a 416 is an
-        error), not for the sidecar's cache (it revalidates at the store), and its bytes (or
-        this variant) in memory unless none are sent. None otherwise, with nothing counted."""
+        For a transport that answers hot requests without a handler (``handlers.hot_media``):
+        a public file's record cached, asked on one of the server's own names (no domain
+        look-up), no Range (rare, and a 416 is an error), not for the sidecar's cache (it
+        revalidates at the store). A transform this server does not make raises as in
+        ``deliver``."""
+        self._check_policy(request)
         if request.range is not None or request.proxy_cache or not _KEY_RE.match(request.key):
             return None
         record = self.files.peek(request.key)
@@ -138,40 +137,60 @@ class MediaDelivery:
         if record is None or not record.is_public or not self._hosts.serves_every_file(request.host):
             return None
         if request.spec is None:
-            answer = None if self._accel_prefix else self._stored_from_memory(record, request)
+            answer: MediaAnswer | None = self._stored_head(record, request)
+            if answer is not None and answer.status != 304 and not self._body_from_memory(record, request, answer):
+                answer = None
+        elif record.content_type in TRANSFORMABLE_TYPES:  # else the full path's 400 or 415
+            answer = self._variant_from_memory(record, request, _Variant.of(record, request.spec, request),
+                                               self._peek_result)
         else:
-            answer = self._transformed_from_memory(record, request.spec, request)
+            answer = None
         if answer is not None:
             self.files.hits += 1
         return answer
 
-    def _stored_from_memory(self, record: FileRecord, request: MediaRequest) -> MediaAnswer | None:
-        """``_stored`` for a public record whose bytes ``bodies`` holds (no X-Accel-Redirect)."""
+    def _check_policy(self, request: MediaRequest) -> None:
+        if request.spec is not None:
+            self._policy.check(request.key, request.spec, request.transform_signature)
+
+    def _peek_result(self, file_id: str, variant: str) -> tuple[bytes, str] | None:
+        """A cached variant, its lookup counted only when it answers (``deliver_cached`` hands
+        a miss on to ``deliver``, which counts it)."""
+        cached = self.results.peek(file_id, variant)
+        if cached is not None:
+            self.results.hits += 1
+        return cached
+
+    def _stored_head(self, record: FileRecord, request: MediaRequest) -> MediaAnswer:
+        """The stored bytes' representation: headers, and status 304 when the client's copy is
+        current."""
         etag = f'"{record.file_id}"'
-        answer = self._representation(record, request, record.content_type, etag, _modified(record.created_at))
-        if answer.status == 304:
-            return answer
+        return self._representation(record, request, record.content_type, etag, _modified(record.created_at))
+
+    def _body_from_memory(self, record: FileRecord, request: MediaRequest, answer: MediaAnswer) -> bool:
+        """Complete ``answer`` with a public file's whole body from ``bodies`` (none for HEAD):
+        True when done; False when the bytes are not in memory, a Range asks for part of them,
+        or nginx sends the blobs (X-Accel-Redirect)."""
+        if self._accel_prefix or request.range is not None or not record.is_public:
+            return False
         data = None if request.head else self.bodies.get(record.file_id)
         if data is None and not request.head:
-            return None
+            return False
         _select(answer, None, record.size)
         self.usage.origin_read(record.user_id)
         answer.body = data
-        return answer
+        return True
 
-    def _transformed_from_memory(self, record: FileRecord, spec: TransformSpec,
-                                 request: MediaRequest) -> MediaAnswer | None:
-        """``_transformed`` for a public record whose variant ``results`` holds."""
-        if record.content_type not in TRANSFORMABLE_TYPES:
-            return None  # the full path's 400 or 415
-        variant = _Variant.of(record, spec, request)
+    def _variant_from_memory(self, record: FileRecord, request: MediaRequest, variant: _Variant,
+                             lookup: Callable[[str, str], tuple[bytes, str] | None]) -> MediaAnswer | None:
+        """The variant's answer without a transform: 304 when the client's copy is current (its
+        validators come from the file and the normalised spec alone: no slot, no read, no image
+        operation, cached or not, public or private), else from the result cache (``lookup``);
+        None when it must be rendered."""
         if variant.current(request):
             return self._not_modified(record, variant)
-        cached = self.results.peek(record.file_id, variant.key)
-        if cached is None:
-            return None
-        self.results.hits += 1
-        return self._variant_answer(record, request, variant, *cached)
+        cached = lookup(record.file_id, variant.key)
+        return None if cached is None else self._variant_answer(record, request, variant, *cached)
 
     async def _readable_record(self, request: MediaRequest) -> FileRecord:
         """The record, from this process's record cache, except for a public file that the
@@ -195,7 +214,7 @@ class MediaDelivery:
             if record is None:
                 raise _not_found()
             self.files.put(record, generation)  # not if a delete ran meanwhile
-        if not await self._hosts.serves(request.host, record.user_id) or not self._may_read(record, request):
+        if not await self._hosts.serves(request.host, record.user_id) or not await self._may_read(record, request):
             raise _not_found()
         return record
 
@@ -225,25 +244,27 @@ class MediaDelivery:
         for key in keys:
             self.files.refreshed(key, found.get(key), generation)
 
-    def _may_read(self, record: FileRecord, request: MediaRequest) -> bool:
-        """Public files to anyone; private ones to their owner, or with a valid signed link."""
-        return (record.is_public or owns(request.user_id, record)
-                or self._signer.verify(record.file_id, request.expires, request.signature))
+    async def _may_read(self, record: FileRecord, request: MediaRequest) -> bool:
+        """Public files to anyone; private ones to their owner, or with a signed link that still
+        holds (``LinkCheck``: its owner's epoch, an enabled owner)."""
+        if record.is_public or owns(request.user_id, record):
+            return True
+        return await self._links.opens(record, request.expires, request.signature)
 
     async def _stored(self, record: FileRecord, request: MediaRequest) -> MediaAnswer:
-        """The stored bytes: sent by nginx when it can, else from memory or in chunks."""
+        """The stored bytes: from memory when they are there, else sent by nginx when it can,
+        else in one read or in chunks."""
+        answer = self._stored_head(record, request)
+        if answer.status == 304 or self._body_from_memory(record, request, answer):
+            return answer
         accel = None
         if self._accel_prefix and not (record.is_public and request.proxy_cache):
             accel = await self._accel(record, request.head)
-        etag = f'"{record.file_id}"'
-        modified = _modified(record.created_at)
-        answer = self._representation(record, request, record.content_type, etag, modified)
-        if answer.status == 304:
-            return answer
+        etag, modified = answer.headers["ETag"], _modified(record.created_at)
         window = _window(request, etag, modified, record.size)
         self.usage.origin_read(record.user_id)
         if accel is not None:
-            _redirect(answer, accel, window)
+            _redirect(answer, accel, window, record.size, request.head)
             return answer
         start, end = _select(answer, window, record.size)
         if request.head:
@@ -266,15 +287,12 @@ class MediaDelivery:
         if record.content_type not in TRANSFORMABLE_TYPES:
             raise UnsupportedMedia(f"{record.content_type} images cannot be transformed")
         variant = _Variant.of(record, spec, request)
-        if variant.current(request):
-            # The variant's validators come from the file and the normalised spec alone: a
-            # revalidation takes no slot, reads nothing and counts no image operation.
-            return self._not_modified(record, variant)
-        cached = self.results.get(record.file_id, variant.key)
-        if cached is None:
-            generation = self.results.generation
-            cached = await self._render(record, variant.spec, request.client)
-            self.results.put(record.file_id, variant.key, *cached, generation=generation)
+        answer = self._variant_from_memory(record, request, variant, self.results.get)
+        if answer is not None:
+            return answer
+        generation = self.results.generation
+        cached = await self._render(record, variant.spec, request.client)
+        self.results.put(record.file_id, variant.key, *cached, generation=generation)
         return self._variant_answer(record, request, variant, *cached)
 
     def _not_modified(self, record: FileRecord, variant: _Variant) -> MediaAnswer:
@@ -309,10 +327,8 @@ class MediaDelivery:
         headers["Accept-Ranges"] = "bytes"
         if needs_sandbox(content_type):
             headers["Content-Security-Policy"] = SANDBOX  # never let uploaded markup run here
-        if request.attachment:
-            headers["Content-Disposition"] = content_disposition(record.name, record.file_id)
-        elif not shown_inline(content_type):
-            headers["Content-Disposition"] = "attachment"
+        if request.attachment or not shown_inline(content_type):  # /d, or a type never shown in place
+            headers["Content-Disposition"] = _disposition(record.name, record.file_id, record.content_type)
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
 
@@ -436,11 +452,16 @@ def _select(answer: MediaAnswer, window: tuple[int, int] | None, size: int) -> t
     return start, end
 
 
-def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None) -> None:
+def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None, size: int, head: bool) -> None:
     """nginx sends the blob; everything that decides whether and how to answer (auth, limits,
     privacy, 304, 416, counting) ran here. A file: nginx's sendfile answers the Range itself.
     An S3 object: nginx fetches the presigned URL, asking S3 for the range decided here
-    (If-Range included), and never passes the client's headers on."""
+    (If-Range included), and never passes the client's headers on. ``answer.accel`` keeps what
+    was decided (status, length, range) for the access log: mediasrv itself sends nginx an
+    empty 200."""
+    start, end = window or (0, size)
+    accel = dataclasses.replace(accel, status=206 if window else 200, length=0 if head else end - start,
+                                content_range=f"bytes {start}-{end - 1}/{size}" if window else None)
     headers = answer.headers
     headers["X-Accel-Redirect"] = accel.uri
     if accel.upstream is not None:
@@ -455,6 +476,13 @@ def _redirect(answer: MediaAnswer, accel: Accel, window: tuple[int, int] | None)
                 headers[f"X-Mediasrv-{name}"] = value
     del headers["Accept-Ranges"]  # nginx's (file) or S3's (object) is sent
     answer.accel = accel
+
+
+@lru_cache(maxsize=4096)
+def _disposition(name: str | None, file_id: str, content_type: str) -> str:
+    """Content-Disposition of a download (memoised: hot downloads transliterate once): the
+    file's name, or ``<file_id>.<ext>`` for a file uploaded without one."""
+    return content_disposition(name, download_name(file_id, content_type))
 
 
 @lru_cache(maxsize=4096)

@@ -11,10 +11,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from mediasrv.base.errors import Conflict, NotFound
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.providers import EXTERNAL_TLS, CloudflareProvider, DomainProvider, DomainStatus
-from mediasrv.core.errors import Conflict, NotFound
-from mediasrv.core.timeutil import now_iso
-from store.base import DuplicateError, MetaStore
+from store.base import MetaStore
+from store.errors import Duplicate
 from store.models import CustomDomain
 
 log = logging.getLogger("mediasrv.custom_domains")
@@ -82,7 +83,7 @@ class DomainService:
         status = await self._provider.add(hostname)
         try:
             await self._meta.put_domain(_record(user_id, hostname, status))
-        except DuplicateError:
+        except Duplicate:
             # Another account won a race for this hostname; the provider entry is now theirs.
             raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN") from None
         self._forget(user_id, hostname)

@@ -18,9 +18,9 @@ from urllib.parse import quote, urlencode
 import httpx
 import orjson
 
-from mediasrv.core.errors import BadGateway, BadRequest
-from mediasrv.core.settings import Settings, SettingsError
-from mediasrv.core.settings_checks import parse_nameserver
+from mediasrv.base.errors import BadGateway, BadRequest
+from mediasrv.base.settings import Settings, SettingsError
+from mediasrv.base.settings.checks import parse_nameserver
 
 log = logging.getLogger("mediasrv.domains")
 

@@ -11,21 +11,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from mediasrv.base.errors import Forbidden, NotFound, PayloadTooLarge
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.custom import DomainService
-from mediasrv.core.errors import Forbidden, NotFound
 from mediasrv.core.files.access import owns
-from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.uploads import Upload, UploadLimits
+from mediasrv.core.files.content_types import AllowList, stored_type
+from mediasrv.core.files.uploads import UploadLimits, UploadRequest, UploadSession, memory_bound
+from mediasrv.core.limits.buffers import UploadBuffers
 from mediasrv.core.limits.inflight import UploadsInFlight
 from mediasrv.core.limits.querygate import QueryGate
-from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
-from mediasrv.core.timeutil import now_iso
-from store.base import BlobStore, MetaStore, QuotaWithRecord
+from store.base import BlobStore, MetaStore, QuotaWithRecord, WriteBuffers
 from store.errors import StorageFull
+from store.kinds import KINDS as KINDS  # re-exported: the handler checks and documents them
+from store.models import FILE_SORTS as FILE_SORTS
 from store.models import FileQuery as FileQuery  # re-exported: the handler builds list queries
 from store.models import FileRecord, User
 
@@ -33,6 +36,8 @@ log = logging.getLogger("mediasrv.files")
 GUARD_MAX_AGE_S = 1.0
 """How old the store guard's answer may be when an upload starts (see StoreGuard.recent)."""
 MAX_NAME_CHARS = 255
+DEFAULT_SORT = FileQuery().sort
+"""The interface's order of a file listing: newest first."""
 
 
 def trial_ended(user: User) -> bool:
@@ -65,14 +70,18 @@ class FileService:
         self._domains = domains
         self._on_deleted = on_deleted
         self.gate = gate or QueryGate()
+        self.allow = AllowList(settings.allowed_content_types)
+        """The content types this server stores (MEDIASRV_ALLOWED_CONTENT_TYPES)."""
         self._aborts: set[asyncio.Future[None]] = set()
         self._one_write = isinstance(meta, QuotaWithRecord)
         self.in_flight = UploadsInFlight(settings.max_uploads_per_user)
+        self.buffers = UploadBuffers(settings.upload_buffer_bytes)
+        self._writer_buffer = blobs.writer_buffer_bytes if isinstance(blobs, WriteBuffers) else 0
 
-    def abort_later(self, upload: Upload) -> None:
-        """Drop a disconnected client's upload (its partial blob, its reservation) in the
-        background; ``drain_aborts`` lets shutdown wait for it before the stores close."""
-        task = asyncio.ensure_future(upload.abort())
+    def abort_later(self, undo: Awaitable[None]) -> None:  # the sessions' ``in_background``
+        """Run an abandoned upload's undo (its partial blob, its reservation) in the background;
+        ``drain_aborts`` lets shutdown wait for it before the stores close."""
+        task = asyncio.ensure_future(undo)
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
@@ -101,16 +110,38 @@ class FileService:
             await self._guard.recent(GUARD_MAX_AGE_S)
             self._guard.require()
 
+    async def admit(self, user: User, read_request: Callable[[], UploadRequest]) -> UploadSession:
+        """Whether this upload may start, decided before a byte of its body is read, and its
+        session, in this order: the account's trial (403, before anything else: the operator
+        contract), the request's own fields (``read_request``, the transport's parser: 400), the
+        stored type (``content_types.stored_type``: 400, 415), a declared size over the account's
+        cap (413), then ``start_upload`` (quota, memory, the blob writer)."""
+        require_active_trial(user)
+        request = read_request()
+        content_type = stored_type(request.declared_type, request.named_type, self.allow)
+        limits = self.limits_for(user)
+        if request.declared_size is not None and request.declared_size > limits.cap_bytes:
+            raise PayloadTooLarge(f"File too large: the limit is {limits.cap_bytes} bytes")
+        return await self.start_upload(user, content_type, request.name, request.is_public, request.declared_size,
+                                       limits)
+
     async def start_upload(self, user: User, content_type: str | None, name: str | None, is_public: bool,
-                           declared_size: int | None, limits: UploadLimits, allow: AllowList) -> Upload:
+                           declared_size: int | None, limits: UploadLimits) -> UploadSession:
         """An upload whose quota is reserved (when its size is declared, unless the body is small
         and the store takes its quota with its record) and whose blob writer is open (unless the
-        body is small); 503 first if the database changed under the server (``require_store``)."""
+        body is small); 503 first if the database changed under the server (``require_store``),
+        or if it would hold more memory than MEDIASRV_UPLOAD_BUFFER_BYTES leaves (UploadsBusy)."""
         await self.require_store()
         self.in_flight.take(user.id)  # 429 past MEDIASRV_MAX_UPLOADS_PER_USER open at once
-        ended = _once(functools.partial(self.in_flight.give, user.id))
-        upload = Upload(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
-                        allow, one_write=self._one_write, on_end=ended)
+        try:  # 503 past MEDIASRV_UPLOAD_BUFFER_BYTES held by all uploads: before anything is reserved
+            give_buffers = self.buffers.take(memory_bound(
+                limits.cap_bytes if declared_size is None else declared_size, self._writer_buffer))
+        except BaseException:
+            self.in_flight.give(user.id)
+            raise
+        ended = _once(functools.partial(_both, functools.partial(self.in_flight.give, user.id), give_buffers))
+        upload = UploadSession(self._meta, self._blobs, user, content_type, name, is_public, declared_size, limits,
+                               self.allow, one_write=self._one_write, on_end=ended, in_background=self.abort_later)
         try:
             await upload.start()  # releases its own reservation if it fails (503)
         except BaseException:
@@ -191,6 +222,11 @@ def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[s
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
     }
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
+    first()
+    second()
 
 
 def _once(call: Callable[[], None]) -> Callable[[], None]:

@@ -1,4 +1,19 @@
-"""One streamed upload, from the first header check to the committed record.
+"""One upload session, from admission to the committed record: the core service every upload
+front feeds (``POST /files`` today; the session is fed chunk by chunk and could be fed across
+several requests).
+
+``FileService.admit`` decides whether an upload may start (trial, type, declared size against
+the account's cap, quota, the process's upload memory) and returns an ``UploadSession``; the
+transport then passes it each chunk (``feed``), calls ``finish`` when the body is complete, or
+``abandon`` when its client went away, and writes the answer. ``feed`` and ``finish`` undo the
+whole upload themselves on any failure and raise the ``ApiError`` the client gets, so a front
+holds no undo logic of its own. The paths a body takes:
+
+- small (at most WRITE_BYTES and declared): buffered whole, stored with one ``put``, its quota
+  taken with its record where the store can (``QuotaWithRecord``); no temp file;
+- declared and larger: quota reserved before the first byte, the blob written through a
+  ``BlobWriter`` (a temp file renamed at commit, or an S3 multipart upload);
+- chunked (no length): like the larger one, its quota reserved once the size is known.
 
 The body goes to the blob store chunk by chunk; nothing holds it whole. Quota is reserved
 atomically in the metadata store before the body is read when the size is declared, or
@@ -27,10 +42,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
-from mediasrv.core.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable, for_store_error
+from mediasrv.base.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.base.ids import row_id
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
-from mediasrv.core.ids import row_id
-from mediasrv.core.timeutil import now_iso
+from mediasrv.core.store_errors import for_store_error
 from mediasrv.images.headers import JpegFrameScanner, header_dimensions
 from mediasrv.images.vips import TRANSFORMABLE_TYPES
 from store import errors as store_errors
@@ -41,6 +57,20 @@ log = logging.getLogger("mediasrv.uploads")
 T = TypeVar("T")
 IMAGE_HEAD_BYTES = 256 * 1024
 QUOTA_MESSAGE = "Storage limit or file count limit reached"
+
+
+@dataclass(frozen=True)
+class UploadRequest:
+    """What the transport read of an upload's request: parsed, not yet judged."""
+
+    declared_type: str
+    """The Content-Type, normalised (``content_types.normalize``)."""
+    named_type: str | None
+    """The ``type`` query parameter, when the client could only send application/octet-stream."""
+    name: str | None
+    is_public: bool
+    declared_size: int | None
+    """Content-Length, or None for a chunked body."""
 
 
 @dataclass(frozen=True)
@@ -64,19 +94,34 @@ def new_file_id() -> str:
 
 WRITE_BYTES = 1024 * 1024
 """Body bytes gathered before one write to the blob store (one executor hop, not sixteen)."""
+BODY_CHUNK_BYTES = 64 * 1024
+"""The most Tornado hands ``feed`` at once (its HTTP/1 ``chunk_size``)."""
 
 
-class Upload:
-    """Lifecycle: ``start`` -> ``feed``* -> ``finish``; ``abort`` on any failure or disconnect."""
+def memory_bound(size: int, writer_buffer_bytes: int) -> int:
+    """The most an upload of at most ``size`` bytes holds in memory at once, for the uploads'
+    budget (``mediasrv.core.limits.buffers``): the body gathered for the next write (WRITE_BYTES
+    and one chunk past it; a small body whole), the copy of it being written, and what the
+    blob writer keeps between writes (``store.base.WriteBuffers``: on S3 the part it fills)."""
+    pending = min(size, WRITE_BYTES + BODY_CHUNK_BYTES)
+    return 2 * pending + min(size, writer_buffer_bytes)
+
+
+class UploadSession:
+    """Lifecycle: ``start`` -> ``feed``* -> ``finish``; ``abort`` on any failure or disconnect
+    (``feed`` and ``finish`` call it themselves), ``abandon`` when the client went away."""
 
     def __init__(self, meta: MetaStore, blobs: BlobStore, user: User, content_type: str | None,
                  name: str | None, is_public: bool, declared_size: int | None, limits: UploadLimits,
                  allow: content_types.AllowList | None = None, *, one_write: bool | None = None,
-                 on_end: Callable[[], None] | None = None) -> None:
+                 on_end: Callable[[], None] | None = None,
+                 in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
         the caller knows (an isinstance check of a protocol costs more than a small upload's
-        other checks together). ``on_end``: called once, when the upload is stored or aborted."""
+        other checks together). ``on_end``: called once, when the upload is stored, or aborted
+        and its buffers dropped. ``in_background``: runs the undo of an abandoned upload
+        (``FileService.abort_later``: shutdown waits for it)."""
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
         self._declared, self._limits = declared_size, limits
@@ -86,7 +131,7 @@ class Upload:
         self._writer: BlobWriter | None = None
         self._reserved: int | None = None
         self._head = b""
-        self._head_wanted = (max(content_types.SNIFF_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
+        self._head_wanted = (max(content_types.ZIP_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
                                  IMAGE_HEAD_BYTES if content_type in TRANSFORMABLE_TYPES else 0))
         self._frame: JpegFrameScanner | None = JpegFrameScanner() if content_type in (None, "image/jpeg") else None
@@ -102,6 +147,7 @@ class Upload:
         self._gone = asyncio.Event()
         """Set by ``abort`` during ``finish``: the client left; finish stops before the record."""
         self._on_end = on_end
+        self._in_background = in_background
         if one_write is None:
             one_write = isinstance(meta, QuotaWithRecord)
         self._one_write = cast(QuotaWithRecord, meta) if one_write else None
@@ -131,15 +177,31 @@ class Upload:
             await self.abort()
             raise failure_status(exc) from exc
 
+    @property
+    def body_limit(self) -> int:
+        """The most body bytes this upload may have (the account's cap): the transport stops
+        reading beyond it."""
+        return self._limits.cap_bytes
+
     async def feed(self, chunk: bytes) -> None:
+        """The next chunk of the body. On any failure the upload is undone and the ``ApiError``
+        the client gets is raised (413 past the cap, 400 for bytes that are not the declared
+        type, 503 when the store fails)."""
+        try:
+            await self._feed(chunk)
+        except Exception as exc:
+            await self.abort()
+            raise failure_status(exc) from exc
+
+    async def _feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self._limits.cap_bytes or (
                 self._declared is not None and self.received > self._declared):
             raise PayloadTooLarge(f"File too large: the limit is {self._limits.cap_bytes} bytes")
         if len(self._head) < self._head_wanted:
             self._head += chunk[: self._head_wanted - len(self._head)]
-            if self._type is None and len(self._head) >= content_types.SNIFF_WINDOW:
-                self._type = content_types.resolve_sniffed(self._head, self._allow)
+            if self._type is None and len(self._head) >= content_types.sniff_window(self._head):
+                self._type = content_types.resolve_sniffed(self._head, self._allow, self._name)
             if self._type is not None and len(self._head) >= content_types.SNIFF_BYTES:
                 content_types.check_signature(self._type, self._head)
         if self._frame is not None:
@@ -165,15 +227,22 @@ class Upload:
         only tells it the client is gone: a blob write in progress is cancelled and the record
         is not inserted (ClientGone); once the record insert has begun, it completes. Either
         way ``abort`` does not delete the blob or release the quota itself (it must not, under
-        a record being inserted): if ``finish`` fails, the caller's ``abort`` undoes it all.
+        a record being inserted): if ``finish`` fails, it undoes it all itself.
         """
         self._finishing = True
         try:
             return await self._finish()
-        except store_errors.StoreError as exc:  # the storage boundary ends here: an ApiError
+        except Exception as exc:  # the storage boundary ends here: an ApiError, nothing kept
+            self._finishing = False
+            await self.abort()
             raise failure_status(exc) from exc
         finally:
             self._finishing = False
+
+    def abandon(self) -> None:
+        """The client went away: undo the upload in the background (during ``finish``, only
+        tell it, see there)."""
+        self._in_background(self.abort())
 
     async def _finish(self) -> FileRecord:
         if self._declared is not None and self.received != self._declared:
@@ -182,7 +251,7 @@ class Upload:
             raise BadRequest(f"The upload body is empty: send the file's bytes ({self._type or 'any type'}) as "
                              "the request body", code="EMPTY_BODY")
         if self._type is None:
-            self._type = content_types.resolve_sniffed(self._head, self._allow)
+            self._type = content_types.resolve_sniffed(self._head, self._allow, self._name)
         content_types.check_signature(self._type, self._head)
         width, height = self._check_dimensions()
         if self._reserved is None and not (self._writer is None and self._one_write is not None):
@@ -260,8 +329,13 @@ class Upload:
         if self._done:
             return
         self._done = True
-        self._ended()
         self._pending = bytearray()
+        try:
+            await self._undo()
+        finally:
+            self._ended()  # the writer's buffer is dropped too (its abort waits for a write in progress)
+
+    async def _undo(self) -> None:
         if self._unsure:
             return
         if self._reserved is not None:  # first: a blob store that hangs must not hold the quota

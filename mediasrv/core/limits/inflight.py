@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mediasrv.core.errors import TooManyRequests
+from mediasrv.base.errors import TooManyRequests
 
 RETRY_AFTER_S = 1
 

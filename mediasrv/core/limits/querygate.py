@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from mediasrv.core.errors import TooManyRequests
+from mediasrv.base.errors import TooManyRequests
 
 RETRY_AFTER_S = 1
 

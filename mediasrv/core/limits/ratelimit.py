@@ -20,12 +20,12 @@ from __future__ import annotations
 import difflib
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
-from mediasrv.core.limits.counters import WindowCounters
+from mediasrv.core.limits.counters import MemoryCounters, WindowCounters
 
 WINDOW_S = 60
 
@@ -75,8 +75,7 @@ class RateLimiter:
         self._user = {n: scaled_limit(limit.per_minute, scale) for n, limit in self.limits.items()
                       if limit.key == "user"}
         self._clock = clock
-        self._window = -1
-        self._counts: dict[tuple[str, str], int] = {}
+        self._local = MemoryCounters()
         self._users = users
 
     async def spend(self, route: str, key: str, *, per_ip: bool) -> Decision:
@@ -96,11 +95,7 @@ class RateLimiter:
         limit = (self._ip if per_ip else self._user)[route]
         now = self._clock()
         window = int(now // WINDOW_S)
-        if window != self._window:
-            self._window, self._counts = window, {}
-        slot = (route, key)
-        count = self._counts.get(slot, 0) + 1
-        self._counts[slot] = count
+        count = self._local.count((route, key), window)
         reset_s = max(1, math.ceil((window + 1) * WINDOW_S - now))
         return Decision(allowed=count <= limit, limit=limit, remaining=max(0, limit - count),
                         reset_s=reset_s)
@@ -109,12 +104,14 @@ class RateLimiter:
         """Whether one more request by address ``key`` is within ``route``'s per-address limit,
         counting nothing: a caller that then answers counts it with ``hit``, one that hands the
         request on leaves the counting to whoever answers."""
-        window = int(self._clock() // WINDOW_S)
-        count = self._counts.get((route, key), 0) if window == self._window else 0
-        return count < self._ip[route]
+        return self._local.peek((route, key), int(self._clock() // WINDOW_S)) < self._ip[route]
+
+    def counts(self) -> dict[Hashable, int]:
+        """The counts kept in this process in the current window, by (counter, key)."""
+        return self._local.counts()
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return len(self._local)
 
 
 def _by_name(limits: Iterable[Limit]) -> dict[str, Limit]:

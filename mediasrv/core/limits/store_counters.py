@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from mediasrv.base.timeutil import iso
 from mediasrv.core.limits.counters import WindowCounters
-from mediasrv.core.timeutil import iso
 from store.base import HitCounters
 
 EXPIRE_AFTER_S = 60

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import httpx
 
-from mediasrv.core.errors import BadRequest
+from mediasrv.base.errors import BadRequest
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 MAX_URL_CHARS = 2048

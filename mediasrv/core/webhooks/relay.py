@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from mediasrv.base.tasks import cancel_and_wait
+from mediasrv.base.timeutil import iso, parse_iso
 from mediasrv.core.lease import holder_id
 from mediasrv.core.mail import MailQueue, Message
-from mediasrv.core.tasks import cancel_and_wait
-from mediasrv.core.timeutil import iso, parse_iso
 from mediasrv.core.webhooks.destinations import origin_of
 from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, Renderer, render_body, retry_delay_s
 from mediasrv.core.webhooks.sender import Attempt, Sender

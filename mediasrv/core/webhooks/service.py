@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mediasrv.core.errors import BadRequest, Conflict, Forbidden, NotFound
-from mediasrv.core.ids import row_id
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import now_iso
+from mediasrv.base.errors import BadRequest, Conflict, Forbidden, NotFound
+from mediasrv.base.ids import row_id
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.core.webhooks.destinations import check_destination
 from mediasrv.core.webhooks.events import ALL_EVENTS
 from mediasrv.core.webhooks.signing import new_secret

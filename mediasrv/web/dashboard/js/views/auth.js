@@ -43,8 +43,9 @@ export function confirmedView({ onLoggedIn }) {
 /** Where a confirmation link opened a second time lands (GET /auth/confirm, from a browser). */
 export function confirmUsedView({ onLoggedIn }) {
   return loginView({ onLoggedIn, notice: 'This confirmation link was already used, so your address is already '
-    + 'confirmed: log in below. (A link also stops working after 48 hours: if yours expired unused, '
-    + '"Forgot your password?" sends a new link that confirms the address too.)' });
+    + 'confirmed: log in below. (A link also stops working after 48 hours, or when the address is registered '
+    + 'again before it is confirmed: then the newest e-mail to it has a link to choose your password. If yours '
+    + 'expired unused, "Forgot your password?" sends a new link that confirms the address too.)' });
 }
 
 export function registerView({ go, params }) {

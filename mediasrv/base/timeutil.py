@@ -72,5 +72,25 @@ def period_key(t: dt.datetime | None = None) -> str:
     return key
 
 
+_day = (0.0, 0.0, "")
+"""Today (UTC) as (start, end) Unix seconds and its key, as ``_month`` for ``period_key``."""
+
+
+def day_key(t: dt.datetime | None = None) -> str:
+    """``YYYY-MM-DD`` of the UTC day containing ``t`` (default now): the key of daily usage
+    counters (its first seven characters are the month's, ``period_key``)."""
+    global _day
+    if t is not None:
+        return t.astimezone(UTC).strftime("%Y-%m-%d")
+    stamp = time.time()
+    start, end, key = _day
+    if not start <= stamp < end:
+        first = dt.datetime.fromtimestamp(stamp, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        start, end = first.timestamp(), (first + dt.timedelta(days=1)).timestamp()
+        key = f"{first.year:04d}-{first:%m-%d}"
+        _day = (start, end, key)
+    return key
+
+
 def unix() -> int:
     return int(time.time())

@@ -1,5 +1,7 @@
 """How the settings are shown to an operator: ``mediasrv serve --help``'s list of variables
-with readable defaults, and a warning for each MEDIASRV_* name that nothing reads."""
+with readable defaults, a value as ``mediasrv config`` and the start-up log show it (secrets
+masked, from the marks on the declarations), and a warning for each MEDIASRV_* name that
+nothing reads."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mediasrv.core.setting_values import shown_bytes, shown_number, shown_seconds
-from mediasrv.core.settings import OTHER_NAMES
+from mediasrv.base.settings.client import ClientSettings
+from mediasrv.base.settings.model import OTHER_NAMES, SECRET, URL_WITH_PASSWORD, Settings
+from mediasrv.base.settings.values import MASK, masked_url, shown_bytes, shown_number, shown_seconds
 
 
 def help_text(cls: type) -> str:
@@ -26,11 +29,42 @@ def help_text(cls: type) -> str:
     return "\n".join(lines)
 
 
+def shown_value(settings: object, name: str) -> str:
+    """Field ``name`` of a settings object as an operator may see it: a secret as ``MASK``, the
+    password of a URL masked, lists comma-separated, booleans as true/false, unset as empty."""
+    f = _field(type(settings), name)
+    value = getattr(settings, name)
+    if value is None:
+        return ""
+    kind = f.metadata.get("shown")
+    if kind == SECRET:
+        return MASK
+    if kind == URL_WITH_PASSWORD:
+        return masked_url(str(value))
+    if name == "rate_limits":
+        return ", ".join(f"{key}={per_minute}" for key, per_minute in value)
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def secret_names(cls: type) -> list[str]:
+    """The variables of settings class ``cls`` that are never shown in clear (a secret, or a
+    URL's password)."""
+    return [f.metadata["env"] for f in dataclasses.fields(cls) if f.metadata.get("shown")]
+
+
+def _field(cls: type, name: str) -> dataclasses.Field[Any]:
+    for f in dataclasses.fields(cls):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
 def unknown_names(env: Mapping[str, str]) -> list[str]:
     """The warnings of ``Settings.unknown_names``: server and client settings are both known."""
-    from mediasrv.core.client_settings import ClientSettings
-    from mediasrv.core.settings import Settings
-
     known = {f.metadata["env"] for c in (Settings, ClientSettings) for f in dataclasses.fields(c)
              if "env" in f.metadata} | OTHER_NAMES
     warnings = []

@@ -2,7 +2,7 @@
 
 A backup is a directory (or the same as one tar file, gzip-compressed with ``compress``)::
 
-    manifest.json     format, version, time, counts, and each blob's size and SHA-256
+    manifest.json     format, version, time, counts, the database's and each blob's size and SHA-256
     meta.sqlite3      a consistent snapshot (SQLite's online backup API; the server may run)
     blobs/<key>       every blob a file record of the snapshot references
     jwt_secret        the generated session/signing key (absent when MEDIASRV_JWT_SECRET is set)
@@ -14,12 +14,19 @@ Blobs are read and written through the BlobStore protocol, so only the SQLite sn
 this to the embedded store: with MongoDB, back up the database with its own tools.
 
 Restore takes a directory or an archive, plain or gzip-compressed: which one is read from the
-file's first bytes (tarfile's own detection), never from its name.
+file's first bytes (tarfile's own detection), never from its name. Everything is checked
+before anything is written: the manifest, every blob's and the database's checksum (a backup
+made before the database had one: only its integrity), SQLite's integrity check of the
+database, and that every blob it references is in the backup. Then the database, secret and
+blobs are written into a directory of their own inside DATA_DIR and moved into place by
+renames once all of it is there, so a restore that fails leaves DATA_DIR as it was (blobs
+already put into S3 stay there unreferenced, for the sweep).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
@@ -32,12 +39,12 @@ from typing import Any
 
 import orjson
 
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import now_iso
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import now_iso
 from mediasrv.version import version
 from store.base import BlobStore, MetaStore, Snapshots
-from store.errors import BlobNotFound
-from store.sqlite import copy_database, snapshot_contents
+from store.errors import BlobNotFound, DamagedDatabase
+from store.sqlite import checked_snapshot, copy_database, snapshot_contents
 
 FORMAT = "mediasrv-backup"
 FORMAT_VERSION = 1
@@ -47,6 +54,10 @@ barely compress at any level; the database and text do)."""
 DB_NAME, SECRET_NAME, MANIFEST_NAME = "meta.sqlite3", "jwt_secret", "manifest.json"
 DATA_ENTRIES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", "blobs", "quarantine", SECRET_NAME)
 """What restore --force replaces in the data directory (the outbox and anything else stay)."""
+STAGING_PREFIX = ".mediasrv-restore-"
+"""The directories inside DATA_DIR where a restore builds the new data (``new``) and keeps what
+it replaces (``old``) until the renames are done; a restore that was killed may leave one,
+which the next restore ignores and --force removes."""
 
 
 class BackupError(RuntimeError):
@@ -60,11 +71,14 @@ class Manifest:
     blobs: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     secret: str = "none"
+    database: dict[str, Any] | None = None
+    """The snapshot's size and SHA-256; None in a backup made before it was recorded."""
 
     def to_json(self) -> bytes:
         return orjson.dumps({"format": FORMAT, "version": FORMAT_VERSION, "mediasrv": version(),
                              "created_at": self.created_at, "store": "sqlite", "files": self.files,
-                             "blobs": self.blobs, "missing": self.missing, "secret": self.secret},
+                             "database": self.database, "blobs": self.blobs, "missing": self.missing,
+                             "secret": self.secret},
                             option=orjson.OPT_INDENT_2)
 
 
@@ -89,7 +103,8 @@ async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Pa
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
         await meta.snapshot_to(work / DB_NAME)
         keys, files = await asyncio.to_thread(snapshot_contents, work / DB_NAME)
-        manifest = Manifest(created_at=now_iso(), files=files)
+        manifest = Manifest(created_at=now_iso(), files=files, database={
+            "size": (work / DB_NAME).stat().st_size, "sha256": await asyncio.to_thread(_sha256, work / DB_NAME)})
         (work / "blobs").mkdir(mode=0o700)
         for key in keys:
             entry = await _copy_blob(blobs, key, work / "blobs" / key)
@@ -117,10 +132,10 @@ async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Pa
 
 async def restore(settings: Settings, source: Path, *, force: bool = False) -> Manifest:
     """Put a backup into DATA_DIR. Refuses a data directory with anything in it unless ``force``,
-    which replaces the database, blobs, quarantine and secret. Stop the server first."""
+    which replaces the database, blobs, quarantine and secret. Stop the server first. The
+    backup is checked whole before anything is written, and a restore that fails leaves
+    DATA_DIR as it was (see the module docstring)."""
     require_embedded(settings, "mediasrv restore")
-    from mediasrv.core.stores import open_stores  # the same store factory as `serve`
-
     if not source.exists():
         raise BackupError(f"{source} does not exist")
     with contextlib.ExitStack() as stack:
@@ -130,24 +145,39 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
             source = unpacked
         manifest = await asyncio.to_thread(_check_backup, source)
         data = settings.data_dir
-        if data.exists() and any(data.iterdir()):
-            if not force:
-                raise BackupError(f"MEDIASRV_DATA_DIR={data} is not empty; restore into an empty "
-                                  "directory, or pass --force to replace its database, blobs and secret")
-            await asyncio.to_thread(_clear, data)
+        if await asyncio.to_thread(_in_use, data) and not force:
+            raise BackupError(f"MEDIASRV_DATA_DIR={data} is not empty; restore into an empty "
+                              "directory, or pass --force to replace its database, blobs and secret")
+        created = not data.exists()
         data.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(copy_database, source / DB_NAME, data / DB_NAME)
-        if (source / SECRET_NAME).exists():
-            await asyncio.to_thread(_copy_private, source / SECRET_NAME, data / SECRET_NAME)
-        meta, blobs = await open_stores(settings)
+        staged = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}new-", dir=data))
         try:
-            for entry in manifest.blobs:
-                await _put_blob(blobs, entry["key"], source / "blobs" / entry["key"])
-            await meta.reconcile_usage()
-        finally:
-            await blobs.close()
-            await meta.close()
+            await _stage(settings, source, manifest, staged)
+            await asyncio.to_thread(_swap_in, data, staged, force)
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, staged, True)
+            if created:
+                await asyncio.to_thread(shutil.rmtree, data, True)
+            raise
     return manifest
+
+
+async def _stage(settings: Settings, source: Path, manifest: Manifest, staged: Path) -> None:
+    """Write the backup's database, secret and blobs into ``staged`` as a data directory of
+    its own (S3 blobs go to the bucket), with its usage counters reconciled."""
+    from mediasrv.assembly.stores import open_stores  # the same store factory as `serve`
+
+    await asyncio.to_thread(copy_database, source / DB_NAME, staged / DB_NAME)
+    if (source / SECRET_NAME).exists():
+        await asyncio.to_thread(_copy_private, source / SECRET_NAME, staged / SECRET_NAME)
+    meta, blobs = await open_stores(dataclasses.replace(settings, data_dir=staged))
+    try:
+        for entry in manifest.blobs:
+            await _put_blob(blobs, entry["key"], source / "blobs" / entry["key"])
+        await meta.reconcile_usage()
+    finally:
+        await blobs.close()
+        await meta.close()
 
 
 # -- helpers (blocking ones run in threads) --------------------------------------------------
@@ -190,14 +220,25 @@ def _check_backup(source: Path) -> Manifest:
         raise BackupError(f"backup format version {raw.get('version')} is not supported (expected {FORMAT_VERSION})")
     if not (source / DB_NAME).is_file():
         raise BackupError(f"{source} has no {DB_NAME}")
+    database = raw.get("database")
+    if database is not None and _sha256(source / DB_NAME) != database.get("sha256"):
+        raise BackupError(f"backup is damaged: {DB_NAME} does not match its checksum")
+    try:
+        keys, _files = checked_snapshot(source / DB_NAME)
+    except DamagedDatabase as exc:
+        raise BackupError(f"backup is damaged: {DB_NAME}: {exc}") from None
     for entry in raw["blobs"]:
         path = source / "blobs" / str(entry["key"])
         if "/" in entry["key"] or not path.is_file():
             raise BackupError(f"backup is incomplete: blob {entry['key']} is missing")
         if _sha256(path) != entry["sha256"]:
             raise BackupError(f"backup is damaged: blob {entry['key']} does not match its checksum")
+    unlisted = set(keys) - {str(e["key"]) for e in raw["blobs"]} - set(raw.get("missing", []))
+    if unlisted:
+        raise BackupError(f"backup is incomplete: {DB_NAME} references {len(unlisted)} blob(s) the manifest "
+                          f"does not list, such as {min(unlisted)}")
     return Manifest(created_at=raw["created_at"], files=raw["files"], blobs=raw["blobs"],
-                    missing=raw.get("missing", []), secret=raw.get("secret", "none"))
+                    missing=raw.get("missing", []), secret=raw.get("secret", "none"), database=database)
 
 
 def _sha256(path: Path) -> str:
@@ -208,13 +249,47 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _clear(data: Path) -> None:
-    for name in DATA_ENTRIES:
-        path = data / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+def _in_use(data: Path) -> bool:
+    """Whether DATA_DIR holds anything but what a killed restore left behind."""
+    return data.exists() and any(not p.name.startswith(STAGING_PREFIX) for p in data.iterdir())
+
+
+def _swap_in(data: Path, staged: Path, force: bool) -> None:
+    """Move what ``staged`` holds into ``data`` by renames (one file system), after moving the
+    entries it replaces aside (``force``); on a failure half-way, everything moved goes back."""
+    aside = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}old-", dir=data))
+    moved_aside: list[str] = []
+    moved_in: list[str] = []
+    try:
+        if force:
+            for name in DATA_ENTRIES:
+                if (data / name).exists() or (data / name).is_symlink():
+                    os.rename(data / name, aside / name)
+                    moved_aside.append(name)
+        for entry in sorted(staged.iterdir()):
+            os.rename(entry, data / entry.name)
+            moved_in.append(entry.name)
+        _fsync_dir(data)
+    except BaseException:
+        for name in reversed(moved_in):
+            os.rename(data / name, staged / name)
+        for name in reversed(moved_aside):
+            os.rename(aside / name, data / name)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+    shutil.rmtree(staged, ignore_errors=True)
+    if force:  # what killed restores left behind
+        for leftover in data.glob(f"{STAGING_PREFIX}*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _copy_private(source: Path, dest: Path) -> None:

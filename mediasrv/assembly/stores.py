@@ -6,7 +6,8 @@ same way with other values.
 """
 from __future__ import annotations
 
-from mediasrv.core.settings import Settings
+from mediasrv.base.errors import StartupError
+from mediasrv.base.settings import Settings
 from store.base import BlobStore, LocalDatabase, MetaStore
 from store.errors import StoreError
 from store.fs import FsBlobStore
@@ -30,7 +31,8 @@ def make_blobs(settings: Settings) -> BlobStore:
         return S3BlobStore(S3Config(
             bucket=settings.s3_bucket, endpoint_url=settings.s3_endpoint_url, region=settings.s3_region,
             access_key_id=settings.s3_access_key_id, secret_access_key=settings.s3_secret_access_key,
-            session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s))
+            session_token=settings.s3_session_token, timeout_s=settings.s3_timeout_s,
+            min_rate=settings.s3_min_rate_bytes))
     return make_embedded(settings)[1]
 
 
@@ -38,6 +40,12 @@ def make_embedded(settings: Settings) -> tuple[SqliteMetaStore, FsBlobStore]:
     """The embedded stores in DATA_DIR (SQLite + files), whatever else is configured: the
     default deployment, and one side of ``mediasrv migrate``."""
     return SqliteMetaStore(settings.data_dir / "meta.sqlite3"), FsBlobStore(settings.data_dir)
+
+
+def metadata_is_shared(settings: Settings) -> bool:
+    """Whether the configured metadata store may be shared by processes on other machines (a
+    MongoDB), as opposed to one file of this machine's (SQLite)."""
+    return bool(settings.mongodb_url)
 
 
 def make_stores(settings: Settings) -> tuple[MetaStore, BlobStore]:
@@ -53,10 +61,6 @@ def describe(settings: Settings, which: str) -> str:
     if which == "blobs" and settings.s3_bucket:
         return f"MEDIASRV_S3_BUCKET={settings.s3_bucket}"
     return f"MEDIASRV_DATA_DIR={settings.data_dir}"
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (data directory unusable, address in use); the message says why."""
 
 
 async def open_stores(settings: Settings,

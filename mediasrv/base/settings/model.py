@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from mediasrv.core.setting_values import (
+from mediasrv.base.settings.values import (
     boolean,
     byte_size,
     number,
@@ -23,22 +23,45 @@ from mediasrv.core.setting_values import (
 )
 
 DEFAULT_ALLOWED_CONTENT_TYPES: tuple[str, ...] = (
+    # images (SVG is served as an attachment under the sandbox CSP: it may carry scripts)
     "image/jpeg", "image/png", "image/gif", "image/webp", "image/avif", "image/heic", "image/heif",
     "image/tiff", "image/bmp", "image/svg+xml", "image/x-icon",
-    "video/mp4", "video/webm", "video/quicktime", "video/ogg", "video/x-matroska",
+    # video and audio
+    "video/mp4", "video/webm", "video/quicktime", "video/ogg", "video/x-matroska", "video/x-msvideo",
     "audio/mpeg", "audio/ogg", "audio/wav", "audio/webm", "audio/aac", "audio/flac", "audio/mp4",
-    "application/pdf", "application/json", "application/zip", "application/gzip",
-    "application/x-tar", "text/plain", "text/csv", "text/markdown",
+    # documents: PDF and text; Office, OpenDocument and EPUB files; HTML, as an attachment under the sandbox CSP
+    "application/pdf", "text/plain", "text/csv", "text/markdown", "application/json", "application/rtf",
+    "text/html",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/msword", "application/vnd.ms-excel", "application/vnd.ms-powerpoint",
+    "application/vnd.oasis.opendocument.text", "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation", "application/vnd.oasis.opendocument.graphics",
+    "application/epub+zip",
+    # archives
+    "application/zip", "application/gzip", "application/x-tar", "application/x-7z-compressed",
+    "application/vnd.rar", "application/x-bzip2", "application/x-xz", "application/zstd",
 )
+"""What a self-hosted file host accepts out of the box (issue 31): media, documents and
+archives. Nothing here runs on the service's origin: every type but raster media, PDF and
+plain text is served as an attachment under ``Content-Security-Policy: sandbox``
+(``mediasrv.core.files.content_types.shown_inline``, ``needs_sandbox``); JavaScript is not
+listed. Executables are never accepted (``content_types.NEVER_ALLOWED``), whatever the list says."""
 CLOUDFLARE_API_URL = "https://api.cloudflare.com/client/v4"
 MAX_TRIAL_DAYS = 36_500
 MAX_TTL_S = 10 * 366 * 86400
 MAX_PUBLIC_MAX_AGE_S = 365 * 86400
+MAX_RATE_LIMIT_SCALE = 1_000_000.0
+"""MEDIASRV_RATE_LIMIT_SCALE's ceiling: with it the largest limit (``setting_values.MAX_RATE_LIMIT``
+times this) stays an exact integer everywhere a limit is published or counted."""
 HOUSEKEEPING_ROLES = ("full", "sweep", "none")
 """MEDIASRV_HOUSEKEEPING: what one process does besides serving (see ``Settings.housekeeping``)."""
 REGISTRATION_MODES = ("auto", "open", "invite", "closed")
 """MEDIASRV_REGISTRATION: who may create an account through POST /auth/register."""
 LOG_FORMATS = ("text", "json")
+MIN_UPLOAD_BUFFER_BYTES = 16 * 1024 * 1024
+"""MEDIASRV_UPLOAD_BUFFER_BYTES below this would refuse every large upload to S3 (about 10 MiB each)."""
 MAX_UNIX_SOCKET_PATH = 107
 """sun_path holds 108 bytes with the terminating NUL (Linux)."""
 OTHER_NAMES = frozenset({"MEDIASRV_WORKERS", "MEDIASRV_NGINX_WORKERS", "MEDIASRV_NGINX_RESOLVER",
@@ -52,8 +75,20 @@ class SettingsError(ValueError):
     """A setting has a value the server cannot run with; the message names the variable."""
 
 
-def _env(name: str, help_text: str, **kw: Any) -> Any:
-    return field(metadata={"env": name, "help": help_text}, **kw)
+SECRET, URL_WITH_PASSWORD = "secret", "url"
+"""``Field.metadata["shown"]`` of a setting an operator never sees in clear: a secret (masked
+whole) or a URL that may carry a password in its user-info (the password masked). The one list
+of what is secret: ``mediasrv config`` and the start-up log show values through ``shown``."""
+
+
+def _env(name: str, help_text: str, *, shown: str | None = None, **kw: Any) -> Any:
+    """A field read from variable ``name``; ``shown=SECRET`` or ``URL_WITH_PASSWORD`` marks
+    what is masked wherever a value is shown (and keeps it out of ``repr``)."""
+    metadata = {"env": name, "help": help_text}
+    if shown is not None:
+        metadata["shown"] = shown
+        kw.setdefault("repr", False)
+    return field(metadata=metadata, **kw)
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -83,31 +118,34 @@ class Settings:
     # MongoDB metadata (instead of SQLite in DATA_DIR)
     mongodb_url: str | None = _env("MEDIASRV_MONGODB_URL", "mongodb://[user:pass@]host[:port]/[db][?opts]: "
                                    "metadata in MongoDB (database from the path, default mediasrv)",
-                                   default=None, repr=False)
+                                   default=None, shown=URL_WITH_PASSWORD)
     mongodb_timeout_ms: int = _env("MEDIASRV_MONGODB_TIMEOUT_MS", "MongoDB server selection, connect and "
                                    "per-operation timeout, ms", default=3000)
     # S3 blobs (instead of files in DATA_DIR)
     s3_bucket: str | None = _env("MEDIASRV_S3_BUCKET", "blobs in this S3 bucket (created if missing) "
                                  "instead of files", default=None)
     s3_endpoint_url: str | None = _env("MEDIASRV_S3_ENDPOINT_URL", "S3-compatible endpoint such as "
-                                       "MinIO, Ceph RGW, R2 (default: AWS)", default=None)
+                                       "MinIO, Ceph RGW, R2 (default: AWS)", default=None, shown=URL_WITH_PASSWORD)
     s3_region: str = _env("AWS_REGION", "S3 region", default="us-east-1")
     s3_access_key_id: str | None = _env("AWS_ACCESS_KEY_ID", "S3 access key (unset: the AWS default "
                                         "credential chain)", default=None)
-    s3_secret_access_key: str | None = _env("AWS_SECRET_ACCESS_KEY", "S3 secret key", default=None,
-                                            repr=False)
+    s3_secret_access_key: str | None = _env("AWS_SECRET_ACCESS_KEY", "S3 secret key", default=None, shown=SECRET)
     s3_session_token: str | None = _env("AWS_SESSION_TOKEN", "S3 session token (temporary credentials)",
-                                        default=None, repr=False)
-    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included; "
-                               "an upload part of up to 8 MiB is one call), seconds", default=5.0)
+                                        default=None, shown=SECRET)
+    s3_timeout_s: float = _env("MEDIASRV_S3_TIMEOUT", "total deadline of each S3 call (retry included), "
+                               "seconds, plus the time its bytes take at S3_MIN_RATE", default=5.0)
+    s3_min_rate_bytes: int = _env("MEDIASRV_S3_MIN_RATE", "slowest transfer to or from S3 given time, bytes "
+                                  "per second: a call carrying N bytes (an upload part of up to 8 MiB, a "
+                                  "read) may take S3_TIMEOUT + N / this; slower is an outage (503)",
+                                  default=1024 * 1024)
     public_url: str = _env("MEDIASRV_PUBLIC_URL", "base of /m and /d URLs and of e-mail links "
                            "(default http://HOST:PORT)", default="")
     smtp_url: str | None = _env("MEDIASRV_SMTP_URL", "smtp://[user:password@]host:port or smtps://; "
-                                "unset: e-mails go to DATA_DIR/outbox/", default=None)
+                                "unset: e-mails go to DATA_DIR/outbox/", default=None, shown=URL_WITH_PASSWORD)
     mail_from: str = _env("MEDIASRV_MAIL_FROM", "sender of e-mails", default="mediasrv@localhost")
     jwt_secret: str | None = _env("MEDIASRV_JWT_SECRET", "HMAC key of session tokens and signed URLs "
                                   "(default: generated once, kept in DATA_DIR with mode 0600, or in "
-                                  "MongoDB when it is used)", default=None, repr=False)
+                                  "MongoDB when it is used)", default=None, shown=SECRET)
     trial_days: int | None = _env("MEDIASRV_TRIAL_DAYS", "trial length of new accounts in days; 0 ends "
                                   "it at once (unset: no trial)", default=None)
     storage_limit_bytes: int | None = _env("MEDIASRV_STORAGE_LIMIT_BYTES", "per-account storage limit "
@@ -123,11 +161,12 @@ class Settings:
                                          "that may make invite codes from the dashboard (unset: none; "
                                          "`mediasrv invites create` always can)", default=())
     trust_proxy: bool = _env("MEDIASRV_TRUST_PROXY", "true: client address from X-Forwarded-For / "
-                             "X-Real-IP (only behind a proxy you run)", default=False)
+                             "X-Real-IP of requests that carry PROXY_SECRET (only behind a proxy you run; "
+                             "needs PROXY_SECRET)", default=False)
     proxy_secret: str | None = _env("MEDIASRV_PROXY_SECRET", "with TRUST_PROXY: the value the proxy "
-                                    "sends in X-Mediasrv-Proxy-Secret; without it no other X-Mediasrv-* "
-                                    "request header is believed (the sidecar sets one per start)",
-                                    default=None, repr=False)
+                                    "sends in X-Mediasrv-Proxy-Secret; a request without it is the peer's own "
+                                    "(no forwarded address, no X-Mediasrv-* header believed); the sidecar sets "
+                                    "one per start", default=None, shown=SECRET)
     domain_provider: str = _env("MEDIASRV_DOMAIN_PROVIDER", "custom domains: manual or cloudflare",
                                 default="manual")
     domain_verification: str = _env("MEDIASRV_DOMAIN_VERIFICATION", "manual provider: dns (a custom "
@@ -138,11 +177,11 @@ class Settings:
                                             "(IP or IP:port) for the domain TXT check and webhook "
                                             "destinations (default: the system's)", default=())
     cloudflare_api_token: str | None = _env("CLOUDFLARE_API_TOKEN", "Cloudflare API token "
-                                            "(cloudflare provider)", default=None)
+                                            "(cloudflare provider)", default=None, shown=SECRET)
     cloudflare_zone_id: str | None = _env("CLOUDFLARE_ZONE_ID", "Cloudflare zone of the custom "
                                           "hostnames (cloudflare provider)", default=None)
     cloudflare_api_url: str = _env("MEDIASRV_CLOUDFLARE_API_URL", "Cloudflare API base URL",
-                                   default=CLOUDFLARE_API_URL)
+                                   default=CLOUDFLARE_API_URL, shown=URL_WITH_PASSWORD)
     resize_slots: int = _env("MEDIASRV_RESIZE_SLOTS", "concurrent resize/format operations",
                              default=10)
     max_image_pixels: int = _env("MEDIASRV_MAX_IMAGE_PIXELS", "largest image (width x height) that "
@@ -168,7 +207,7 @@ class Settings:
     transform_key: str | None = _env("MEDIASRV_TRANSFORM_KEY", "a key (32+ characters) that signs /m transforms: "
                                      "with it, a transform outside the ALLOWED_* lists (any, without lists) "
                                      "needs tsig=HMAC-SHA256(key, '<id>:<spec>') (unset: no signatures)",
-                                     default=None, repr=False)
+                                     default=None, shown=SECRET)
     rate_limit_scale: float = _env("MEDIASRV_RATE_LIMIT_SCALE", "multiplies every rate limit, "
                                    "MEDIASRV_RATE_LIMITS' numbers included", default=1.0)
     rate_limits: tuple[tuple[str, int], ...] = _env(
@@ -227,6 +266,10 @@ class Settings:
     max_uploads_per_user: int = _env("MEDIASRV_MAX_UPLOADS_PER_USER", "uploads one account may have in "
                                      "progress at once, per process (one more: 429 TOO_MANY_UPLOADS)",
                                      default=16)
+    upload_buffer_bytes: int = _env("MEDIASRV_UPLOAD_BUFFER_BYTES", "memory all uploads in progress in one "
+                                    "process may hold at once (each takes the most it may hold: a large one about "
+                                    "10 MiB on S3, 2 MiB on files, a small one a few times its size); one more: "
+                                    "503 UPLOADS_BUSY with Retry-After", default=256 * 1024 * 1024)
     accel_redirect: str = _env("MEDIASRV_ACCEL_REDIRECT", "behind nginx: passthrough /m and /d answer with "
                                "X-Accel-Redirect to this internal location prefix (e.g. /_blobs/) and nginx "
                                "sends the blob file; empty: mediasrv streams it", default="")
@@ -298,35 +341,16 @@ class Settings:
             derived["dashboard_url"] = derived["public_url"] + "/"
         return dataclasses.replace(settings, **derived)
 
-    def validate(self) -> Settings:
-        """Check ranges and combinations at start-up; raise SettingsError with a clear message."""
-        from mediasrv.core.settings_checks import CHECKS  # the checks need this module's constants
-
-        for check in CHECKS:
-            problem = check(self)
-            if problem:
-                raise SettingsError(problem)
-        return self
-
-    @classmethod
-    def help_text(cls) -> str:
-        """The list of variables, one line each with its default, for ``mediasrv serve --help``."""
-        from mediasrv.core.settings_help import help_text  # imports this module
-
-        return help_text(cls)
-
-    @classmethod
-    def unknown_names(cls, environ: Mapping[str, str] | None = None) -> list[str]:
-        """A warning for each MEDIASRV_* variable nothing reads (a misspelt name is otherwise
-        silently ignored), with the nearest known name when one is close."""
-        from mediasrv.core.settings_help import unknown_names  # imports this module
-
-        return unknown_names(os.environ if environ is None else environ)
-
     @property
-    def meta_backend(self) -> str:
-        """Where metadata lives: "mongodb" or "sqlite"."""
-        return "mongodb" if self.mongodb_url else "sqlite"
+    def registration_explained(self) -> str:
+        """The effective registration mode and why, for ``mediasrv config`` and the start-up log:
+        ``invite (MEDIASRV_REGISTRATION=auto, and the public URL https://media.example.com is
+        not a loopback address)``."""
+        mode = self.registration_mode
+        if self.registration != "auto":
+            return f"{mode} (MEDIASRV_REGISTRATION={self.registration})"
+        where = "a loopback address: only this machine reaches it" if mode == "open" else "not a loopback address"
+        return f"{mode} (MEDIASRV_REGISTRATION=auto, and the public URL {self.public_url} is {where})"
 
     @property
     def registration_mode(self) -> str:
@@ -343,11 +367,6 @@ class Settings:
             loopback = host == "localhost"
         return "open" if loopback else "invite"
 
-    @property
-    def blob_backend(self) -> str:
-        """Where blobs live: "s3" or "fs"."""
-        return "s3" if self.s3_bucket else "fs"
-
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "host": str.strip, "port": whole_number,
@@ -361,10 +380,11 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
     "metrics_port": whole_number, "metrics_host": str.strip, "metrics_socket": lambda v: Path(v).expanduser(),
     "max_connections_per_ip": whole_number,
-    "max_uploads_per_user": whole_number, "image_memory_bytes": byte_size,
+    "max_uploads_per_user": whole_number, "upload_buffer_bytes": byte_size, "image_memory_bytes": byte_size,
     "resize_retry_after": lambda v: None if v.strip().lower() == "auto" else whole_number(v),
     "public_max_age_s": whole_number, "public_immutable": boolean, "mongodb_timeout_ms": whole_number,
-    "s3_timeout_s": number, "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
+    "s3_timeout_s": number, "s3_min_rate_bytes": byte_size,
+    "trust_proxy": boolean, "rate_limit_scale": number, "rate_limits": rate_limits,
     "allowed_widths": _int_csv, "allowed_heights": _int_csv, "allowed_qualities": _int_csv,
     "allowed_formats": _formats, "housekeeping_lease_s": whole_number, "reconcile_interval_s": whole_number,
     "reservation_ttl_s": whole_number,

@@ -23,6 +23,8 @@ from handlers import routes as declared
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods
 from handlers.hot_media import HotMedia, hot_routes
 from handlers.reference import static_json
+from mediasrv.assembly.openapi import build_for_agents, build_openapi
+from mediasrv.base.settings import Settings
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
 from mediasrv.core.accounts import AccountService
@@ -34,11 +36,12 @@ from mediasrv.core.credentials.signing import UrlSigner
 from mediasrv.core.credentials.tokens import JwtCodec
 from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import HostRule
+from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.core.delivery.service import MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import DomainProvider
 from mediasrv.core.files.content_types import AllowList
-from mediasrv.core.files.links import SignedLinks
+from mediasrv.core.files.links import LinkCheck, SignedLinks
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
 from mediasrv.core.invites import AdminInvites, InviteService
@@ -46,19 +49,16 @@ from mediasrv.core.limits.ratelimit import RateLimiter, override
 from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
-from mediasrv.core.settings import Settings
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.webhooks.destinations import AddressGuard, DnsResolver, Resolver, SystemResolver
 from mediasrv.core.webhooks.relay import SETTLE_MIN_S, Relay
 from mediasrv.core.webhooks.sender import Sender
 from mediasrv.core.webhooks.service import ChangeBell, WebhookService
-from mediasrv.images.jobs import ImageJobs, MemoryBudget, Runner, run_transform
 from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
 from mediasrv.images.vips import libvips_info
 from mediasrv.web.cors import CorsPolicy
-from mediasrv.web.openapi import build_for_agents, build_openapi
 from mediasrv.web.reference_page import render_reference
 from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets
@@ -119,7 +119,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     """The Tornado application and the runtime pieces the caller starts and stops.
 
     ``image_runner`` does one transform on a worker thread (tests inject a controllable one);
-    ``clock`` is the session tokens' time (tests move it forward instead of sleeping);
+    ``clock`` is the wall clock of the session tokens and the per-minute rate limits (tests move
+    it instead of sleeping);
     ``api_routes`` are the API's route rows (every handler module's, unless a test adds one)."""
     api_routes = limited_routes(settings, api_routes)
     # Credentials are looked up through a short-lived cache that this process's own writes
@@ -128,10 +129,12 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
     bell = ChangeBell(meta)
     inner, meta = meta, bell  # type: ignore[assignment]  # uploads and deletes ring the relay (below)
-    usage, activity, key_usage = UsageRecorder(), ActivityRecorder(), KeyUsageRecorder()
+    usage, key_usage = UsageRecorder(), KeyUsageRecorder()
+    activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, users=shared_counters(meta))
+    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,
+                          users=shared_counters(meta))
     inflight = InFlight()
     base = BaseDeps(auth=Authenticator(meta, jwt_codec, key_usage.used, lookups), limiter=limiter,
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
@@ -158,7 +161,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     bell.ring_to(relay.poke)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
-        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images, signer=signer,
+        meta, blobs, files=file_cache, results=results, bodies=bodies, images=images,
+        links=LinkCheck(signer, lookups.user),
         usage=usage, hosts=HostRule.from_urls((settings.public_url, settings.dashboard_url), domains),
         public_cache=public_cache_control(settings.public_max_age_s, settings.public_immutable),
         accel_prefix=settings.accel_redirect, policy=transform_policy(settings))
@@ -174,7 +178,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         compress_response=False, xheaders=False, serve_traceback=False,
         cors=CorsPolicy.from_origins(settings.cors_origins))
     app.settings["hot_media"] = HotMedia(app, delivery, hot_routes(api_routes), limiter=limiter,
-                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops)
+                                         trust_proxy=settings.trust_proxy, proxy_hops=settings.proxy_hops,
+                                         proxy_secret=settings.proxy_secret)
     flusher = Flusher(meta, [usage.flush, activity.flush, key_usage.flush], interval_s=flush_interval_s,
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
@@ -186,7 +191,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
 def webhook_resolver(settings: Settings) -> Resolver:
     """MEDIASRV_DNS_NAMESERVERS when set (as for the domain check), else the system's resolver."""
     if settings.dns_nameservers:
-        from mediasrv.core.settings_checks import parse_nameserver
+        from mediasrv.base.settings.checks import parse_nameserver
 
         return DnsResolver(tuple(parse_nameserver(ns) for ns in settings.dns_nameservers))
     return SystemResolver()

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import math
 import re
+from urllib.parse import urlsplit, urlunsplit
 
 _WHOLE = re.compile(r"[+-]?[0-9][0-9_]*")
 _SIZE = re.compile(r"([0-9][0-9_]*)\s*([A-Za-z]*)")
 _UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2, "g": 1024**3, "gib": 1024**3,
-          "t": 1024**4, "tib": 1024**4}
-"""Size suffixes (any case), all binary: ``64M`` and ``64MiB`` are both 67108864. ``MB`` is
-refused rather than guessed (decimal or binary?)."""
+          "t": 1024**4, "tib": 1024**4, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+"""Size suffixes (any case). ``KiB``, ``MiB``... and the short ``K``, ``M``, ``G``, ``T`` are
+binary (``64M`` and ``64MiB`` are both 67108864); ``kB``, ``MB``, ``GB``, ``TB`` are decimal,
+as the SI and IEC define them (``64MB`` is 64000000). ``mediasrv config`` shows the bytes
+each setting came to."""
+MASK = "********"
+"""What an operator sees in place of a secret (``mediasrv config``, the start-up log)."""
+MAX_RATE_LIMIT = 1_000_000_000
+"""The largest per-minute number MEDIASRV_RATE_LIMITS takes (16 million a second: no limit in
+effect). With MEDIASRV_RATE_LIMIT_SCALE's ceiling (``settings.MAX_RATE_LIMIT_SCALE``) a scaled
+limit stays below 2**53, so it is exact in a JSON document, nginx's lua counter and a float."""
 _ROUTE_KEY = re.compile(r"(?:[A-Z]+ /\S*|[a-z][a-z0-9_.]*)")
 
 
@@ -32,11 +41,12 @@ def whole_number(text: str) -> int:
 
 
 def byte_size(text: str) -> int:
-    """Bytes: a whole number, or one with a binary suffix (``64MiB``, ``64M``, ``256 KiB``)."""
+    """Bytes: a whole number, or one with a unit (``64MiB``, ``64M``, ``256 KiB``, ``64MB``):
+    every size a setting or a command option takes is read here."""
     match = _SIZE.fullmatch(text.strip())
     unit = _UNITS.get(match.group(2).lower()) if match else None
     if match is None or unit is None:
-        raise ValueError("expected a whole number of bytes, such as 67108864 or 64MiB")
+        raise ValueError("expected a whole number of bytes, such as 67108864, 64MiB or 64MB")
     return whole_number(match.group(1)) * unit
 
 
@@ -81,8 +91,8 @@ def rate_limits(text: str) -> tuple[tuple[str, int], ...]:
             per_minute = whole_number(count)
         except ValueError:
             raise ValueError(f"{part!r}: {count.strip()!r} is not a whole number of requests per minute") from None
-        if per_minute < 1:
-            raise ValueError(f"{part!r}: a limit must be at least 1 request per minute")
+        if not 1 <= per_minute <= MAX_RATE_LIMIT:
+            raise ValueError(f"{part!r}: a limit must be from 1 to {MAX_RATE_LIMIT} requests per minute")
         pairs.append((key, per_minute))
     return tuple(pairs)
 
@@ -107,3 +117,17 @@ def shown_seconds(value: float) -> str:
             count = int(value // size)
             return f"{shown_number(value)} = {count} {unit}{'s' if count != 1 else ''}"
     return shown_number(value)
+
+
+def masked_url(url: str) -> str:
+    """``url`` with the password of its user-info part replaced by ``MASK``
+    (``smtp://user:********@host:25``); a URL without a password as it is."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # not a URL Python can split: nothing shown rather than a secret
+        return MASK
+    if password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}"))

@@ -6,8 +6,6 @@ secrets or internals, so an error can be shown to any client.
 """
 from __future__ import annotations
 
-from store import errors as store_errors
-
 
 class ApiError(Exception):
     """An error with an HTTP status, a machine-readable code and a public message."""
@@ -119,23 +117,6 @@ class StorageFull(StoreUnavailable):
     code, message = "STORAGE_FULL", "Storage is full; try again later"
 
 
-KNOWN_FAILURES: tuple[type[Exception], ...] = (ApiError, store_errors.StoreError)
-"""Failures with an HTTP meaning: ours, and the stores' (``for_store_error``); anything else is a bug."""
-
-
-def for_store_error(exc: BaseException) -> ApiError | None:
-    """The HTTP answer for a storage error (``store.errors``), or None for anything else.
-
-    The one place that maps the storage boundary to HTTP: unavailable -> 503 with Retry-After,
-    missing blob -> 404, duplicate key -> 409. Core code lets these propagate (or catches one
-    it can act on); ``BaseHandler.write_error`` and the upload path call this.
-    """
-    if isinstance(exc, store_errors.StorageFull):
-        return StorageFull()
-    if isinstance(exc, store_errors.StoreUnavailable):
-        return StoreUnavailable()
-    if isinstance(exc, store_errors.BlobNotFound):
-        return NotFound("File not found", code="FILE_NOT_FOUND")
-    if isinstance(exc, store_errors.Duplicate):
-        return Conflict("This resource already exists", code="CONFLICT")
-    return None
+class StartupError(RuntimeError):
+    """The server cannot start (data directory unusable, address in use); the message says why,
+    in one line, and the process exits with status 1."""

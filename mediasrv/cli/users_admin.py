@@ -11,13 +11,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from mediasrv.base.errors import BadRequest, Conflict, NotFound
+from mediasrv.base.settings import Settings
+from mediasrv.base.timeutil import iso, now_iso, parse_iso, period_key
 from mediasrv.core.accounts import new_user, normalize_email
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
-from mediasrv.core.errors import BadRequest, Conflict, NotFound
+from mediasrv.core.credentials.renewal import replace_password
 from mediasrv.core.files.service import FileQuery, FileService, effective_limits
-from mediasrv.core.settings import Settings
-from mediasrv.core.timeutil import iso, now_iso, parse_iso, period_key
-from store.base import DuplicateError, MetaStore
+from store.base import MetaStore
+from store.errors import Duplicate
 from store.models import AccountPlan, User
 
 KEEP: Any = object()
@@ -54,7 +56,7 @@ class AdminService:
         user = new_user(self._settings, email, await self._hasher.hash(password), confirmed=confirmed)
         try:
             await self._meta.create_user(user)
-        except DuplicateError:
+        except Duplicate:
             raise Conflict(f"An account for {email} already exists", code="EMAIL_TAKEN") from None
         return user, generated
 
@@ -90,24 +92,36 @@ class AdminService:
         return await self._meta.list_users((page - 1) * limit, limit, email_contains or None)
 
     async def set_enabled(self, email_value: str, enabled: bool) -> User:
-        """Disable an account (its session tokens, refresh tokens and API keys stop: at once in
-        this process, within MEDIASRV_CREDENTIAL_CACHE_TTL in the others) or enable it again."""
+        """Disable an account or enable it again. Disabling ends its session and refresh tokens
+        for good (token_version moves on both ways, and refresh tokens carry it, so ``enable``
+        revives none) and pauses its API keys and signed URLs until it is enabled: at once in
+        this process, within MEDIASRV_CREDENTIAL_CACHE_TTL in the others."""
         user = await self.user(email_value)
         await self._meta.set_disabled(user.id, None if enabled else now_iso(), now_iso())
         if not enabled:
             await self._meta.revoke_tokens("refresh", user.id)
         return await self.user(email_value)
 
-    async def set_password(self, email_value: str, password: str | None) -> tuple[User, str | None]:
-        """A new password (generated when None); every session of the account ends."""
+    async def unpublish(self, email_value: str) -> int:
+        """Make every public file of the account private (withheld); how many. Serving stops
+        answering them anonymously as it stops serving a deleted file: each process within its
+        record cache's 2 s, the nginx sidecar within its 1 s revalidation."""
+        return await self._meta.unpublish_files((await self.user(email_value)).id)
+
+    async def republish(self, email_value: str) -> int:
+        """Make the files ``unpublish`` withheld public again; how many."""
+        return await self._meta.republish_files((await self.user(email_value)).id)
+
+    async def set_password(self, email_value: str, password: str | None) -> tuple[User, str | None, int]:
+        """A new password (generated when None); every session, refresh token, API key and
+        signed URL of the account made before it ends. (user, generated password, keys revoked)."""
         user = await self.user(email_value)
         generated = None
         if password is None:
             password = generated = secrets.token_urlsafe(12)
         validate_password(password)
-        await self._meta.set_password(user.id, await self._hasher.hash(password), now_iso())
-        await self._meta.revoke_tokens("refresh", user.id)
-        return user, generated
+        revoked = await replace_password(self._meta, user.id, await self._hasher.hash(password), now_iso())
+        return user, generated, revoked
 
     async def delete_user(self, email_value: str, files: FileService) -> tuple[User, int]:
         """Delete an account with its files and their blobs: disabled first (no upload, no

@@ -21,7 +21,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 
-from mediasrv.core.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
+from mediasrv.base.errors import NotFound, ServerBusy, StoreUnavailable, UnprocessableImage
 from mediasrv.images import allocator
 from mediasrv.images import pipeline as imaging  # FileInput and transform, under the name _with_file uses
 from mediasrv.images.cost import JobEstimate, ReservationTooSmall, estimate_cost, estimate_for_size
@@ -36,6 +36,9 @@ from store.models import FileRecord
 
 PREFIX_BYTES = 512 * 1024
 """Enough of a file for its header: JPEG APPn segments (EXIF, ICC) come before the frame size."""
+_RESERVATION_TRIES = 3
+"""A job runs at most three times: its metadata, then its in-memory decode, may each find that
+it needs more memory than was reserved (``ReservationTooSmall``)."""
 WEIGHT_UNIT_BYTES = 64 * 1024 * 1024
 """A job's weight in the fair share of slots: its estimated memory in these units (1..4)."""
 
@@ -117,9 +120,13 @@ def run_transform(data: imaging.FileInput | bytes, record: FileRecord, spec: Tra
     decode to more pixels, or more bytes per pixel, than ``reserved`` holds memory for."""
     try:
         return imaging.transform(data, record.content_type, spec, max_pixels, max_source_area=reserved.source_area,
-                                 max_layout=reserved.layout, max_metadata=reserved.metadata_bytes)
+                                 max_layout=reserved.layout, max_metadata=reserved.metadata_bytes,
+                                 max_decode_bytes=reserved.decode_bytes)
     finally:
-        TRIM.after_job(reserved.source_area)
+        # An in-memory JPEG decode's large buffers (the frame, the coefficients) are mappings of
+        # their own (allocator.MMAP_THRESHOLD_BYTES), returned when freed: nothing to trim but
+        # what a small job leaves (at most once a second), however large its source.
+        TRIM.after_job(0 if reserved.decode_bytes else reserved.source_area)
 
 
 TRIM = allocator.TrimPolicy()
@@ -173,12 +180,15 @@ class ImageJobs:
                 # its format allows: the header says how wide its pixels really are.
                 prefix = await self._prefix(record)
                 estimate = estimate_cost(prefix, record.size, spec, self._max_pixels, buffered=buffered)
-            try:
-                return await self._reserve_and_run(record, spec, estimate)
-            except ReservationTooSmall as short:
-                # More metadata than files usually carry (within its budget): reserved anew,
-                # in full, rather than topped up while holding the first reservation.
-                return await self._reserve_and_run(record, spec, estimate.with_metadata(short.needed))
+            for _ in range(_RESERVATION_TRIES - 1):
+                try:
+                    return await self._reserve_and_run(record, spec, estimate)
+                except ReservationTooSmall as short:
+                    # More metadata than files usually carry (within its budget), or a
+                    # progressive JPEG's coefficients: reserved anew, in full, rather than
+                    # topped up while holding the first reservation.
+                    estimate = short.grow(estimate)
+            return await self._reserve_and_run(record, spec, estimate)
         finally:
             self.pool.release(ticket)
 

@@ -9,13 +9,15 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from mediasrv.core.settings import (
+from mediasrv.base.settings.model import (
     HOUSEKEEPING_ROLES,
     LOG_FORMATS,
     MAX_PUBLIC_MAX_AGE_S,
+    MAX_RATE_LIMIT_SCALE,
     MAX_TRIAL_DAYS,
     MAX_TTL_S,
     MAX_UNIX_SOCKET_PATH,
+    MIN_UPLOAD_BUFFER_BYTES,
     REGISTRATION_MODES,
     TRANSFORM_FORMATS,
     Settings,
@@ -95,12 +97,16 @@ def _check_numbers(s: Settings) -> str | None:
             return f"{name} must be at most {MAX_TTL_S} seconds, not {value}"
     if not 4 <= s.bcrypt_rounds <= 16:
         return f"MEDIASRV_BCRYPT_ROUNDS must be between 4 and 16, not {s.bcrypt_rounds}"
-    if not math.isfinite(s.rate_limit_scale) or s.rate_limit_scale <= 0:
-        return f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number, not {s.rate_limit_scale}"
+    if not (math.isfinite(s.rate_limit_scale) and 0 < s.rate_limit_scale <= MAX_RATE_LIMIT_SCALE):
+        return (f"MEDIASRV_RATE_LIMIT_SCALE must be a positive number of at most {MAX_RATE_LIMIT_SCALE:.0f}, "
+                f"not {s.rate_limit_scale}")
     if not 0 <= s.public_max_age_s <= MAX_PUBLIC_MAX_AGE_S:
         return f"MEDIASRV_PUBLIC_MAX_AGE must be from 0 to {MAX_PUBLIC_MAX_AGE_S} seconds, not {s.public_max_age_s}"
     if s.image_memory_bytes < 64 * 1024 * 1024:
         return f"MEDIASRV_IMAGE_MEMORY_BYTES must be at least 67108864 (64 MiB), not {s.image_memory_bytes}"
+    if s.upload_buffer_bytes < MIN_UPLOAD_BUFFER_BYTES:
+        return (f"MEDIASRV_UPLOAD_BUFFER_BYTES must be at least {MIN_UPLOAD_BUFFER_BYTES} (16 MiB: one upload "
+                f"to S3 holds about 10 MiB), not {s.upload_buffer_bytes}")
     if s.resize_retry_after is not None and not 1 <= s.resize_retry_after <= 30:
         return f"MEDIASRV_RESIZE_RETRY_AFTER must be auto or 1..30 seconds, not {s.resize_retry_after}"
     if s.result_cache_bytes < 0 or s.sweep_grace_s < 0:
@@ -210,6 +216,8 @@ def _check_backends(s: Settings) -> str | None:
         return "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY must be set together"
     if not math.isfinite(s.s3_timeout_s) or not 0.1 <= s.s3_timeout_s <= 300:
         return f"MEDIASRV_S3_TIMEOUT must be from 0.1 to 300 seconds, not {s.s3_timeout_s}"
+    if s.s3_min_rate_bytes < 1024:
+        return f"MEDIASRV_S3_MIN_RATE must be at least 1024 (1 KiB) bytes per second, not {s.s3_min_rate_bytes}"
     return None
 
 

@@ -1,5 +1,5 @@
 """What the ``mediasrv upload`` client reads from the environment; the server's ``Settings``
-are in ``mediasrv.core.settings``."""
+are in ``mediasrv.base.settings``."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mediasrv.core.settings import _env
+from mediasrv.base.settings.model import SECRET, URL_WITH_PASSWORD, _env
 
 
 @dataclass(frozen=True)
@@ -19,9 +19,9 @@ class ClientSettings:
     """
 
     api_key: str | None = _env("MEDIASRV_API_KEY", "API key for `mediasrv upload` (else --api-key)",
-                               default=None)
+                               default=None, shown=SECRET)
     url: str | None = _env("MEDIASRV_URL", "server URL for `mediasrv upload` (else --url, default "
-                           "http://127.0.0.1:8080)", default=None)
+                           "http://127.0.0.1:8080)", default=None, shown=URL_WITH_PASSWORD)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientSettings:

@@ -13,7 +13,7 @@ Both builders return a fresh dict on every call; callers may cache or mutate it 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -68,13 +68,6 @@ _AUTH_TEXT = {
     OPTIONAL: "Authentication: none for public files. A private file needs the owner's "
               "credential (either header) or a valid signed URL (`expires` and `signature`).",
 }
-
-ROUTES: tuple[tuple[str, str], ...] = tuple((r.method, r.path) for r in declared.ROUTES)
-"""(METHOD, OpenAPI path) of every documented operation, in the documents' order."""
-
-RATE_LIMITS: Mapping[tuple[str, str], tuple[int, str]] = {
-    (r.method, r.path): (r.limit.per_minute, r.limit.key) for r in declared.ROUTES if r.limit}
-"""(METHOD, path) -> (requests per minute at scale 1, "ip" or "user") of the limited routes."""
 
 _UNLIMITED_TEXT = "Not rate limited."
 
@@ -220,6 +213,15 @@ def _account_schemas() -> Json:
             "image_ops": count("resize/format operations run"),
             "period_start": timestamp("start of the current calendar month (UTC)"),
             "period_end": timestamp("start of the next calendar month (UTC)")}),
+        "DailyUsage": record({
+            "days": {"type": "array", "description": "one entry per UTC day, oldest first, today last",
+                     "items": record({
+                         "date": typed("string", "the UTC day", format="date"),
+                         "api_requests": count("authenticated API requests (what GET /logs lists)"),
+                         "origin_reads": count("successful /m and /d responses for this account's files"),
+                         "image_ops": count("resize/format operations run")})},
+            "period_start": timestamp("start of the first day (UTC)"),
+            "period_end": timestamp("end of today (UTC): the start of tomorrow")}),
         "LogEntry": record({
             "id": typed("string", format="uuid"), "method": typed("string"),
             "path": typed("string", "request path without the query string"),
@@ -451,4 +453,4 @@ def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
     }
 
 
-from mediasrv.web.for_agents import build_for_agents as build_for_agents  # noqa: E402  (re-exported)
+from mediasrv.assembly.for_agents import build_for_agents as build_for_agents  # noqa: E402  (re-exported)
