@@ -53,6 +53,7 @@ from store.models import (
     DELIVERY_PENDING,
     FILE_CREATED,
     FILE_DELETED,
+    FILE_UPDATED,
     AccountPlan,
     ApiKey,
     ClaimedDelivery,
@@ -304,7 +305,8 @@ INDEXES: dict[str, list[IndexModel]] = {
               IndexModel([("user_id", ASCENDING), ("kind", ASCENDING), ("size", ASCENDING), ("_id", ASCENDING)],
                          name="user_kind_size"),
               IndexModel([("blob_key", ASCENDING)], name="blob_key"),
-              IndexModel([(f"{mongo_outbox.EVENT_FIELD}.at", ASCENDING)], sparse=True, name="webhook_event")],
+              IndexModel([(f"{mongo_outbox.EVENT_FIELD}.at", ASCENDING)], sparse=True, name="webhook_event"),
+              IndexModel([(f"{mongo_outbox.UPDATE_FIELD}.at", ASCENDING)], sparse=True, name="webhook_update")],
     "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
     mongo_counters.COLLECTION: [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
     "invites": [IndexModel([("code_hash", ASCENDING)], unique=True, name="code_hash_unique"),
@@ -699,16 +701,18 @@ class MongoMetaStore:
                                 order=_file_order(query.sort))
 
     async def unpublish_files(self, user_id: str) -> int:
-        """One update_many (sent twice, it finds nothing more to change)."""
-        async with self._op() as db:
-            result: UpdateResult = await db["files"].update_many(
-                {"user_id": user_id, "is_public": True}, {"$set": {"is_public": False, "withheld": True}})
-        return result.modified_count
+        """One update_many (sent twice, it finds nothing more to change). Each changed document
+        carries its ``file.updated`` in the same write (``mongo_outbox.UPDATE_FIELD``)."""
+        return await self._set_visibility({"user_id": user_id, "is_public": True}, False)
 
     async def republish_files(self, user_id: str) -> int:
+        return await self._set_visibility({"user_id": user_id, "withheld": True}, True)
+
+    async def _set_visibility(self, which: Doc, public: bool) -> int:
+        mark = {"id": outbox.change_token(), "at": _now()}
         async with self._op() as db:
             result: UpdateResult = await db["files"].update_many(
-                {"user_id": user_id, "withheld": True}, {"$set": {"is_public": True, "withheld": False}})
+                which, {"$set": {"is_public": public, "withheld": not public, mongo_outbox.UPDATE_FIELD: mark}})
         return result.modified_count
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
@@ -994,6 +998,7 @@ class MongoMetaStore:
             if docs:
                 await db["files"].bulk_write([UpdateOne({"_id": doc["_id"], f"{field}.id": doc[field]["id"]},
                                                         {"$unset": {field: ""}}) for doc in docs], ordered=False)
+            docs += await _spread_updates(db, when, limit)
             claims = await db[mongo_outbox.OUTBOX].find({}).sort("created_at", ASCENDING).limit(limit).to_list()
             if not claims:
                 return len(docs)
@@ -1200,6 +1205,21 @@ async def _claim_candidates(deliveries: Any, due: Doc, held: dict[str, int], lim
     return chosen
 
 
+async def _spread_updates(db: Any, when: dt.datetime, limit: int) -> list[Doc]:
+    """The ``file.updated`` events marked on file documents (``mongo_outbox.UPDATE_FIELD``) by
+    ``when``: each with the document as it is now, fanned out, then its mark removed only if it
+    is still that change's (a newer change keeps its own). The documents done."""
+    field = mongo_outbox.UPDATE_FIELD
+    docs: list[Doc] = await db["files"].find({f"{field}.at": {"$lte": when}}).limit(limit).to_list()
+    events = [(outbox.file_event(FILE_UPDATED, _file(doc), to_iso(doc[field]["at"]) or "", doc[field]["id"]),
+               doc[field]["at"]) for doc in docs]
+    await mongo_outbox.fan_out(db, events)
+    if docs:
+        await db["files"].bulk_write([UpdateOne({"_id": doc["_id"], f"{field}.id": doc[field]["id"]},
+                                                {"$unset": {field: ""}}) for doc in docs], ordered=False)
+    return docs
+
+
 async def _claim_delete_event(db: Any, doc: Doc, record: FileRecord, now: dt.datetime) -> None:
     """Before a record is deleted: its ``file.deleted`` in the outbox (store/mongo_outbox.py),
     with its ``file.created`` when that was still waiting in the record. Idempotent."""
@@ -1209,6 +1229,10 @@ async def _claim_delete_event(db: Any, doc: Doc, record: FileRecord, now: dt.dat
     if pending:
         created = outbox.file_event(FILE_CREATED, record, record.created_at)
         carried.append({**mongo_outbox.event_doc(created, doc["created_at"]), "_id": pending["id"]})
+    changed = doc.get(mongo_outbox.UPDATE_FIELD)
+    if changed:
+        updated = outbox.file_event(FILE_UPDATED, record, to_iso(changed["at"]) or at, changed["id"])
+        carried.append(mongo_outbox.event_doc(updated, changed["at"]))
     deleted = outbox.file_event(FILE_DELETED, record, at)
     carried.append(mongo_outbox.event_doc(deleted, now))
     await db[mongo_outbox.OUTBOX].update_one(

@@ -5,6 +5,9 @@ its event (nor an event without its change):
 
 - an upload's ``file.created`` is part of the record's own document (``EVENT_FIELD``: the
   event's id and time), written by the record's one insert: no record without its event;
+- a change's ``file.updated`` likewise (``UPDATE_FIELD``, set by the changing update itself);
+  a second change before the first is spread replaces its mark: the receiver gets the file as
+  it is then, once;
 - a delete's ``file.deleted`` is written to ``OUTBOX`` *before* the record is deleted, with the
   record's fields (and its ``file.created`` when that was still waiting in the record). It is
   only a claim until the record is gone: ``settle`` sends it once the record is absent, and
@@ -31,6 +34,9 @@ Doc = dict[str, Any]
 
 EVENT_FIELD = "webhook_event"
 """On a file document: its ``file.created`` event not yet spread (``{"id", "at"}``)."""
+UPDATE_FIELD = "webhook_update"
+"""On a file document: its latest change's ``file.updated`` not yet spread (``{"id", "at"}``:
+the change's token, ``store.outbox.change_token``), set by the change's own update."""
 OUTBOX = "webhook_outbox"
 """Deletes' events, written before the record is deleted (see the module docstring)."""
 EVENTS, DELIVERIES, WEBHOOKS = "webhook_events", "webhook_deliveries", "webhooks"
@@ -83,3 +89,4 @@ async def fan_out(db: Any, events: list[tuple[WebhookEvent, dt.datetime]]) -> in
     await upsert_all(db[EVENTS], event_ops)  # first: a delivery always finds its event
     await upsert_all(db[DELIVERIES], delivery_ops)
     return len(delivery_ops)
+

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import uuid
 from typing import Any
 
 from store.models import FileRecord, WebhookEvent
@@ -33,7 +34,15 @@ def record_data(record: FileRecord) -> dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
 
-def file_event(event_type: str, record: FileRecord, at: str) -> WebhookEvent:
-    """The event ``event_type`` of ``record``, recorded at ``at``."""
-    return WebhookEvent(id=event_id(event_type, record.id), user_id=record.user_id, type=event_type,
+def file_event(event_type: str, record: FileRecord, at: str, change: str | None = None) -> WebhookEvent:
+    """The event ``event_type`` of ``record``, recorded at ``at``. A record is created and
+    deleted once, but may change many times: each change (``file.updated``) names itself with
+    ``change``, a token of the write that made it, so each gets an event id of its own."""
+    cause = record.id if change is None else f"{record.id}:{change}"
+    return WebhookEvent(id=event_id(event_type, cause), user_id=record.user_id, type=event_type,
                         created_at=at, data=record_data(record))
+
+
+def change_token() -> str:
+    """A fresh token for one write that changes files (``file_event``'s ``change``)."""
+    return uuid.uuid4().hex

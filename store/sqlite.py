@@ -41,6 +41,7 @@ from store.models import (
     DELIVERY_PENDING,
     FILE_CREATED,
     FILE_DELETED,
+    FILE_UPDATED,
     AccountPlan,
     ApiKey,
     ClaimedDelivery,
@@ -739,6 +740,24 @@ def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRe
         conn.execute(RELEASE_SQL, {"size": record.size, "user_id": user_id})
         _record_file_event(conn, FILE_DELETED, record, _now_iso())
     return record
+
+
+def _set_visibility(conn: sqlite3.Connection, user_id: str, public: bool) -> int:
+    """Withhold the account's public files (``public`` False) or bring the withheld ones back,
+    and record a ``file.updated`` for each file changed, as it is now, in the same transaction
+    (when the account has endpoints subscribed to it; else the UPDATE alone)."""
+    where = "user_id = ? AND withheld = 1" if public else "user_id = ? AND is_public = 1"
+    hooks = _subscribed(conn, user_id, FILE_UPDATED)
+    before = [] if not hooks else [_file(row) for row in conn.execute(
+        f"SELECT {FILE_COLS} FROM files WHERE {where}", (user_id,))]
+    changed = _execute(conn, f"UPDATE files SET is_public = ?, withheld = ? WHERE {where}",
+                       (int(public), int(not public), user_id))
+    if before:
+        at, change = _now_iso(), outbox.change_token()
+        for record in before:
+            now = dataclasses.replace(record, is_public=public, withheld=not public)
+            _put_event(conn, outbox.file_event(FILE_UPDATED, now, at, change), hooks, at)
+    return changed
 
 
 def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
@@ -1562,14 +1581,13 @@ class SqliteMetaStore:
         return await self._write(_delete_file, user_id, file_id)
 
     async def unpublish_files(self, user_id: str) -> int:
-        """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""
-        changed: int = await self._write(_execute, "UPDATE files SET is_public = 0, withheld = 1 "
-                                         "WHERE user_id = ? AND is_public = 1", (user_id,))
+        """One UPDATE (the file_counts trigger moves the per-visibility counts with it), with
+        each changed file's ``file.updated`` in the same transaction."""
+        changed: int = await self._write(_set_visibility, user_id, False)
         return changed
 
     async def republish_files(self, user_id: str) -> int:
-        changed: int = await self._write(_execute, "UPDATE files SET is_public = 1, withheld = 0 "
-                                         "WHERE user_id = ? AND withheld = 1", (user_id,))
+        changed: int = await self._write(_set_visibility, user_id, True)
         return changed
 
     async def count_files(self) -> int:

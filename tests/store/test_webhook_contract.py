@@ -20,6 +20,7 @@ from store.models import (
     FILE_CREATED,
     FILE_DELETED,
     FILE_EVENTS,
+    FILE_UPDATED,
     WEBHOOK_TEST,
     ClaimedDelivery,
     DeliveryOutcome,
@@ -105,6 +106,40 @@ async def test_an_upload_and_a_delete_are_recorded_for_subscribed_endpoints_only
     assert sorted(c.webhook.id for c in deleted) == ["w2", "w3"]
     assert deleted[0].event.id == outbox.event_id(FILE_DELETED, record.id)
     assert deleted[0].event.data == outbox.record_data(record)
+
+
+async def test_withholding_and_republishing_files_is_a_file_updated_each_time(meta: MetaStore) -> None:
+    """``users disable --unpublish`` and ``enable --republish`` change files (is_public,
+    withheld): each changed file gets a ``file.updated`` with the file as it is after that
+    change, a distinct event per change, for the endpoints subscribed to it only; files the
+    change did not touch get none."""
+    await add_user(meta, "u1")
+    await meta.create_webhook(hook("u1", "w1", (FILE_UPDATED,)), limit=5)
+    await meta.create_webhook(hook("u1", "w2", (FILE_CREATED,)), limit=5)
+    public = await add_file(meta, "u1", "pub", is_public=True)
+    await add_file(meta, "u1", "priv", is_public=False)
+    await claim_all(meta, holder="h0")  # the uploads' events, out of the way
+    assert await meta.unpublish_files("u1") == 1
+    [withheld] = await claim_all(meta, holder="h1")
+    assert (withheld.webhook.id, withheld.event.type) == ("w1", FILE_UPDATED)
+    assert withheld.event.data == outbox.record_data(dataclasses.replace(public, is_public=False, withheld=True))
+    assert await meta.republish_files("u1") == 1
+    [back] = await claim_all(meta, holder="h2")
+    assert back.event.data == outbox.record_data(public)
+    assert back.event.id != withheld.event.id
+    assert await meta.republish_files("u1") == 0  # nothing withheld now: no change, no event
+    assert await claim_all(meta, holder="h3") == []
+
+
+async def test_a_file_changed_then_deleted_before_its_events_went_has_both(meta: MetaStore) -> None:
+    await add_user(meta, "u1")
+    await meta.create_webhook(hook("u1", "w1", (FILE_UPDATED, FILE_DELETED)), limit=5)
+    await add_file(meta, "u1", "f1", is_public=True)
+    assert await meta.unpublish_files("u1") == 1
+    await meta.delete_file("u1", "f1")
+    claimed = await claim_all(meta)
+    assert sorted(c.event.type for c in claimed) == [FILE_DELETED, FILE_UPDATED]
+    assert all(c.event.data["withheld"] for c in claimed)
 
 
 async def test_a_disabled_endpoint_gets_no_new_events(meta: MetaStore) -> None:
