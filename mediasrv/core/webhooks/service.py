@@ -147,7 +147,8 @@ class WebhookService:
         return {"deliveries": [delivery_json(d) for d in rows], "total": total, "page": page, "limit": limit}
 
 
-_RINGING = frozenset({"insert_file", "insert_file_within_quota", "delete_file"})
+_RINGING = frozenset({"insert_file", "insert_file_within_quota", "delete_file", "delete_user", "unpublish_files",
+                      "republish_files"})
 
 
 class ChangeBell:
