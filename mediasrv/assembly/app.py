@@ -52,7 +52,6 @@ from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder,
 from mediasrv.core.storeguard import StoreGuard
 from mediasrv.core.webhooks.destinations import AddressGuard, DnsResolver, Resolver, SystemResolver
 from mediasrv.core.webhooks.relay import SETTLE_MIN_S, Relay
-from mediasrv.core.webhooks.sender import Sender
 from mediasrv.core.webhooks.service import ChangeBell, WebhookService
 from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.slots import ResizePool
@@ -62,6 +61,7 @@ from mediasrv.web.cors import CorsPolicy
 from mediasrv.web.reference_page import render_reference
 from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets
+from mediasrv.web.webhook_sender import HttpSender
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
@@ -202,7 +202,7 @@ def webhook_relay(settings: Settings, meta: MetaStore, mail: MailQueue, renderer
     """This process's webhook relay (started by ``mediasrv serve`` once it listens); ``requests``
     counts the requests being answered (they come first)."""
     guard = AddressGuard(webhook_resolver(settings), allow_private=settings.webhook_allow_private)
-    return Relay(meta, Sender(guard), renderer, mail, concurrency=settings.webhook_concurrency,
+    return Relay(meta, HttpSender(guard), renderer, mail, concurrency=settings.webhook_concurrency,
                  per_endpoint=settings.webhook_per_endpoint, claim_s=settings.webhook_claim_s,
                  settle_s=max(SETTLE_MIN_S, 10 * settings.mongodb_timeout_ms / 1000),
                  dashboard_url=settings.dashboard_url, requests=requests)

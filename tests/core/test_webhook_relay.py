@@ -23,8 +23,8 @@ from mediasrv.core.mail import MailQueue, Message
 from mediasrv.core.webhooks.destinations import AddressGuard, SystemResolver
 from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, RETRY_DELAYS_S
 from mediasrv.core.webhooks.relay import Relay
-from mediasrv.core.webhooks.sender import Sender
 from mediasrv.core.webhooks.signing import new_secret
+from mediasrv.web.webhook_sender import HttpSender
 from store import outbox
 from store.base import MetaStore
 from store.models import (
@@ -106,7 +106,7 @@ def closes_relays(io_loop: Any, meta: MetaStore) -> Iterator[None]:
 
 def relay_for(meta: MetaStore, clock: Clock, *, holder: str = "a", mail: MailQueue | None = None,
               timeout_s: float = 5.0, **kw: Any) -> Relay:
-    sender = Sender(AddressGuard(SystemResolver(), allow_private=True), timeout_s=timeout_s)
+    sender = HttpSender(AddressGuard(SystemResolver(), allow_private=True), timeout_s=timeout_s)
     relay = Relay(meta, sender, renderer, mail, holder=holder, clock=clock, **kw)
     MADE.append(relay)
     return relay

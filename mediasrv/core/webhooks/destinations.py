@@ -7,7 +7,7 @@ the machine's credentials). The rule is applied twice:
 
 - at creation, to a literal address in the URL (and ``localhost``): 400 at once;
 - at every connection, to every address the name resolves to then (``AddressGuard``), and the
-  connection goes to the address that was checked (``mediasrv.core.webhooks.sender``), so a
+  connection goes to the address that was checked (``mediasrv.web.webhook_sender``), so a
   name that resolved to a public address yesterday and to 127.0.0.1 now (DNS rebinding) is
   refused now, and one that answers differently to two lookups cannot slip between them.
 
@@ -101,11 +101,31 @@ def literal_address(host: str) -> IPAddress | None:
     except ValueError:
         pass
     if _NUMERIC_HOST.fullmatch(text) and not text.replace(".", "").isalpha():
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(text))
-        except OSError:
-            return None
+        return _inet_aton(text)
     return None
+
+
+def _inet_aton(text: str) -> ipaddress.IPv4Address | None:
+    """``inet_aton``'s forms, as resolvers accept them: one to four parts, each decimal, octal
+    (a leading 0) or hexadecimal (0x), the last filling the bytes the others leave."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        base = 16 if part[:2].lower() == "0x" else 8 if len(part) > 1 and part[0] == "0" else 10
+        digits = part[2:] if base == 16 else part
+        try:
+            values.append(int(digits, base) if digits else 0 if base == 16 else -1)
+        except ValueError:
+            return None
+    *head, last = values
+    if min(values) < 0 or any(v > 255 for v in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = last
+    for n, value in enumerate(head):
+        number += value << (8 * (3 - n))
+    return ipaddress.IPv4Address(number)
 
 
 class RefusedDestination(Exception):

@@ -35,9 +35,9 @@ from mediasrv.base.tasks import cancel_and_wait
 from mediasrv.base.timeutil import iso, parse_iso
 from mediasrv.core.lease import holder_id
 from mediasrv.core.mail import MailQueue, Message
+from mediasrv.core.webhooks.attempts import Attempt, Sender
 from mediasrv.core.webhooks.destinations import origin_of
 from mediasrv.core.webhooks.events import DISABLE_AFTER, MAX_ATTEMPTS, Renderer, render_body, retry_delay_s
-from mediasrv.core.webhooks.sender import Attempt, Sender
 from store.base import MetaStore
 from store.errors import StoreError
 from store.models import (

@@ -1,5 +1,8 @@
 """One delivery attempt: a signed POST to a checked address, 10 s at most, a bounded answer.
 
+The relay's ``Sender`` (``mediasrv.core.webhooks.attempts``): network I/O, so here, beside the
+server's other sockets, where a connection's OS errors are caught by name.
+
 A small HTTP/1.1 client on asyncio streams, because a delivery needs so little of HTTP: one
 POST with a Content-Length body, and of the answer only its status. What it does:
 
@@ -34,26 +37,16 @@ import certifi
 import httpx
 
 from mediasrv.core.webhooks import signing
+from mediasrv.core.webhooks.attempts import TIMEOUT_S, Attempt
 from mediasrv.core.webhooks.destinations import AddressGuard, RefusedDestination, Target, parse_target
 from mediasrv.version import version
 
-TIMEOUT_S = 10.0
 """A 2xx within this is success (Standard Webhooks' suggestion); the whole attempt is cut there."""
 RESPONSE_READ_BYTES = 64 * 1024
 HEADER_BYTES = 16 * 1024
 KEEPALIVE_S = 5.0
 IDLE_PER_ORIGIN = 8
 NO_BODY = frozenset({204, 304})
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What one attempt got: a status (None: no answer) or the reason there was none."""
-
-    ok: bool
-    status: int | None
-    error: str | None
-    duration_ms: int
 
 
 class BadAnswer(Exception):
@@ -82,7 +75,7 @@ def _target(url: str) -> tuple[Target, bytes]:
     return target, httpx.URL(url).raw_path
 
 
-class Sender:
+class HttpSender:
     """Signs and sends; ``send`` never raises for what the receiver or the network does."""
 
     def __init__(self, guard: AddressGuard, *, timeout_s: float = TIMEOUT_S,
