@@ -1,7 +1,8 @@
 """Every API route: the ``ROUTES`` rows of each handler module, concatenated in one order.
 
 The order is the documents' order (OpenAPI tags and paths, the for-agents route list): liveness
-and readiness, auth, API keys, files, uploads, settings, account, admin, reference, then serving (/m, /d). It
+and readiness, auth, API keys, files, uploads, webhooks, settings, account, admin, reference, then
+serving (/m, /d). It
 does not decide routing (``routespec.by_path`` puts fixed paths before templated ones).
 
 A new route is a row in its handler module's ``ROUTES``; a new handler module is one more line
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from handlers import account, admin, api_keys, auth, files, health, reference, serving, settings, uploads
+from handlers import account, admin, api_keys, auth, files, health, reference, serving, settings, uploads, webhooks
 from mediasrv.web.routespec import Limit, Route, by_path, check, limits
 
-MODULES = (health, auth, api_keys, files, uploads, settings, account, admin, reference, serving)
+MODULES = (health, auth, api_keys, files, uploads, webhooks, settings, account, admin, reference, serving)
 """The handler modules that declare routes, in the documents' order."""
 
 ROUTES: tuple[Route, ...] = tuple(route for module in MODULES for route in module.ROUTES)

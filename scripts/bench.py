@@ -12,8 +12,8 @@ a benchmark run interleaved (A, B, C, A, B, C, ...), so the ratios survive a noi
     python scripts/bench.py --quick                # smoke check, small sizes (< 3 min)
     python scripts/bench.py --only passthrough,resize --json bench.json
 
-Sub-benchmarks: passthrough, resize, mix, download, upload, listing, credentials, workers, nginx
-(see ``benchkit/suites.py``). ``mix`` is the real traffic of an image site: Zipf over many
+Sub-benchmarks: passthrough, resize, mix, download, upload, listing, credentials, workers, nginx,
+webhooks (see ``benchkit/suites.py``). ``mix`` is the real traffic of an image site: Zipf over many
 images and several widths, result caching on, cold then warm, with the passthrough of the same
 bytes and thumbor with its result storage beside it (``benchkit/mix.py`` makes the sequence).
 """

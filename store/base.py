@@ -2,7 +2,7 @@
 
 ``MetaStore`` is the sum of one protocol per aggregate (``UserStore``, ``TokenStore``,
 ``ApiKeyStore``, ``QuotaStore``, ``FileStore``, ``DomainStore``, ``LogStore``, ``UsageStore``,
-``ResumableStore``)
+``ResumableStore``, ``WebhookStore``)
 plus ``Lifecycle`` (open, close, health) and ``IdentityStore``; a service may ask for only the
 aggregates it uses. ``BlobStore`` is one protocol. What only some backends can do is an optional
 capability, a ``runtime_checkable`` protocol that callers test with ``isinstance`` (never by
@@ -52,7 +52,10 @@ from store.models import (
     AccountPlan,
     ApiKey,
     BlobStat,
+    ClaimedDelivery,
     CustomDomain,
+    DeliveryOutcome,
+    DeliveryStats,
     FileQuery,
     FileRecord,
     Invite,
@@ -61,6 +64,9 @@ from store.models import (
     StoreIdentity,
     UsageCounts,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
 )
 
 _KEY_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -159,7 +165,9 @@ class UserStore(Protocol):
 
     async def delete_user(self, user_id: str) -> bool:
         """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
-        and any file record left: the caller deletes files and their blobs first)."""
+        and any file record left: the caller deletes files and their blobs first). Its webhook
+        endpoints stay until their pending deliveries (the deleted files' events) are done:
+        ``purge_deliveries`` removes them then."""
 
 
 class TokenStore(Protocol):
@@ -235,7 +243,8 @@ class FileStore(Protocol):
     """File records (each references one blob of the blob store)."""
 
     async def insert_file(self, record: FileRecord) -> None:
-        """Insert a record whose quota is already reserved. Duplicate on file_id."""
+        """Insert a record whose quota is already reserved, with its ``file.created`` event
+        (``WebhookStore``). Duplicate on file_id."""
 
     async def get_file(self, file_id: str) -> FileRecord | None: ...
 
@@ -260,7 +269,8 @@ class FileStore(Protocol):
         """
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
-        """Delete the user's record and release its quota in one step; the deleted record or None."""
+        """Delete the user's record and release its quota in one step, with its ``file.deleted``
+        event (``WebhookStore``); the deleted record or None."""
 
     async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
         """Change the user's record's fields named in ``changes`` (a subset of
@@ -371,8 +381,92 @@ class ResumableStore(Protocol):
         """Up to ``limit`` uploads whose ``expires_at`` is before ``before``."""
 
 
+class WebhookStore(Protocol):
+    """Webhook endpoints, the outbox of their events, and the deliveries of those events.
+
+    The outbox is written with the change it tells of, so that a change that happened (an
+    upload answered 201, a delete answered 204) always has its event, even when the process
+    dies the moment after: ``insert_file`` and ``insert_file_within_quota`` record
+    ``file.created``, ``delete_file`` records ``file.deleted``, for the owner's enabled
+    endpoints subscribed to it (SQLite: in the same transaction as the record; MongoDB: the
+    event is part of the record's own document, or written before the delete and confirmed
+    by the record's absence; ``spread_events`` turns those into deliveries). Event ids are
+    derived from the record (``store.outbox``), so an event recorded twice is one event.
+
+    A delivery is attempted by one process at a time: ``claim_deliveries`` marks the ones it
+    takes with the holder and an expiry; a holder that dies leaves its claims to expire, and
+    another process takes them then (at least once, never by two at once while a claim lasts).
+    """
+
+    async def create_webhook(self, hook: Webhook, limit: int) -> bool:
+        """Insert the endpoint unless its account already has ``limit`` of them (False). The
+        limit holds under any concurrency: concurrent creations may all be refused at the
+        limit, never all accepted past it."""
+
+    async def list_webhooks(self, user_id: str) -> list[Webhook]:
+        """The account's endpoints, oldest first (ties by id)."""
+
+    async def get_webhook(self, user_id: str, webhook_id: str) -> Webhook | None: ...
+
+    async def update_webhook(self, user_id: str, webhook_id: str, url: str, events: tuple[str, ...],
+                             description: str | None) -> Webhook | None:
+        """Replace the endpoint's URL, events and description; the endpoint after, or None."""
+
+    async def set_webhook_secret(self, user_id: str, webhook_id: str, secret: str) -> bool:
+        """Replace the signing secret; False when there is no such endpoint of this account."""
+
+    async def set_webhook_enabled(self, webhook_id: str, enabled: bool, at: str,
+                                  reason: str | None = None) -> bool:
+        """Enable (failures forgotten) or disable (stamped ``at`` with ``reason``); True only
+        when it changed, so of several processes disabling one endpoint exactly one is told.
+        Disabling fails the endpoint's pending deliveries (``endpoint disabled``)."""
+
+    async def delete_webhook(self, user_id: str, webhook_id: str) -> bool:
+        """Remove the endpoint and its deliveries; False when there is no such endpoint."""
+
+    async def note_webhook_result(self, webhook_id: str, ok: bool, at: str) -> Webhook | None:
+        """An attempt succeeded (``failing_since`` cleared) or failed (set to ``at`` unless it
+        is set); the endpoint after, or None when it is gone."""
+
+    async def enqueue_event(self, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:
+        """Record ``event`` with one pending delivery (due ``at``) for each of these endpoints
+        of its account that is enabled; how many. Sent twice, one event and one delivery each."""
+
+    async def spread_events(self, now: str, settle_before: str, limit: int) -> int:
+        """Turn up to ``limit`` recorded changes into deliveries, for the endpoints then
+        subscribed; a change still unconfirmed (a delete whose record is still there) since
+        before ``settle_before`` did not happen and is dropped. How many were handled (a store
+        that records deliveries with the change has nothing to do: 0)."""
+
+    async def claim_deliveries(self, holder: str, now: str, until: str, limit: int, per_webhook: int,
+                               busy: dict[str, int]) -> list[ClaimedDelivery]:
+        """Claim for ``holder`` until ``until`` at most ``limit`` pending deliveries due by
+        ``now`` whose claim is free or expired, at most ``per_webhook`` of one endpoint counting
+        the ``busy`` ones (endpoint id -> deliveries this holder is sending now); oldest first,
+        and no endpoint's backlog keeps another's deliveries out."""
+
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        """Record attempts (delivery id -> outcome) and let their claims go, in one write; a
+        delivery ``holder`` no longer holds (its claim expired and another took it) is left as
+        it is. How many were recorded."""
+
+    async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
+        """Let claims go unattempted (a stopping process): another may take them at once."""
+
+    async def list_deliveries(self, user_id: str, webhook_id: str, offset: int,
+                              limit: int) -> tuple[list[WebhookDelivery], int]:
+        """The endpoint's deliveries, newest first (ties by id), and the total."""
+
+    async def delivery_stats(self, now: str) -> DeliveryStats:
+        """The pending deliveries (those due by ``now`` among them) and the oldest of each."""
+
+    async def purge_deliveries(self, before: str) -> int:
+        """Forget deliveries finished before ``before``, events left without deliveries, and
+        the endpoints of deleted accounts once nothing is pending for them; how many rows."""
+
+
 class MetaStore(Lifecycle, IdentityStore, UserStore, TokenStore, InviteStore, ApiKeyStore, QuotaStore,
-                FileStore, DomainStore, LogStore, UsageStore, ResumableStore, Protocol):
+                FileStore, DomainStore, LogStore, UsageStore, ResumableStore, WebhookStore, Protocol):
     """Metadata: every aggregate above, in one database. What a metadata backend implements.
 
     A service that needs only some aggregates may ask for those protocols alone (a

@@ -217,3 +217,103 @@ class ResumableUpload:
     blob_state: str = ""
     lock: str | None = None
     locked_until: str | None = None
+
+
+FILE_CREATED = "file.created"
+FILE_UPDATED = "file.updated"
+FILE_DELETED = "file.deleted"
+WEBHOOK_TEST = "webhook.test"
+FILE_EVENTS: tuple[str, ...] = (FILE_CREATED, FILE_UPDATED, FILE_DELETED)
+"""The event types an endpoint subscribes to (``webhook.test`` goes only to the endpoint tested)."""
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """An endpoint an account's events are sent to, signed with its secret (Standard Webhooks)."""
+
+    id: str
+    user_id: str
+    url: str
+    events: tuple[str, ...]
+    """The subscribed event types, a subset of ``FILE_EVENTS``."""
+    description: str | None
+    secret: str
+    """``whsec_`` + base64 of the key: the signing key, kept as is (it must sign), never logged
+    and shown to the owner only when it is made."""
+    created_at: str
+    enabled: bool = True
+    disabled_at: str | None = None
+    disabled_reason: str | None = None
+    """``user`` (switched off by its owner) or ``failing`` (every attempt failed for days)."""
+    failing_since: str | None = None
+    """The first failed attempt since the last success (None: the last attempt succeeded)."""
+
+
+@dataclass(frozen=True)
+class WebhookEvent:
+    """One event in the outbox: what happened, to which account, with the file's fields."""
+
+    id: str
+    """The message id (``msg_...``): the ``webhook-id`` of every attempt of every delivery of it."""
+    user_id: str
+    type: str
+    created_at: str
+    data: dict[str, Any]
+    """The file record's fields (``FileRecord``), as stored when the event was recorded."""
+
+
+DELIVERY_PENDING, DELIVERY_SUCCEEDED, DELIVERY_FAILED = "pending", "succeeded", "failed"
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One event for one endpoint, and how its attempts went."""
+
+    id: str
+    event_id: str
+    webhook_id: str
+    user_id: str
+    event_type: str
+    created_at: str
+    state: str = DELIVERY_PENDING
+    """``pending`` (to be attempted at ``next_attempt_at``), ``succeeded`` or ``failed`` (gave up)."""
+    attempts: int = 0
+    next_attempt_at: str | None = None
+    last_attempt_at: str | None = None
+    response_status: int | None = None
+    """The HTTP status of the last attempt (None: no answer, see ``error``)."""
+    error: str | None = None
+    """Why the last attempt failed without an answer (timeout, refused address...), or None."""
+    duration_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """A delivery this process holds the claim on, with what sending it needs."""
+
+    delivery: WebhookDelivery
+    event: WebhookEvent
+    webhook: Webhook
+
+
+@dataclass(frozen=True)
+class DeliveryOutcome:
+    """What one attempt did and what follows: the delivery's state after it, and its next try."""
+
+    state: str
+    at: str
+    next_attempt_at: str | None
+    response_status: int | None
+    error: str | None
+    duration_ms: int
+
+
+@dataclass(frozen=True)
+class DeliveryStats:
+    """For /metrics: the deliveries still pending, those of them due, and the oldest of each
+    (the queue's age: how long the oldest undelivered event has waited)."""
+
+    pending: int
+    due: int
+    oldest_pending_at: str | None
+    oldest_due_at: str | None

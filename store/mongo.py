@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import random
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -44,14 +45,22 @@ from pymongo.errors import (
 )
 from pymongo.results import UpdateResult
 
-from store import mongo_counters, mongo_leases, mongo_quota, mongo_uploads
+from store import mongo_counters, mongo_leases, mongo_outbox, mongo_quota, mongo_uploads, outbox
 from store.errors import Duplicate, StoreUnavailable
 from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    FILE_CREATED,
+    FILE_DELETED,
     FILE_UPDATABLE,
+    FILE_UPDATED,
     AccountPlan,
     ApiKey,
+    ClaimedDelivery,
     CustomDomain,
+    DeliveryOutcome,
+    DeliveryStats,
     FileQuery,
     FileRecord,
     Invite,
@@ -60,6 +69,9 @@ from store.models import (
     StoreIdentity,
     UsageCounts,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
 )
 
 log = logging.getLogger(__name__)
@@ -92,6 +104,8 @@ _FILE_DATES = ("created_at",)
 _DOMAIN_DATES = ("updated_at",)
 _LOG_DATES = ("created_at",)
 _UPLOAD_DATES = ("created_at", "expires_at", "locked_until")
+_WEBHOOK_DATES = ("created_at", "disabled_at", "failing_since")
+_DELIVERY_DATES = ("created_at", "next_attempt_at", "last_attempt_at")
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -172,6 +186,31 @@ def _file(doc: Doc) -> FileRecord:
 
 def _domain(doc: Doc) -> CustomDomain:
     return _record(CustomDomain, doc, _DOMAIN_DATES, id_field="user_id")
+
+
+def _webhook(doc: Doc) -> Webhook:
+    doc = dict(doc)
+    doc["events"] = tuple(doc.get("events") or ())
+    return _record(Webhook, doc, _WEBHOOK_DATES)
+
+
+def _delivery(doc: Doc) -> WebhookDelivery:
+    return _record(WebhookDelivery, doc, _DELIVERY_DATES)
+
+
+def _event(doc: Doc) -> WebhookEvent:
+    return WebhookEvent(id=doc["_id"], user_id=doc["user_id"], type=doc["type"],
+                        created_at=to_iso(doc["created_at"]) or "", data=dict(doc.get("data") or {}))
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def _date(value: str) -> dt.datetime:
+    parsed = to_date(value)
+    assert parsed is not None
+    return parsed
 
 
 def _log(doc: Doc) -> LogEntry:
@@ -273,12 +312,22 @@ INDEXES: dict[str, list[IndexModel]] = {
               IndexModel([("user_id", ASCENDING), ("size", ASCENDING), ("_id", ASCENDING)], name="user_size"),
               IndexModel([("user_id", ASCENDING), ("kind", ASCENDING), ("size", ASCENDING), ("_id", ASCENDING)],
                          name="user_kind_size"),
-              IndexModel([("blob_key", ASCENDING)], name="blob_key")],
+              IndexModel([("blob_key", ASCENDING)], name="blob_key"),
+              IndexModel([(f"{mongo_outbox.EVENT_FIELD}.at", ASCENDING)], sparse=True, name="webhook_event"),
+              IndexModel([(f"{mongo_outbox.UPDATE_FIELD}.at", ASCENDING)], sparse=True, name="webhook_update")],
     "domains": [IndexModel([("hostname", ASCENDING)], unique=True, name="hostname_unique")],
     mongo_counters.COLLECTION: [IndexModel([("expires_at", ASCENDING)], expireAfterSeconds=0, name="expires_ttl")],
     "invites": [IndexModel([("code_hash", ASCENDING)], unique=True, name="code_hash_unique"),
                 IndexModel(NEWEST_FIRST, name="newest")],
     mongo_uploads.COLLECTION: [IndexModel([("expires_at", ASCENDING)], name="expires")],
+    mongo_outbox.WEBHOOKS: [IndexModel([("user_id", ASCENDING), ("created_at", ASCENDING), ("_id", ASCENDING)],
+                                       name="user_oldest")],
+    mongo_outbox.EVENTS: [IndexModel([("created_at", ASCENDING)], name="created")],
+    mongo_outbox.DELIVERIES: [IndexModel([("state", ASCENDING), ("next_attempt_at", ASCENDING)], name="due"),
+                              IndexModel([("webhook_id", ASCENDING), *NEWEST_FIRST], name="webhook_newest"),
+                              IndexModel([("event_id", ASCENDING)], name="event"),
+                              IndexModel([("state", ASCENDING), ("updated_at", ASCENDING)], name="finished")],
+    mongo_outbox.OUTBOX: [IndexModel([("created_at", ASCENDING)], name="created")],
     "logs": [IndexModel([("user_id", ASCENDING), *NEWEST_FIRST], name="user_newest"),
              IndexModel([("created_at", ASCENDING)], expireAfterSeconds=LOG_TTL_S, name="created_ttl")],
 }
@@ -635,8 +684,10 @@ class MongoMetaStore:
         await mongo_quota.release(self._db, user_id, size, None)
 
     async def insert_file(self, record: FileRecord) -> None:
-        """Upsert by file_id (sent twice, still one record), then close the upload's reservation."""
+        """Upsert by file_id (sent twice, still one record), then close the upload's reservation.
+        The record's document carries its ``file.created`` event (store/mongo_outbox.py)."""
         doc = _file_doc(record)
+        doc[mongo_outbox.EVENT_FIELD] = {"id": outbox.event_id(FILE_CREATED, record.id), "at": doc["created_at"]}
         await self._idempotent(lambda db: mongo_quota.upsert_record(db, doc))
         await self._idempotent(lambda db: mongo_quota.close_reservation(db, record.user_id, record.file_id))
 
@@ -684,16 +735,18 @@ class MongoMetaStore:
             return [_file(doc) async for doc in cursor]
 
     async def unpublish_files(self, user_id: str) -> int:
-        """One update_many (sent twice, it finds nothing more to change)."""
-        async with self._op() as db:
-            result: UpdateResult = await db["files"].update_many(
-                {"user_id": user_id, "is_public": True}, {"$set": {"is_public": False, "withheld": True}})
-        return result.modified_count
+        """One update_many (sent twice, it finds nothing more to change). Each changed document
+        carries its ``file.updated`` in the same write (``mongo_outbox.UPDATE_FIELD``)."""
+        return await self._set_visibility({"user_id": user_id, "is_public": True}, False)
 
     async def republish_files(self, user_id: str) -> int:
+        return await self._set_visibility({"user_id": user_id, "withheld": True}, True)
+
+    async def _set_visibility(self, which: Doc, public: bool) -> int:
+        mark = {"id": outbox.change_token(), "at": _now()}
         async with self._op() as db:
             result: UpdateResult = await db["files"].update_many(
-                {"user_id": user_id, "withheld": True}, {"$set": {"is_public": True, "withheld": False}})
+                which, {"$set": {"is_public": public, "withheld": not public, mongo_outbox.UPDATE_FIELD: mark}})
         return result.modified_count
 
     async def delete_file(self, user_id: str, file_id: str) -> FileRecord | None:
@@ -706,6 +759,7 @@ class MongoMetaStore:
             return None
         record = _file(doc)
         now = _now()
+        await self._idempotent(lambda db: _claim_delete_event(db, doc, record, now))
         await self._idempotent(lambda db: mongo_quota.release_deleted(db, user_id, file_id, record.size, now))
         result, retried = await self._idempotent(
             lambda db: db["files"].delete_one({"file_id": file_id, "user_id": user_id}))
@@ -925,6 +979,259 @@ class MongoMetaStore:
     async def drop_lease(self, name: str, holder: str) -> None:
         await self._idempotent(lambda db: mongo_leases.drop(db, name, holder))
 
+    # --- webhooks (WebhookStore; the outbox: store/mongo_outbox.py) ------------------------
+
+    async def create_webhook(self, hook: Webhook, limit: int) -> bool:
+        """Inserted, then counted: past ``limit`` it is taken back. Concurrent creations at the
+        limit may all be refused; they can never all stay."""
+        doc = _doc(hook, _WEBHOOK_DATES)
+        doc["events"] = list(hook.events)
+        async with self._op() as db:
+            await db[mongo_outbox.WEBHOOKS].insert_one(doc)
+            if await db[mongo_outbox.WEBHOOKS].count_documents({"user_id": hook.user_id}) <= limit:
+                return True
+            await db[mongo_outbox.WEBHOOKS].delete_one({"_id": hook.id})
+        return False
+
+    async def list_webhooks(self, user_id: str) -> list[Webhook]:
+        async with self._op() as db:
+            docs = await db[mongo_outbox.WEBHOOKS].find({"user_id": user_id}).sort(
+                [("created_at", ASCENDING), ("_id", ASCENDING)]).to_list()
+        return [_webhook(doc) for doc in docs]
+
+    async def get_webhook(self, user_id: str, webhook_id: str) -> Webhook | None:
+        async with self._op() as db:
+            doc = await db[mongo_outbox.WEBHOOKS].find_one({"_id": webhook_id, "user_id": user_id})
+        return None if doc is None else _webhook(doc)
+
+    async def update_webhook(self, user_id: str, webhook_id: str, url: str, events: tuple[str, ...],
+                             description: str | None) -> Webhook | None:
+        async with self._op() as db:
+            doc = await db[mongo_outbox.WEBHOOKS].find_one_and_update(
+                {"_id": webhook_id, "user_id": user_id},
+                {"$set": {"url": url, "events": list(events), "description": description}},
+                return_document=ReturnDocument.AFTER)
+        return None if doc is None else _webhook(doc)
+
+    async def set_webhook_secret(self, user_id: str, webhook_id: str, secret: str) -> bool:
+        async with self._op() as db:
+            result: UpdateResult = await db[mongo_outbox.WEBHOOKS].update_one(
+                {"_id": webhook_id, "user_id": user_id}, {"$set": {"secret": secret}})
+        return result.matched_count > 0
+
+    async def set_webhook_enabled(self, webhook_id: str, enabled: bool, at: str,
+                                  reason: str | None = None) -> bool:
+        when = to_date(at)
+        async with self._op() as db:
+            if enabled:
+                result: UpdateResult = await db[mongo_outbox.WEBHOOKS].update_one(
+                    {"_id": webhook_id, "enabled": False},
+                    {"$set": {"enabled": True, "disabled_at": None, "disabled_reason": None, "failing_since": None}})
+                return result.modified_count > 0
+            result = await db[mongo_outbox.WEBHOOKS].update_one(
+                {"_id": webhook_id, "enabled": True},
+                {"$set": {"enabled": False, "disabled_at": when, "disabled_reason": reason}})
+            if not result.modified_count:
+                return False
+            await db[mongo_outbox.DELIVERIES].update_many(
+                {"webhook_id": webhook_id, "state": DELIVERY_PENDING},
+                {"$set": {"state": DELIVERY_FAILED, "error": "endpoint disabled", "next_attempt_at": None,
+                          "claimed_by": None, "claimed_until": None, "updated_at": when}})
+        return True
+
+    async def delete_webhook(self, user_id: str, webhook_id: str) -> bool:
+        async with self._op() as db:
+            result = await db[mongo_outbox.WEBHOOKS].delete_one({"_id": webhook_id, "user_id": user_id})
+            if not result.deleted_count:
+                return False
+            await db[mongo_outbox.DELIVERIES].delete_many({"webhook_id": webhook_id})
+        return True
+
+    async def note_webhook_result(self, webhook_id: str, ok: bool, at: str) -> Webhook | None:
+        async with self._op() as db:
+            hooks = db[mongo_outbox.WEBHOOKS]
+            if ok:
+                await hooks.update_one({"_id": webhook_id, "failing_since": {"$ne": None}},
+                                       {"$set": {"failing_since": None}})
+            else:
+                await hooks.update_one({"_id": webhook_id, "failing_since": None},
+                                       {"$set": {"failing_since": to_date(at)}})
+            doc = await hooks.find_one({"_id": webhook_id})
+        return None if doc is None else _webhook(doc)
+
+    async def enqueue_event(self, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:
+        if not webhook_ids:
+            return 0
+        when = _date(at)
+        async with self._op() as db:
+            hooks = [doc["_id"] async for doc in db[mongo_outbox.WEBHOOKS].find(
+                {"_id": {"$in": list(webhook_ids)}, "user_id": event.user_id, "enabled": True}, {"_id": 1})]
+            if not hooks:
+                return 0
+            created = _date(event.created_at)
+            await mongo_outbox.upsert_all(db[mongo_outbox.EVENTS], [UpdateOne(
+                {"_id": event.id}, {"$setOnInsert": mongo_outbox.event_doc(event, created)}, upsert=True)])
+            await mongo_outbox.upsert_all(db[mongo_outbox.DELIVERIES], [UpdateOne(
+                {"_id": outbox.delivery_id(event.id, hook)},
+                {"$setOnInsert": mongo_outbox.delivery_doc(event, hook, created, when)}, upsert=True)
+                for hook in hooks])
+        return len(hooks)
+
+    async def spread_events(self, now: str, settle_before: str, limit: int) -> int:
+        """Uploads' events from their records' documents, deletes' from the outbox (see
+        store/mongo_outbox.py); each mark removed once its deliveries are written."""
+        when, settle = _date(now), _date(settle_before)
+        field = mongo_outbox.EVENT_FIELD
+        async with self._op() as db:
+            docs = await db["files"].find({f"{field}.at": {"$lte": when}}).limit(limit).to_list()
+            created = [(WebhookEvent(id=doc[field]["id"], user_id=doc["user_id"], type=FILE_CREATED,
+                                     created_at=to_iso(doc["created_at"]) or "", data=outbox.record_data(_file(doc))),
+                        doc["created_at"]) for doc in docs]
+            await mongo_outbox.fan_out(db, created)
+            if docs:
+                await db["files"].bulk_write([UpdateOne({"_id": doc["_id"], f"{field}.id": doc[field]["id"]},
+                                                        {"$unset": {field: ""}}) for doc in docs], ordered=False)
+            docs += await _spread_updates(db, when, limit)
+            claims = await db[mongo_outbox.OUTBOX].find({}).sort("created_at", ASCENDING).limit(limit).to_list()
+            if not claims:
+                return len(docs)
+            present = {d["file_id"] async for d in db["files"].find(
+                {"file_id": {"$in": [c["file_id"] for c in claims]}}, {"file_id": 1})}
+            done = [c for c in claims if c["file_id"] not in present]
+            dropped = [c for c in claims if c["file_id"] in present and _utc(c["created_at"]) < settle]
+            events: list[tuple[WebhookEvent, dt.datetime]] = []
+            for claim in done:
+                for carried in claim.get("events", []):
+                    events.append((_event(carried), carried["created_at"]))
+            await mongo_outbox.fan_out(db, events)
+            gone = [c["_id"] for c in done + dropped]
+            if gone:
+                await db[mongo_outbox.OUTBOX].delete_many({"_id": {"$in": gone}})
+        return len(docs) + len(gone)
+
+    async def claim_deliveries(self, holder: str, now: str, until: str, limit: int, per_webhook: int,
+                               busy: dict[str, int]) -> list[ClaimedDelivery]:
+        """Candidates (``_claim_candidates``), then one conditional update marks them, and
+        those it marked for this holder are this call's; those another process took meanwhile
+        are replaced by the next candidates, up to ``CLAIM_TRIES`` times."""
+        if limit <= 0 or per_webhook <= 0:
+            return []
+        when, end = _date(now), _date(until)
+        due: Doc = {"state": DELIVERY_PENDING, "next_attempt_at": {"$lte": when},
+                    "$or": [{"claimed_until": None}, {"claimed_until": {"$lt": when}}]}
+        async with self._op() as db:
+            deliveries = db[mongo_outbox.DELIVERIES]
+            held = dict(busy)
+            tried: list[str] = []
+            docs: list[Doc] = []
+            for _ in range(CLAIM_TRIES):  # lost to another process: the next candidates, not nothing
+                chosen = await _claim_candidates(deliveries, {**due, "_id": {"$nin": tried}} if tried else due,
+                                                 held, limit - len(docs), per_webhook)
+                if not chosen:
+                    break
+                await deliveries.update_many({**due, "_id": {"$in": chosen}},
+                                             {"$set": {"claimed_by": holder, "claimed_until": end}})
+                won = await deliveries.find({"_id": {"$in": chosen}, "claimed_by": holder,
+                                             "claimed_until": end}).to_list()
+                docs += won
+                tried += chosen
+                for doc in won:
+                    held[doc["webhook_id"]] = held.get(doc["webhook_id"], 0) + 1
+                if len(won) == len(chosen) or len(docs) >= limit:
+                    break
+            if not docs:
+                return []
+            mine = sorted(map(_delivery, docs), key=lambda d: (d.next_attempt_at or "", d.id))
+            events = {doc["_id"]: _event(doc) async for doc in db[mongo_outbox.EVENTS].find(
+                {"_id": {"$in": list({d.event_id for d in mine})}})}
+            hooks = {doc["_id"]: _webhook(doc) async for doc in db[mongo_outbox.WEBHOOKS].find(
+                {"_id": {"$in": list({d.webhook_id for d in mine})}})}
+            claimed, orphans = [], []
+            for d in mine:
+                event, hook = events.get(d.event_id), hooks.get(d.webhook_id)
+                if event is None or hook is None:  # the endpoint was deleted meanwhile
+                    orphans.append(d.id)
+                else:
+                    claimed.append(ClaimedDelivery(delivery=d, event=event, webhook=hook))
+            if orphans:
+                await deliveries.delete_many({"_id": {"$in": orphans}})
+        return claimed
+
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        """One unordered bulk write; each update is filtered on the claim, so a delivery another
+        process took meanwhile is left alone."""
+        if not outcomes:
+            return 0
+        ops = []
+        for delivery_id, outcome in outcomes.items():
+            at = to_date(outcome.at)
+            ops.append(UpdateOne(
+                {"_id": delivery_id, "claimed_by": holder, "state": DELIVERY_PENDING},
+                {"$set": {"state": outcome.state, "next_attempt_at": to_date(outcome.next_attempt_at),
+                          "last_attempt_at": at, "response_status": outcome.response_status,
+                          "error": outcome.error, "duration_ms": outcome.duration_ms, "claimed_by": None,
+                          "claimed_until": None, "updated_at": at},
+                 "$inc": {"attempts": 1}}))
+        async with self._op() as db:
+            result = await db[mongo_outbox.DELIVERIES].bulk_write(ops, ordered=False)
+        return int(result.modified_count)
+
+    async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
+        if not delivery_ids:
+            return
+        async with self._op() as db:
+            await db[mongo_outbox.DELIVERIES].update_many(
+                {"_id": {"$in": list(delivery_ids)}, "claimed_by": holder},
+                {"$set": {"claimed_by": None, "claimed_until": None}})
+
+    async def list_deliveries(self, user_id: str, webhook_id: str, offset: int,
+                              limit: int) -> tuple[list[WebhookDelivery], int]:
+        return await self._page(mongo_outbox.DELIVERIES, {"webhook_id": webhook_id, "user_id": user_id},
+                                offset, limit, _delivery)
+
+    async def delivery_stats(self, now: str) -> DeliveryStats:
+        when = _date(now)
+        pending: Doc = {"state": DELIVERY_PENDING}
+        due: Doc = {**pending, "next_attempt_at": {"$lte": when}}
+        async with self._op() as db:
+            deliveries = db[mongo_outbox.DELIVERIES]
+            total = await deliveries.count_documents(pending)
+            ready = await deliveries.count_documents(due)
+            oldest = await deliveries.find_one(pending, {"created_at": 1}, sort=[("created_at", ASCENDING)])
+            first_due = await deliveries.find_one(due, {"next_attempt_at": 1}, sort=[("next_attempt_at", ASCENDING)])
+        return DeliveryStats(pending=int(total), due=int(ready),
+                             oldest_pending_at=to_iso(oldest["created_at"]) if oldest else None,
+                             oldest_due_at=to_iso(first_due["next_attempt_at"]) if first_due else None)
+
+    async def purge_deliveries(self, before: str) -> int:
+        when = _date(before)
+        async with self._op() as db:
+            result = await db[mongo_outbox.DELIVERIES].delete_many(
+                {"state": {"$ne": DELIVERY_PENDING}, "updated_at": {"$lt": when}})
+            removed = int(result.deleted_count)
+            old = [doc["_id"] async for doc in db[mongo_outbox.EVENTS].find(
+                {"created_at": {"$lt": when}}, {"_id": 1}).limit(10 * IN_CHUNK)]
+            for start in range(0, len(old), IN_CHUNK):
+                chunk = old[start:start + IN_CHUNK]
+                used = set(await db[mongo_outbox.DELIVERIES].distinct("event_id", {"event_id": {"$in": chunk}}))
+                unused = [e for e in chunk if e not in used]
+                if unused:
+                    removed += int((await db[mongo_outbox.EVENTS].delete_many({"_id": {"$in": unused}})).deleted_count)
+            owners = list(await db[mongo_outbox.WEBHOOKS].distinct("user_id"))
+            for start in range(0, len(owners), IN_CHUNK):
+                chunk = owners[start:start + IN_CHUNK]
+                alive = {doc["_id"] async for doc in db["users"].find({"_id": {"$in": chunk}}, {"_id": 1})}
+                for user_id in (u for u in chunk if u not in alive):
+                    hooks = [doc["_id"] async for doc in db[mongo_outbox.WEBHOOKS].find(
+                        {"user_id": user_id}, {"_id": 1})]
+                    busy = set(await db[mongo_outbox.DELIVERIES].distinct(
+                        "webhook_id", {"webhook_id": {"$in": hooks}, "state": DELIVERY_PENDING}))
+                    idle = [h for h in hooks if h not in busy]
+                    if idle:
+                        removed += int((await db[mongo_outbox.WEBHOOKS].delete_many(
+                            {"_id": {"$in": idle}})).deleted_count)
+        return removed
+
     # --- helpers ----------------------------------------------------------------------
 
     async def _page(self, collection: str, flt: Doc, offset: int, limit: int,
@@ -968,6 +1275,62 @@ def _usage_inc(counts: UsageCounts) -> Doc:
 def _usage_counts(doc: Doc) -> UsageCounts:
     return UsageCounts(origin_reads=int(doc.get("origin_reads", 0)), image_ops=int(doc.get("image_ops", 0)),
                        api_requests=int(doc.get("api_requests", 0)))
+
+
+CLAIM_TRIES = 3
+
+
+async def _claim_candidates(deliveries: Any, due: Doc, held: dict[str, int], limit: int,
+                            per_webhook: int) -> list[str]:
+    """Due deliveries to try to claim: the endpoints with some, in random order (so that no
+    endpoint's backlog comes first every time, in any process), the oldest few of each."""
+    hook_ids = list(await deliveries.distinct("webhook_id", due))
+    random.shuffle(hook_ids)
+    chosen: list[str] = []
+    for hook_id in hook_ids:
+        room = min(per_webhook - held.get(hook_id, 0), limit - len(chosen))
+        if room <= 0:
+            if len(chosen) >= limit:
+                break
+            continue
+        chosen += [d["_id"] async for d in deliveries.find({**due, "webhook_id": hook_id}, {"_id": 1}).sort(
+            [("next_attempt_at", ASCENDING), ("_id", ASCENDING)]).limit(room)]
+    return chosen
+
+
+async def _spread_updates(db: Any, when: dt.datetime, limit: int) -> list[Doc]:
+    """The ``file.updated`` events marked on file documents (``mongo_outbox.UPDATE_FIELD``) by
+    ``when``: each with the document as it is now, fanned out, then its mark removed only if it
+    is still that change's (a newer change keeps its own). The documents done."""
+    field = mongo_outbox.UPDATE_FIELD
+    docs: list[Doc] = await db["files"].find({f"{field}.at": {"$lte": when}}).limit(limit).to_list()
+    events = [(outbox.file_event(FILE_UPDATED, _file(doc), to_iso(doc[field]["at"]) or "", doc[field]["id"]),
+               doc[field]["at"]) for doc in docs]
+    await mongo_outbox.fan_out(db, events)
+    if docs:
+        await db["files"].bulk_write([UpdateOne({"_id": doc["_id"], f"{field}.id": doc[field]["id"]},
+                                                {"$unset": {field: ""}}) for doc in docs], ordered=False)
+    return docs
+
+
+async def _claim_delete_event(db: Any, doc: Doc, record: FileRecord, now: dt.datetime) -> None:
+    """Before a record is deleted: its ``file.deleted`` in the outbox (store/mongo_outbox.py),
+    with its ``file.created`` when that was still waiting in the record. Idempotent."""
+    at = to_iso(now) or ""
+    carried = []
+    pending = doc.get(mongo_outbox.EVENT_FIELD)
+    if pending:
+        created = outbox.file_event(FILE_CREATED, record, record.created_at)
+        carried.append({**mongo_outbox.event_doc(created, doc["created_at"]), "_id": pending["id"]})
+    changed = doc.get(mongo_outbox.UPDATE_FIELD)
+    if changed:
+        updated = outbox.file_event(FILE_UPDATED, record, to_iso(changed["at"]) or at, changed["id"])
+        carried.append(mongo_outbox.event_doc(updated, changed["at"]))
+    deleted = outbox.file_event(FILE_DELETED, record, at)
+    carried.append(mongo_outbox.event_doc(deleted, now))
+    await db[mongo_outbox.OUTBOX].update_one(
+        {"_id": deleted.id}, {"$setOnInsert": {"file_id": record.file_id, "user_id": record.user_id,
+                                              "created_at": now, "events": carried}}, upsert=True)
 
 
 async def _ensure_usage_docs(db: Any, keys: list[tuple[str, str]]) -> None:

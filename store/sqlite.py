@@ -31,15 +31,24 @@ from typing import Any, TypeVar
 
 import orjson
 
+from store import outbox
 from store.base import MIGRATION_TABLES
 from store.errors import DamagedDatabase, Duplicate, StorageFull, StoreUnavailable
 from store.groupcommit import Call, GroupCommit
 from store.kinds import KINDS_SIGNATURE, kind_of, name_key
 from store.models import (
+    DELIVERY_FAILED,
+    DELIVERY_PENDING,
+    FILE_CREATED,
+    FILE_DELETED,
     FILE_UPDATABLE,
+    FILE_UPDATED,
     AccountPlan,
     ApiKey,
+    ClaimedDelivery,
     CustomDomain,
+    DeliveryOutcome,
+    DeliveryStats,
     FileQuery,
     FileRecord,
     Invite,
@@ -48,6 +57,9 @@ from store.models import (
     StoreIdentity,
     UsageCounts,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
 )
 
 log = logging.getLogger(__name__)
@@ -296,6 +308,51 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE files ADD COLUMN focal_y REAL",
         "ALTER TABLE files ADD COLUMN placeholder TEXT",
     ),
+    (
+        # Webhooks (issue 28): endpoints, the outbox of events, one delivery per event and
+        # endpoint. No foreign key to users: an account's endpoints outlive it until the
+        # events of its deleted files are delivered (purge_deliveries removes them then).
+        """CREATE TABLE webhooks (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            url TEXT NOT NULL,
+            events TEXT NOT NULL,
+            description TEXT,
+            secret TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            enabled INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+            disabled_at TEXT,
+            disabled_reason TEXT,
+            failing_since TEXT)""",
+        "CREATE INDEX webhooks_user ON webhooks (user_id, created_at, id)",
+        """CREATE TABLE webhook_events (
+            id TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            data TEXT NOT NULL)""",
+        """CREATE TABLE webhook_deliveries (
+            id TEXT PRIMARY KEY,
+            event_id TEXT NOT NULL,
+            webhook_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            event_type TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TEXT,
+            last_attempt_at TEXT,
+            response_status INTEGER,
+            error TEXT,
+            duration_ms INTEGER,
+            claimed_by TEXT,
+            claimed_until TEXT,
+            updated_at TEXT NOT NULL)""",
+        "CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE state = 'pending'",
+        "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, created_at DESC, id DESC)",
+        "CREATE INDEX webhook_deliveries_event ON webhook_deliveries (event_id)",
+        "CREATE INDEX webhook_deliveries_done ON webhook_deliveries (updated_at) WHERE state != 'pending'",
+    ),
 )
 """Schema migrations, applied in order; ``PRAGMA user_version`` counts the applied ones.
 
@@ -341,6 +398,8 @@ FILE_COLS = _columns(FileRecord)
 DOMAIN_COLS = _columns(CustomDomain)
 LOG_COLS = _columns(LogEntry)
 UPLOAD_COLS = _columns(ResumableUpload)
+WEBHOOK_COLS = _columns(Webhook)
+DELIVERY_COLS = _columns(WebhookDelivery)
 
 
 RELEASE_SQL = """UPDATE users SET storage_bytes = max(storage_bytes - :size, 0),
@@ -677,9 +736,10 @@ def _file_params(record: FileRecord) -> dict[str, Any]:
 
 
 def _insert_file(conn: sqlite3.Connection, record: FileRecord) -> None:
-    """The record and its search row, in one transaction."""
+    """The record, its search row and its ``file.created`` event, in one transaction."""
     conn.execute(FILE_INSERT_SQL, _file_params(record))
     _index_file(conn, record.id, record.name, record.file_id)
+    _record_file_event(conn, FILE_CREATED, record, record.created_at)
 
 
 def _insert_file_within_quota(conn: sqlite3.Connection, record: FileRecord, storage_limit: int | None,
@@ -716,6 +776,7 @@ def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRe
     if record is not None:
         conn.execute("DELETE FROM files WHERE id = ?", (record.id,))
         conn.execute(RELEASE_SQL, {"size": record.size, "user_id": user_id})
+        _record_file_event(conn, FILE_DELETED, record, _now_iso())
     return record
 
 
@@ -782,6 +843,22 @@ def _update_file(conn: sqlite3.Connection, user_id: str, file_id: str,
         conn.execute("UPDATE file_search SET name = ? WHERE rowid = "
                      "(SELECT seq FROM file_search_rows WHERE file_pk = ?)", (_fold(record.name), record.id))
     return record
+def _set_visibility(conn: sqlite3.Connection, user_id: str, public: bool) -> int:
+    """Withhold the account's public files (``public`` False) or bring the withheld ones back,
+    and record a ``file.updated`` for each file changed, as it is now, in the same transaction
+    (when the account has endpoints subscribed to it; else the UPDATE alone)."""
+    where = "user_id = ? AND withheld = 1" if public else "user_id = ? AND is_public = 1"
+    hooks = _subscribed(conn, user_id, FILE_UPDATED)
+    before = [] if not hooks else [_file(row) for row in conn.execute(
+        f"SELECT {FILE_COLS} FROM files WHERE {where}", (user_id,))]
+    changed = _execute(conn, f"UPDATE files SET is_public = ?, withheld = ? WHERE {where}",
+                       (int(public), int(not public), user_id))
+    if before:
+        at, change = _now_iso(), outbox.change_token()
+        for record in before:
+            now = dataclasses.replace(record, is_public=public, withheld=not public)
+            _put_event(conn, outbox.file_event(FILE_UPDATED, now, at, change), hooks, at)
+    return changed
 
 
 def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
@@ -804,8 +881,199 @@ def _files_by_id(conn: sqlite3.Connection, file_ids: list[str]) -> list[FileReco
     return found
 
 
-QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...]]
-"""A write waiting for the writer thread: ``fn(conn, *args)``."""
+# --- webhooks: endpoints, the outbox, deliveries (WebhookStore) -------------------------
+
+def _webhook(row: Row) -> Webhook:
+    values = dict(row)
+    values["events"] = tuple(orjson.loads(values["events"]))
+    values["enabled"] = bool(values["enabled"])
+    return Webhook(**values)
+
+
+def _webhook_params(hook: Webhook) -> dict[str, Any]:
+    values = _params(hook)
+    values["events"] = orjson.dumps(list(hook.events)).decode()
+    values["enabled"] = int(hook.enabled)
+    return values
+
+
+def _delivery(row: Row) -> WebhookDelivery:
+    return WebhookDelivery(**{name: row[name] for name in _field_names(WebhookDelivery)})
+
+
+def _event(row: Row) -> WebhookEvent:
+    return WebhookEvent(id=row["id"], user_id=row["user_id"], type=row["type"], created_at=row["created_at"],
+                        data=orjson.loads(row["data"]))
+
+
+def _subscribed(conn: sqlite3.Connection, user_id: str, event_type: str) -> list[str]:
+    """The account's enabled endpoints subscribed to ``event_type`` (events is a JSON list of
+    validated names, so the quoted name is found exactly)."""
+    return [row[0] for row in conn.execute(
+        "SELECT id FROM webhooks WHERE user_id = ? AND enabled = 1 AND instr(events, ?) > 0",
+        (user_id, f'"{event_type}"'))]
+
+
+def _record_file_event(conn: sqlite3.Connection, event_type: str, record: FileRecord, at: str) -> None:
+    """The change's event, in the change's transaction, for the owner's subscribed endpoints
+    (nothing at all when there are none: one indexed lookup per upload)."""
+    hooks = _subscribed(conn, record.user_id, event_type)
+    if hooks:
+        _put_event(conn, outbox.file_event(event_type, record, at), hooks, at)
+
+
+def _put_event(conn: sqlite3.Connection, event: WebhookEvent, webhook_ids: list[str], due: str) -> int:
+    conn.execute("INSERT OR IGNORE INTO webhook_events (id, user_id, type, created_at, data) VALUES (?, ?, ?, ?, ?)",
+                 (event.id, event.user_id, event.type, event.created_at, orjson.dumps(event.data).decode()))
+    conn.executemany(
+        "INSERT OR IGNORE INTO webhook_deliveries (id, event_id, webhook_id, user_id, event_type, created_at, "
+        "state, attempts, next_attempt_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+        [(outbox.delivery_id(event.id, hook), event.id, hook, event.user_id, event.type, event.created_at,
+          due, due) for hook in webhook_ids])
+    return len(webhook_ids)
+
+
+def _enqueue_event(conn: sqlite3.Connection, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:
+    if not webhook_ids:
+        return 0
+    marks = ", ".join("?" * len(webhook_ids))
+    hooks = [row[0] for row in conn.execute(
+        f"SELECT id FROM webhooks WHERE user_id = ? AND enabled = 1 AND id IN ({marks})",
+        [event.user_id, *webhook_ids])]
+    return _put_event(conn, event, hooks, at) if hooks else 0
+
+
+def _create_webhook(conn: sqlite3.Connection, hook: Webhook, limit: int) -> bool:
+    """Counted and inserted under the write lock: the limit is exact."""
+    count = conn.execute("SELECT count(*) FROM webhooks WHERE user_id = ?", (hook.user_id,)).fetchone()[0]
+    if count >= limit:
+        return False
+    conn.execute(_insert_sql("webhooks", Webhook), _webhook_params(hook))
+    return True
+
+
+def _update_webhook(conn: sqlite3.Connection, user_id: str, webhook_id: str, url: str, events: tuple[str, ...],
+                    description: str | None) -> Webhook | None:
+    conn.execute("UPDATE webhooks SET url = ?, events = ?, description = ? WHERE id = ? AND user_id = ?",
+                 (url, orjson.dumps(list(events)).decode(), description, webhook_id, user_id))
+    return _fetch_one(conn, f"SELECT {WEBHOOK_COLS} FROM webhooks WHERE id = ? AND user_id = ?",
+                      (webhook_id, user_id), _webhook)
+
+
+def _set_webhook_enabled(conn: sqlite3.Connection, webhook_id: str, enabled: bool, at: str,
+                         reason: str | None) -> bool:
+    if enabled:
+        return bool(conn.execute("UPDATE webhooks SET enabled = 1, disabled_at = NULL, disabled_reason = NULL, "
+                                 "failing_since = NULL WHERE id = ? AND enabled = 0", (webhook_id,)).rowcount)
+    if not conn.execute("UPDATE webhooks SET enabled = 0, disabled_at = ?, disabled_reason = ? "
+                        "WHERE id = ? AND enabled = 1", (at, reason, webhook_id)).rowcount:
+        return False
+    conn.execute("UPDATE webhook_deliveries SET state = ?, error = 'endpoint disabled', next_attempt_at = NULL, "
+                 "claimed_by = NULL, claimed_until = NULL, updated_at = ? WHERE webhook_id = ? AND state = ?",
+                 (DELIVERY_FAILED, at, webhook_id, DELIVERY_PENDING))
+    return True
+
+
+def _delete_webhook(conn: sqlite3.Connection, user_id: str, webhook_id: str) -> bool:
+    if not conn.execute("DELETE FROM webhooks WHERE id = ? AND user_id = ?", (webhook_id, user_id)).rowcount:
+        return False
+    conn.execute("DELETE FROM webhook_deliveries WHERE webhook_id = ?", (webhook_id,))
+    return True
+
+
+def _note_webhook_result(conn: sqlite3.Connection, webhook_id: str, ok: bool, at: str) -> Webhook | None:
+    if ok:
+        conn.execute("UPDATE webhooks SET failing_since = NULL WHERE id = ? AND failing_since IS NOT NULL",
+                     (webhook_id,))
+    else:
+        conn.execute("UPDATE webhooks SET failing_since = ? WHERE id = ? AND failing_since IS NULL",
+                     (at, webhook_id))
+    return _fetch_one(conn, f"SELECT {WEBHOOK_COLS} FROM webhooks WHERE id = ?", (webhook_id,), _webhook)
+
+
+CLAIM_SQL = """SELECT id, webhook_id FROM (
+    SELECT id, webhook_id, next_attempt_at,
+           row_number() OVER (PARTITION BY webhook_id ORDER BY next_attempt_at, id) AS nth
+    FROM webhook_deliveries
+    WHERE state = 'pending' AND next_attempt_at <= :now AND (claimed_until IS NULL OR claimed_until < :now))
+    WHERE nth <= :per_webhook ORDER BY next_attempt_at, id LIMIT :candidates"""
+"""Due deliveries, at most ``per_webhook`` of each endpoint, oldest first: an endpoint with a
+backlog offers its first few, never its whole queue ahead of the others'."""
+
+
+def _claim_deliveries(conn: sqlite3.Connection, holder: str, now: str, until: str, limit: int,
+                      per_webhook: int, busy: dict[str, int]) -> list[ClaimedDelivery]:
+    """Chosen and marked under the write lock: no other process can claim them meanwhile."""
+    candidates = conn.execute(CLAIM_SQL, {"now": now, "per_webhook": per_webhook,
+                                          "candidates": limit + per_webhook * len(busy)}).fetchall()
+    chosen: list[str] = []
+    taken = dict(busy)
+    for row in candidates:
+        if len(chosen) >= limit:
+            break
+        if taken.get(row["webhook_id"], 0) < per_webhook:
+            taken[row["webhook_id"]] = taken.get(row["webhook_id"], 0) + 1
+            chosen.append(row["id"])
+    if not chosen:
+        return []
+    marks = ", ".join("?" * len(chosen))
+    conn.execute(f"UPDATE webhook_deliveries SET claimed_by = ?, claimed_until = ? WHERE id IN ({marks})",
+                 [holder, until, *chosen])
+    rows = conn.execute(f"SELECT {DELIVERY_COLS} FROM webhook_deliveries WHERE id IN ({marks})", chosen).fetchall()
+    deliveries = sorted(map(_delivery, rows), key=lambda d: (d.next_attempt_at or "", d.id))
+    events = {e.id: e for e in map(_event, conn.execute(
+        f"SELECT id, user_id, type, created_at, data FROM webhook_events WHERE id IN ({marks})",
+        [d.event_id for d in deliveries]))}
+    hooks = {h.id: h for h in map(_webhook, conn.execute(
+        f"SELECT {WEBHOOK_COLS} FROM webhooks WHERE id IN ({marks})", [d.webhook_id for d in deliveries]))}
+    claimed = []
+    for d in deliveries:
+        event, hook = events.get(d.event_id), hooks.get(d.webhook_id)
+        if event is None or hook is None:  # the endpoint was deleted meanwhile: nothing to send
+            conn.execute("DELETE FROM webhook_deliveries WHERE id = ?", (d.id,))
+            continue
+        claimed.append(ClaimedDelivery(delivery=d, event=event, webhook=hook))
+    return claimed
+
+
+FINISH_SQL = """UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, next_attempt_at = ?,
+    last_attempt_at = ?, response_status = ?, error = ?, duration_ms = ?, claimed_by = NULL, claimed_until = NULL,
+    updated_at = ? WHERE id = ? AND claimed_by = ? AND state = 'pending'"""
+
+
+def _finish_deliveries(conn: sqlite3.Connection, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+    return sum(conn.execute(FINISH_SQL, (o.state, o.next_attempt_at, o.at, o.response_status, o.error, o.duration_ms,
+                                         o.at, delivery_id, holder)).rowcount
+               for delivery_id, o in outcomes.items())
+
+
+def _delivery_stats(conn: sqlite3.Connection, now: str) -> DeliveryStats:
+    row = conn.execute("SELECT count(*), min(created_at), sum(next_attempt_at <= ?), "
+                       "min(CASE WHEN next_attempt_at <= ? THEN next_attempt_at END) "
+                       "FROM webhook_deliveries WHERE state = 'pending'", (now, now)).fetchone()
+    return DeliveryStats(pending=int(row[0]), due=int(row[2] or 0), oldest_pending_at=row[1],
+                         oldest_due_at=row[3])
+
+
+def _purge_deliveries(conn: sqlite3.Connection, before: str) -> int:
+    removed = conn.execute("DELETE FROM webhook_deliveries WHERE state != 'pending' AND updated_at < ?",
+                           (before,)).rowcount
+    removed += conn.execute("DELETE FROM webhook_events WHERE created_at < ? AND NOT EXISTS "
+                            "(SELECT 1 FROM webhook_deliveries d WHERE d.event_id = webhook_events.id)",
+                            (before,)).rowcount
+    removed += conn.execute("DELETE FROM webhooks WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = "
+                            "webhooks.user_id) AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE "
+                            "d.webhook_id = webhooks.id AND d.state = 'pending')").rowcount
+    return removed
+
+
+QueuedWrite = tuple[Callable[..., Any], tuple[Any, ...], bool]
+"""A write waiting for the writer thread: ``fn(conn, *args)``, and whether it must survive a
+power loss once answered (``_commit_some``)."""
+LIGHT_SYNCHRONOUS = "NORMAL"
+"""The commit of a batch holding only bookkeeping writes (``_write_bookkeeping``): in the WAL
+at once, so a killed process loses nothing, but fsynced only with the next durable commit or
+checkpoint, so a power loss may take back the last of them."""
 
 WRITE_BATCH_MAX = 200
 """The most writes one transaction takes: a long batch holds the write lock that long."""
@@ -814,7 +1082,7 @@ WRITE_BATCH_MAX = 200
 def _run_in_savepoint(conn: sqlite3.Connection, call: Call[QueuedWrite]) -> bool:
     """Run one queued write inside the open transaction, recording its outcome; False when the
     failure took the whole transaction with it (the caller's batch is lost)."""
-    fn, args = call.item
+    fn, args, _ = call.item
     conn.execute("SAVEPOINT queued_write")
     try:
         call.result = fn(conn, *args)
@@ -1093,6 +1361,7 @@ class SqliteMetaStore:
         conn = self._thread_conn(write)
         if write:
             self._require_same_file()
+            self._set_synchronous(conn, True)
             self._begin_write(conn)
         else:
             conn.execute("BEGIN")
@@ -1171,7 +1440,20 @@ class SqliteMetaStore:
         writer = self._writer
         if writer is None:
             raise StoreUnavailable("Metadata store is not open")
-        result: T = await self._translated(self._batches.submit(writer, (fn, args)))
+        result: T = await self._translated(self._batches.submit(writer, (fn, args, True)))
+        return result
+
+    async def _write_bookkeeping(self, fn: Callable[..., T], *args: Any) -> T:
+        """A write whose loss in a power cut is harmless, committed without waiting for an
+        fsync when nothing durable shares its batch: the webhook relay's claims and outcomes
+        (a claim lost is a claim another process takes; an outcome lost is a delivery sent
+        again, which at-least-once allows). An upload's event is never one of these: it is
+        written with its record, durably. Waiting out an fsync per claim and per outcome held
+        each delivery's slot for two fsyncs and halved the upload rate beside a webhook."""
+        writer = self._writer
+        if writer is None:
+            raise StoreUnavailable("Metadata store is not open")
+        result: T = await self._translated(self._batches.submit(writer, (fn, args, False)))
         return result
 
     # --- group commit (the writer thread) ----------------------------------------------
@@ -1196,6 +1478,7 @@ class SqliteMetaStore:
             if volatile:
                 conn.execute("PRAGMA synchronous = NORMAL")
             self._require_same_file()
+            self._set_synchronous(conn, any(call.item[2] for call in batch))
             self._begin_write(conn)
             for i, call in enumerate(batch):
                 if not _run_in_savepoint(conn, call):
@@ -1217,6 +1500,14 @@ class SqliteMetaStore:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         return []
+
+    def _set_synchronous(self, conn: sqlite3.Connection, durable: bool) -> None:
+        """FULL for a batch with a durable write, LIGHT_SYNCHRONOUS for bookkeeping alone (set
+        between transactions only when it changes: a PRAGMA per batch otherwise)."""
+        wanted = SYNCHRONOUS if durable else LIGHT_SYNCHRONOUS
+        if getattr(self._local, "synchronous", SYNCHRONOUS) != wanted:
+            conn.execute(f"PRAGMA synchronous = {wanted}")
+            self._local.synchronous = wanted
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(False, partial(self._in_transaction, False, fn, *args))
@@ -1410,14 +1701,13 @@ class SqliteMetaStore:
         return await self._read(lambda conn: [_file(row) for row in conn.execute(sql, (*content_types, limit))])
 
     async def unpublish_files(self, user_id: str) -> int:
-        """One UPDATE (the file_counts trigger moves the per-visibility counts with it)."""
-        changed: int = await self._write(_execute, "UPDATE files SET is_public = 0, withheld = 1 "
-                                         "WHERE user_id = ? AND is_public = 1", (user_id,))
+        """One UPDATE (the file_counts trigger moves the per-visibility counts with it), with
+        each changed file's ``file.updated`` in the same transaction."""
+        changed: int = await self._write(_set_visibility, user_id, False)
         return changed
 
     async def republish_files(self, user_id: str) -> int:
-        changed: int = await self._write(_execute, "UPDATE files SET is_public = 1, withheld = 0 "
-                                         "WHERE user_id = ? AND withheld = 1", (user_id,))
+        changed: int = await self._write(_set_visibility, user_id, True)
         return changed
 
     async def count_files(self) -> int:
@@ -1534,6 +1824,73 @@ class SqliteMetaStore:
             return {row["period"]: UsageCounts(row["origin_reads"], row["image_ops"], row["api_requests"])
                     for row in rows}
         return await self._lookup(days)
+
+    # --- webhooks (WebhookStore) -------------------------------------------------------
+
+    async def create_webhook(self, hook: Webhook, limit: int) -> bool:
+        return await self._write(_create_webhook, hook, limit)
+
+    async def list_webhooks(self, user_id: str) -> list[Webhook]:
+        return await self._read(lambda conn: [_webhook(row) for row in conn.execute(
+            f"SELECT {WEBHOOK_COLS} FROM webhooks WHERE user_id = ? ORDER BY created_at, id", (user_id,))])
+
+    async def get_webhook(self, user_id: str, webhook_id: str) -> Webhook | None:
+        return await self._lookup(_fetch_one, f"SELECT {WEBHOOK_COLS} FROM webhooks WHERE id = ? AND user_id = ?",
+                                  (webhook_id, user_id), _webhook)
+
+    async def update_webhook(self, user_id: str, webhook_id: str, url: str, events: tuple[str, ...],
+                             description: str | None) -> Webhook | None:
+        return await self._write(_update_webhook, user_id, webhook_id, url, tuple(events), description)
+
+    async def set_webhook_secret(self, user_id: str, webhook_id: str, secret: str) -> bool:
+        return bool(await self._write(_execute, "UPDATE webhooks SET secret = ? WHERE id = ? AND user_id = ?",
+                                      (secret, webhook_id, user_id)))
+
+    async def set_webhook_enabled(self, webhook_id: str, enabled: bool, at: str,
+                                  reason: str | None = None) -> bool:
+        return await self._write(_set_webhook_enabled, webhook_id, enabled, at, reason)
+
+    async def delete_webhook(self, user_id: str, webhook_id: str) -> bool:
+        return await self._write(_delete_webhook, user_id, webhook_id)
+
+    async def note_webhook_result(self, webhook_id: str, ok: bool, at: str) -> Webhook | None:
+        return await self._write_bookkeeping(_note_webhook_result, webhook_id, ok, at)
+
+    async def enqueue_event(self, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:
+        return await self._write(_enqueue_event, event, list(webhook_ids), at)
+
+    async def spread_events(self, now: str, settle_before: str, limit: int) -> int:
+        """Nothing to do: deliveries are written in the change's own transaction."""
+        return 0
+
+    async def claim_deliveries(self, holder: str, now: str, until: str, limit: int, per_webhook: int,
+                               busy: dict[str, int]) -> list[ClaimedDelivery]:
+        if limit <= 0 or per_webhook <= 0:
+            return []
+        return await self._write_bookkeeping(_claim_deliveries, holder, now, until, limit, per_webhook, dict(busy))
+
+    async def finish_deliveries(self, holder: str, outcomes: dict[str, DeliveryOutcome]) -> int:
+        if not outcomes:
+            return 0
+        return await self._write_bookkeeping(_finish_deliveries, holder, dict(outcomes))
+
+    async def release_deliveries(self, delivery_ids: list[str], holder: str) -> None:
+        if delivery_ids:
+            await self._write_bookkeeping(_execute_many, "UPDATE webhook_deliveries SET claimed_by = NULL, "
+                                          "claimed_until = NULL "
+                              "WHERE id = ? AND claimed_by = ?", [(d, holder) for d in delivery_ids])
+
+    async def list_deliveries(self, user_id: str, webhook_id: str, offset: int,
+                              limit: int) -> tuple[list[WebhookDelivery], int]:
+        _check_page(offset, limit)
+        return await self._read(_page, "webhook_deliveries", DELIVERY_COLS, "webhook_id = ? AND user_id = ?",
+                                [webhook_id, user_id], offset, limit, _delivery)
+
+    async def delivery_stats(self, now: str) -> DeliveryStats:
+        return await self._read(_delivery_stats, now)
+
+    async def purge_deliveries(self, before: str) -> int:
+        return await self._write(_purge_deliveries, before)
 
     # --- migration (mediasrv migrate) -------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""A tiny authoritative DNS server on a loopback UDP port, for the custom-domain TXT proof.
+"""A tiny authoritative DNS server on a loopback UDP port, for the custom-domain TXT proof and
+the webhook destinations' names.
 
-It answers TXT questions from a dict (name -> strings) with dnspython's message API and
-NXDOMAIN for anything else; it runs on a daemon thread so it serves whichever event loop the
+It answers TXT questions from ``txt`` (name -> strings) and A/AAAA questions from
+``addresses`` (name -> IPv4 and IPv6 addresses) with dnspython's message API, and NXDOMAIN for
+anything else; it runs on a daemon thread so it serves whichever event loop the
 test uses. Point the server at it with MEDIASRV_DNS_NAMESERVERS=127.0.0.1:<port>.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dns.rrset
 class LocalDns:
     def __init__(self) -> None:
         self.txt: dict[str, list[str]] = {}
+        self.addresses: dict[str, list[str]] = {}
         self.queries: list[str] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self._sock.bind(("127.0.0.1", 0))
@@ -59,6 +62,13 @@ class LocalDns:
         question = query.question[0]
         name = question.name.to_text(omit_final_dot=True).lower()
         self.queries.append(name)
+        if name in self.addresses:
+            wanted = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6}.get(question.rdtype)
+            found = [a for a in self.addresses[name] if wanted and (":" in a) == (wanted == 6)]
+            if found:
+                response.answer.append(dns.rrset.from_text(question.name, 60, dns.rdataclass.IN,
+                                                           question.rdtype, *found))
+            return response
         strings = self.txt.get(name)
         if strings is None:
             response.set_rcode(dns.rcode.NXDOMAIN)

@@ -52,6 +52,9 @@ from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
 from mediasrv.core.storeguard import StoreGuard
+from mediasrv.core.webhooks.destinations import AddressGuard, DnsResolver, Resolver, SystemResolver
+from mediasrv.core.webhooks.relay import SETTLE_MIN_S, Relay
+from mediasrv.core.webhooks.service import ChangeBell, WebhookService
 from mediasrv.images.policy import ALLOWED_SETTINGS, TransformPolicy
 from mediasrv.images.slots import ResizePool
 from mediasrv.images.spec import FORMATS
@@ -61,11 +64,14 @@ from mediasrv.web.reference_page import render_reference
 from mediasrv.web.request_facts import RequestLog
 from mediasrv.web.routespec import Route, by_path, check, limits, path_regex
 from mediasrv.web.webassets import content_security_policy, load_assets
+from mediasrv.web.webhook_sender import HttpSender
 from store.base import BlobStore, MetaStore
 from store.models import FileRecord
 
 ABORT_DRAIN_S = 2.0
 """How long shutdown waits for cut-off uploads to give their blob and reservation back."""
+WEBHOOK_GRACE_S = 2.0
+"""How long shutdown lets webhook sends in flight finish; the rest are handed to another process."""
 
 
 @dataclass
@@ -81,6 +87,7 @@ class Runtime:
     images: ImageJobs
     guard: StoreGuard
     files: FileService
+    relay: Relay
     file_cache: FileCache | None = None
     results: ResultCache | None = None
     requests: RequestLog = field(default_factory=RequestLog)
@@ -91,7 +98,8 @@ class Runtime:
 
     async def stop(self, flush_timeout_s: float = 5.0, mail_timeout_s: float = 5.0) -> None:
         # Uploads cut off by the closed connections give their blob and reservation back
-        # first, while the stores are still open.
+        # first, while the stores are still open; webhook sends in flight get a moment.
+        await self.relay.stop(grace_s=min(WEBHOOK_GRACE_S, flush_timeout_s))
         await self.files.drain_aborts(min(ABORT_DRAIN_S, flush_timeout_s))
         if self.placeholders is not None:
             await self.placeholders.drain(min(ABORT_DRAIN_S, flush_timeout_s))
@@ -129,6 +137,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
     meta = ForgetfulMeta(meta, lookups)  # type: ignore[assignment]
+    bell = ChangeBell(meta)
+    inner, meta = meta, bell  # type: ignore[assignment]  # uploads and deletes ring the relay (below)
     usage, key_usage = UsageRecorder(), KeyUsageRecorder()
     activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
@@ -161,6 +171,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     file_service = FileService(settings, meta, blobs, domains, on_deleted=forget, guard=guard,
                                on_stored=placeholders.schedule)
     resumable = ResumableUploads(file_service, meta, blobs, expiry_s=settings.upload_expiry_s, clock=clock)
+    relay = webhook_relay(settings, inner, mail, file_service.renderer, requests=lambda: inflight.count)
+    bell.ring_to(relay.poke)
     allow = AllowList(settings.allowed_content_types)
     delivery = MediaDelivery(
         meta, blobs, files=file_cache, results=results, bodies=bodies, images=images,
@@ -173,7 +185,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
         links=SignedLinks(file_service, signer), keys=ApiKeyService(meta), info=AccountInfo(settings, meta),
         account_settings=AccountSettings(meta, domains, settings.max_upload_size_bytes),
         health=HealthCheck(meta, blobs, libvips=libvips_info().version), delivery=delivery, guard=guard,
-        invites=AdminInvites(InviteService(meta), settings.admin_emails), resumable=resumable)
+        invites=AdminInvites(InviteService(meta), settings.admin_emails), resumable=resumable,
+        webhooks=WebhookService(settings, meta, relay.poke))
     app = tornado.web.Application(
         routes(route_args, api_routes), default_handler_class=NotFoundHandler, default_handler_args={"base": base},
         compress_response=False, xheaders=False, serve_traceback=False,
@@ -185,9 +198,29 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                       counters={"usage counts": usage, "activity-log entries": activity,
                                 "API-key last-used times": key_usage})
     return app, Runtime(flusher=flusher, mail=mail, pool=pool, hash_executor=hash_executor, limiter=limiter,
-                          inflight=inflight, images=images, guard=guard, files=file_service,
+                          inflight=inflight, images=images, guard=guard, files=file_service, relay=relay,
                           file_cache=file_cache, results=results, requests=requests, resumable=resumable,
                           placeholders=placeholders)
+
+
+def webhook_resolver(settings: Settings) -> Resolver:
+    """MEDIASRV_DNS_NAMESERVERS when set (as for the domain check), else the system's resolver."""
+    if settings.dns_nameservers:
+        from mediasrv.base.settings.checks import parse_nameserver
+
+        return DnsResolver(tuple(parse_nameserver(ns) for ns in settings.dns_nameservers))
+    return SystemResolver()
+
+
+def webhook_relay(settings: Settings, meta: MetaStore, mail: MailQueue, renderer: Any,
+                  requests: Callable[[], int] = lambda: 0) -> Relay:
+    """This process's webhook relay (started by ``mediasrv serve`` once it listens); ``requests``
+    counts the requests being answered (they come first)."""
+    guard = AddressGuard(webhook_resolver(settings), allow_private=settings.webhook_allow_private)
+    return Relay(meta, HttpSender(guard), renderer, mail, concurrency=settings.webhook_concurrency,
+                 per_endpoint=settings.webhook_per_endpoint, claim_s=settings.webhook_claim_s,
+                 settle_s=max(SETTLE_MIN_S, 10 * settings.mongodb_timeout_ms / 1000),
+                 dashboard_url=settings.dashboard_url, requests=requests)
 
 
 def transform_policy(settings: Settings) -> TransformPolicy:
@@ -216,6 +249,7 @@ class _RouteArgs:
     guard: StoreGuard
     invites: AdminInvites
     resumable: ResumableUploads
+    webhooks: WebhookService
 
 
 Table = list[tuple[str, type[tornado.web.RequestHandler], dict[str, Any]]]

@@ -25,6 +25,9 @@ from mediasrv.core.credentials.passwords import MAX_BYTES as PASSWORD_MAX_BYTES
 from mediasrv.core.credentials.passwords import MIN_CHARS as PASSWORD_MIN_CHARS
 from mediasrv.core.files.links import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S
 from mediasrv.core.limits.ratelimit import WINDOW_S as RATE_WINDOW_S
+from mediasrv.core.webhooks.destinations import MAX_URL_CHARS
+from mediasrv.core.webhooks.events import ALL_EVENTS as WEBHOOK_EVENTS
+from mediasrv.core.webhooks.service import MAX_DESCRIPTION_CHARS
 from mediasrv.images.spec import MAX_DIMENSION as RESIZE_MAX_DIMENSION
 from mediasrv.version import version
 from mediasrv.web.openapi_parts import (
@@ -45,6 +48,7 @@ from mediasrv.web.openapi_parts import (
     typed,
 )
 from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Route
+from store.models import WEBHOOK_TEST
 
 OPENAPI_VERSION = "3.0.3"
 
@@ -257,9 +261,52 @@ def _account_schemas() -> Json:
     }
 
 
+def _webhook_schemas() -> Json:
+    events = {"type": "array", "items": typed("string", enum=list(WEBHOOK_EVENTS)), "minItems": 1,
+              "description": "event types sent to the endpoint (default: all)"}
+    url = typed("string", "http(s) URL the events are POSTed to", format="uri", maxLength=MAX_URL_CHARS)
+    description = typed("string", "a label for you", nullable=True, maxLength=MAX_DESCRIPTION_CHARS)
+    webhook = record({
+        "id": typed("string", format="uuid"), "url": url, "events": events, "description": description,
+        "created_at": timestamp(), "enabled": typed("boolean", "false: nothing is sent (see disabled_reason)"),
+        "disabled_at": timestamp(nullable=True),
+        "disabled_reason": typed("string", "`user`, or `failing`: every attempt failed for 3 days (the "
+                                 "owner is e-mailed)", nullable=True),
+        "failing_since": timestamp("the first failed attempt since the last success", nullable=True)},
+        description="A webhook endpoint; never its secret.")
+    secret = typed("string", "`whsec_` + base64 key for Standard Webhooks verification; shown only here")
+    return {
+        "Webhook": webhook,
+        "WebhookCreateRequest": obj({"url": url, "events": events, "description": description}, ["url"]),
+        "WebhookUpdateRequest": obj({"url": url, "events": events, "description": description,
+                                     "enabled": typed("boolean")}, description="Absent fields are kept."),
+        "WebhookCreated": record({"webhook": ref("Webhook"), "secret": secret}),
+        "WebhookResponse": record({"webhook": ref("Webhook")}),
+        "WebhookList": record({"webhooks": {"type": "array", "items": ref("Webhook")},
+                               "total": typed("integer", minimum=0),
+                               "limit": typed("integer", "endpoints an account may have", minimum=0)}),
+        "WebhookTestQueued": record({
+            "event": record({"id": typed("string", "the webhook-id it is sent with"),
+                             "type": typed("string", enum=[WEBHOOK_TEST]), "timestamp": timestamp()}),
+            "delivery_id": typed("string")}),
+        "WebhookDelivery": record({
+            "id": typed("string"), "event": typed("string", "the event's type"),
+            "event_id": typed("string", "the webhook-id header of every attempt"),
+            "status": typed("string", enum=["pending", "succeeded", "failed"]),
+            "response_code": typed("integer", "the last attempt's HTTP status; null: no answer", nullable=True),
+            "duration_ms": typed("integer", "the last attempt's duration", nullable=True),
+            "attempts": typed("integer", minimum=0),
+            "error": typed("string", "why the last attempt got no answer (timeout, refused address...)",
+                           nullable=True),
+            "created_at": timestamp(), "last_attempt_at": timestamp(nullable=True),
+            "next_retry_at": timestamp("when a pending delivery is tried next", nullable=True)}),
+        "WebhookDeliveryPage": _page("deliveries", "WebhookDelivery"),
+    }
+
+
 def _schemas(ctx: DocContext) -> Json:
-    return {**_auth_schemas(), **_api_key_schemas(), **_file_schemas(ctx), **_settings_schemas(),
-            **_account_schemas(), "Document": typed("object", additionalProperties=True)}
+    return {**_auth_schemas(), **_api_key_schemas(), **_file_schemas(ctx), **_webhook_schemas(),
+            **_settings_schemas(), **_account_schemas(), "Document": typed("object", additionalProperties=True)}
 
 
 # ---------------------------------------------------------------------------- other components
@@ -298,6 +345,8 @@ def _parameter_components(ctx: DocContext) -> Json:
         "FileId": param("id", "path", "the file's file_id", typed("string"), required=True),
         "ApiKeyId": param("id", "path", "the API key's id", typed("string", format="uuid"),
                           required=True),
+        "WebhookId": param("id", "path", "the webhook endpoint's id", typed("string", format="uuid"),
+                           required=True),
         "Width": param("width", "query", "resize: target width in pixels", dim),
         "Height": param("height", "query", "resize: target height in pixels", dim),
         "Expires": param("expires", "query", "signed URL: expiry as a Unix timestamp",

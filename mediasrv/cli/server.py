@@ -149,6 +149,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
                             domain_provider=make_provider(settings), jwt_secret=secret)
     access_log = AccessLog(fmt=settings.log_format)
     runtime.requests.subscribe(access_log)
+    runtime.relay.log_attempt = access_log.webhook  # delivery lines through the access log's writer
     server = make_server(app, settings)
     metrics_server = None
     where = f"{settings.host}:{settings.port}"
@@ -170,6 +171,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     log.info("image work on %s", libvips.describe())
     runtime.flusher.start()
     runtime.guard.start()
+    runtime.relay.start()  # webhook deliveries: every process sends, one claim per delivery
     housekeeping, lease = start_housekeeping(settings, meta, blobs, expiry=runtime.resumable,
                                              placeholders=runtime.placeholders)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
@@ -233,7 +235,7 @@ def start_metrics(app: tornado.web.Application, runtime: Runtime,
     and/or the Unix socket MEDIASRV_METRICS_SOCKET (mode 0600: the --workers parent or the
     sidecar reads it); counts every public request."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
-                             "libvips": vips.libvips_info()})
+                             "libvips": vips.libvips_info(), "webhooks": runtime.relay.counters})
     runtime.requests.subscribe(recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     if settings.metrics_port is not None:

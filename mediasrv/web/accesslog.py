@@ -19,6 +19,10 @@ range) and body length, with ``sent_by=nginx`` and the range among the extra fie
 
 Levels: answers below 400 and client errors at INFO; back-pressure (429, a busy 503 with
 Retry-After) at WARNING; every other 5xx at ERROR, so an error alert means a failure.
+
+Webhook delivery attempts (``webhook``) go through the same writer, as lines of the
+``mediasrv.webhooks`` logger: status, ``POST`` and the receiver's origin, duration, user,
+endpoint, event, attempt and outcome; INFO when delivered, WARNING when not.
 """
 from __future__ import annotations
 
@@ -32,10 +36,12 @@ import time
 from typing import Any, NamedTuple, TextIO
 from urllib.parse import unquote_plus
 
+from mediasrv.core.webhooks.relay import AttemptLine
 from mediasrv.web.loglines import StampClock, json_text, printable
 from mediasrv.web.request_facts import RequestFacts
 
 LOGGER = "mediasrv.access"
+WEBHOOK_LOGGER = "mediasrv.webhooks"
 BATCH_S = 0.02
 """Lines reach stderr at most this late; meanwhile they are collected into one write."""
 _STOP = None
@@ -80,11 +86,12 @@ class AccessLog:
     def __init__(self, stream: TextIO | None = None, fmt: str = "text") -> None:
         self._stream = stream
         self._json = fmt == "json"
-        self._lines: queue.SimpleQueue[Entry | None] = queue.SimpleQueue()
+        self._lines: queue.SimpleQueue[Entry | AttemptLine | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._clock = StampClock()
         self._log = logging.getLogger(LOGGER)  # getLogger takes logging's module lock per call
+        self._webhook_log = logging.getLogger(WEBHOOK_LOGGER)
 
     def __call__(self, facts: RequestFacts) -> None:
         """Queue the request's facts on the loop (cheap); the writer thread formats them."""
@@ -92,6 +99,11 @@ class AccessLog:
         if self._thread is None or not self._log.isEnabledFor(level):
             return
         self._lines.put(Entry(time.time(), level, facts))
+
+    def webhook(self, line: AttemptLine) -> None:
+        """A webhook delivery attempt (``Relay.log_attempt``), formatted by the writer thread."""
+        if self._thread is not None and self._webhook_log.isEnabledFor(logging.INFO if line.ok else logging.WARNING):
+            self._lines.put(line)
 
     def start(self) -> None:
         if self._thread is None:
@@ -106,8 +118,10 @@ class AccessLog:
             self._lines.put(_STOP)
             thread.join(timeout_s)
 
-    def format(self, e: Entry) -> str:
+    def format(self, e: Entry | AttemptLine) -> str:
         """One line (with its newline), text or JSON."""
+        if isinstance(e, AttemptLine):
+            return self._format_attempt(e)
         f = e.facts
         stamp, level, target = self._clock.stamp(e.when), _LEVEL_NAMES[e.level], safe_target(f.uri)
         if self._json:
@@ -122,6 +136,14 @@ class AccessLog:
         return (f"{stamp} [{self._pid}] {level} {LOGGER}: {f.status} {printable(f.method)} {printable(target)} "
                 f"{1000 * f.seconds:.1f}ms {f.sent}B client={printable(f.client)} user={f.user or '-'} "
                 f"request_id={f.request_id or '-'} ua={agent}{extra}\n")
+
+    def _format_attempt(self, line: AttemptLine) -> str:
+        stamp, level = self._clock.stamp(line.when), "INFO" if line.ok else "WARNING"
+        if self._json:
+            out = {"time": stamp, "level": level, "logger": WEBHOOK_LOGGER, "pid": self._pid,
+                   "msg": f"webhook delivery: {line.text()}", "webhook": line._asdict()}
+            return json_text(out) + "\n"
+        return f"{stamp} [{self._pid}] {level} {WEBHOOK_LOGGER}: webhook delivery: {printable(line.text())}\n"
 
     def _write_forever(self) -> None:
         while True:

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-EXTRA_FIELDS = ("version", "port", "request_id")
+EXTRA_FIELDS = ("version", "port", "request_id", "webhook")
 """Record attributes (``extra=``) that JSON lines carry as fields of their own."""
 
 

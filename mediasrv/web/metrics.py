@@ -138,6 +138,9 @@ class _StateCollector:
         yield cache
         yield GaugeMetricFamily("mediasrv_result_cache_bytes", "Bytes held by the resize result cache",
                                 value=results.size_bytes)
+        webhooks = self._s.get("webhooks")
+        if webhooks is not None:
+            yield from _webhook_families(webhooks)
         libvips = self._s.get("libvips")
         if libvips is not None:  # build-info style: the value is 1, the facts are the labels
             info = GaugeMetricFamily("mediasrv_libvips_info", "The libvips the image work runs on",
@@ -147,6 +150,29 @@ class _StateCollector:
 
     def describe(self) -> Iterator[Any]:
         return iter(())
+
+
+def _webhook_families(c: Any) -> Iterator[Any]:
+    """The webhook relay's counters (``mediasrv.core.webhooks.relay.Counters``): this process's
+    attempts by outcome, and the queue as the store saw it at the relay's last look (every 10 s)."""
+    attempts = CounterMetricFamily("mediasrv_webhook_deliveries", "Webhook delivery attempts by this process, "
+                                   "by outcome (succeeded; retry: failed, tried again later; failed: given up)",
+                                   labels=("outcome",))
+    for outcome, count in c.attempts.items():
+        attempts.add_metric((outcome,), count)
+    yield attempts
+    yield CounterMetricFamily("mediasrv_webhook_endpoints_disabled", "Webhook endpoints this process disabled "
+                              "after 3 days of failures", value=c.disabled)
+    yield GaugeMetricFamily("mediasrv_webhook_in_flight", "Webhook deliveries this process is sending now",
+                            value=c.in_flight)
+    yield GaugeMetricFamily("mediasrv_webhook_queue_pending", "Webhook deliveries not yet delivered nor given up "
+                            "(all processes)", value=c.pending)
+    yield GaugeMetricFamily("mediasrv_webhook_queue_due", "Of those, due now: waiting for a free slot",
+                            value=c.due)
+    yield GaugeMetricFamily("mediasrv_webhook_queue_oldest_seconds", "Age of the oldest pending delivery's "
+                            "event (0: none)", value=c.oldest_pending_age_s)
+    yield GaugeMetricFamily("mediasrv_webhook_queue_due_lag_seconds", "How long the most overdue delivery has "
+                            "been due (0: none waits)", value=c.oldest_due_age_s)
 
 
 class MetricsHandler(tornado.web.RequestHandler):

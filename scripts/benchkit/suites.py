@@ -37,6 +37,7 @@ from pathlib import Path
 from benchkit import images, mix, procs, thumbor, wrk
 from benchkit.core import Contestant, Ctx, Metrics, figure, interleave
 from benchkit.report import Figure, Row
+from benchkit.webhooks import webhooks
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -293,14 +294,7 @@ def resize(ctx: Ctx) -> None:
                             "" if t_fig else f"thumbor skipped: {reason}"))
 
 
-def _cpu_seconds(pid: int) -> float:
-    """CPU time of a process so far, all its threads, in nanoseconds' resolution (the sum of
-    each thread's schedstat run time; /proc/PID/stat counts only in 10 ms ticks)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            total += int((task / "schedstat").read_text().split()[0])
-    return total / 1e9
+_cpu_seconds = procs.cpu_seconds
 
 
 def _cpu_per_image(base: str, pid: int, paths: list[str], clients: int = 2) -> Metrics:
@@ -1088,4 +1082,5 @@ SUITES: dict[str, Callable[[Ctx], None]] = {
     "credentials": credentials,
     "workers": workers,
     "nginx": nginx,
+    "webhooks": webhooks,
 }

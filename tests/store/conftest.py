@@ -30,6 +30,11 @@ def sqlite_path(tmp_path: Path) -> Path:
 @pytest.fixture(params=META_BACKENDS)
 def meta_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
     """Builds unopened stores that all address the same (fresh) database, for reopen tests."""
+    return build_factory(request, tmp_path)
+
+
+def build_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
+    """``meta_factory``'s body, for a module elsewhere that runs on every backend too."""
     if request.param == "sqlite":
         path = sqlite_path(tmp_path)
         return lambda: SqliteMetaStore(path, read_threads=2)
@@ -43,6 +48,11 @@ def meta_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory:
 @pytest.fixture
 def meta(meta_factory: MetaFactory, io_loop: tornado.ioloop.IOLoop) -> Iterator[MetaStore]:
     """An open store on an empty database; closed after the test (close is idempotent)."""
+    yield from opened(meta_factory, io_loop)
+
+
+def opened(meta_factory: MetaFactory, io_loop: tornado.ioloop.IOLoop) -> Iterator[MetaStore]:
+    """``meta``'s body."""
     store = meta_factory()
     io_loop.run_sync(store.open)
     yield store

@@ -42,6 +42,7 @@ from store.base import (
     TokenStore,
     UsageStore,
     UserStore,
+    WebhookStore,
     WriteBuffers,
 )
 from store.fs import FsBlobStore
@@ -52,7 +53,7 @@ from store.sqlite import SqliteMetaStore
 REPO = Path(__file__).resolve().parents[2]
 MONGO_URL = "mongodb://127.0.0.1:1/protocols"  # never connected to: the store is only built
 AGGREGATES: tuple[type[Any], ...] = (Lifecycle, IdentityStore, UserStore, TokenStore, ApiKeyStore, QuotaStore,
-                                     FileStore, DomainStore, LogStore, UsageStore)
+                                     FileStore, DomainStore, LogStore, UsageStore, WebhookStore)
 CAPABILITIES: tuple[type[Any], ...] = (SharedSecrets, AccountReconcile, HitCounters, Leases, LocalDatabase,
                                        Snapshots, Draining, RowCopy, QuotaWithRecord, LocalBlobFiles, WriteBuffers)
 EXPECTED: dict[type[Any], set[type[Any]]] = {

@@ -264,6 +264,40 @@ def test_levels(status: int, busy: bool, level: int) -> None:
     assert level_of(status, busy) == level
 
 
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_webhook_attempts_are_lines_of_the_same_writer(fmt: str) -> None:
+    """Issue 28: a delivery attempt is logged like a request: status, POST and the receiver's
+    origin (never its path or query), duration, user, endpoint, event, attempt, outcome; a
+    failed one at WARNING."""
+    from mediasrv.core.webhooks.relay import AttemptLine
+
+    out = io.StringIO()
+    log = AccessLog(stream=out, fmt=fmt)
+    logging.getLogger("mediasrv.webhooks").setLevel(logging.INFO)
+    try:
+        log.start()
+        log.webhook(AttemptLine(0.0, True, 204, "https://cms.example.com", 12, "u1", "w1", "file.created",
+                                "msg_1", 1, "succeeded", None, None))
+        log.webhook(AttemptLine(0.0, False, None, "http://[2001:db8::1]:8080", 10000, "u1", "w1", "file.deleted",
+                                "msg_2", 2, "retry", "2026-01-01T00:05:00.000Z", "timeout"))
+        log.stop()
+    finally:
+        logging.getLogger("mediasrv.webhooks").setLevel(logging.NOTSET)
+    first, second = out.getvalue().splitlines()
+    if fmt == "json":
+        ok, failed = json.loads(first), json.loads(second)
+        assert (ok["level"], ok["logger"], ok["webhook"]["status"], ok["webhook"]["origin"]) == (
+            "INFO", "mediasrv.webhooks", 204, "https://cms.example.com")
+        assert (failed["level"], failed["webhook"]["error"], failed["webhook"]["next_attempt_at"]) == (
+            "WARNING", "timeout", "2026-01-01T00:05:00.000Z")
+        return
+    assert first.endswith("INFO mediasrv.webhooks: webhook delivery: 204 POST https://cms.example.com 12ms user=u1 "
+                          "webhook=w1 event=file.created id=msg_1 attempt=1 succeeded")
+    assert second.endswith("WARNING mediasrv.webhooks: webhook delivery: - POST http://[2001:db8::1]:8080 10000ms "
+                           "user=u1 webhook=w1 event=file.deleted id=msg_2 attempt=2 retry "
+                           "next=2026-01-01T00:05:00.000Z error='timeout'")
+
+
 def test_every_json_line_escapes_what_is_not_printable() -> None:
     """The other log lines (``LineFormatter``'s JSON) go through the same escaping."""
     from mediasrv.web.loglines import LineFormatter, json_text

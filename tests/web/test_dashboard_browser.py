@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
+from mediasrv.assembly.app import Runtime
 from mediasrv.base.settings import Settings
 from mediasrv.core.invites import InviteService
 from tests.conftest import Api, ShiftableClock, body
@@ -854,3 +855,69 @@ async def test_an_admin_invites_from_the_dashboard_and_the_link_registers(
         await page.get_by_role("button", name="Create account").click()
         await expect(page.get_by_role("heading", name="Check your e-mail")).to_be_visible()
         assert problems == []
+
+
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_WEBHOOK_ALLOW_PRIVATE": "true"}], indirect=True)
+async def test_the_webhooks_page_adds_tests_disables_inspects_and_deletes(
+        api: Api, settings: Settings, runtime: Runtime, artifacts: Path) -> None:
+    """Issue 28: an endpoint added on the Webhooks page (its secret shown once and copied), a test
+    event sent from it (verified with that secret by standardwebhooks), its deliveries read,
+    then disabled, its secret rotated, and deleted."""
+    import standardwebhooks
+
+    from tests.webhook_receiver import Receiver
+
+    runtime.relay.start()
+    email = "browser-webhooks@example.com"
+    await api.user(email)
+    with Receiver() as receiver:
+        async with browser_page(settings.public_url) as (page, problems):
+            await page.goto("/#/login")
+            await log_in(page, email)
+            await page.get_by_role("link", name="Webhooks").click()
+            await expect(page.get_by_role("heading", name="Webhooks")).to_be_visible()
+            await expect(page.get_by_text("No webhook endpoints yet.")).to_be_visible()
+            await page.get_by_label("Endpoint URL").fill("ftp://example.com/")
+            await page.get_by_role("button", name="Add endpoint").click()
+            await expect(page.get_by_role("alert")).to_contain_text("http or https")
+            await page.get_by_label("Endpoint URL").fill(receiver.url)
+            await page.get_by_label("Description").fill("search index")
+            await page.get_by_label("File changed").uncheck()
+            await page.get_by_role("button", name="Add endpoint").click()
+            await expect(page.get_by_role("textbox", name="Signing secret")).to_be_visible()
+            secret = await page.get_by_role("textbox", name="Signing secret").input_value()
+            await page.get_by_role("button", name="Copy secret").click()
+            assert await _wait_clipboard(page, "whsec_") == secret
+            row = page.get_by_role("row", name=re.compile("search index"))
+            await expect(row).to_contain_text("file.created, file.deleted")
+            await expect(row).to_contain_text("Enabled")
+            await assert_accessible(page)
+            await page.screenshot(path=str(artifacts / "dashboard-webhooks.png"), full_page=True)
+
+            await page.get_by_role("button", name="Send a test event to search index").click()
+            [got] = await receiver.arrived(1)
+            event = standardwebhooks.Webhook(secret).verify(got.body, got.headers)
+            assert event["type"] == "webhook.test"
+            await page.get_by_role("button", name="Deliveries of search index").click()
+            deliveries = page.get_by_role("heading", name=re.compile("Deliveries to search index"))
+            await expect(deliveries).to_be_visible()
+            for _ in range(50):  # the delivery is recorded a moment after the receiver answered
+                if await page.get_by_role("cell", name="succeeded").count():
+                    break
+                await page.get_by_role("button", name="Refresh").click()
+                await asyncio.sleep(0.1)
+            await expect(page.get_by_role("cell", name="webhook.test")).to_be_visible()
+            await expect(page.get_by_role("cell", name="succeeded")).to_be_visible()
+            await expect(page.get_by_role("cell", name="204")).to_be_visible()
+
+            await page.get_by_role("button", name="Disable search index").click()
+            await expect(row).to_contain_text("Disabled")
+            await expect(page.get_by_role("button", name="Send a test event to search index")).to_be_disabled()
+            await page.get_by_role("button", name="Rotate the signing secret of search index").click()
+            await page.locator("#confirm-ok").click()
+            await expect(page.get_by_role("heading", name="New signing secret")).to_be_visible()
+            assert await page.get_by_role("textbox", name="Signing secret").input_value() not in ("", secret)
+            await page.get_by_role("button", name="Delete the webhook search index").click()
+            await page.locator("#confirm-ok").click()
+            await expect(page.get_by_text("No webhook endpoints yet.")).to_be_visible()
+            assert problems == ["Failed to load resource: the server responded with a status of 400 (Bad Request)"]

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import re
-import time
 import urllib.parse
 from pathlib import Path
 
@@ -309,7 +308,7 @@ async def test_a_second_tab_opens_logged_in_and_logout_reaches_every_tab(api: Ap
 
         # Both tabs' access tokens expire: the tabs share one refresh (refresh tokens are single
         # use, and a retired one presented again would end every session of the account).
-        clock.advance(expires_at - time.time() + 10)
+        clock.advance(expires_at - clock() + 10)
         await second.get_by_role("link", name="Usage").click()
         await expect(second.locator(".stat", has_text="Files")).to_contain_text("0")
         await first.get_by_role("link", name="Settings").click()

@@ -225,5 +225,14 @@ def _check_backends(s: Settings) -> str | None:
     return None
 
 
+def _check_webhooks(s: Settings) -> str | None:
+    if s.webhook_concurrency < 1 or s.webhook_per_endpoint < 1:
+        return "MEDIASRV_WEBHOOK_CONCURRENCY and MEDIASRV_WEBHOOK_PER_ENDPOINT must be at least 1"
+    if s.webhook_claim_s < 15:
+        return ("MEDIASRV_WEBHOOK_CLAIM must be at least 15 seconds: a delivery takes up to 10, and no "
+                "other process may take it meanwhile")
+    return None
+
+
 CHECKS: tuple[Callable[[Settings], str | None], ...] = (
-    _check_urls, _check_numbers, _check_choices, _check_transforms, _check_backends)
+    _check_urls, _check_numbers, _check_choices, _check_transforms, _check_backends, _check_webhooks)

@@ -174,8 +174,8 @@ class Settings:
                                     "holds its token, or an operator approves it) or none (any hostname "
                                     "turns active on refresh)", default="dns")
     dns_nameservers: tuple[str, ...] = _env("MEDIASRV_DNS_NAMESERVERS", "comma-separated resolvers "
-                                            "(IP or IP:port) for the domain TXT check (default: the "
-                                            "system's)", default=())
+                                            "(IP or IP:port) for the domain TXT check and webhook "
+                                            "destinations (default: the system's)", default=())
     cloudflare_api_token: str | None = _env("CLOUDFLARE_API_TOKEN", "Cloudflare API token "
                                             "(cloudflare provider)", default=None, shown=SECRET)
     cloudflare_zone_id: str | None = _env("CLOUDFLARE_ZONE_ID", "Cloudflare zone of the custom "
@@ -322,6 +322,18 @@ class Settings:
                                        "socket (mode 0600), for a collector on this host; --workers and the "
                                        "sidecar set it per process and serve the sum at METRICS_PORT",
                                        default=None)
+    webhook_limit: int = _env("MEDIASRV_WEBHOOK_LIMIT", "webhook endpoints one account may have", default=10)
+    webhook_allow_private: bool = _env("MEDIASRV_WEBHOOK_ALLOW_PRIVATE", "true: webhooks may go to loopback, "
+                                       "private, link-local, unique-local, multicast and cloud-metadata "
+                                       "addresses (a receiver on your own network; never on a shared server)",
+                                       default=False)
+    webhook_concurrency: int = _env("MEDIASRV_WEBHOOK_CONCURRENCY", "webhook deliveries one process sends at "
+                                    "once", default=32)
+    webhook_per_endpoint: int = _env("MEDIASRV_WEBHOOK_PER_ENDPOINT", "of those, at most this many to one "
+                                     "endpoint (a slow endpoint holds no more)", default=4)
+    webhook_claim_s: int = _env("MEDIASRV_WEBHOOK_CLAIM", "seconds a process holds a webhook delivery it is "
+                                "sending (15 or more); another process retries it this long after a crash",
+                                default=60)
     log_level: str = _env("MEDIASRV_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR", default="INFO")
     log_format: str = _env("MEDIASRV_LOG_FORMAT", "text (one readable line per event) or json (one "
                            "JSON object per line), for every log line", default="text")
@@ -413,6 +425,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "registration": lambda v: v.strip().lower(),
     "admin_emails": lambda v: tuple(sorted({p.strip().lower() for p in v.split(",") if p.strip()})),
     "dns_nameservers": lambda v: tuple(p.strip() for p in v.split(",") if p.strip()),
+    "webhook_limit": whole_number, "webhook_allow_private": boolean, "webhook_concurrency": whole_number,
+    "webhook_per_endpoint": whole_number, "webhook_claim_s": whole_number,
     "log_level": lambda v: v.strip().upper(),
     "log_format": lambda v: v.strip().lower(),
 }

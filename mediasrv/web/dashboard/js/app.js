@@ -11,6 +11,7 @@ import { invitesView } from './views/invites.js';
 import { keysView } from './views/keys.js';
 import { settingsView } from './views/settings.js';
 import { activityView, usageView } from './views/usage.js';
+import { webhooksView } from './views/webhooks.js';
 
 const PUBLIC_ROUTES = {
   '#/login': { title: 'Log in', view: loginView },
@@ -23,6 +24,7 @@ const PUBLIC_ROUTES = {
 const PRIVATE_ROUTES = {
   '#/files': { title: 'Files', view: filesView },
   '#/keys': { title: 'API keys', view: keysView },
+  '#/webhooks': { title: 'Webhooks', view: webhooksView },
   '#/settings': { title: 'Settings', view: settingsView },
   '#/usage': { title: 'Usage', view: usageView },
   '#/activity': { title: 'Activity', view: activityView },
