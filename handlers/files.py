@@ -139,8 +139,9 @@ class FilesHandler(FilesBase):
         assert self.principal is not None
         page, limit = page_args(self)
         query = self._query()
+        placeholder = include_placeholder(self)
         records, total = await self.files.list(self.principal.user, query, (page - 1) * limit, limit)
-        render = await self.files.renderer(self.principal.user.id)
+        render = await self.files.renderer(self.principal.user.id, placeholder=placeholder)
         self.write_json({"files": [render(r) for r in records], "total": total, "page": page, "limit": limit})
 
     def _query(self) -> FileQuery:
@@ -164,10 +165,18 @@ class FilesHandler(FilesBase):
                          created_before=time_arg(self, "createdBefore"), kind=kind, sort=sort)
 
 
+def include_placeholder(handler: BaseHandler) -> bool:
+    """``include=placeholder``: the File objects carry their ``placeholder`` (issue 29)."""
+    include = single_arg(handler, "include")
+    if include not in (None, "", INCLUDE_PLACEHOLDER):
+        raise BadRequest(f"include must be {INCLUDE_PLACEHOLDER}", code="INVALID_QUERY")
+    return include == INCLUDE_PLACEHOLDER
+
+
 class FileHandler(FilesBase):
     async def get(self, file_id: str) -> None:
         assert self.principal is not None
-        self.write_json(await self.files.describe(self.principal.user, file_id))
+        self.write_json(await self.files.describe(self.principal.user, file_id, placeholder=include_placeholder(self)))
 
     async def patch(self, file_id: str) -> None:
         assert self.principal is not None
@@ -261,8 +270,16 @@ def _upload(ctx: DocContext) -> Json:
                         "headers": header_refs(**{"Retry-After": "RetryAfter"})}}}
 
 
+INCLUDE_PLACEHOLDER = "placeholder"
+
+
 def _query(name: str, description: str, schema: Json) -> Json:
     return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+INCLUDE_PARAMETER = _query("include", "`placeholder`: each File also carries `placeholder`, an image's ThumbHash, "
+                           "made after the upload's 201 (null until then and for other files)",
+                           typed("string", enum=[INCLUDE_PLACEHOLDER]))
 
 
 def _list_files(ctx: DocContext) -> Json:
@@ -280,6 +297,7 @@ def _list_files(ctx: DocContext) -> Json:
         _query("kind", "files of one kind: image, video and audio by their type's first part; document "
                        "(PDF, text, Office and OpenDocument files...), archive (zip, tar, gzip, 7z...), and "
                        "other for the rest; empty: every kind", typed("string", enum=list(KINDS))),
+        INCLUDE_PARAMETER,
         _query("sort", "the order: created, name or size, ascending, or descending with a leading `-`; "
                        "ties by id. `name` compares names case-insensitively, files without a name "
                        "first. The server sorts all matching files, then pages them",
@@ -292,7 +310,7 @@ def _list_files(ctx: DocContext) -> Json:
 
 
 def _get_file(ctx: DocContext) -> Json:
-    return {"parameters": [ref("FileId", "parameters")],
+    return {"parameters": [ref("FileId", "parameters"), INCLUDE_PARAMETER],
             "responses": {"200": json_response("The file.", "File"),
                           "404": ref("NotFound", "responses")}}
 

@@ -136,7 +136,7 @@ def _api_key_schemas() -> Json:
 def _file_schemas(ctx: DocContext) -> Json:
     url = partial(typed, "string", nullable=True, format="uri")
     return {
-        "File": record({
+        "File": _file_schema({
             "id": typed("string", "internal record id", format="uuid"),
             "user_id": typed("string", "owner", format="uuid"),
             "file_id": typed("string", "public identifier; the `{id}` of file routes and /m, /d"),
@@ -151,10 +151,7 @@ def _file_schemas(ctx: DocContext) -> Json:
             "is_public": typed("boolean", "visibility, set at upload or by PATCH", nullable=True),
             "focal_point": {"allOf": [ref("FocalPoint")], "nullable": True,
                             "description": "where /m's gravity=focal keeps a cover crop (PATCH); null: none"},
-            "placeholder": typed("string", "an image's ThumbHash (evanw/thumbhash's format, base64): a "
-                                 "blurred preview of about 28 bytes for lazy loading; null for other files "
-                                 "and until computed after upload", nullable=True),
-        }, description="A stored file. Every field is always present."),
+        }),
         "FocalPoint": record({
             "x": typed("number", "fraction of the width, from the left", minimum=0, maximum=1),
             "y": typed("number", "fraction of the height, from the top", minimum=0, maximum=1),
@@ -469,3 +466,13 @@ def build_openapi(public_url: str, allowed_content_types: Sequence[str], *,
 
 
 from mediasrv.assembly.for_agents import build_for_agents as build_for_agents  # noqa: E402  (re-exported)
+
+
+def _file_schema(always: Json) -> Json:
+    """The File: ``always`` present, and ``placeholder`` only with ``include=placeholder`` (it
+    is made after the upload's 201, and a File must read the same before and after)."""
+    placeholder = typed("string", "with `include=placeholder` only: an image's ThumbHash (evanw/thumbhash's "
+                        "format, base64), a blurred preview of about 28 bytes for lazy loading; null for "
+                        "other files and until made after upload", nullable=True)
+    return obj({**always, "placeholder": placeholder}, required=list(always),
+               description="A stored file. Every field but `placeholder` is always present.")

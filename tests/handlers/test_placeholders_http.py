@@ -30,7 +30,7 @@ async def _upload(api: Api, token: str, data: bytes, ctype: str) -> dict[str, An
 async def _placeholder(api: Api, token: str, file_id: str) -> str | None:
     """The File's placeholder once made (it is computed after the 201), polled up to 10 s."""
     for _ in range(100):
-        found = body(await api.call("GET", f"/files/{file_id}", token=token))["placeholder"]
+        found = body(await api.call("GET", f"/files/{file_id}?include=placeholder", token=token))["placeholder"]
         if found is not None:
             return str(found)
         await asyncio.sleep(0.1)
@@ -57,7 +57,8 @@ async def test_an_uploaded_image_gets_a_placeholder_of_its_average_colour(api: A
     data = make()
     image = pyvips.Image.new_from_buffer(data, "")
     uploaded = await _upload(api, token, data, "image/png" if data.startswith(b"\x89PNG") else "image/jpeg")
-    assert uploaded["placeholder"] is None  # the 201 does not wait for it
+    assert "placeholder" not in uploaded  # the 201 does not wait for it; a File reads the same later
+    assert "placeholder" not in body(await api.call("GET", f"/files/{uploaded['file_id']}", token=token))
     found = await _placeholder(api, token, uploaded["file_id"])
     assert found is not None
     hashed = base64.b64decode(found)
@@ -68,8 +69,10 @@ async def test_an_uploaded_image_gets_a_placeholder_of_its_average_colour(api: A
     assert (a < 1) == image.hasalpha()
     ratio = thumbhash.thumb_hash_to_approximate_aspect_ratio(list(hashed))
     assert abs(ratio - image.width / image.height) < 0.35
-    listed = body(await api.call("GET", "/files", token=token))["files"]
-    assert listed[0]["placeholder"] == found  # in listings too
+    listed = body(await api.call("GET", "/files?include=placeholder", token=token))["files"]
+    assert listed[0]["placeholder"] == found  # in listings too, when asked for
+    assert "placeholder" not in body(await api.call("GET", "/files", token=token))["files"][0]
+    assert (await api.call("GET", "/files?include=everything", token=token)).code == 400
 
 
 async def test_other_files_keep_a_null_placeholder(api: Api, runtime: Any) -> None:
@@ -80,7 +83,8 @@ async def test_other_files_keep_a_null_placeholder(api: Api, runtime: Any) -> No
     image = await _upload(api, token, solid(40, 40, [0, 0, 255]).pngsave_buffer(), "image/png")
     assert await _placeholder(api, token, image["file_id"]) is not None
     assert runtime.placeholders.made == made + 1  # the image's only: the text file was never tried
-    assert body(await api.call("GET", f"/files/{text['file_id']}", token=token))["placeholder"] is None
+    text_file = body(await api.call("GET", f"/files/{text['file_id']}?include=placeholder", token=token))
+    assert text_file["placeholder"] is None
 
 
 async def test_the_backfill_gives_stored_images_theirs_once(api: Api, stores: Any, runtime: Any) -> None:
@@ -93,11 +97,11 @@ async def test_the_backfill_gives_stored_images_theirs_once(api: Api, stores: An
     broken = await insert_file(stores, user_id, b"\xff\xd8\xff\xe0 not really a jpeg", "image/jpeg")
     text = await insert_file(stores, user_id, b"plain", "text/plain")
     assert await runtime.placeholders.backfill() >= 2  # the two images (the text file is not asked for)
-    found = body(await api.call("GET", f"/files/{old}", token=token))["placeholder"]
+    found = body(await api.call("GET", f"/files/{old}?include=placeholder", token=token))["placeholder"]
     r, g, b, _a = thumbhash.thumb_hash_to_average_rgba(list(base64.b64decode(found)))
     assert abs(r - 30 / 255) < 0.05 and abs(g - 160 / 255) < 0.05 and abs(b - 90 / 255) < 0.05
     for fid in (broken, text):
-        assert body(await api.call("GET", f"/files/{fid}", token=token))["placeholder"] is None
+        assert body(await api.call("GET", f"/files/{fid}?include=placeholder", token=token))["placeholder"] is None
     meta, _ = stores
     assert await meta.files_without_placeholder(["image/jpeg", "text/plain"], 10) == [
         await meta.get_file(text)]  # the broken image was marked: no pass tries it again

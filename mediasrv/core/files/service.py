@@ -182,11 +182,11 @@ class FileService:
             raise
         return _once(functools.partial(_both, functools.partial(self.in_flight.give, user_id), give_buffers))
 
-    async def renderer(self, user_id: str) -> Callable[[FileRecord], dict[str, Any]]:
+    async def renderer(self, user_id: str, *, placeholder: bool = False) -> Callable[[FileRecord], dict[str, Any]]:
         """A function rendering this user's records (their public base looked up once)."""
         default_base = self._settings.public_url
         public_base = await self._domains.public_url_base(user_id) or default_base
-        return lambda record: file_json(record, default_base, public_base)
+        return lambda record: file_json(record, default_base, public_base, placeholder=placeholder)
 
     async def owned(self, user: User, file_id: str) -> FileRecord:
         """The caller's own file (the ownership rule, ``access.owns``); 404 for anyone else's,
@@ -197,10 +197,10 @@ class FileService:
         assert record is not None
         return record
 
-    async def describe(self, user: User, file_id: str) -> dict[str, Any]:
+    async def describe(self, user: User, file_id: str, *, placeholder: bool = False) -> dict[str, Any]:
         """GET /files/{id}: the caller's own file as the interface's File."""
         record = await self.owned(user, file_id)
-        render = await self.renderer(record.user_id)
+        render = await self.renderer(record.user_id, placeholder=placeholder)
         return render(record)
 
     async def update(self, user: User, file_id: str, changes: FileChanges) -> dict[str, Any]:
@@ -322,18 +322,23 @@ def _focal_point(value: Any) -> tuple[float, float] | None:
     return float(coordinates[0]), float(coordinates[1])
 
 
-def file_json(record: FileRecord, default_base: str, public_base: str) -> dict[str, Any]:
-    """Every field of the interface's File, always present."""
+def file_json(record: FileRecord, default_base: str, public_base: str, *,
+              placeholder: bool = False) -> dict[str, Any]:
+    """Every field of the interface's File, always present; ``placeholder`` only when asked
+    for (``include=placeholder``): it is made after the upload's 201, and a File must read the
+    same before and after (the interface's upload answer equals its later GET)."""
     fid = record.file_id
-    return {
+    found = {
         "id": record.id, "user_id": record.user_id, "file_id": fid, "name": record.name,
         "content_type": record.content_type, "size": record.size,
         "public_url": f"{public_base}/m/{fid}", "default_url": f"{default_base}/m/{fid}",
         "default_download_url": f"{default_base}/d/{fid}", "public_download_url": f"{public_base}/d/{fid}",
         "created_at": record.created_at, "is_public": record.is_public,
         "focal_point": None if record.focal_point is None else {"x": record.focal_x, "y": record.focal_y},
-        "placeholder": record.placeholder or None,  # "": an image /m could not reduce
     }
+    if placeholder:
+        found["placeholder"] = record.placeholder or None  # "": an image /m could not reduce
+    return found
 
 
 def _both(first: Callable[[], None], second: Callable[[], None]) -> None:

@@ -78,7 +78,8 @@ export function filesView({ rerender }) {
     error.clear();
     grid.setAttribute('aria-busy', 'true');
     try {
-      const body = await api('GET', '/files', { query: { ...query(), page: state.page, limit: PAGE_SIZE } });
+      const body = await api('GET', '/files', { query: { ...query(), page: state.page, limit: PAGE_SIZE,
+                                                    include: 'placeholder' } });
       if (body.files.length === 0 && state.page > 1 && body.total > 0) {
         state.page = Math.ceil(body.total / PAGE_SIZE);
         return load();
