@@ -35,6 +35,8 @@ cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": str(SCALE)})
 
 USER_LIMITED = [r for r in ROUTES if r.limit is not None and r.limit.key == "user"]
 MISSING = "nothing0000000000000000"
+TUS = {"Tus-Resumable": "1.0.0"}
+HOOK = uuid.uuid4()
 REQUESTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "createApiKey": ("POST", "/auth/api-keys", {"json": {"name": "fleet"}}),
     "listApiKeys": ("GET", "/auth/api-keys", {}),
@@ -48,6 +50,23 @@ REQUESTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "getSettings": ("GET", "/settings", {}),
     "updateSettings": ("PATCH", "/settings", {"json": {"max_upload_size_bytes": 1_000_000}}),
     "getUsage": ("GET", "/usage", {}),
+    "getDailyUsage": ("GET", "/usage/daily", {}),
+    "updateFile": ("PATCH", f"/files/{MISSING}", {"json": {"name": "renamed"}}),
+    "createUpload": ("POST", "/uploads", {"headers": {**TUS, "Upload-Length": "10"}}),
+    "getUploadOffset": ("HEAD", f"/uploads/{MISSING}", {"headers": TUS}),
+    "patchUpload": ("PATCH", f"/uploads/{MISSING}", {"headers": {**TUS, "Upload-Offset": "0",
+                                                                 "Content-Type": "application/offset+octet-stream"},
+                                                     "content": b"x"}),
+    "terminateUpload": ("DELETE", f"/uploads/{MISSING}", {"headers": TUS}),
+    # A private address is refused at once (no DNS inside the cluster's namespaces).
+    "createWebhook": ("POST", "/webhooks", {"json": {"url": "https://127.0.0.1/hook", "events": ["file.created"]}}),
+    "listWebhooks": ("GET", "/webhooks", {}),
+    "getWebhook": ("GET", f"/webhooks/{HOOK}", {}),
+    "updateWebhook": ("PATCH", f"/webhooks/{HOOK}", {"json": {"enabled": False}}),
+    "deleteWebhook": ("DELETE", f"/webhooks/{HOOK}", {}),
+    "rotateWebhookSecret": ("POST", f"/webhooks/{HOOK}/rotate-secret", {}),
+    "testWebhook": ("POST", f"/webhooks/{HOOK}/test", {}),
+    "listWebhookDeliveries": ("GET", f"/webhooks/{HOOK}/deliveries", {}),
     "listLogs": ("GET", "/logs", {}),
     "getProfile": ("GET", "/profile", {}),
     "createInvites": ("POST", "/admin/invites", {"json": {"count": 1}}),  # 403 (not an admin), counted
