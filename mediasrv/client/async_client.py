@@ -21,7 +21,6 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
-from mediasrv.client.errors import ConnectionFailed, error_from_response
 from mediasrv.client.media import MediaTransform, media_params, srcset
 from mediasrv.client.models import (
     ApiKey,
@@ -43,6 +42,7 @@ from mediasrv.client.transfer import (
     encode_file_name,
     file_chunks,
     guess_content_type,
+    request,
     stream_to,
 )
 
@@ -86,14 +86,7 @@ class MediasrvClient:
                     auth: bool = True) -> httpx.Response:
         hdrs = {**(self._auth_headers() if auth else {}), **(headers or {})}
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        try:
-            response = await self._http.request(method, path, params=query, json=json, content=content,
-                                                headers=hdrs)
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code not in ok:
-            raise error_from_response(response.status_code, response.headers, response.content)
-        return response
+        return await request(self._http, method, path, ok, params=query, json=json, content=content, headers=hdrs)
 
     async def _json(self, method: str, path: str, **kw: Any) -> Any:
         return (await self._send(method, path, **kw)).json()

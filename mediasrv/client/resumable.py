@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from mediasrv.client.errors import ApiError, ConflictError, ConnectionFailed, error_from_response
-from mediasrv.client.transfer import ProgressCallback
+from mediasrv.client.errors import ApiError, ConflictError, ConnectionFailed
+from mediasrv.client.transfer import ProgressCallback, request
 
 TUS_VERSION = "1.0.0"
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -55,14 +55,8 @@ class TusUpload:
 
     async def _call(self, method: str, url: str, *, ok: tuple[int, ...], headers: dict[str, str] | None = None,
                     content: bytes | None = None) -> httpx.Response:
-        try:
-            response = await self._http.request(method, url, headers={**self._headers, **(headers or {})},
-                                                content=content)
-        except httpx.TransportError as exc:
-            raise ConnectionFailed(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code not in ok:
-            raise error_from_response(response.status_code, response.headers, response.content)
-        return response
+        return await request(self._http, method, url, ok, headers={**self._headers, **(headers or {})},
+                             content=content)
 
     async def create(self, size: int, name: str, content_type: str | None, is_public: bool) -> str:
         values = {"filename": name, "is_public": "true" if is_public else "false"}

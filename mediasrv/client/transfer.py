@@ -12,6 +12,7 @@ import mimetypes
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +25,19 @@ OCTET_STREAM = "application/octet-stream"
 CHUNK_BYTES = 256 * 1024
 ProgressCallback = Callable[[int], None]
 """Called with the number of bytes just sent or received."""
+
+
+async def request(http: httpx.AsyncClient, method: str, url: str, ok: tuple[int, ...],
+                  **kwargs: Any) -> httpx.Response:
+    """One request whose answer must be one of ``ok``: a transport failure is ConnectionFailed,
+    another status its typed ApiError (the one place the client turns answers into errors)."""
+    try:
+        response = await http.request(method, url, **kwargs)
+    except httpx.TransportError as exc:
+        raise ConnectionFailed(f"{method} {url}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code not in ok:
+        raise error_from_response(response.status_code, response.headers, response.content)
+    return response
 
 
 def guess_content_type(path: str | os.PathLike[str]) -> str:

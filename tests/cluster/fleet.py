@@ -140,6 +140,7 @@ def within_one_window(attempt: Callable[[], T], tries: int = 3) -> T:
         result = attempt()
         if window() == start:
             return result
+        time.sleep(WINDOW_S - time.time() % WINDOW_S + 0.05)  # the next try gets a whole window
     raise AssertionError(f"{tries} attempts each crossed a window boundary")
 
 

@@ -31,7 +31,12 @@ from tests.cluster.sim import Cluster
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(CLUSTER_TIMEOUT_S)]
 
 SCALE = 1.0
-cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": str(SCALE)})
+PATCH_PER_MINUTE = 600
+"""The tus PATCH counter, set with MEDIASRV_RATE_LIMITS as an operator would: its documented
+6,000 a minute do not fit in one minute on the simulated fleet (about 16 requests a second at
+8 in flight), so the burst would always cross a window. Every other limit is as documented."""
+cluster = fleet_fixture(env={"MEDIASRV_RATE_LIMIT_SCALE": str(SCALE),
+                             "MEDIASRV_RATE_LIMITS": f"uploads.patch={PATCH_PER_MINUTE}"})
 
 USER_LIMITED = [r for r in ROUTES if r.limit is not None and r.limit.key == "user"]
 MISSING = "nothing0000000000000000"
@@ -135,13 +140,16 @@ def burst(cluster: Cluster, sources: list[str], account: Account, route: Route, 
 def test_every_per_user_limit_is_exact_across_all_processes_of_both_hosts(
         cluster: Cluster, spread: list[str], registrars: Iterator[str], route: Route) -> None:
     assert route.limit is not None
-    limit = scaled_limit(route.limit.per_minute, SCALE)
+    per_minute = PATCH_PER_MINUTE if route.limit.name == "uploads.patch" else route.limit.per_minute
+    limit = scaled_limit(per_minute, SCALE)
 
     def attempt() -> list[int]:
         account = register(cluster, next(registrars))
         return burst(cluster, spread, account, route, limit + 1)
 
     statuses = within_one_window(attempt)
+    failed = [s for s in statuses if s >= 500]
+    assert not failed, f"{route.method} {route.path}: {len(failed)} answered {sorted(set(failed))}"
     allowed = sum(1 for s in statuses if s != 429)
     assert allowed == limit, f"{route.method} {route.path}: {allowed} of {limit + 1} passed, limit {limit}"
 
