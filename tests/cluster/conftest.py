@@ -49,10 +49,21 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"{name}: {value}")
 
 
+@pytest.fixture(autouse=True)
+def whole_fleet_after_a_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a failed test, the fleet mended (``Cluster.heal``): one failure, not a cascade."""
+    yield
+    report = getattr(request.node, "rep_call", None)
+    cluster = request.node.funcargs.get("cluster")
+    if report is not None and report.failed and isinstance(cluster, sim.Cluster):
+        cluster.heal()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
     cluster = getattr(item, "funcargs", {}).get("cluster")
     if report.failed and isinstance(cluster, sim.Cluster) and not hasattr(report, "wasxfail"):
         report.sections.append(("cluster logs", f"(all of them in {cluster.log_dir})\n{cluster.log_tails()}"))

@@ -424,6 +424,26 @@ class Cluster:
 
     # --- tools for tests --------------------------------------------------------------
 
+    def heal(self) -> list[str]:
+        """Undo what a failed fault test may have left (a dead host, MongoDB stopped, a cable
+        out, round robin), so the next test meets the whole fleet; what was mended."""
+        mended = []
+        for host in (self.data, *self.apps):
+            self.set_link(host, True)
+        if self.mongo is not None and (self.mongo.proc is None or self.mongo.proc.poll() is not None):
+            self.start_mongo()
+            mended.append("mongodb")
+        for app in self.apps:
+            if app.proc is None or app.proc.poll() is not None or http_status(app.url + "/ping", timeout=2.0) != 200:
+                self.stop_app(app)
+                self.start_app(app)
+                mended.append(app.name)
+        if self.balance != "hash":
+            self.set_balance("hash")
+            mended.append("balance")
+        return mended
+
+
     def mediasrv(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """A `mediasrv` command (users create, reconcile...) on the fleet's data, from the root namespace."""
         (self.run_dir / "cli").mkdir(parents=True, exist_ok=True)

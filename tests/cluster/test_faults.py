@@ -11,6 +11,7 @@ restore what they break (the killed host is started again), so their order does 
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import io
 import random
 import subprocess
@@ -150,9 +151,10 @@ def test_kill_9_of_a_host_mid_upload_leaves_nothing_half_written(
                                      f"{leaked} bytes, 1 file; given back by the automatic reconcile "
                                      f"{repaired_after:.0f} s after the kill (reservations last {RESERVATION_S} s "
                                      f"here, MEDIASRV_RESERVATION_TTL; bound {REPAIR_BOUND_S:.0f} s)")
-    assert leaked == BIG_UPLOAD
     cluster.start_app(cluster.apps[0])
     assert stored(cluster, source, owner, via=0) == after
+    # Reserved until the reconcile gives it back; on a slow run that can precede the first read.
+    assert leaked in (BIG_UPLOAD, 0)
 
 
 TUS_CHUNK = 6 * 1024 * 1024
@@ -336,7 +338,9 @@ def test_the_housekeeping_lease_is_handed_over_when_its_holders_host_dies(
     lease (then sweeps and reconciles) within HANDOVER_BOUND_S, only once the dead holder's lease
     has run out (never two at once), and keeps it when the dead host comes back."""
     deadline = time.monotonic() + 30
-    while (held := lease(cluster)) is None:
+    # A live lease: after the MongoDB outage test a stale one (expired, its holder about to
+    # notice and let it go) may still be there.
+    while (held := lease(cluster)) is None or held["expires_at"] < dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2):
         assert time.monotonic() < deadline, "nobody took the housekeeping lease"
         time.sleep(0.2)
     dead_host = host_of(cluster, held["holder"])
