@@ -112,6 +112,9 @@ class FileRecord:
 
 FILE_UPDATABLE: frozenset[str] = frozenset({"name", "is_public", "focal_x", "focal_y", "placeholder"})
 """The fields ``FileStore.update_file`` may change; every other field is fixed at upload."""
+FILE_EVENTFUL: frozenset[str] = frozenset({"name", "is_public", "focal_x", "focal_y"})
+"""Of those, the ones an owner changes (PATCH /files/{id}): a change of one is a ``file.updated``.
+A ``placeholder`` is derived from the bytes, made after the upload and by the backfill: none."""
 
 
 FILE_SORTS: tuple[str, ...] = ("-created", "created", "name", "-name", "size", "-size")

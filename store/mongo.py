@@ -53,6 +53,7 @@ from store.models import (
     DELIVERY_PENDING,
     FILE_CREATED,
     FILE_DELETED,
+    FILE_EVENTFUL,
     FILE_UPDATABLE,
     FILE_UPDATED,
     AccountPlan,
@@ -710,7 +711,10 @@ class MongoMetaStore:
                                 order=_file_order(query.sort))
 
     async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
-        """One find_one_and_update (sent twice, it sets the same values again)."""
+        """One find_one_and_update (sent twice, it sets the same values again). When it changes
+        a field the owner changes (``FILE_EVENTFUL``) it marks the document with its
+        ``file.updated`` (``mongo_outbox.UPDATE_FIELD``, as ``unpublish_files``); a PATCH that
+        changes nothing matches no differing field and falls to the unmarked update."""
         update: Doc = {}
         for name, value in changes.items():
             if name not in FILE_UPDATABLE:
@@ -720,12 +724,19 @@ class MongoMetaStore:
             update["withheld"] = False
         if "name" in changes:
             update["name_folded"] = name_key(changes["name"])
+        key = {"file_id": file_id, "user_id": user_id}
+        differs = [{f: {"$ne": v}} for f, v in update.items() if f in FILE_EVENTFUL or f == "withheld"]
         async with self._op() as db:
-            if update:
-                doc = await db["files"].find_one_and_update({"file_id": file_id, "user_id": user_id},
-                                                            {"$set": update}, return_document=ReturnDocument.AFTER)
-            else:
-                doc = await db["files"].find_one({"file_id": file_id, "user_id": user_id})
+            doc = None
+            if differs:
+                mark = {"id": outbox.change_token(), "at": _now()}
+                doc = await db["files"].find_one_and_update(
+                    {**key, "$or": differs}, {"$set": {**update, mongo_outbox.UPDATE_FIELD: mark}},
+                    return_document=ReturnDocument.AFTER)
+            if doc is None and update:
+                doc = await db["files"].find_one_and_update(key, {"$set": update}, return_document=ReturnDocument.AFTER)
+            elif doc is None:
+                doc = await db["files"].find_one(key)
         return None if doc is None else _file(doc)
 
     async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:

@@ -41,6 +41,7 @@ from store.models import (
     DELIVERY_PENDING,
     FILE_CREATED,
     FILE_DELETED,
+    FILE_EVENTFUL,
     FILE_UPDATABLE,
     FILE_UPDATED,
     AccountPlan,
@@ -822,7 +823,8 @@ def _delete_upload(conn: sqlite3.Connection, file_id: str) -> ResumableUpload | 
 def _update_file(conn: sqlite3.Connection, user_id: str, file_id: str,
                  changes: dict[str, Any]) -> FileRecord | None:
     """One UPDATE of the named fields (the file_counts trigger follows ``is_public``); a new name
-    gets its sort key and its search entry in the same transaction."""
+    gets its sort key and its search entry, and a change the owner made its ``file.updated``
+    (for the endpoints subscribed), in the same transaction."""
     where = "WHERE file_id = :file_id AND user_id = :user_id"
     params: dict[str, Any] = {"file_id": file_id, "user_id": user_id}
     sets = []
@@ -836,13 +838,27 @@ def _update_file(conn: sqlite3.Connection, user_id: str, file_id: str,
     if "name" in changes:
         sets.append("name_key = :name_key")
         params["name_key"] = name_key(changes["name"])
-    if sets and not _execute(conn, f"UPDATE files SET {', '.join(sets)} {where}", params):
+    before = _fetch_one(conn, f"SELECT {FILE_COLS} FROM files {where}", params, _file)
+    if before is None:
         return None
+    if sets:
+        conn.execute(f"UPDATE files SET {', '.join(sets)} {where}", params)
     record = _fetch_one(conn, f"SELECT {FILE_COLS} FROM files {where}", params, _file)
-    if record is not None and "name" in changes:
+    assert record is not None  # in the same transaction
+    if "name" in changes:
         conn.execute("UPDATE file_search SET name = ? WHERE rowid = "
                      "(SELECT seq FROM file_search_rows WHERE file_pk = ?)", (_fold(record.name), record.id))
+    if _owner_changed(before, record):
+        hooks = _subscribed(conn, user_id, FILE_UPDATED)
+        if hooks:
+            at = _now_iso()
+            _put_event(conn, outbox.file_event(FILE_UPDATED, record, at, outbox.change_token()), hooks, at)
     return record
+
+
+def _owner_changed(before: FileRecord, after: FileRecord) -> bool:
+    """Whether a field an owner changes (``FILE_EVENTFUL``, with ``withheld``) differs."""
+    return any(getattr(before, f) != getattr(after, f) for f in (*FILE_EVENTFUL, "withheld"))
 def _set_visibility(conn: sqlite3.Connection, user_id: str, public: bool) -> int:
     """Withhold the account's public files (``public`` False) or bring the withheld ones back,
     and record a ``file.updated`` for each file changed, as it is now, in the same transaction

@@ -254,6 +254,21 @@ async def test_events_go_to_the_endpoints_subscribed_only(api: Api, relay: Runti
 
 
 @PRIVATE_OK
+async def test_a_patch_is_delivered_as_file_updated_with_the_file_as_it_is_then(api: Api, relay: Runtime,
+                                                                               receiver: Receiver) -> None:
+    token = await token_for(api)
+    secret = (await create(api, token, receiver.url, events=["file.updated"]))["secret"]
+    file = await upload(api, token)
+    r = await api.call("PATCH", f"/files/{file['file_id']}", json={"name": "renamed.txt", "is_public": False},
+                       token=token)
+    assert r.code == 200, r.body
+    [got] = await receiver.arrived(1)
+    event = standardwebhooks.Webhook(secret).verify(got.body, got.headers)
+    assert event["type"] == "file.updated"
+    assert event["data"] == body(r) == {**file, "name": "renamed.txt", "is_public": False}
+
+
+@PRIVATE_OK
 async def test_a_test_event_and_the_deliveries_list(api: Api, relay: Runtime, receiver: Receiver) -> None:
     token = await token_for(api)
     made = await create(api, token, receiver.url)

@@ -131,6 +131,30 @@ async def test_withholding_and_republishing_files_is_a_file_updated_each_time(me
     assert await claim_all(meta, holder="h3") == []
 
 
+async def test_an_owners_change_is_a_file_updated_and_a_placeholder_or_no_change_is_none(meta: MetaStore) -> None:
+    """PATCH /files/{id}: a new name, visibility or focal point is a ``file.updated`` carrying
+    the file as it is after the change, one event per change; the same values again, or a
+    placeholder made from the bytes (after the upload, by the backfill), are no event."""
+    await add_user(meta, "u1")
+    await meta.create_webhook(hook("u1", "w1", (FILE_UPDATED,)), limit=5)
+    record = await add_file(meta, "u1", "f1", is_public=False)
+    await claim_all(meta, holder="h0")
+    renamed = await meta.update_file("u1", "f1", {"name": "new.png", "is_public": True})
+    assert renamed == dataclasses.replace(record, name="new.png", is_public=True)
+    [first] = await claim_all(meta, holder="h1")
+    assert (first.webhook.id, first.event.type) == ("w1", FILE_UPDATED)
+    assert first.event.data == outbox.record_data(renamed)
+    assert await meta.update_file("u1", "f1", {"name": "new.png", "is_public": True}) == renamed
+    assert await meta.update_file("u1", "f1", {"placeholder": "abc"}) is not None
+    assert await claim_all(meta, holder="h2") == []
+    await meta.update_file("u1", "f1", {"focal_x": 0.25, "focal_y": 0.75})
+    [second] = await claim_all(meta, holder="h3")
+    assert (second.event.data["focal_x"], second.event.data["focal_y"]) == (0.25, 0.75)
+    assert second.event.id != first.event.id
+    assert await meta.update_file("u2", "f1", {"name": "theirs.png"}) is None  # another's: nothing
+    assert await claim_all(meta, holder="h4") == []
+
+
 async def test_a_file_changed_then_deleted_before_its_events_went_has_both(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.create_webhook(hook("u1", "w1", (FILE_UPDATED, FILE_DELETED)), limit=5)

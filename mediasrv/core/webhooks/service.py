@@ -148,7 +148,7 @@ class WebhookService:
 
 
 _RINGING = frozenset({"insert_file", "insert_file_within_quota", "delete_file", "delete_user", "unpublish_files",
-                      "republish_files"})
+                      "republish_files", "update_file"})
 
 
 class ChangeBell:
