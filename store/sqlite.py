@@ -527,7 +527,10 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
         if indexed:
             clauses.append(SEARCH_CANDIDATES)
             params.append(_fts_phrase(folded))
-        clauses.append("(instr(fold(name), ?) > 0 OR instr(fold(file_id), ?) > 0)")
+        # name_key is the name folded as q is (store.kinds.name_key); a file_id is ASCII
+        # (store.base's key pattern), which SQL's lower() folds as Python's does: no call back
+        # into Python per row (that was most of a search's time at 100,000 files).
+        clauses.append("(instr(name_key, ?) > 0 OR instr(lower(file_id), ?) > 0)")
         params += [folded, folded]
     conditions = (("content_type = ?", query.content_type), ("kind = ?", query.kind), ("size >= ?", query.size_min),
                   ("size <= ?", query.size_max), ("created_at >= ?", query.created_after),

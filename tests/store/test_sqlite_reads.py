@@ -72,9 +72,9 @@ async def test_long_q_is_served_by_the_trigram_index(tmp_path: Path, io_loop: An
         await meta.insert_file(make_file("u1", "f1", name="Holiday photo.jpg"))
         # A row written behind the store's back has no index entry: only a scan finds it.
         with sqlite3.connect(path) as raw:
-            raw.execute("INSERT INTO files (id, user_id, file_id, name, content_type, size, is_public, "
-                        "created_at, blob_key) VALUES ('id-x', 'u1', 'fx', 'Holiday raw.jpg', 'image/png', "
-                        "1, 1, ?, 'bx')", (ts(1),))
+            raw.execute("INSERT INTO files (id, user_id, file_id, name, name_key, content_type, size, is_public, "
+                        "created_at, blob_key) VALUES ('id-x', 'u1', 'fx', 'Holiday raw.jpg', 'holiday raw.jpg', "
+                        "'image/png', 1, 1, ?, 'bx')", (ts(1),))
         page, total = await meta.list_files("u1", FileQuery(q="holiday"), 0, 10)
         assert [f.file_id for f in page] == ["f1"] and total == 1  # found through the index
         page, total = await meta.list_files("u1", FileQuery(q="ho"), 0, 10)
