@@ -14,6 +14,7 @@ build can write) asks libvips on first use, which ``init_vips`` at start-up has 
 """
 from __future__ import annotations
 
+import functools
 import re
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -462,12 +463,22 @@ class ParsedQuery:
     """The parameter names the query has."""
 
 
+PARSED_QUERIES = 4096
+"""Distinct ``/m`` queries whose reading is kept (``read_query``): a page's few variants are
+asked again and again, and reading one costs about 60 us, more than the rest of a hot answer."""
+
+
+@functools.lru_cache(maxsize=PARSED_QUERIES)
 def read_query(query: str) -> ParsedQuery:
     """Parse a ``/m`` query string (``query_arguments``, ``parse_transform``) and compare it with
     the variant's canonical spelling: the ``canonical_pairs`` of its spec plus the
     ``KEPT_PARAMETERS`` pairs exactly as they were written, in any order. Anything else (``jpg``
     for ``jpeg``, ``fit=contain``, ``width=0320``, an escaped value, an empty ``&&``) gives
-    ``canonical``, sorted the way the sidecar sorts a query for its cache key."""
+    ``canonical``, sorted the way the sidecar sorts a query for its cache key.
+
+    Remembered per query (the result is immutable; a refusal raises again and is not kept), so
+    a ``/m`` miss that the hot path reads and hands on is parsed once: the handler's reading is
+    a look-up."""
     if not query:
         return ParsedQuery(None)
     arguments = query_arguments(query)

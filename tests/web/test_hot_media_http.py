@@ -258,3 +258,32 @@ async def test_no_host_or_a_bad_one_is_one_json_400_on_both_paths(api: Api, cold
         assert _heads(hot)[0][0] == "HTTP/1.1 400 Bad Request" and len(asked) == before  # before either path
         if request.startswith(b"GET"):
             assert orjson.loads(hot.split(b"\r\n\r\n", 1)[1])["code"] == "INVALID_HOST"
+
+
+async def test_a_miss_handed_on_reads_its_query_once(api: Api, asked: list[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path reads a ``/m`` query, finds no variant in memory and hands the request on;
+    the handler's reading of the same query is a look-up (``spec.read_query`` remembers), so the
+    miss parses its transform once, and the hot answers that follow parse nothing."""
+    from mediasrv.images import spec
+
+    file_id, _ = await _public_jpeg(api)
+    parsed: list[object] = []
+    parse = spec.parse_transform
+
+    def counting(arguments: Any) -> Any:
+        parsed.append(arguments)
+        return parse(arguments)
+
+    monkeypatch.setattr(spec, "parse_transform", counting)
+    spec.read_query.cache_clear()
+    query = "width=16&fit=cover&height=16&gravity=north"
+    path = f"/m/{file_id}?{spec.read_query(query).canonical or query}"  # as /m writes it: no 308
+    parsed.clear()
+    spec.read_query.cache_clear()
+    miss = await api.call("GET", path)
+    assert miss.code == 200 and path in asked  # rendered by the handler
+    assert len(parsed) == 1
+    for _ in range(3):
+        assert (await api.call("GET", path)).code == 200
+    assert len(parsed) == 1 and asked.count(path) == 1  # answered hot, nothing parsed again
