@@ -12,7 +12,11 @@ reports the difference per call, so start-up and image generation cancel out.
 
 Cases (``--only`` takes their groups): jpeg (4000x3000 and 1024x768 photo-like JPEG -> 400 px
 JPEG), webp (JPEG -> WebP, WebP -> WebP), png, avif, gif (first frame), encoders (the settings
-``pipeline.ENCODERS`` chose next to the alternatives). Bytes are the output's size.
+``pipeline.ENCODERS`` chose next to the alternatives), crops (``fit=cover`` 400x400 with
+``gravity`` center, attention and entropy: what a smart crop costs over a centred one), animated
+(a 24-frame GIF to 200 px, every frame: mediasrv next to thumbor's PIL engine, which keeps every
+frame with its default ALLOW_ANIMATED_GIFS), placeholder (the ThumbHash made after an upload:
+the 100x100 PNG reduction, then the hash). Bytes are the output's size.
 """
 from __future__ import annotations
 
@@ -31,13 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # mediasrv, whe
 
 import pyvips
 from benchkit.images import CACHE_ROOT, VERSION, photo_like
-from PIL import Image
+from PIL import Image, ImageSequence
 
+from mediasrv.core.delivery.placeholders import PLACEHOLDER_SPEC
+from mediasrv.images import thumbhash
 from mediasrv.images.pipeline import transform
 from mediasrv.images.spec import TransformSpec
 from mediasrv.images.vips import init_vips
 
 WIDTH = 400
+ANIMATION_FRAMES = 24
+ANIMATED_WIDTH = 200
 PIL_QUALITY = {"JPEG": 80, "WEBP": 80, "AVIF": 80}  # thumbor's QUALITY default for every format
 
 
@@ -45,17 +53,27 @@ def _sources() -> dict[str, bytes]:
     """The source files, made once and kept beside the benchmark's images (a child process
     under callgrind must not spend its budget generating them)."""
     cache = CACHE_ROOT / "images" / VERSION / "cost"
-    names = ("jpeg-4000", "jpeg-1024", "webp-1024", "png-1024", "gif-1024")
+    names = ("jpeg-4000", "jpeg-1024", "webp-1024", "png-1024", "gif-1024", "gif-animated")
     if not all((cache / name).exists() for name in names):
         cache.mkdir(parents=True, exist_ok=True)
         big, small = photo_like(4000, 3000, 1000), photo_like(1024, 768, 1000)
         made = {"jpeg-4000": big.jpegsave_buffer(Q=90), "jpeg-1024": small.jpegsave_buffer(Q=90),
                 "webp-1024": small.webpsave_buffer(Q=90), "png-1024": small.pngsave_buffer(),
-                "gif-1024": small.gifsave_buffer()}
+                "gif-1024": small.gifsave_buffer(), "gif-animated": _animated_gif(small)}
         for name, data in made.items():
             (cache / f"{name}.tmp").write_bytes(data)
             (cache / f"{name}.tmp").replace(cache / name)
     return {name: (cache / name).read_bytes() for name in names}
+
+
+def _animated_gif(image: pyvips.Image, frames: int = ANIMATION_FRAMES) -> bytes:
+    """``frames`` 480x360 frames panning across ``image``, 80 ms each, as one animated GIF."""
+    step = (image.width - 480) // frames
+    strip = pyvips.Image.arrayjoin([image.crop(i * step, 0, 480, 360) for i in range(frames)], across=1)
+    strip = strip.copy()
+    strip.set_type(pyvips.GValue.gint_type, "page-height", 360)
+    strip.set_type(pyvips.GValue.array_int_type, "delay", [80] * frames)
+    return bytes(strip.gifsave_buffer())
 
 
 def mediasrv(src: str, fmt: str, **spec: object) -> Callable[[dict[str, bytes]], bytes]:
@@ -80,6 +98,47 @@ def thumbor(src: str, fmt: str) -> Callable[[dict[str, bytes]], bytes]:
             options.update(optimize=True, progressive=True)
         image.save(out, fmt, **options)
         return out.getvalue()
+    return run
+
+
+def mediasrv_cover(src: str, gravity: str) -> Callable[[dict[str, bytes]], bytes]:
+    """``fit=cover`` into WIDTH x WIDTH, cropped where ``gravity`` says."""
+    def run(data: dict[str, bytes]) -> bytes:
+        spec = TransformSpec(WIDTH, WIDTH, "jpeg", fit="cover", gravity=gravity)
+        return transform(data[src], "image/jpeg", spec, 50_000_000)[0]
+    return run
+
+
+def mediasrv_animated(src: str) -> Callable[[dict[str, bytes]], bytes]:
+    def run(data: dict[str, bytes]) -> bytes:
+        return transform(data[src], "image/gif", TransformSpec(ANIMATED_WIDTH, None, "gif"), 50_000_000)[0]
+    return run
+
+
+def thumbor_animated(src: str) -> Callable[[dict[str, bytes]], bytes]:
+    """thumbor 7's PIL engine on an animated GIF: each frame read as "P", converted to RGB(A),
+    LANCZOS-resized, quantized back (PILLOW_PRESERVE_INDEXED_MODE), then saved with save_all
+    (engines/pil.py ``create_image``, ``resize``, ``read``, ``read_multiple``)."""
+    def run(data: dict[str, bytes]) -> bytes:
+        source = Image.open(io.BytesIO(data[src]))
+        frames = [frame.convert("P") for frame in ImageSequence.Iterator(source)]
+        target = (ANIMATED_WIDTH, round(ANIMATED_WIDTH * source.height / source.width))
+        out_frames = [frame.convert(None).resize(target, Image.LANCZOS).quantize() for frame in frames]
+        out = io.BytesIO()
+        out_frames[0].save(out, "GIF", save_all=True, append_images=out_frames[1:],
+                           duration=[f.info.get("duration", 80) for f in frames], loop=0)
+        return out.getvalue()
+    return run
+
+
+def placeholder(src: str) -> Callable[[dict[str, bytes]], bytes]:
+    """What an upload's placeholder costs: the 100x100 PNG reduction (``PLACEHOLDER_SPEC``), then
+    the ThumbHash of it (both on a worker thread after the 201)."""
+    kind = src.split("-")[0]
+
+    def run(data: dict[str, bytes]) -> bytes:
+        reduced = transform(data[src], f"image/{kind}", PLACEHOLDER_SPEC, 50_000_000)[0]
+        return thumbhash.placeholder(reduced).encode()
     return run
 
 
@@ -115,6 +174,21 @@ CASES: dict[str, dict[str, Callable[[dict[str, bytes]], bytes]]] = {
     "gif": {
         "1024 gif->gif mediasrv": mediasrv("gif-1024", "gif"),
         "1024 gif->gif thumbor": thumbor("gif-1024", "GIF"),
+    },
+    "crops": {
+        "1024 jpeg cover 400x400 center": mediasrv_cover("jpeg-1024", "center"),
+        "1024 jpeg cover 400x400 attention": mediasrv_cover("jpeg-1024", "attention"),
+        "1024 jpeg cover 400x400 entropy": mediasrv_cover("jpeg-1024", "entropy"),
+        "4000 jpeg cover 400x400 center": mediasrv_cover("jpeg-4000", "center"),
+        "4000 jpeg cover 400x400 attention": mediasrv_cover("jpeg-4000", "attention"),
+    },
+    "animated": {
+        f"{ANIMATION_FRAMES}-frame gif->gif {ANIMATED_WIDTH} px mediasrv": mediasrv_animated("gif-animated"),
+        f"{ANIMATION_FRAMES}-frame gif->gif {ANIMATED_WIDTH} px thumbor": thumbor_animated("gif-animated"),
+    },
+    "placeholder": {
+        "1024 jpeg placeholder (100 px png + thumbhash)": placeholder("jpeg-1024"),
+        "4000 jpeg placeholder (100 px png + thumbhash)": placeholder("jpeg-4000"),
     },
     "encoders": {
         "jpeg Q82 baseline optimize (ours)": vips_saver("jpeg-1024", "jpegsave_buffer", Q=82, optimize_coding=True),
