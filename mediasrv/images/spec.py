@@ -26,6 +26,7 @@ from mediasrv.images import vips
 __all__ = [
     "ANIMATABLE",
     "AUTO",
+    "BLUR_RANGE",
     "COMPASS",
     "FITS",
     "FORMATS",
@@ -33,7 +34,9 @@ __all__ = [
     "GRAVITIES",
     "KEPT_PARAMETERS",
     "MAX_DIMENSION",
+    "MAX_DPR",
     "PARAMETERS",
+    "SHARPEN_RANGE",
     "UNBOUNDED",
     "ParsedQuery",
     "TransformSpec",
