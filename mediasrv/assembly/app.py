@@ -330,6 +330,7 @@ def _documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route]
                           "formats": tuple(FORMATS), "routes": api_routes}
     openapi = build_openapi(settings.public_url, allow.types, **kw)
     return {"openapi_document": static_json(openapi),
-            "for_agents_document": static_json(build_for_agents(settings.public_url, allow.types, **kw)),
+            "for_agents_document": static_json(build_for_agents(settings.public_url, allow.types, **kw,
+                                                                policy=transform_policy(settings))),
             "allowed_types_document": static_json({"content_types": list(allow.types)}),
             "reference_page": Prerendered(render_reference(openapi))}

@@ -27,6 +27,7 @@ from mediasrv.images import vips
 __all__ = [
     "ANIMATABLE",
     "AUTO",
+    "BLUR_RANGE",
     "COMPASS",
     "FITS",
     "FORMATS",
@@ -34,7 +35,9 @@ __all__ = [
     "GRAVITIES",
     "KEPT_PARAMETERS",
     "MAX_DIMENSION",
+    "MAX_DPR",
     "PARAMETERS",
+    "SHARPEN_RANGE",
     "UNBOUNDED",
     "ParsedQuery",
     "TransformSpec",

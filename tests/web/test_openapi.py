@@ -12,6 +12,7 @@ from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 from handlers.routes import ROUTES as DECLARED
 from mediasrv.assembly.openapi import build_for_agents, build_openapi
 from mediasrv.base.errors import BadRequest
+from mediasrv.images.policy import TransformPolicy
 from mediasrv.images.spec import FORMATS, parse_transform
 
 ROUTES = tuple((r.method, r.path) for r in DECLARED)
@@ -348,6 +349,34 @@ def test_formats_follow_what_this_build_can_encode():
     assert "image/avif" not in content and "image/webp" in content
     agents = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD, formats=("png",))
     assert agents["limits"]["resize"]["formats"] == ["png", "auto"]
+
+
+def test_for_agents_publishes_the_variant_ranges_the_parser_enforces():
+    """The dashboard's variant builder checks values against limits.resize before asking /m: each
+    published bound is one the parser takes, and one step past it is refused."""
+    resize = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD)["limits"]["resize"]
+    box = {"width": ["10"], "height": ["10"], "fit": ["cover"]}
+    for gravity in resize["gravities"]:
+        assert parse_transform({**box, "gravity": [gravity]}).gravity == gravity
+    with pytest.raises(BadRequest):
+        parse_transform({**box, "gravity": ["middle"]})
+    for name, step in (("dpr", "0.01"), ("blur", "0.01"), ("sharpen", "0.01")):
+        low, high = resize[name]["min"], resize[name]["max"]
+        for good in (low, high):
+            assert parse_transform({"width": ["10"], name: [f"{good:g}"]}) is not None, (name, good)
+        for bad in (f"{low - float(step):.2f}", f"{high + float(step):.2f}"):
+            with pytest.raises(BadRequest):
+                parse_transform({"width": ["10"], name: [bad]})
+    assert resize["allowed"] == {} and resize["signed_transforms"] is False
+
+
+def test_for_agents_publishes_the_strict_lists_as_m_writes_them():
+    policy = TransformPolicy.of({"width": [1280, 320, 640], "dpr": ["2.0"], "fit": ["cover"]}, key="k" * 32)
+    resize = build_for_agents(PUBLIC_URL, TYPES, max_upload_size_bytes=MAX_UPLOAD,
+                              policy=policy)["limits"]["resize"]
+    assert resize["allowed"] == {"width": ["320", "640", "1280"], "dpr": ["2"], "fit": ["cover"]}
+    assert resize["signed_transforms"] is True
+    assert "k" * 32 not in orjson.dumps(resize).decode()  # the key itself is never published
 
 
 def test_no_operation_has_a_wildcard_or_json_binary_media_type(doc):

@@ -1,35 +1,39 @@
 // One file (#/file/<file_id>): a preview where the browser can show the type (an image resized
 // through /m/<id>?width=, PDF, video, audio, the start of a text file), a download otherwise,
-// the record's fields, copy buttons (public, download, signed, a resized link; as Markdown, HTML
-// or BBCode) and delete.
+// the record's fields, copy buttons (public, download, signed; as Markdown, HTML or BBCode), the
+// variant builder (variantcard.js), the focal point picker on an image's preview (focalpicker.js)
+// and delete.
 //
 // Previews load from this origin's /m path (what the dashboard's CSP allows). A private file's
 // preview uses a signed URL (POST /files/{id}/signed-url): the session token never goes in a URL,
 // and the browser can stream and seek a video that way.
 import { api, fetchTextHead } from '../api.js';
 import {
-  announce, confirmAction, copyText, errorBox, field, formatBytes, formatDate, h, select, statusFor,
+  announce, confirmAction, copyText, errorBox, formatBytes, formatDate, h, select, statusFor,
 } from '../dom.js';
 import { FORMATS, snippet } from '../copyas.js';
 import { RESIZABLE, kindOf, previewOf } from '../kinds.js';
+import { onThisOrigin, withDefaults, withQuery } from '../variants.js';
+import { focalPicker } from './focalpicker.js';
+import { variantCard } from './variantcard.js';
 
 const PREVIEW_STEPS = [320, 480, 640, 800, 1024, 1280, 1600, 2048];
 const PREVIEW_MAX_CSS_WIDTH = 760;
 const TEXT_PREVIEW_BYTES = 64 * 1024;
 const EXPIRIES = [['3600', '1 hour'], ['86400', '1 day'], ['604800', '7 days']];
-const FITS = [['contain', 'Fit inside the box'], ['cover', 'Fill the box, crop the rest']];
-const QUALITY_MAX = 100;
-let resizeLimits = null; // {formats, max_dimension}, from /reference/for-agents once per page load
+let resizeLimits = null; // the server's limits.resize (variants.js withDefaults), once per page load
 
+/** What /m takes and, on a strict server, makes: from /reference/for-agents, else the defaults. */
 async function resizeOptions() {
   if (!resizeLimits) {
-    resizeLimits = { formats: ['jpeg', 'png', 'webp'], max_dimension: 8192 };
+    let published = null;
     try {
       const r = await fetch('/reference/for-agents', { credentials: 'omit' });
-      if (r.ok) resizeLimits = (await r.json()).limits.resize || resizeLimits;
+      if (r.ok) published = (await r.json()).limits.resize;
     } catch {
-      // keep the defaults: the server refuses a format it cannot write with a clear 400
+      // keep the defaults: the server refuses what it does not take with a clear 400
     }
+    resizeLimits = withDefaults(published);
   }
   return resizeLimits;
 }
@@ -43,33 +47,37 @@ export function previewWidth(cssWidth, devicePixelRatio) {
   return PREVIEW_STEPS.find((step) => step >= want) || PREVIEW_STEPS[PREVIEW_STEPS.length - 1];
 }
 
-/** A URL of this server as a path on the dashboard's origin (what the CSP lets it load). */
-function onThisOrigin(url) {
-  const parsed = new URL(url, location.href);
-  return parsed.pathname + parsed.search;
+/**
+ * The query of the preview's resize: the width previewWidth picks or, on a strict server, the
+ * nearest width it lists; none (the stored image) where it makes no width without a signature.
+ */
+function previewQuery(limits, want) {
+  const lists = limits.allowed || {};
+  if (lists.width) {
+    const widths = lists.width.map(Number).sort((a, b) => a - b);
+    return { width: String(widths.find((w) => w >= want) || widths[widths.length - 1]) };
+  }
+  return Object.keys(lists).length || limits.signed_transforms ? {} : { width: String(want) };
 }
 
-function withParams(url, params) {
-  const query = new URLSearchParams(params).toString();
-  if (!query) return url;
-  return `${url}${url.includes('?') ? '&' : '?'}${query}`;
-}
-
-function preview(file, src, name) {
+/** The preview of `file` from `src`; an image's own element as `image` (the focal point picker's). */
+function preview(file, src, name, limits) {
   const how = previewOf(file.content_type);
   const label = `Preview of ${name}`;
   if (how === 'image') {
     const width = previewWidth(Math.min(PREVIEW_MAX_CSS_WIDTH, document.documentElement.clientWidth - 48),
       window.devicePixelRatio);
-    const url = RESIZABLE.has(file.content_type) ? withParams(src, { width }) : src;
-    const img = h('img', { class: 'preview-image', src: url, alt: label });
-    img.addEventListener('error', () => img.replaceWith(h('p', { class: 'error' }, 'The image could not be shown.')),
-      { once: true });
-    return img;
+    const query = RESIZABLE.has(file.content_type) ? previewQuery(limits, width) : {};
+    const img = h('img', { class: 'preview-image', src: withQuery(src, query), alt: label });
+    img.addEventListener('error', () => (img.closest('.focal-picker') || img)
+      .replaceWith(h('p', { class: 'error' }, 'The image could not be shown.')), { once: true });
+    return { el: img, image: img, asked: query.width ? Number(query.width) : null };
   }
-  if (how === 'pdf') return h('iframe', { class: 'preview-frame', src, title: label });
-  if (how === 'video') return h('video', { class: 'preview-media', src, controls: true, preload: 'metadata', 'aria-label': label });
-  if (how === 'audio') return h('audio', { src, controls: true, preload: 'metadata', 'aria-label': label });
+  if (how === 'pdf') return { el: h('iframe', { class: 'preview-frame', src, title: label }) };
+  if (how === 'video') {
+    return { el: h('video', { class: 'preview-media', src, controls: true, preload: 'metadata', 'aria-label': label }) };
+  }
+  if (how === 'audio') return { el: h('audio', { src, controls: true, preload: 'metadata', 'aria-label': label }) };
   if (how === 'text') {
     const pre = h('pre', { class: 'preview-text', tabindex: '0', 'aria-label': label }, 'Loading…');
     fetchTextHead(`/m/${encodeURIComponent(file.file_id)}`, TEXT_PREVIEW_BYTES).then((text) => {
@@ -78,9 +86,9 @@ function preview(file, src, name) {
         pre.after(h('p', { class: 'muted' }, `The first ${formatBytes(TEXT_PREVIEW_BYTES)} of ${formatBytes(file.size)}.`));
       }
     }).catch((e) => { pre.textContent = `The text could not be loaded: ${e.message}`; });
-    return pre;
+    return { el: pre };
   }
-  return h('p', { class: 'muted no-preview' }, `This browser cannot show ${file.content_type} files here: download it.`);
+  return { el: h('p', { class: 'muted no-preview' }, `This browser cannot show ${file.content_type} files here: download it.`) };
 }
 
 function facts(file) {
@@ -141,92 +149,6 @@ export function fileView({ id, go }) {
       h('div', { class: 'row-form' }, expiry.wrap));
   }
 
-  function resizeCard(file) {
-    const width = field('Width (px)', { type: 'number', min: '1', step: '1', inputmode: 'numeric' });
-    const height = field('Height (px)', { type: 'number', min: '1', step: '1', inputmode: 'numeric' });
-    const fit = select('Fit', FITS);
-    const format = select('Format', [['', 'Same as the file'], ['auto', 'Best the browser takes (AVIF, WebP)']]);
-    const quality = field('Quality (1-100)', { type: 'number', min: '1', max: String(QUALITY_MAX), step: '1',
-      inputmode: 'numeric', placeholder: 'default' });
-    const output = field('Resized link', { type: 'text', readonly: true, class: 'mono' });
-    const problem = errorBox();
-    const open = h('a', { href: '#', target: '_blank', rel: 'noopener noreferrer' }, 'Open the resized image');
-    const copyButton = h('button', { type: 'button', class: 'primary' }, 'Copy resized link');
-    let limits = { max_dimension: 8192 };
-    let base = file.public_url;
-    let note = '';
-    const whole = (name, input, max) => { // '' when empty; the server would refuse what this refuses
-      const text = input.value.trim();
-      if (!text) return '';
-      const value = Number(text);
-      if (!Number.isInteger(value) || value < 1 || value > max) {
-        throw new Error(`${name} must be a whole number from 1 to ${max}`);
-      }
-      return String(value);
-    };
-    // The query in the order the API documents it; fit=contain is the default and is left out,
-    // so the link names the same cached variant as one written without it.
-    const params = () => {
-      const out = {};
-      for (const [name, input] of [['width', width.input], ['height', height.input]]) {
-        const value = whole(name, input, limits.max_dimension);
-        if (value) out[name] = value;
-      }
-      if (fit.input.value === 'cover') {
-        if (!out.width || !out.height) throw new Error('Fill and crop needs both a width and a height');
-        out.fit = 'cover';
-      }
-      if (format.input.value) out.format = format.input.value;
-      const q = whole('quality', quality.input, QUALITY_MAX);
-      if (q) out.quality = q;
-      return out;
-    };
-    const update = () => {
-      problem.clear();
-      try {
-        output.input.value = withParams(base, params());
-        open.href = output.input.value;
-        copyButton.disabled = false;
-      } catch (e) {
-        problem.show(e.message);
-        copyButton.disabled = true;
-      }
-    };
-    [width.input, height.input, fit.input, format.input, quality.input]
-      .forEach((input) => input.addEventListener('input', update));
-    copyButton.addEventListener('click', async () => {
-      if (!file.is_public) { // a fresh signature, so the copied link lasts its full time
-        try {
-          base = (await sign()).url;
-        } catch (e) {
-          say(e.message, 'error');
-          return;
-        }
-        update();
-      }
-      if (!copyButton.disabled) copy(output.input.value, `resized link${note}`);
-    });
-    resizeOptions().then((options) => {
-      limits = options;
-      format.input.append(...options.formats.filter((f) => f !== 'auto')
-        .map((f) => h('option', { value: f }, f.toUpperCase())));
-    });
-    const section = h('section', { class: 'card', 'aria-labelledby': 'resize-title' },
-      h('h2', { id: 'resize-title' }, 'Resized copies'),
-      h('p', { class: 'muted' }, 'The image fitted inside this box, or filling it with the overflow cropped '
-        + '(never enlarged), in this format. "Best the browser takes" sends AVIF or WebP to browsers that '
-        + 'show them and the file\'s own format to others. Quality applies to JPEG, WebP and AVIF.'),
-      h('div', { class: 'row-form' }, width.wrap, height.wrap, fit.wrap, format.wrap, quality.wrap), problem.el,
-      output.wrap,
-      h('div', { class: 'row' }, copyButton, open));
-    if (!file.is_public) {
-      note = ' (signed, expires in 1 hour)';
-      sign().then((signed) => { base = signed.url; update(); }).catch((e) => problem.show(e.message));
-    }
-    update();
-    return section;
-  }
-
   async function remove(file, name) {
     if (!await confirmAction(`Delete ${name}? This cannot be undone.`, 'Delete')) return;
     try {
@@ -240,7 +162,7 @@ export function fileView({ id, go }) {
 
   async function load() {
     try {
-      const file = await api('GET', path);
+      const [file, limits] = await Promise.all([api('GET', path), resizeOptions()]);
       const name = file.name || file.file_id;
       heading.textContent = name;
       document.title = `${name} · mediasrv`;
@@ -251,8 +173,25 @@ export function fileView({ id, go }) {
         src = onThisOrigin(signed.url);
         download = signed.download_url;
       }
-      const shown = h('section', { class: 'card preview', 'aria-label': `Preview of ${name}` },
-        preview(file, src, name),
+      const shown = preview(file, src, name, limits);
+      const resizable = RESIZABLE.has(file.content_type);
+      const builder = resizable ? variantCard({
+        file, limits, sign, copy, say,
+        // the preview's width, when it is the image's own: asked wider, never enlarged
+        knownWidth: () => {
+          const img = shown.image;
+          return img && shown.asked && img.complete && img.naturalWidth && img.naturalWidth < shown.asked
+            ? img.naturalWidth : null;
+        },
+      }) : null;
+      const picker = resizable && shown.image ? focalPicker({
+        file, img: shown.image, name, say,
+        save: (point) => api('PATCH', path, { json: { focal_point: point } }),
+        changed: (updated) => builder.refresh(updated),
+      }) : null;
+      const previewCard = h('section', { class: 'card preview', 'aria-label': `Preview of ${name}` },
+        picker ? picker.el : shown.el,
+        picker ? picker.controls : null,
         h('p', { class: 'row' }, h('a', { class: 'button-like', href: download, download: name }, `Download ${name}`),
           previewOf(file.content_type) ? h('a', { href: src, target: '_blank', rel: 'noopener noreferrer' },
             'Open in a new tab') : null));
@@ -260,10 +199,9 @@ export function fileView({ id, go }) {
         h('section', { class: 'card', 'aria-labelledby': 'facts-title' }, h('h2', { id: 'facts-title' }, 'Details'),
           facts(file)),
         linksCard(file),
-        RESIZABLE.has(file.content_type) ? resizeCard(file) : null,
         h('section', { class: 'card', 'aria-labelledby': 'delete-title' }, h('h2', { id: 'delete-title' }, 'Delete'),
           h('button', { type: 'button', class: 'danger', onclick: () => remove(file, name) }, 'Delete this file')));
-      body.replaceChildren(shown, details);
+      body.replaceChildren(previewCard, builder ? builder.el : '', details);
     } catch (e) {
       body.replaceChildren();
       error.show(e.status === 404 ? 'This file does not exist: it may have been deleted.' : e.message);
