@@ -564,6 +564,28 @@ async def test_list_files_ties_broken_by_id_without_overlap(meta: MetaStore) -> 
     assert seen == ["id-0", "id-e", "id-d", "id-c", "id-b", "id-a"]
 
 
+async def test_a_search_alone_pages_in_date_order_both_ways_with_its_total(meta: MetaStore) -> None:
+    """A search by q with no other filter (the SQLite store reads it from its search index
+    alone): every page, both directions, ties by id, another account's and a renamed file."""
+    await add_user(meta, "u1")
+    await add_user(meta, "u2")
+    for n in range(7):
+        await meta.insert_file(make_file("u1", f"r{n}", id=f"id-r{n}", name=f"Report-{n}.pdf", created_at=ts(n // 2)))
+    await meta.insert_file(make_file("u1", "other", name="notes.txt", created_at=ts(9)))
+    await meta.insert_file(make_file("u2", "theirs", name="report-x.pdf", created_at=ts(1)))
+    await meta.update_file("u1", "other", {"name": "late REPORT.txt"})
+    newest = ["other", "r6", "r5", "r4", "r3", "r2", "r1", "r0"]
+    for sort, expected in (("-created", newest), ("created", newest[::-1])):
+        seen: list[str] = []
+        for offset in range(0, 9, 3):
+            page, total = await meta.list_files("u1", FileQuery(q="report", sort=sort), offset, 3)
+            assert total == 8
+            seen += [f.file_id for f in page]
+        assert seen == expected
+    assert await file_ids(meta, FileQuery(q="eport-")) == ["r6", "r5", "r4", "r3", "r2", "r1", "r0"]
+    assert await file_ids(meta, FileQuery(q="report"), user_id="u2") == ["theirs"]
+
+
 async def test_list_files_every_window_matches_the_filtered_listing(meta: MetaStore) -> None:
     """Pages read from either end, sparse and dense size ranges, and totals kept through
     deletes all agree with filtering the whole listing by hand (the SQLite store plans these
