@@ -225,7 +225,7 @@ async def test_dark_mode_follows_the_system_setting(api: Api, settings: Settings
     email = "dark@example.com"
     await api.user(email)
     token = await _token(api, email)
-    await gallery_files(api, token)
+    files = await gallery_files(api, token)
 
     def luminance(rgb: str) -> float:
         r, g, b = (int(v) for v in re.findall(r"\d+", rgb)[:3])
@@ -234,6 +234,8 @@ async def test_dark_mode_follows_the_system_setting(api: Api, settings: Settings
     async with browser_page(settings.public_url, viewport=(1440, 1000)) as (page, problems):
         await page.goto("/#/login")
         await log_in(page, email)
+        # The heading shows before the grid's cards (GET /files, the server's /m limits) arrive.
+        await expect(page.locator("ul.grid li.file")).to_have_count(len(files))
         colours = """() => ({ page: getComputedStyle(document.body).backgroundColor,
             text: getComputedStyle(document.body).color,
             card: getComputedStyle(document.querySelector('li.file')).backgroundColor })"""
