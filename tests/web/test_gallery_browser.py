@@ -14,7 +14,9 @@ import random
 import re
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
+import pytest
 from PIL import Image, ImageDraw
 
 from mediasrv.base.settings import Settings
@@ -223,7 +225,7 @@ async def test_dark_mode_follows_the_system_setting(api: Api, settings: Settings
     email = "dark@example.com"
     await api.user(email)
     token = await _token(api, email)
-    await gallery_files(api, token)
+    files = await gallery_files(api, token)
 
     def luminance(rgb: str) -> float:
         r, g, b = (int(v) for v in re.findall(r"\d+", rgb)[:3])
@@ -232,6 +234,8 @@ async def test_dark_mode_follows_the_system_setting(api: Api, settings: Settings
     async with browser_page(settings.public_url, viewport=(1440, 1000)) as (page, problems):
         await page.goto("/#/login")
         await log_in(page, email)
+        # The heading shows before the grid's cards (GET /files, the server's /m limits) arrive.
+        await expect(page.locator("ul.grid li.file")).to_have_count(len(files))
         colours = """() => ({ page: getComputedStyle(document.body).backgroundColor,
             text: getComputedStyle(document.body).color,
             card: getComputedStyle(document.querySelector('li.file')).backgroundColor })"""
@@ -499,4 +503,91 @@ async def test_lightbox_goes_on_into_the_next_page(api: Api, settings: Settings)
         await expect(page.get_by_text("Page 1 of 2 (50 total)")).to_be_visible()
         focused = await page.evaluate("() => document.activeElement.getAttribute('aria-label')")
         assert focused == "Preview note-02.txt"
+        assert problems == []
+
+
+STRICT_SERVERS = [
+    # Only the listed widths, none of them a width the gallery, the lightbox or the file view
+    # asks for by default: a request that ignored the list would be refused.
+    pytest.param({"MEDIASRV_ALLOWED_WIDTHS": "200,500,1100"}, id="widths"),
+    # Only transforms signed with a key the dashboard never has: the stored images, unresized.
+    pytest.param({"MEDIASRV_TRANSFORM_KEY": "k" * 40}, id="signed-only"),
+    # A list without a width list: a width is not among the allowed parameters.
+    pytest.param({"MEDIASRV_ALLOWED_FORMATS": "webp"}, id="formats-only"),
+]
+
+
+@pytest.mark.parametrize("app_env", STRICT_SERVERS, indirect=True)
+async def test_a_strict_server_shows_every_picture_of_the_files_page(api: Api, settings: Settings,
+                                                                     app_env: dict[str, str],
+                                                                     request: pytest.FixtureRequest) -> None:
+    """MEDIASRV_ALLOWED_* and MEDIASRV_TRANSFORM_KEY: the gallery, the lightbox and the file view
+    ask /m only for what the server makes (a listed width, else the stored image), so every
+    picture shows, public or private, and the server's limits are read once for the page."""
+    listed = app_env.get("MEDIASRV_ALLOWED_WIDTHS")
+    widths = listed.split(",") if listed else []
+    email = f"strict-gallery-{request.node.callspec.id}@example.com"  # the mail sink outlives a test
+    await api.user(email)
+    token = await _token(api, email)
+    public = [await upload(api, token, f"photo-{i}.png", "image/png", landscape(i)) for i in range(2)]
+    private = await upload(api, token, "secret.png", "image/png", landscape(7), public=False)
+    async with browser_page(settings.public_url) as (page, problems):
+        media: list[tuple[str, int]] = []
+        agents: list[str] = []
+
+        def seen(response: Any) -> None:
+            path = urllib.parse.urlsplit(response.url)
+            if path.path.startswith("/m/"):
+                media.append((path.path + ("?" + path.query if path.query else ""), response.status))
+            elif path.path == "/reference/for-agents":
+                agents.append(response.url)
+
+        page.on("response", seen)
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await all_thumbnails_loaded(page, 3)
+        boxes = page.locator("ul.grid .thumb-box")
+        await expect(boxes).to_have_count(3)
+        for k in range(3):
+            await expect(boxes.nth(k)).to_have_class(re.compile(r"\bloaded\b"))
+        shown = page.get_by_role("img", name="photo-1.png", exact=True)
+        srcset = await shown.get_attribute("srcset")
+        src = await shown.get_attribute("src")
+        fid = public[1]["file_id"]
+        if widths:  # the list's widths up to the first as wide as the largest tile (720): all three
+            assert srcset == ", ".join(f"/m/{fid}?width={w} {w}w" for w in widths), srcset
+            assert src == f"/m/{fid}?width=500", src  # the smallest listed at least 320 wide
+        else:  # no width is made unsigned: the stored image
+            assert srcset is None, srcset
+            assert src == f"/m/{fid}", src
+        private_asked = [url for url, _ in media if url.startswith(f"/m/{private['file_id']}")]
+        assert private_asked == [f"/m/{private['file_id']}" + ("?width=500" if widths else "")], private_asked
+
+        # The lightbox, for a public file and for the private one (a signed URL).
+        for name in ("photo-0.png", "secret.png"):
+            await page.get_by_role("link", name=f"Preview {name}").click()
+            image = page.get_by_role("dialog", name=name).get_by_role("img", name=f"Preview of {name}")
+            await expect(page.locator(".lightbox-image")).to_have_class(re.compile(r"\bloaded\b"))
+            assert await image.evaluate("i => i.naturalWidth") == 640  # never enlarged
+            asked = urllib.parse.parse_qs(urllib.parse.urlsplit(await image.get_attribute("src") or "").query)
+            # 1280 px wide screen: 1178 device pixels wanted, more than any listed width
+            assert asked.get("width") == (["1100"] if widths else None), asked
+            await page.keyboard.press("Escape")
+            await expect(page.get_by_role("dialog")).to_have_count(0)
+
+        # The file view's preview, for the private file: the same limits, not read again.
+        await page.get_by_role("link", name="secret.png", exact=True).click()
+        preview = page.get_by_role("img", name="Preview of secret.png")
+        await expect(preview).to_be_visible()
+        assert await preview.evaluate("i => new Promise(r => i.complete ? r(i.naturalWidth)"
+                                      " : i.addEventListener('load', () => r(i.naturalWidth)))") == 640
+        asked = urllib.parse.parse_qs(urllib.parse.urlsplit(await preview.get_attribute("src") or "").query)
+        assert asked.get("width") == (["1100"] if widths else None), asked  # 760 css px: 1100 covers it
+
+        assert len(agents) == 1, agents
+        # Each file's pictures were asked for (the same URL twice comes from the browser's cache:
+        # a public lightbox image that is the stored one, a signed URL made in the same second).
+        assert any("signature=" in url for url, _ in media), media
+        assert {url.split("?")[0] for url, _ in media} == {f"/m/{f['file_id']}" for f in [*public, private]}
+        assert [(url, status) for url, status in media if status != 200] == [], media
         assert problems == []

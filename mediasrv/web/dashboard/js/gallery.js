@@ -3,9 +3,13 @@
 import { fetchBlob } from './api.js';
 import { h } from './dom.js';
 import { RESIZABLE, kindOf } from './kinds.js';
+import { srcsetWidthsFor, widthFor } from './resizeoptions.js';
 import { placeholderCanvas } from './thumbhash.js';
 
-/** The widths the gallery asks /m for: a few steps, so every view shares the server's variants. */
+/**
+ * The widths the gallery asks /m for: a few steps, so every view shares the server's variants.
+ * A strict server's own list replaces them (resizeoptions.js).
+ */
 export const THUMB_WIDTHS = [240, 320, 480, 720];
 export const THUMB_FALLBACK = 320;
 /** How wide a tile is on screen: half the screen on a phone, about 220 px elsewhere. */
@@ -38,8 +42,10 @@ export function typeTile(file, label) {
 /**
  * The thumbnail of `file` inside a box: public images through srcset variants of /m, private
  * ones fetched with the session (a blob: URL, pushed on `objectUrls` for the caller to revoke).
+ * `limits` (resizeoptions.js): the widths a strict server makes, or the stored image where it
+ * makes none unsigned; a width it refuses would leave the tile without its picture.
  */
-export function thumbnail(file, objectUrls) {
+export function thumbnail(file, objectUrls, limits) {
   const name = file.name || file.file_id;
   const type = file.content_type || '';
   if (!type.startsWith('image/')) return typeTile(file, name);
@@ -49,20 +55,20 @@ export function thumbnail(file, objectUrls) {
   const img = h('img', { class: 'thumb', alt: name, decoding: 'async', loading: 'lazy', width: '320', height: '320' });
   img.addEventListener('load', () => box.classList.add('loaded'), { once: true });
   img.addEventListener('error', () => box.replaceWith(typeTile(file, name)), { once: true });
-  const resizable = RESIZABLE.has(type);
+  const widths = RESIZABLE.has(type) ? srcsetWidthsFor(limits, THUMB_WIDTHS) : [];
   if (file.is_public) {
-    if (resizable) {
-      img.srcset = THUMB_WIDTHS.map((w) => `${mediaPath(file, { width: w })} ${w}w`).join(', ');
+    if (widths.length) {
+      img.srcset = widths.map((w) => `${mediaPath(file, { width: w })} ${w}w`).join(', ');
       img.sizes = THUMB_SIZES;
-      img.src = mediaPath(file, { width: THUMB_FALLBACK });
+      img.src = mediaPath(file, { width: widthFor(limits, THUMB_FALLBACK, THUMB_WIDTHS) });
     } else {
       img.src = mediaPath(file);
     }
   } else {
     // A private file needs the session token, which never goes in a URL: fetch it, show a blob.
     const want = Math.ceil(240 * (window.devicePixelRatio || 1));
-    const width = THUMB_WIDTHS.find((w) => w >= want) || THUMB_WIDTHS[THUMB_WIDTHS.length - 1];
-    fetchBlob(resizable ? mediaPath(file, { width }) : mediaPath(file)).then((blob) => {
+    const width = widths.length ? widthFor(limits, want, THUMB_WIDTHS) : null;
+    fetchBlob(width ? mediaPath(file, { width }) : mediaPath(file)).then((blob) => {
       const url = URL.createObjectURL(blob);
       objectUrls.push(url);
       img.src = url;

@@ -3,13 +3,15 @@
 // file's card). Images come as a variant of /m sized to the screen, with the file's
 // placeholder underneath while they load; video, audio, PDF and text play or show in place; a
 // type the browser cannot show gets its tile and a download. A private file is shown through a
-// signed URL (made when it is shown), never with the session token in a URL.
+// signed URL (made when it is shown), never with the session token in a URL. On a strict server
+// the image's width is one it lists (resizeoptions.js), or none: the stored image.
 import { fetchTextHead } from './api.js';
 import { formatBytes, formatDate, h } from './dom.js';
 import { displayName, fileMenuItems, onThisOrigin, signFile } from './fileactions.js';
 import { mediaPath, typeTile } from './gallery.js';
 import { RESIZABLE, previewOf } from './kinds.js';
 import { menuButton } from './menu.js';
+import { resizeOptions, widthFor } from './resizeoptions.js';
 import { placeholderCanvas } from './thumbhash.js';
 
 const WIDTHS = [640, 960, 1280, 1600, 2048];
@@ -26,21 +28,20 @@ async function stage(file) {
     return h('div', { class: 'lightbox-none' }, typeTile(file, name),
       h('p', {}, `This browser cannot show ${file.content_type} files: download it from the menu.`));
   }
-  const src = file.is_public ? mediaPath(file) : onThisOrigin((await signFile(file)).url);
+  const [src, limits] = await Promise.all([
+    file.is_public ? mediaPath(file) : signFile(file).then((signed) => onThisOrigin(signed.url)),
+    resizeOptions()]);
   const label = `Preview of ${name}`;
   if (how === 'image') {
     const box = h('div', { class: 'lightbox-image' });
     const under = placeholderCanvas(file.placeholder);
     if (under) box.append(under);
     const img = h('img', { alt: label, decoding: 'async' });
-    if (RESIZABLE.has(file.content_type)) {
-      // One width, the screen's in device pixels on a step (not a srcset: the server never
-      // enlarges, and a srcset would then show a small image smaller than it is).
-      const want = Math.ceil(window.innerWidth * 0.92 * (window.devicePixelRatio || 1));
-      img.src = withParams(src, { width: WIDTHS.find((w) => w >= want) || WIDTHS[WIDTHS.length - 1] });
-    } else {
-      img.src = src;
-    }
+    // One width, the screen's in device pixels on a step (not a srcset: the server never
+    // enlarges, and a srcset would then show a small image smaller than it is).
+    const want = Math.ceil(window.innerWidth * 0.92 * (window.devicePixelRatio || 1));
+    const width = RESIZABLE.has(file.content_type) ? widthFor(limits, want, WIDTHS) : null;
+    img.src = width ? withParams(src, { width }) : src;
     img.addEventListener('load', () => box.classList.add('loaded'), { once: true });
     img.addEventListener('error', () => box.replaceWith(typeTile(file, name)), { once: true });
     box.append(img);

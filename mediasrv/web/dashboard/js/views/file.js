@@ -13,7 +13,8 @@ import {
 } from '../dom.js';
 import { FORMATS, snippet } from '../copyas.js';
 import { RESIZABLE, kindOf, previewOf } from '../kinds.js';
-import { onThisOrigin, withDefaults, withQuery } from '../variants.js';
+import { resizeOptions, widthFor } from '../resizeoptions.js';
+import { onThisOrigin, withQuery } from '../variants.js';
 import { focalPicker } from './focalpicker.js';
 import { variantCard } from './variantcard.js';
 
@@ -21,43 +22,14 @@ const PREVIEW_STEPS = [320, 480, 640, 800, 1024, 1280, 1600, 2048];
 const PREVIEW_MAX_CSS_WIDTH = 760;
 const TEXT_PREVIEW_BYTES = 64 * 1024;
 const EXPIRIES = [['3600', '1 hour'], ['86400', '1 day'], ['604800', '7 days']];
-let resizeLimits = null; // the server's limits.resize (variants.js withDefaults), once per page load
-
-/** What /m takes and, on a strict server, makes: from /reference/for-agents, else the defaults. */
-async function resizeOptions() {
-  if (!resizeLimits) {
-    let published = null;
-    try {
-      const r = await fetch('/reference/for-agents', { credentials: 'omit' });
-      if (r.ok) published = (await r.json()).limits.resize;
-    } catch {
-      // keep the defaults: the server refuses what it does not take with a clear 400
-    }
-    resizeLimits = withDefaults(published);
-  }
-  return resizeLimits;
-}
 
 /**
  * The width to ask /m for: the space on screen in device pixels, rounded up to a few steps so
- * views share the server's cached variants. The server never enlarges a smaller image.
+ * views share the server's cached variants (on a strict server, to the widths it lists; null
+ * where it makes none unsigned: the stored image). The server never enlarges a smaller image.
  */
-export function previewWidth(cssWidth, devicePixelRatio) {
-  const want = Math.ceil(cssWidth * (devicePixelRatio || 1));
-  return PREVIEW_STEPS.find((step) => step >= want) || PREVIEW_STEPS[PREVIEW_STEPS.length - 1];
-}
-
-/**
- * The query of the preview's resize: the width previewWidth picks or, on a strict server, the
- * nearest width it lists; none (the stored image) where it makes no width without a signature.
- */
-function previewQuery(limits, want) {
-  const lists = limits.allowed || {};
-  if (lists.width) {
-    const widths = lists.width.map(Number).sort((a, b) => a - b);
-    return { width: String(widths.find((w) => w >= want) || widths[widths.length - 1]) };
-  }
-  return Object.keys(lists).length || limits.signed_transforms ? {} : { width: String(want) };
+export function previewWidth(cssWidth, devicePixelRatio, limits) {
+  return widthFor(limits, Math.ceil(cssWidth * (devicePixelRatio || 1)), PREVIEW_STEPS);
 }
 
 /** The preview of `file` from `src`; an image's own element as `image` (the focal point picker's). */
@@ -65,9 +37,10 @@ function preview(file, src, name, limits) {
   const how = previewOf(file.content_type);
   const label = `Preview of ${name}`;
   if (how === 'image') {
-    const width = previewWidth(Math.min(PREVIEW_MAX_CSS_WIDTH, document.documentElement.clientWidth - 48),
-      window.devicePixelRatio);
-    const query = RESIZABLE.has(file.content_type) ? previewQuery(limits, width) : {};
+    const width = RESIZABLE.has(file.content_type)
+      ? previewWidth(Math.min(PREVIEW_MAX_CSS_WIDTH, document.documentElement.clientWidth - 48),
+        window.devicePixelRatio, limits) : null;
+    const query = width ? { width: String(width) } : {};
     const img = h('img', { class: 'preview-image', src: withQuery(src, query), alt: label });
     img.addEventListener('error', () => (img.closest('.focal-picker') || img)
       .replaceWith(h('p', { class: 'error' }, 'The image could not be shown.')), { once: true });

@@ -9,6 +9,7 @@ import { relativeTime, thumbnail } from '../gallery.js';
 import { kindOf } from '../kinds.js';
 import { openLightbox } from '../lightbox.js';
 import { menuButton } from '../menu.js';
+import { resizeOptions } from '../resizeoptions.js';
 import { allowedTypes } from '../uploadmessages.js';
 import { UploadQueue } from '../uploadqueue.js';
 import { uploadPanel } from './uploadpanel.js';
@@ -62,6 +63,7 @@ export function filesView({ rerender }) {
   const countText = h('span', { class: 'muted' });
   const totalText = h('span', { class: 'files-total muted' });
   const cards = new Map(); // file_id -> card, reused across re-renders so thumbnails stay loaded
+  let limits = null; // the widths /m makes (resizeoptions.js), read with the first page of files
 
   const updateBulk = () => {
     bulkButton.disabled = state.selected.size === 0;
@@ -78,8 +80,11 @@ export function filesView({ rerender }) {
     error.clear();
     grid.setAttribute('aria-busy', 'true');
     try {
-      const body = await api('GET', '/files', { query: { ...query(), page: state.page, limit: PAGE_SIZE,
-                                                    include: 'placeholder' } });
+      // The thumbnails' widths come from the server's limits: read with the files, not after.
+      const [body, options] = await Promise.all([
+        api('GET', '/files', { query: { ...query(), page: state.page, limit: PAGE_SIZE, include: 'placeholder' } }),
+        resizeOptions()]);
+      limits = options;
       if (body.files.length === 0 && state.page > 1 && body.total > 0) {
         state.page = Math.ceil(body.total / PAGE_SIZE);
         return load();
@@ -115,7 +120,8 @@ export function filesView({ rerender }) {
   }
 
   /** A file the queue just stored joins the grid at once, without asking the API again. */
-  function added(file) {
+  async function added(file) {
+    limits = await resizeOptions(); // read already, unless the upload beat the first page
     if (state.page !== 1 || !joinsFirstPage(state, file)) return;
     state.total += 1;
     state.items = [file, ...state.items].slice(0, PAGE_SIZE);
@@ -162,7 +168,8 @@ export function filesView({ rerender }) {
       if (box.checked) state.selected.add(file.file_id); else state.selected.delete(file.file_id);
       updateBulk();
     });
-    const open = h('a', { href, class: 'thumb-link', 'aria-label': `Preview ${name}` }, thumbnail(file, objectUrls));
+    const open = h('a', { href, class: 'thumb-link', 'aria-label': `Preview ${name}` },
+      thumbnail(file, objectUrls, limits));
     open.addEventListener('click', (event) => {
       if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
       event.preventDefault(); // a plain click previews; a middle click opens the file's page in a tab
