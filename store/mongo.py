@@ -85,6 +85,8 @@ SCHEMA_VERSION = 1
 LOG_TTL_S = 30 * 86400
 """Activity logs older than this are expired by MongoDB itself (the sweep's retention too)."""
 IN_CHUNK = 500
+UPDATE_TRIES = 3
+"""``update_file``'s tries when other PATCHes of the same file keep changing it in between."""
 HEALTH_TIMEOUT_S = 2.0
 CLOSE_WAIT_S = 10.0
 RESERVATION_TTL_S = 900
@@ -179,6 +181,10 @@ def _key(doc: Doc) -> ApiKey:
 
 def _invite(doc: Doc) -> Invite:
     return _record(Invite, doc, _INVITE_DATES)
+
+
+def _file_or_none(doc: Doc | None) -> FileRecord | None:
+    return None if doc is None else _file(doc)
 
 
 def _file(doc: Doc) -> FileRecord:
@@ -713,8 +719,9 @@ class MongoMetaStore:
     async def update_file(self, user_id: str, file_id: str, changes: Mapping[str, Any]) -> FileRecord | None:
         """One find_one_and_update (sent twice, it sets the same values again). When it changes
         a field the owner changes (``FILE_EVENTFUL``) it marks the document with its
-        ``file.updated`` (``mongo_outbox.UPDATE_FIELD``, as ``unpublish_files``); a PATCH that
-        changes nothing matches no differing field and falls to the unmarked update."""
+        ``file.updated`` (``mongo_outbox.UPDATE_FIELD``, as ``unpublish_files``). A PATCH that
+        changes nothing matches no differing field and sets the rest only while nothing differs:
+        a change made between the two by another PATCH is tried again, never set back unmarked."""
         update: Doc = {}
         for name, value in changes.items():
             if name not in FILE_UPDATABLE:
@@ -725,19 +732,26 @@ class MongoMetaStore:
         if "name" in changes:
             update["name_folded"] = name_key(changes["name"])
         key = {"file_id": file_id, "user_id": user_id}
-        differs = [{f: {"$ne": v}} for f, v in update.items() if f in FILE_EVENTFUL or f == "withheld"]
+        differs: list[Doc] = [{f: {"$ne": v}} for f, v in update.items() if f in FILE_EVENTFUL]
+        if update.get("withheld") is False:
+            differs.append({"withheld": True})  # a document without the field is not withheld
         async with self._op() as db:
-            doc = None
-            if differs:
-                mark = {"id": outbox.change_token(), "at": _now()}
-                doc = await db["files"].find_one_and_update(
+            if not differs:
+                if not update:
+                    return _file_or_none(await db["files"].find_one(key))
+                return _file_or_none(await db["files"].find_one_and_update(
+                    key, {"$set": update}, return_document=ReturnDocument.AFTER))
+            mark = {"id": outbox.change_token(), "at": _now()}
+            for _ in range(UPDATE_TRIES):
+                doc = await db["files"].find_one_and_update(  # a change: marked
                     {**key, "$or": differs}, {"$set": {**update, mongo_outbox.UPDATE_FIELD: mark}},
                     return_document=ReturnDocument.AFTER)
-            if doc is None and update:
-                doc = await db["files"].find_one_and_update(key, {"$set": update}, return_document=ReturnDocument.AFTER)
-            elif doc is None:
-                doc = await db["files"].find_one(key)
-        return None if doc is None else _file(doc)
+                if doc is None:  # nothing differs: the rest (a placeholder) only while that holds
+                    doc = await db["files"].find_one_and_update(
+                        {**key, "$nor": differs}, {"$set": update}, return_document=ReturnDocument.AFTER)
+                if doc is not None or await db["files"].count_documents(key, limit=1) == 0:
+                    return _file_or_none(doc)
+            raise StoreUnavailable("a file changed under every try to update it")  # another PATCH each time
 
     async def files_without_placeholder(self, content_types: list[str], limit: int) -> list[FileRecord]:
         async with self._op() as db:

@@ -535,9 +535,9 @@ def _file_filters(user_id: str, query: FileQuery, indexed: bool = False) -> tupl
         if indexed:
             clauses.append(SEARCH_CANDIDATES)
             params.append(_fts_phrase(folded))
-        # name_key is the name folded as q is (store.kinds.name_key); a file_id is ASCII
-        # (store.base's key pattern), which SQL's lower() folds as Python's does: no call back
-        # into Python per row (that was most of a search's time at 100,000 files).
+        # name_key is the name folded as q is (store.kinds.name_key); a file_id is ASCII (made
+        # by token_urlsafe, and /m serves only store.base's key pattern), which SQL's lower()
+        # folds as Python's does: no call back into Python per row.
         clauses.append("(instr(name_key, ?) > 0 OR instr(lower(file_id), ?) > 0)")
         params += [folded, folded]
     conditions = (("content_type = ?", query.content_type), ("kind = ?", query.kind), ("size >= ?", query.size_min),
@@ -804,8 +804,8 @@ def _insert_file_within_quota(conn: sqlite3.Connection, record: FileRecord, stor
 
 def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: str, user_id: str,
                 created_at: str) -> None:
-    """Add a file row's search entry unless it has one (a row's owner and date never change; a
-    new name is written to file_search by ``_update_file``)."""
+    """Add a new file row's search entry (a new name is written to file_search by
+    ``_update_file``; a row loaded over an existing one by ``_reindex_file``)."""
     cursor = conn.execute("INSERT OR IGNORE INTO file_search_rows (file_pk, user_id, created_at) VALUES (?, ?, ?)",
                           (pk, user_id, created_at))
     if cursor.rowcount:
@@ -813,11 +813,23 @@ def _index_file(conn: sqlite3.Connection, pk: str, name: str | None, file_id: st
                      (cursor.lastrowid, _fold(name), _fold(file_id)))
 
 
+def _reindex_file(conn: sqlite3.Connection, row: Mapping[str, Any]) -> None:
+    """A loaded row's search entry as the row now is, whether it had one or not: a search by q
+    alone decides from the entry (``SEARCH_HITS``), so a stale name would be found."""
+    [(seq,)] = conn.execute(
+        "INSERT INTO file_search_rows (file_pk, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT (file_pk) "
+        "DO UPDATE SET user_id = excluded.user_id, created_at = excluded.created_at RETURNING seq",
+        (row["id"], row["user_id"], row["created_at"])).fetchall()
+    conn.execute("DELETE FROM file_search WHERE rowid = ?", (seq,))
+    conn.execute("INSERT INTO file_search (rowid, name, file_id) VALUES (?, ?, ?)",
+                 (seq, _fold(row["name"]), _fold(row["file_id"])))
+
+
 def _load_files(conn: sqlite3.Connection, sql: str, rows: list[dict[str, Any]]) -> None:
-    """Upserted file rows (``mediasrv migrate``) get their search entries like inserted ones."""
+    """Upserted file rows (``mediasrv migrate``): each one's search entry as it now is."""
     conn.executemany(sql, rows)
     for row in rows:
-        _index_file(conn, row["id"], row["name"], row["file_id"], row["user_id"], row["created_at"])
+        _reindex_file(conn, row)
 
 
 def _delete_file(conn: sqlite3.Connection, user_id: str, file_id: str) -> FileRecord | None:

@@ -469,10 +469,22 @@ class ParsedQuery:
 PARSED_QUERIES = 4096
 """Distinct ``/m`` queries whose reading is kept (``read_query``): a page's few variants are
 asked again and again, and reading one costs about 60 us, more than the rest of a hot answer."""
+REMEMBERED_QUERY_MAX = 256
+"""Longer queries are read each time: every parameter fits in far less, and a long ``v`` (the
+cache-buster, any length) must not make the kept readings cost memory (4,096 x 16 KB)."""
 
 
-@functools.lru_cache(maxsize=PARSED_QUERIES)
 def read_query(query: str) -> ParsedQuery:
+    """``_read_query``, remembered for queries up to REMEMBERED_QUERY_MAX characters."""
+    return _remembered(query) if len(query) <= REMEMBERED_QUERY_MAX else _read_query(query)
+
+
+def forget_queries() -> None:
+    """Drop the remembered readings (tests that count parses)."""
+    _remembered.cache_clear()
+
+
+def _read_query(query: str) -> ParsedQuery:
     """Parse a ``/m`` query string (``query_arguments``, ``parse_transform``) and compare it with
     the variant's canonical spelling: the ``canonical_pairs`` of its spec plus the
     ``KEPT_PARAMETERS`` pairs exactly as they were written, in any order. Anything else (``jpg``
@@ -494,6 +506,9 @@ def read_query(query: str) -> ParsedQuery:
     if sorted(wanted) == sorted(written):
         return ParsedQuery(spec, None, names)
     return ParsedQuery(spec, "&".join(sorted(wanted)), names)
+
+
+_remembered = functools.lru_cache(maxsize=PARSED_QUERIES)(_read_query)
 
 
 def bounding_box(spec: TransformSpec) -> tuple[int, int]:

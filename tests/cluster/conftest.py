@@ -56,7 +56,7 @@ def whole_fleet_after_a_failure(request: pytest.FixtureRequest) -> Iterator[None
     report = getattr(request.node, "rep_call", None)
     cluster = request.node.funcargs.get("cluster")
     if report is not None and report.failed and isinstance(cluster, sim.Cluster):
-        cluster.heal()
+        print(f"mended after the failure: {', '.join(cluster.heal()) or 'nothing'}")
 
 
 @pytest.hookimpl(hookwrapper=True)

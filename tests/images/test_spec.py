@@ -73,3 +73,17 @@ def test_values_may_be_escaped_and_names_are_kept_as_written() -> None:
     assert query_arguments("format=%61uto&width=20&v=a+b&flag") == {
         "format": ["auto"], "width": ["20"], "v": ["a b"], "flag": [""]}
     assert parse_transform(query_arguments("width=20&format=%77ebp")) == TransformSpec(20, None, "webp")
+
+
+def test_a_query_is_remembered_only_when_short() -> None:
+    """Readings are kept for queries up to REMEMBERED_QUERY_MAX characters: a long ``v`` (the
+    cache-buster, any length) is read each time, so 4,096 of them cannot hold 64 MB."""
+    from mediasrv.images import spec
+
+    spec.forget_queries()
+    short = "width=320"
+    assert spec.read_query(short) is spec.read_query(short)  # the second is the kept reading
+    long = "width=320&v=" + "x" * spec.REMEMBERED_QUERY_MAX
+    first, second = spec.read_query(long), spec.read_query(long)
+    assert first == second and first is not second
+    assert first.spec == spec.read_query(short).spec

@@ -312,3 +312,20 @@ async def test_each_order_and_kind_is_read_through_its_index(tmp_path: Path, io_
         assert index in plan and "TEMP B-TREE" not in plan, (query, plan)
     finally:
         await meta.close()
+
+
+async def test_a_row_loaded_over_another_is_searched_as_it_now_is(tmp_path: Path, io_loop: Any) -> None:
+    """``mediasrv migrate`` loads a row over an existing one (renamed elsewhere): a search by q
+    alone decides from the search entry, which must follow the row, and agree with a search
+    that filters the rows themselves (q with a visibility)."""
+    meta = await _open(tmp_path / "meta.sqlite3")
+    try:
+        await meta.create_user(make_user("u1"))
+        await meta.insert_file(make_file("u1", "f1", name="Holiday.jpg", is_public=False))
+        await meta.load_rows("files", [dataclasses.asdict(make_file("u1", "f1", name="Report.pdf", is_public=False))])
+        for q, expected in (("holiday", []), ("report", ["f1"])):
+            for query in (FileQuery(q=q), FileQuery(q=q, is_public=False)):
+                page, total = await meta.list_files("u1", query, 0, 10)
+                assert ([f.file_id for f in page], total) == (expected, len(expected)), query
+    finally:
+        await meta.close()

@@ -276,11 +276,11 @@ async def test_a_miss_handed_on_reads_its_query_once(api: Api, asked: list[str],
         return parse(arguments)
 
     monkeypatch.setattr(spec, "parse_transform", counting)
-    spec.read_query.cache_clear()
+    spec.forget_queries()
     query = "width=16&fit=cover&height=16&gravity=north"
     path = f"/m/{file_id}?{spec.read_query(query).canonical or query}"  # as /m writes it: no 308
     parsed.clear()
-    spec.read_query.cache_clear()
+    spec.forget_queries()
     miss = await api.call("GET", path)
     assert miss.code == 200 and path in asked  # rendered by the handler
     assert len(parsed) == 1

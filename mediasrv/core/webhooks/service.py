@@ -23,7 +23,7 @@ from mediasrv.core.webhooks.events import ALL_EVENTS
 from mediasrv.core.webhooks.signing import new_secret
 from store import outbox
 from store.base import MetaStore
-from store.models import WEBHOOK_TEST, Webhook, WebhookDelivery, WebhookEvent
+from store.models import FILE_EVENTFUL, WEBHOOK_TEST, Webhook, WebhookDelivery, WebhookEvent
 
 MAX_DESCRIPTION_CHARS = 500
 DELIVERIES_PAGE_MAX = 100
@@ -168,6 +168,12 @@ class ChangeBell:
             return attr
         async def ringing(*args: Any, **kwargs: Any) -> Any:
             result = await attr(*args, **kwargs)
-            self._poke()
+            if name != "update_file" or _owner_change(*args, **kwargs):
+                self._poke()
             return result
         return ringing
+
+
+def _owner_change(user_id: str, file_id: str, changes: Any) -> bool:
+    """An ``update_file`` that may record a ``file.updated`` (not a placeholder being stored)."""
+    return not FILE_EVENTFUL.isdisjoint(changes)
