@@ -13,7 +13,9 @@ a benchmark run interleaved (A, B, C, A, B, C, ...), so the ratios survive a noi
     python scripts/bench.py --only passthrough,resize --json bench.json
 
 Sub-benchmarks: passthrough, resize, mix, download, upload, listing, credentials, workers, nginx,
-webhooks (see ``benchkit/suites.py``). ``mix`` is the real traffic of an image site: Zipf over many
+webhooks, transforms (see ``benchkit/suites.py``; transforms is in process, CPU per call: smart
+crops against centred ones, an animated GIF against thumbor's PIL engine, an upload's placeholder).
+``mix`` is the real traffic of an image site: Zipf over many
 images and several widths, result caching on, cold then warm, with the passthrough of the same
 bytes and thumbor with its result storage beside it (``benchkit/mix.py`` makes the sequence).
 """

@@ -1071,6 +1071,42 @@ def nginx(ctx: Ctx) -> None:
                         figure(results, "static-variant", "rps", "nginx static, same bytes", "req/s"), ">= 0.5"))
 
 
+def transforms(ctx: Ctx) -> None:
+    """Issue 29's costs, in process on one thread (``scripts/bench_cost.py``'s cases, CPU time,
+    interleaved rounds): a smart crop against a centred one, an animated GIF's resize against
+    thumbor's PIL engine, and the placeholder an image upload pays for."""
+    import bench_cost  # scripts/, beside bench.py
+
+    bench_cost.init_vips(50_000_000)
+    data = bench_cost._sources()
+    calls = 3 if ctx.quick else 9
+    cases = {
+        "center": bench_cost.mediasrv_cover("jpeg-1024", "center"),
+        "attention": bench_cost.mediasrv_cover("jpeg-1024", "attention"),
+        "entropy": bench_cost.mediasrv_cover("jpeg-1024", "entropy"),
+        "gif": bench_cost.mediasrv_animated("gif-animated"),
+        "gif-thumbor": bench_cost.thumbor_animated("gif-animated"),
+        "placeholder": bench_cost.placeholder("jpeg-1024"),
+    }
+    contestants = [Contestant(key, lambda fn=fn: {"ms": bench_cost.cpu_ms(fn, data, calls)})
+                   for key, fn in cases.items()]
+    results, note = interleave(ctx, "transforms", contestants, 60 if ctx.quick else 240)
+
+    def ms(key: str, name: str) -> Figure | None:
+        return figure(results, key, "ms", name, "ms CPU", higher_is_better=False)
+
+    center = ms("center", "gravity=center, same image")
+    ctx.rows.append(Row("transforms", "1024 px JPEG, fit=cover 400x400, gravity=attention", ms("attention", "mediasrv"),
+                        center, "", note))
+    ctx.rows.append(Row("transforms", "1024 px JPEG, fit=cover 400x400, gravity=entropy", ms("entropy", "mediasrv"),
+                        center))
+    frames = bench_cost.ANIMATION_FRAMES
+    ctx.rows.append(Row("transforms", f"{frames}-frame GIF to {bench_cost.ANIMATED_WIDTH} px, every frame",
+                        ms("gif", "mediasrv"), ms("gif-thumbor", "thumbor's PIL engine steps"), ">= 1.0"))
+    ctx.rows.append(Row("transforms", "placeholder per image upload (100 px PNG + ThumbHash), 1024 px JPEG",
+                        ms("placeholder", "mediasrv"), None))
+
+
 SUITES: dict[str, Callable[[Ctx], None]] = {
     "passthrough": passthrough,
     "resize": resize,
@@ -1083,4 +1119,5 @@ SUITES: dict[str, Callable[[Ctx], None]] = {
     "workers": workers,
     "nginx": nginx,
     "webhooks": webhooks,
+    "transforms": transforms,
 }
