@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -256,6 +257,19 @@ def metrics_where(settings: Settings) -> str:
     return " and ".join(places)
 
 
+SLOW_STEP_S = 2.0
+"""A shutdown step that takes longer is logged with its time: a stop near supervisord's
+stopwaitsecs then says where the time went."""
+
+
+async def _step(name: str, work: Awaitable[None]) -> None:
+    started = time.monotonic()
+    await work
+    took = time.monotonic() - started
+    if took > SLOW_STEP_S:
+        log.warning("shutdown: %s took %.1f s", name, took)
+
+
 async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None:
     """Stop accepting, let requests finish (at most ``times.drain_s``), flush, close: all within
     ``times.total_s``, so that a supervisor's stop wait (supervisord.conf: 20 s) never kills us.
@@ -284,13 +298,14 @@ async def stop(running: Running, times: ShutdownTimes = ShutdownTimes()) -> None
     closing = asyncio.ensure_future(running.server.close_all_connections())
     await asyncio.wait({closing}, timeout=times.close_connections_s)
     if running.lease is not None:
-        await running.lease.stop()  # gives the lease up: another host takes over at once
-    await running.housekeeping.stop()
+        await _step("giving up the housekeeping lease", running.lease.stop())  # another host takes over at once
+    await _step("stopping housekeeping", running.housekeeping.stop())
     left = max(0.5, times.total_s - (time.monotonic() - t0))
     flush_s = min(times.flush_s, left / 2)
-    await running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(times.mail_s, left - flush_s))
-    await running.blobs.close()
-    await running.meta.close()  # bounded: a closing store gives up waiting for locks at once
+    await _step("flushing, draining mail and the resize pool",
+                running.runtime.stop(flush_timeout_s=flush_s, mail_timeout_s=min(times.mail_s, left - flush_s)))
+    await _step("closing the blob store", running.blobs.close())
+    await _step("closing the metadata store", running.meta.close())  # bounded: gives up waiting for locks at once
     if running.access_log is not None:
         running.access_log.stop()
 
