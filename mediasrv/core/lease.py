@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from mediasrv.base.tasks import Periodic
+from mediasrv.base.tasks import Periodic, cancel_and_wait
 from mediasrv.base.timeutil import iso
 from store.base import Leases
 
@@ -118,9 +118,8 @@ class Lease:
         if task is None:
             return
         log.info("%s lease no longer held by this process (%s): its duties stop", self.name, why)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        with contextlib.suppress(Exception):
+            await cancel_and_wait(task)  # cancelled again while it goes on: a lost cancel must not hang a stop
 
 
 async def _within(call: Coroutine[Any, Any, T], timeout_s: float) -> T:
