@@ -35,6 +35,7 @@ from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, SmtpMailer
 from store.models import FileRecord
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
+from tests.dnsserver import LocalDns
 from tests.launcher import free_port
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
@@ -237,3 +238,11 @@ def api(http_server_client: Any, smtp_sink: tuple[Sink, int], settings: Settings
 
 def body(response: HTTPResponse) -> Any:
     return orjson.loads(response.body)
+
+
+@pytest.fixture
+def local_dns() -> Iterator[LocalDns]:
+    """A DNS server on loopback answering the names a test gives it (MEDIASRV_DNS_NAMESERVERS)."""
+    server = LocalDns().start()
+    yield server
+    server.stop()

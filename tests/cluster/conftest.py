@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cluster import sim
+from tests.cluster.fleet import Account, Addresses, register
 
 CLUSTER_TIMEOUT_S = 600
 """Per test (pytest-timeout), its module's cluster built in the first one's setup: the suite's
@@ -47,6 +48,18 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("simulated cluster: measured")
         for name, value in FIGURES.items():
             terminalreporter.write_line(f"{name}: {value}")
+
+
+@pytest.fixture(scope="module")
+def addresses(cluster: sim.Cluster) -> Addresses:
+    """Client addresses for the module's fleet (its ``cluster`` fixture), each handed out once."""
+    return Addresses(cluster)
+
+
+@pytest.fixture(scope="module")
+def account(cluster: sim.Cluster, addresses: Addresses) -> Account:
+    """One confirmed, logged-in account on the module's fleet."""
+    return register(cluster, addresses.one())
 
 
 @pytest.fixture(autouse=True)

@@ -54,16 +54,6 @@ BIG_UPLOAD = 24 * 1024 * 1024
 CHUNK = 256 * 1024
 
 
-@pytest.fixture(scope="module")
-def addresses(cluster: Cluster) -> Addresses:
-    return Addresses(cluster)
-
-
-@pytest.fixture(scope="module")
-def account(cluster: Cluster, addresses: Addresses) -> Account:
-    return register(cluster, addresses.one())
-
-
 def upload(cluster: Cluster, source: str, account: Account, body: bytes) -> str:
     with client(cluster, cluster.lb, source, account.token) as c:
         r = c.post("/files", content=body, headers={"Content-Type": "text/plain"})

@@ -44,16 +44,6 @@ namespaces on a loaded machine. Before revalidation, nginx kept a deleted file 3
 QUOTA_FIT, QUOTA_UPLOADS, UPLOAD_BYTES = 12, 40, 1000
 
 
-@pytest.fixture(scope="module")
-def addresses(cluster: Cluster) -> Addresses:
-    return Addresses(cluster)
-
-
-@pytest.fixture(scope="module")
-def account(cluster: Cluster, addresses: Addresses) -> Account:
-    return register(cluster, addresses.one())
-
-
 def png(width: int, height: int) -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (width, height), (200, 30, 90)).save(out, "PNG")

@@ -83,11 +83,6 @@ line here; test_every_per_user_limited_route_has_a_request says so."""
 
 
 @pytest.fixture(scope="module")
-def addresses(cluster: Cluster) -> Addresses:
-    return Addresses(cluster)
-
-
-@pytest.fixture(scope="module")
 def registrars(addresses: Addresses) -> Iterator[str]:
     """Addresses new accounts are registered from, in turn (register: 10 per address a minute)."""
     return itertools.cycle(addresses.take(4))

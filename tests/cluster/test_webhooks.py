@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cluster.conftest import fleet_fixture
-from tests.cluster.fleet import Account, Addresses, client, register
+from tests.cluster.fleet import Account, Addresses, client
 from tests.cluster.sim import Cluster
 from tests.launcher import free_port
 from tests.webhook_receiver import Receiver
@@ -26,16 +26,6 @@ CLAIM_S = 15
 cluster = fleet_fixture(env={"MEDIASRV_WEBHOOK_ALLOW_PRIVATE": "true", "MEDIASRV_WEBHOOK_CLAIM": str(CLAIM_S),
                              "MEDIASRV_RATE_LIMIT_SCALE": "20", "MEDIASRV_MONGODB_TIMEOUT_MS": "15000",
                              "MEDIASRV_S3_TIMEOUT": "15"})
-
-
-@pytest.fixture(scope="module")
-def addresses(cluster: Cluster) -> Addresses:
-    return Addresses(cluster)
-
-
-@pytest.fixture(scope="module")
-def account(cluster: Cluster, addresses: Addresses) -> Account:
-    return register(cluster, addresses.one())
 
 
 @pytest.fixture

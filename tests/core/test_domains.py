@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -345,13 +344,6 @@ async def test_connection_refused_is_bad_gateway(io_loop: Any, caplog: pytest.Lo
 
 
 # -- the manual provider and make_provider -------------------------------------------------------
-
-
-@pytest.fixture
-def local_dns() -> Iterator[LocalDns]:
-    server = LocalDns().start()
-    yield server
-    server.stop()
 
 
 async def test_manual_provider_without_proof(io_loop: Any) -> None:

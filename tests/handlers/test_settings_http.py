@@ -26,13 +26,6 @@ Stores = tuple[SqliteMetaStore, FsBlobStore]
 
 
 @pytest.fixture
-def local_dns() -> Iterator[LocalDns]:
-    server = LocalDns().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def app_env(local_dns: LocalDns) -> dict[str, str]:
     return {**BASE_ENV, "MEDIASRV_DNS_NAMESERVERS": local_dns.nameserver}
 

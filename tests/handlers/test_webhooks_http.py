@@ -47,13 +47,6 @@ NAMES = {"loopback": ["127.0.0.1"], "private": ["10.20.30.40"], "link-local": ["
 
 
 @pytest.fixture
-def local_dns() -> Iterator[LocalDns]:
-    server = LocalDns().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def app_env(request: pytest.FixtureRequest, local_dns: LocalDns) -> dict[str, str]:
     return {**BASE_ENV, "MEDIASRV_DNS_NAMESERVERS": local_dns.nameserver, **getattr(request, "param", {})}
 

@@ -14,7 +14,7 @@ import asyncio
 import io
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -47,13 +47,6 @@ def artifacts(tmp_path: Path) -> Path:
         else tmp_path / "artifacts"
     where.mkdir(parents=True, exist_ok=True)
     return where
-
-
-@pytest.fixture
-def local_dns() -> Iterator[LocalDns]:
-    server = LocalDns().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
