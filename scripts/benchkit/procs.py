@@ -55,6 +55,10 @@ def use_checkout(root: Path, work: Path) -> str:
                     f"from {module} import {func}\nsys.exit({func}())\n")
     shim.chmod(0o755)
     _other_build = shim
+    # What the harness itself imports of the package from now on (the listing suite seeds its
+    # store in process) is that checkout's too: a store seeded by this one's newer schema is
+    # refused by an older server.
+    sys.path.insert(0, str(root.resolve()))
     out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True, check=False)
     return out.stdout.strip() or "unknown"
