@@ -36,7 +36,6 @@ from tests.web.test_dashboard_browser import (
 
 # The browser tests' fixtures: screenshots outside the checkout, a local DNS, a rate-limit scale.
 artifacts = dashboard.artifacts
-local_dns = dashboard.local_dns
 app_env = dashboard.app_env
 
 COLORS = [(220, 90, 40), (40, 130, 70), (30, 90, 190), (200, 40, 120), (240, 200, 40), (90, 60, 160),

@@ -40,7 +40,6 @@ from tests.web.test_dashboard_browser import (
 
 # The browser tests' fixtures: screenshots outside the checkout, a local DNS, a rate-limit scale.
 artifacts = dashboard.artifacts
-local_dns = dashboard.local_dns
 app_env = dashboard.app_env
 
 from playwright.async_api import Page, Route  # noqa: E402  (after the chromium check above)
