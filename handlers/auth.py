@@ -2,6 +2,8 @@
 their route rows and OpenAPI operations."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from handlers.base import BaseDeps, BaseHandler
 from handlers.dashboard import send_asset
 from mediasrv.base.errors import BadRequest
@@ -108,11 +110,11 @@ class ResetPasswordHandler(AccountHandler):
 class ResetPasswordPageHandler(ResetPasswordHandler):
     """/auth/reset-password: GET is the page the e-mail links to (the dashboard's form), POST the API."""
 
-    assets: dict[str, Asset]
+    assets: Mapping[str, Asset]
     csp: str
 
     def initialize(self, base: BaseDeps, accounts: AccountService,  # type: ignore[override]
-                   assets: dict[str, Asset], csp: str) -> None:
+                   assets: Mapping[str, Asset], csp: str) -> None:
         super().initialize(base, accounts)
         self.assets, self.csp = assets, csp
 

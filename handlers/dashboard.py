@@ -6,6 +6,7 @@ page answer carries the strict Content-Security-Policy and never lets itself be 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from handlers.base import BaseDeps, BaseHandler
@@ -50,10 +51,10 @@ class DashboardHandler(BaseHandler):
     private = False  # the same files for everyone (Cache-Control: no-cache, set in send_asset)
     cors: ClassVar[CorsMode] = "none"
 
-    assets: dict[str, Asset]
+    assets: Mapping[str, Asset]
     csp: str
 
-    def initialize(self, base: BaseDeps, assets: dict[str, Asset], csp: str) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, assets: Mapping[str, Asset], csp: str) -> None:  # type: ignore[override]
         super().initialize(base)
         self.assets, self.csp = assets, csp
 

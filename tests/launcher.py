@@ -35,6 +35,13 @@ connection, so a port found free stays free until the test binds it. A port the 
 in between: a server told to listen on 0.0.0.0 then failed with "Address already in use"."""
 
 
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test stops with SIGINT (Ctrl-C): SIGINT back to its default.
+    A shell starts background jobs with SIGINT ignored, children inherit that, and Python (bash
+    too) keeps an inherited ignored SIGINT ignored: the test would then wait out the whole run."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing is bound to now, on the wildcard address and on ``host``."""
     for _ in range(200):

@@ -304,8 +304,7 @@ def init_args(path: str, cls: type[tornado.web.RequestHandler], rows: Iterable[R
     a row's ``args`` maps a parameter to another service name. Refused: a parameter the app does
     not provide (and has no default), a renamed parameter ``initialize`` does not take, two rows
     renaming one apart."""
-    params = {name: p for name, p in inspect.signature(cls.initialize).parameters.items()
-              if name not in ("self", "base") and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    params = _init_params(cls)
     renames: dict[str, str] = {}
     problems: list[str] = []
     for row in rows:
@@ -323,14 +322,47 @@ def init_args(path: str, cls: type[tornado.web.RequestHandler], rows: Iterable[R
     return {param: services[name] for param, name in given.items() if name in services}
 
 
+def _init_params(cls: type[tornado.web.RequestHandler]) -> Mapping[str, inspect.Parameter]:
+    """``cls.initialize``'s named parameters but ``self`` and ``base`` (read once per class)."""
+    found = _INIT_PARAMS.get(cls)
+    if found is None:
+        found = _INIT_PARAMS[cls] = {
+            name: p for name, p in inspect.signature(cls.initialize).parameters.items()
+            if name not in ("self", "base") and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return found
+
+
+_INIT_PARAMS: dict[type[tornado.web.RequestHandler], Mapping[str, inspect.Parameter]] = {}
+
+
 def _documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route]) -> dict[str, Prerendered]:
-    """The reference documents, rendered once, by the names the reference rows ask for."""
+    """The reference documents, by the names the reference rows ask for: rendered once per
+    distinct input (a server assembles one app; a test run assembles thousands from a handful of
+    settings, and rendering and gzipping them cost most of an app's assembly)."""
+    policy = transform_policy(settings)
+    key = (settings.public_url, tuple(allow.types), settings.max_upload_size_bytes, settings.resize_slots,
+           settings.rate_limit_scale, tuple(sorted((k, tuple(sorted(v))) for k, v in policy.lists.items())),
+           policy.key, tuple(api_routes))
+    found = _RENDERED.get(key)
+    if found is None:
+        found = _RENDERED[key] = _render_documents(settings, allow, api_routes, policy)
+        while len(_RENDERED) > _RENDERED_KEPT:
+            del _RENDERED[next(iter(_RENDERED))]
+    return dict(found)
+
+
+_RENDERED: dict[tuple[Any, ...], dict[str, Prerendered]] = {}
+_RENDERED_KEPT = 16
+
+
+def _render_documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route],
+                      policy: TransformPolicy) -> dict[str, Prerendered]:
     kw: dict[str, Any] = {"max_upload_size_bytes": settings.max_upload_size_bytes,
                           "resize_slots": settings.resize_slots, "rate_limit_scale": settings.rate_limit_scale,
                           "formats": tuple(FORMATS), "routes": api_routes}
     openapi = build_openapi(settings.public_url, allow.types, **kw)
     return {"openapi_document": static_json(openapi),
             "for_agents_document": static_json(build_for_agents(settings.public_url, allow.types, **kw,
-                                                                policy=transform_policy(settings))),
+                                                                policy=policy)),
             "allowed_types_document": static_json({"content_types": list(allow.types)}),
             "reference_page": Prerendered(render_reference(openapi))}

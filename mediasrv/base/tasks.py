@@ -89,7 +89,10 @@ class Periodic:
         try:
             await asyncio.wait({stopped}, timeout=max(0.0, interval))
         finally:
-            stopped.cancel()
+            # A loop left behind by a stop that gave up is closed by the garbage collector after
+            # its event loop has closed: it must end quietly then, not raise from this cleanup.
+            if not stopped.get_loop().is_closed():
+                stopped.cancel()
 
     async def stop(self, *, finish_step: bool = False) -> None:
         """End the loop: cancel the step under way, or (``finish_step``) let it finish first."""

@@ -6,11 +6,14 @@ There is no build step: the browser loads the JavaScript modules as they are.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
+from types import MappingProxyType
 from urllib.parse import urlsplit
 
 PACKAGE_DIR = "dashboard"
@@ -30,13 +33,16 @@ class Asset:
     """The gzip form of a text file (None for images): compressed once, at start-up."""
 
 
-def load_assets() -> dict[str, Asset]:
-    """Every file under ``mediasrv/dashboard`` by its relative path ("js/app.js")."""
+@functools.cache
+def load_assets() -> Mapping[str, Asset]:
+    """Every file under ``mediasrv/dashboard`` by its relative path ("js/app.js"). Read and
+    gzipped once per process (the package's files do not change under a running server), so
+    every app assembled in it shares one read-only copy."""
     assets: dict[str, Asset] = {}
     _walk(resources.files("mediasrv.web").joinpath(PACKAGE_DIR), "", assets)
     if INDEX not in assets:
         raise RuntimeError("mediasrv/dashboard/index.html is missing from the package")
-    return assets
+    return MappingProxyType(assets)
 
 
 def _walk(node: Traversable, prefix: str, out: dict[str, Asset]) -> None:

@@ -75,6 +75,14 @@ def _target(url: str) -> tuple[Target, bytes]:
     return target, httpx.URL(url).raw_path
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The verifying TLS context for https receivers: certifi's CA bundle, loaded on the first
+    https delivery (reading it costs tens of milliseconds) and shared from then on (a context is
+    safe to share between connections)."""
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 class HttpSender:
     """Signs and sends; ``send`` never raises for what the receiver or the network does."""
 
@@ -83,7 +91,6 @@ class HttpSender:
         """``stamp``: the ``webhook-timestamp`` clock. Always the real time in a server:
         receivers refuse timestamps far from theirs."""
         self._guard, self.timeout_s, self._stamp = guard, timeout_s, stamp
-        self._tls = ssl.create_default_context(cafile=certifi.where())
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._agent = f"mediasrv-webhooks/{version()}"
 
@@ -145,7 +152,7 @@ class HttpSender:
         last: Exception | None = None
         for address in await self._guard.addresses(target.host, target.port):
             try:
-                tls = self._tls if target.scheme == "https" else None
+                tls = tls_context() if target.scheme == "https" else None
                 reader, writer = await asyncio.open_connection(
                     str(address), target.port, ssl=tls, server_hostname=target.host if tls else None,
                     limit=HEADER_BYTES)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.backends import servers
 from tests.cli.test_server import PASSWORD
-from tests.launcher import MEDIASRV, Server, base_env, free_port
+from tests.launcher import MEDIASRV, Server, base_env, free_port, interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "try-backends"
@@ -36,7 +36,8 @@ def test_try_backends_starts_mongodb_and_s3_that_mediasrv_runs_on(tmp_path: Path
     mongo_port, s3_port = free_port(), free_port()
     args = [str(SCRIPT), "--mongo-port", str(mongo_port), "--s3-port", str(s3_port), "--data", str(tmp_path / "try")]
     printed = subprocess.run([*args, "--print-env"], capture_output=True, text=True, timeout=30, check=True).stdout
-    script = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    script = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              preexec_fn=interruptible)
     server: Server | None = None
     try:
         assert script.stdout is not None and script.stderr is not None

@@ -31,7 +31,7 @@ from mediasrv.client import ConnectionFailed, MediasrvClient
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
 from tests.handlers.test_files_http import png
-from tests.launcher import MEDIASRV, Server, base_env, free_port
+from tests.launcher import MEDIASRV, Server, base_env, free_port, interruptible
 
 
 @pytest.fixture
@@ -404,7 +404,8 @@ class UploadCommandTest(ServerTestCase):
             (root / f"{i}.txt").write_bytes(f"file {i}\n".encode())
         env = base_env(self.tmp / "unused", MEDIASRV_API_KEY=key, XDG_DATA_HOME=str(self.tmp / "xdg"))
         proc = subprocess.Popen([MEDIASRV, "upload", str(root), "--url", server.url, "-j", "1"], env=env,
-                                cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=interruptible)
         try:
             assert proc.stderr is not None
             line = proc.stderr.readline()  # blocks until the first line: the wait (a 60 s timeout below)
@@ -440,7 +441,7 @@ class UploadCommandTest(ServerTestCase):
                 "--chunk-size", "1048576"]
         env = base_env(self.tmp / "unused", MEDIASRV_API_KEY=key, XDG_DATA_HOME=str(self.tmp / "xdg"))
         proc = subprocess.Popen([MEDIASRV, "upload", *args], env=env, cwd=self.tmp, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
         try:
             assert proc.stderr is not None
             line = proc.stderr.readline()  # the wait after three chunks
