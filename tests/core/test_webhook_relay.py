@@ -376,6 +376,27 @@ async def test_a_queued_delivery_whose_claim_would_run_out_is_let_go_unsent(meta
     assert len({r.webhook_id for r in receiver.received}) == 3
 
 
+async def test_no_claims_are_added_while_requests_are_answered_and_claims_wait(
+        meta: MetaStore, clock: Clock, receiver: Receiver) -> None:
+    """A claim is a write beside the requests' own: while the process answers requests and claims
+    already wait in it, a round claims nothing more; once none is answered, the next claims the rest."""
+    await add_user(meta, "u1")
+    hook = await endpoint(meta, "u1", receiver.url)
+    await add_file(meta, "u1", "f1")
+    answering = [3]
+    relay = relay_for(meta, clock, requests=lambda: answering[0], yield_max_s=4.0, monotonic=Clock())
+    await relay.round()
+    assert sum(map(len, relay._queued.values())) == 1
+    await add_file(meta, "u1", "f2")
+    await relay.round()
+    assert sum(map(len, relay._queued.values())) == 1 and not relay._sending  # f2 left unclaimed
+    answering[0] = 0
+    await relay.round()
+    await receiver.arrived(2, timeout=5)
+    await relay.idle()
+    assert sorted(body["data"]["id"] for body in receiver.verified(hook.secret)) == ["id-f1", "id-f2"]
+
+
 async def test_deliveries_wait_while_requests_are_answered_but_not_for_long(
         meta: MetaStore, clock: Clock, receiver: Receiver) -> None:
     """Requests first: while the process answers some, a fresh delivery waits; once none is

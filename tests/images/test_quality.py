@@ -51,6 +51,10 @@ SOURCES: dict[str, tuple[str, tuple[int, int], tuple[int, ...], dict[str, object
 }
 PERIODIC = frozenset({"checkerboard-1", "checkerboard-3"})
 
+# One worker runs them all (setup.cfg: --dist loadgroup): each source is made once, and the
+# references and thumbor's scores the guard tests share are computed once.
+pytestmark = pytest.mark.xdist_group("quality")
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _vips() -> None:
@@ -66,14 +70,25 @@ def _source(name: str) -> tuple[bytes, pyvips.Image]:
     return data, pyvips.Image.new_from_buffer(data, "").copy_memory()
 
 
+@functools.lru_cache(maxsize=24)
+def _reference(name: str, width: int, height: int) -> np.ndarray:
+    """The float Lanczos3 reference of a source at a size, as 8-bit (it is rounded to 0..255):
+    kept for the sources the greedier-rule test scores again."""
+    return quality.lanczos_reference(_source(name)[1], width, height).astype(np.uint8)
+
+
+@functools.cache
+def _thumbor_score(name: str, width: int, height: int) -> float:
+    return quality.ssim(quality.thumbor_resize(_source(name)[0], width, height), _reference(name, width, height))
+
+
 def _scores(name: str, width: int) -> tuple[float, float]:
     """(mediasrv's SSIM, thumbor's SSIM) before encoding, both against the reference."""
-    data, full = _source(name)
+    data, _full = _source(name)
     ours = pyvips.Image.new_from_buffer(transform(data, "image/jpeg", TransformSpec(width, None, "png"), 50_000_000)[0],
                                         "")
-    reference = quality.lanczos_reference(full, ours.width, ours.height)
-    theirs = quality.thumbor_resize(data, ours.width, ours.height)
-    return quality.ssim(quality.pixels(ours), reference), quality.ssim(theirs, reference)
+    reference = _reference(name, ours.width, ours.height)
+    return quality.ssim(quality.pixels(ours), reference), _thumbor_score(name, ours.width, ours.height)
 
 
 def _shortfalls(names: list[str]) -> Iterator[str]:

@@ -224,13 +224,15 @@ class Relay:
     async def round(self) -> bool:
         """Spread, claim, start the sends; True when there is more to do at once (a full batch
         of changes). Claims go to their endpoint's queue; ``_dispatch`` sends from the queues
-        as slots free (``_done`` calls it, and wakes the loop to claim more)."""
+        as slots free (``_done`` calls it, and wakes the loop to claim more). While requests are
+        being answered and claims wait here already, none are added: they could not be sent
+        before those (``_dispatch``), and a claim is a write beside the requests' own."""
         now = self._clock()
         spread = await self._meta.spread_events(iso_at(now), iso_at(now - self._settle_s), SPREAD_BATCH)
         await self._housekeeping(now)
         held = self._held()
         room = self._concurrency * PREFETCH - sum(held.values())
-        if room > 0:
+        if room > 0 and not (any(self._queued.values()) and self._requests() > 0):
             started = self._monotonic()
             claims = await self._meta.claim_deliveries(self.holder, iso_at(now), iso_at(now + self._claim_s), room,
                                                        self._per_endpoint * PREFETCH, held)
