@@ -109,10 +109,26 @@ def running_sidecar(tmp: Path, **env: str) -> Iterator[Sidecar]:
                 proc.wait()
 
 
+SIDECAR_ENV = {"MEDIASRV_WORKERS": "2", "MEDIASRV_RATE_LIMIT_SCALE": "0.01"}
+"""The limit scaled to 1/100 (4 /m per minute) keeps the exactness check short."""
+
+
 @pytest.fixture
 def sidecar(tmp_path: Path) -> Iterator[Sidecar]:
-    # The limit scaled to 1/100 (4 /m per minute) keeps the exactness check short.
-    with running_sidecar(tmp_path, MEDIASRV_WORKERS="2", MEDIASRV_RATE_LIMIT_SCALE="0.01") as running:
+    """A sidecar of the test's own: for tests that store, count, kill or read logs."""
+    with running_sidecar(tmp_path, **SIDECAR_ENV) as running:
+        yield running
+
+
+ON_THE_SHARED_SIDECAR = pytest.mark.xdist_group("shared-sidecar")
+"""Its tests run on one worker (setup.cfg: --dist loadgroup), so one sidecar serves them all."""
+
+
+@pytest.fixture(scope="module")
+def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
+    """One sidecar for the tests whose requests are refused before anything is stored or
+    counted (malformed requests, internal paths): a sidecar costs about 3 s of CPU to start."""
+    with running_sidecar(tmp_path_factory.mktemp("shared-sidecar"), **SIDECAR_ENV) as running:
         yield running
 
 
@@ -155,12 +171,13 @@ def test_per_address_limit_is_exact_through_nginx(sidecar: Sidecar) -> None:
     pytest.fail("two minute boundaries crossed")
 
 
-def test_nginx_errors_are_json(sidecar: Sidecar) -> None:
-    r = request(sidecar.port, "POST", "/files", body=b"x",
+@ON_THE_SHARED_SIDECAR
+def test_nginx_errors_are_json(shared_sidecar: Sidecar) -> None:
+    r = request(shared_sidecar.port, "POST", "/files", body=b"x",
                 headers={"Content-Length": str(10**12), "Content-Type": "text/plain"})
     assert r.status == 413 and r.json()["code"] == "FILE_TOO_LARGE"
     for path in ("/_blobs/aa/aaaa", "/_blobs-s3/", "/_blobs-s3/x"):  # internal locations: not reachable
-        r = request(sidecar.port, "GET", path, headers={"X-Mediasrv-Upstream": "http://127.0.0.1:1/x"})
+        r = request(shared_sidecar.port, "GET", path, headers={"X-Mediasrv-Upstream": "http://127.0.0.1:1/x"})
         assert r.status == 404 and r.json()["code"]
 
 
@@ -518,18 +535,19 @@ def test_access_lines_of_nginx_and_mediasrv_share_the_request_id(tmp_path: Path)
         assert by_id[ids[3]]["nginx.access"]["cache"] == "HIT" and "mediasrv.access" not in by_id[ids[3]]
 
 
-def test_absolute_form_naming_another_host_is_refused_with_json(sidecar: Sidecar) -> None:
+@ON_THE_SHARED_SIDECAR
+def test_absolute_form_naming_another_host_is_refused_with_json(shared_sidecar: Sidecar) -> None:
     """Issue 15 finding 4: the hot cache was keyed on nginx's $host (the absolute URI's host)
     while mediasrv was sent the Host header, so one request put tenant A's file under tenant B's
     domain in the cache. Two hosts in one request are now a 400; one host is keyed and sent."""
-    host = f"127.0.0.1:{sidecar.port}"
-    status, body = raw_request(sidecar.port, f"GET http://b.example/ping HTTP/1.1\r\nHost: {host}\r\n"
+    host = f"127.0.0.1:{shared_sidecar.port}"
+    status, body = raw_request(shared_sidecar.port, f"GET http://b.example/ping HTTP/1.1\r\nHost: {host}\r\n"
                                              "Connection: close\r\n\r\n".encode())
     assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
-    status, body = raw_request(sidecar.port, f"GET http://{host}/ping HTTP/1.1\r\nHost: {host}\r\n"
+    status, body = raw_request(shared_sidecar.port, f"GET http://{host}/ping HTTP/1.1\r\nHost: {host}\r\n"
                                              "Connection: close\r\n\r\n".encode())
     assert status == 200 and json.loads(body) == {"status": "ok"}
-    status, _ = raw_request(sidecar.port, f"GET HTTP://{host.upper()}/ping HTTP/1.1\r\nHost: {host}\r\n"
+    status, _ = raw_request(shared_sidecar.port, f"GET HTTP://{host.upper()}/ping HTTP/1.1\r\nHost: {host}\r\n"
                                           "Connection: close\r\n\r\n".encode())
     assert status == 200  # scheme and host compare without case
 
@@ -581,14 +599,16 @@ def test_one_address_holds_a_bounded_number_of_connections(tmp_path: Path) -> No
         assert r.status == 200
 
 
-def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
-    status, body = raw_request(sidecar.port, b"NOT A REQUEST\r\n\r\n")
+@ON_THE_SHARED_SIDECAR
+def test_nginx_own_400_and_414_are_json(shared_sidecar: Sidecar) -> None:
+    status, body = raw_request(shared_sidecar.port, b"NOT A REQUEST\r\n\r\n")
     assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
-    status, body = raw_request(sidecar.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n"
+    status, body = raw_request(shared_sidecar.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n"
                                              b"Connection: close\r\n\r\n")
     assert status == 414 and json.loads(body)["code"] == "URI_TOO_LONG"
 
 
+@ON_THE_SHARED_SIDECAR
 @pytest.mark.parametrize(("line", "fields", "status", "code"), [
     ("GET /ping HTTP/9.9", "", 505, "HTTP_VERSION_NOT_SUPPORTED"),
     ("GET http://user@{host}/ping HTTP/1.1", "", 400, "BAD_REQUEST"),  # was an HTML 421
@@ -602,24 +622,25 @@ def test_nginx_own_400_and_414_are_json(sidecar: Sidecar) -> None:
     ("GET /ping HTTP/1.1", "X-Note: a\x01b\r\n", 400, "BAD_REQUEST"),
     ("GET /ping HTTP/1.1", "Host: user@{host}\r\n", 400, "INVALID_HOST"),
 ])
-def test_every_refusal_through_nginx_is_json(sidecar: Sidecar, line: str, fields: str, status: int,
+def test_every_refusal_through_nginx_is_json(shared_sidecar: Sidecar, line: str, fields: str, status: int,
                                              code: str) -> None:
     """Issue 25 finding 8c: error bodies outside the JSON contract through the sidecar."""
-    host = f"127.0.0.1:{sidecar.port}"
+    host = f"127.0.0.1:{shared_sidecar.port}"
     if not fields.startswith("Host:"):
         fields = f"Host: {host}\r\n" + fields
-    got, body = raw_request(sidecar.port, f"{line.format(host=host)}\r\n{fields.format(host=host)}"
+    got, body = raw_request(shared_sidecar.port, f"{line.format(host=host)}\r\n{fields.format(host=host)}"
                                           "Connection: close\r\n\r\n".encode("latin-1"))
     assert (got, json.loads(body)["code"]) == (status, code), body[:200]
 
 
-def test_a_request_without_host_is_the_same_through_nginx(sidecar: Sidecar) -> None:
+@ON_THE_SHARED_SIDECAR
+def test_a_request_without_host_is_the_same_through_nginx(shared_sidecar: Sidecar) -> None:
     """Issue 25 finding 8b: HTTP/1.1 needs a Host (nginx refuses it first, in JSON); an HTTP/1.0
     request without one is answered as mediasrv answers it directly (nginx used to send it on
     with no Host at all, which mediasrv must refuse)."""
-    status, body = raw_request(sidecar.port, b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n")
+    status, body = raw_request(shared_sidecar.port, b"GET /ping HTTP/1.1\r\nConnection: close\r\n\r\n")
     assert status == 400 and json.loads(body)["code"] == "BAD_REQUEST"
-    status, body = raw_request(sidecar.port, b"GET /ping HTTP/1.0\r\n\r\n")
+    status, body = raw_request(shared_sidecar.port, b"GET /ping HTTP/1.0\r\n\r\n")
     assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
