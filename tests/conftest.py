@@ -60,6 +60,13 @@ class Sink:
             return [m for rcpt, m in self.messages if address in rcpt]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (whole processes, a browser) first, the rest in their order. xdist
+    hands tests out in this order as workers free up, so a slow test started last would stretch
+    the run by its own length; longest first keeps every worker busy to the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def smtp_sink() -> Iterator[tuple[Sink, int]]:
     sink = Sink()

@@ -26,6 +26,9 @@ from tests.launcher import free_port
 MIB = 1024 * 1024
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 @pytest.fixture(scope="module")
 def own_mongo() -> Iterator[servers.Proc]:
     python = servers.mongoeco_python()

@@ -25,6 +25,9 @@ SCRIPT = ROOT / "scripts" / "try-backends"
 README = ROOT / "README.md"
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 def exported(text: str) -> dict[str, str]:
     """The variables of ``export NAME=value`` lines, values unquoted as a shell would."""
     return {name: shlex.split(value)[0] for name, value in re.findall(r"^export (\w+)=(\S+)$", text, re.MULTILINE)}

@@ -25,6 +25,9 @@ from tests.launcher import MEDIASRV, Server, base_env, free_port
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+/auth/confirm[^\s\"'<>]*")
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 def backend_env(smtp_port: int, extra: dict[str, str]) -> dict[str, str]:
     """What both processes share: the SMTP sink, quiet logs, the backends in ``extra``."""
     return {"MEDIASRV_SMTP_URL": f"smtp://127.0.0.1:{smtp_port}", "MEDIASRV_MAIL_FROM": "test@mediasrv.test",

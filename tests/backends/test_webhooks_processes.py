@@ -32,6 +32,9 @@ CLAIM_S = 15
 """MEDIASRV_WEBHOOK_CLAIM here: a killed process's delivery is another's after this (the floor)."""
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 @pytest.fixture(params=BACKENDS)
 def shared_env(request: pytest.FixtureRequest, tmp_path: Path, smtp_sink: tuple[Sink, int]) -> dict[str, str]:
     """What every process of one test shares: the database (and blobs), the SMTP sink."""

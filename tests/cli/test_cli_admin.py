@@ -18,6 +18,8 @@ import pytest
 from tests.cli.test_server import PASSWORD
 from tests.launcher import MEDIASRV, Server, base_env
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
 
 def cli(data_dir: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([MEDIASRV, *args], input=stdin, capture_output=True, text=True, timeout=60,

@@ -36,7 +36,8 @@ NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/ngin
 SUPERVISORD = shutil.which("supervisord")
 MEDIASRV = Path(LAUNCHED_MEDIASRV)
 
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")
+pytestmark = [pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)"),
+              pytest.mark.slow]  # whole processes: scheduled first (tests/conftest.py)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from mediasrv.base.settings import Settings
 from mediasrv.core.files.uploads import WRITE_BYTES
@@ -41,6 +42,9 @@ flight (a body of at most WRITE_BYTES is reserved only with its record, at the e
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 STILL_IN_FLIGHT = "still in flight after the"
 """What the server logs when the drain ends with requests unfinished."""
+
+
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
 
 
 def rss_kib(pid: int) -> int | None:

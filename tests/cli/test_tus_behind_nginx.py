@@ -29,7 +29,8 @@ from tusclient.uploader import Uploader
 
 from tests.cli.test_serve_behind_nginx import NGINX, Sidecar, _token, request, running_sidecar
 
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")
+pytestmark = [pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)"),
+              pytest.mark.slow]  # whole processes: scheduled first (tests/conftest.py)
 MIB = 1024 * 1024
 CHUNK = 5 * MIB + 321  # not a multiple of S3's part size: tails are kept between PATCHes
 ZIP = b"PK\x03\x04"

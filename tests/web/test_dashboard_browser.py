@@ -40,6 +40,9 @@ TIMEOUT_MS = 15_000
 PASSWORD = "s3cret-pass"
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 @pytest.fixture
 def artifacts(tmp_path: Path) -> Path:
     """Where screenshots go: $MEDIASRV_TEST_ARTIFACTS, else this test's tmp_path (outside the checkout)."""

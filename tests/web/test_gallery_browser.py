@@ -48,6 +48,9 @@ COLUMNS = "g => getComputedStyle(g).gridTemplateColumns.split(' ').length"
 OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 def landscape(seed: int) -> bytes:
     """A 640x480 picture of a sky, a sun and hills (its colours from ``seed``), so a gallery's
     screenshot looks like one: people judge the design from it."""

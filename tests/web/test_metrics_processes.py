@@ -28,6 +28,9 @@ from tests.web.test_metrics import Samples, samples, value
 PASSTHROUGH, RESIZES = 5, 3
 
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
+
 def png() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (64, 48), (20, 120, 200)).save(out, "PNG")

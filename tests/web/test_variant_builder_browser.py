@@ -44,6 +44,8 @@ app_env = dashboard.app_env
 
 from playwright.async_api import Page, Route  # noqa: E402  (after the chromium check above)
 
+pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+
 
 def stripes() -> bytes:
     """A 600x400 PNG in three upright bands, red, green and blue: a portrait crop of it shows
