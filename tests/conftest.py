@@ -7,6 +7,7 @@ the same app with other limits). E-mail goes through ``SmtpMailer`` to an aiosmt
 from __future__ import annotations
 
 import asyncio
+import inspect
 import re
 import secrets
 import threading
@@ -60,11 +61,30 @@ class Sink:
             return [m for rcpt, m in self.messages if address in rcpt]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """No event loop made behind anyone's back: with none ever set, Python 3.11's
+    get_event_loop() creates one, and Tornado's make_current (pytest-tornasync's io_loop) keeps
+    it as "the old loop" and restores it after each test, unclosed. Once set_event_loop has been
+    called, get_event_loop() raises instead (see _async_tests_get_their_own_loop)."""
+    asyncio.set_event_loop(None)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``slow`` (whole processes, a browser) first, the rest in their order. xdist
     hands tests out in this order as workers free up, so a slow test started last would stretch
     the run by its own length; longest first keeps every worker busy to the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def _async_tests_get_their_own_loop(request: pytest.FixtureRequest) -> None:
+    """An async test that asks for no ``io_loop`` runs, in pytest-tornasync, on
+    ``IOLoop.current()``, which made an event loop nobody closed. It lingered as the current
+    loop until an ``asyncio.run`` replaced it, and the garbage collector then failed an unrelated
+    test with an unclosed-loop ResourceWarning. Every async test gets ``io_loop`` (made current
+    for it and closed after it), so ``IOLoop.current()`` finds that one."""
+    if inspect.iscoroutinefunction(getattr(request, "function", None)):
+        request.getfixturevalue("io_loop")
 
 
 @pytest.fixture(scope="session")
