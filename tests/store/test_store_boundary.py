@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
@@ -31,18 +32,19 @@ OTHER_RINGS = ("mediasrv/base", "mediasrv/images", "mediasrv/web")
 DRIVER_ERRORS = ("sqlite3.", "FileNotFoundError", "PermissionError", "pymongo", "botocore", "aiohttp")
 
 
-def driver_exceptions_caught(path: Path, names: tuple[str, ...] = (*DRIVER_ERRORS, "OSError")) -> list[str]:
+def driver_exceptions_caught(path: Path, names: tuple[str, ...] = (*DRIVER_ERRORS, "OSError"),
+                             root: Path = ROOT) -> list[str]:
     """The exceptions of ``names`` an ``except`` clause of ``path`` names."""
     caught = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.ExceptHandler) and node.type is not None:
             text = ast.unparse(node.type)
-            caught += [f"{path.relative_to(ROOT)}:{node.lineno}: {text}" for d in names if d in text]
+            caught += [f"{path.relative_to(root)}:{node.lineno}: {text}" for d in names if d in text]
     return caught
 
 
-def service_modules(rings: tuple[str, ...] = SERVICE_RINGS) -> list[Path]:
-    return [path for folder in rings for path in sorted((ROOT / folder).rglob("*.py"))]
+def service_modules(rings: tuple[str, ...] = SERVICE_RINGS, root: Path = ROOT) -> list[Path]:
+    return [path for folder in rings for path in sorted((root / folder).rglob("*.py"))]
 
 
 def test_the_service_rings_name_no_driver_exception() -> None:
@@ -58,14 +60,15 @@ def test_the_service_rings_name_no_driver_exception() -> None:
 
 
 def test_the_driver_guard_sees_a_planted_catch(tmp_path: Path) -> None:
-    planted = ROOT / "mediasrv" / "core" / "delivery" / "_planted_for_the_test.py"
+    """Planted in a copy of the rings: a file planted in the checkout showed up in the other
+    tests' directory listings running beside this one on another worker."""
+    for folder in SERVICE_RINGS:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "mediasrv" / "core" / "delivery" / "_planted_for_the_test.py"
     planted.write_text("def f():\n    try:\n        pass\n    except (ValueError, OSError):\n        pass\n")
-    try:
-        assert planted in service_modules()
-        assert driver_exceptions_caught(planted) == [
-            "mediasrv/core/delivery/_planted_for_the_test.py:4: (ValueError, OSError)"]
-    finally:
-        planted.unlink()
+    assert planted in service_modules(root=tmp_path)
+    assert driver_exceptions_caught(planted, root=tmp_path) == [
+        "mediasrv/core/delivery/_planted_for_the_test.py:4: (ValueError, OSError)"]
 
 
 def test_store_errors_map_to_http() -> None:
