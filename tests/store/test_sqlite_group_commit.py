@@ -199,7 +199,7 @@ async def test_a_batch_of_volatile_writes_only_commits_without_fsync(tmp_path: P
     from store import sqlite as sqlite_store
 
     assert sqlite_store._lock_upload in sqlite_store.VOLATILE_WRITES
-    assert sqlite_store._execute not in sqlite_store.VOLATILE_WRITES  # the advance (an acknowledged offset)
+    assert sqlite_store._advance_upload not in sqlite_store.VOLATILE_WRITES  # an acknowledged offset
 
     def volatile_probe(conn: sqlite3.Connection) -> int:
         return synchronous(conn)
@@ -216,5 +216,66 @@ async def test_a_batch_of_volatile_writes_only_commits_without_fsync(tmp_path: P
         writer.release()
         await held
         assert await asyncio.gather(*mixed) == [2, 2]  # one durable write makes the whole batch durable
+    finally:
+        await store.close()
+
+
+FIRST_BYTES = bytes(range(256)) * 1024
+"""An upload's first 256 KiB, as kept for its type and image checks."""
+
+
+def wal_pages(path: Path) -> int:
+    """Frames in the WAL file (each a 24-byte header and a 4 KiB page)."""
+    size = path.with_name(path.name + "-wal").stat().st_size
+    return max(0, size - 32) // (24 + 4096)
+
+
+async def test_a_patch_commits_its_offset_without_rewriting_the_first_bytes(tmp_path: Path, io_loop: Any) -> None:
+    """The lock and the offset of each PATCH write a page or two, not the 256 KiB of first
+    bytes beside them (about 130 pages per commit while they shared the row)."""
+    from tests.store.test_meta_contract import add_user
+    from tests.store.test_resumable_contract import make_upload
+
+    store = await opened(tmp_path)
+    try:
+        await add_user(store, "u1")
+        await store.create_upload(make_upload("u1", "f1", 10 << 20, head=FIRST_BYTES))
+        with sqlite3.connect(tmp_path / "meta.sqlite3") as raw:
+            assert raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # not busy
+        assert wal_pages(tmp_path / "meta.sqlite3") == 0
+        assert await store.lock_upload("f1", 0, "a", "2026-01-01T00:00:00Z", "2026-01-01T00:00:15Z")
+        assert await store.advance_upload("f1", "a", 0, 8 << 20, "{}", "", "2026-01-02T00:00:00Z")
+        assert wal_pages(tmp_path / "meta.sqlite3") <= 8
+        upload = await store.get_upload("f1")
+        assert upload is not None and upload.head == FIRST_BYTES and upload.offset == 8 << 20
+    finally:
+        await store.close()
+
+
+async def test_an_upload_in_progress_keeps_its_first_bytes_through_the_migration(tmp_path: Path,
+                                                                                 io_loop: Any) -> None:
+    """A database of the release before the first bytes moved to their own table: its upload in
+    progress reads back whole, and its next PATCH locks and moves on."""
+    from store.sqlite import MIGRATIONS
+
+    path = tmp_path / "meta.sqlite3"
+    before = len(MIGRATIONS) - 1
+    with sqlite3.connect(path) as raw:
+        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+        for step in MIGRATIONS[:before]:
+            for statement in step:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {before}")
+        raw.execute("INSERT INTO uploads (file_id, user_id, length, offset, created_at, expires_at, is_public, "
+                    "progress, head, blob_state) VALUES ('f1', 'u1', 100, 10, 'c', '2099', 0, '{}', ?, '')",
+                    (FIRST_BYTES[:10],))
+    store = await opened(tmp_path)
+    try:
+        upload = await store.get_upload("f1")
+        assert upload is not None and (upload.offset, upload.head) == (10, FIRST_BYTES[:10])
+        assert await store.lock_upload("f1", 10, "a", "2026", "2027") is not None
+        assert await store.advance_upload("f1", "a", 10, 20, "{}", "", "2099", head=FIRST_BYTES[:20])
+        assert (await store.delete_upload("f1")).head == FIRST_BYTES[:20]  # type: ignore[union-attr]
+        assert await store._read(lambda conn: conn.execute("SELECT count(*) FROM upload_heads").fetchone()[0]) == 0
     finally:
         await store.close()
