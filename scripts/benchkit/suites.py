@@ -726,6 +726,9 @@ def _listing_records(user_id: str, count: int, now: dt.datetime) -> Iterator[obj
 
 LISTING_Q = "file-00421"
 """Matches file-004210 .. file-004219: 10 records whenever there are more than 4,219."""
+LISTING_BROAD_Q = "-01"
+"""Matches file-01xxxx: 10,000 of 100,000 records (1,000 of 10,000): a search whose page must
+be chosen from many matches (issue 30's target: <= 20 ms where the others have 10)."""
 
 
 async def _seed_listing(db: Path, count: int, now: dt.datetime, *, fast: bool) -> bool:
@@ -829,6 +832,7 @@ def listing(ctx: Ctx) -> None:
     filters: dict[str, dict[str, str]] = {
         "none": {},
         "q": {"q": LISTING_Q},
+        f"q broad ({count // 10:,} matches)": {"q": LISTING_BROAD_Q},
         "type": {"type": "image/png"},
         "sizeMin/sizeMax": {"sizeMin": "1000000", "sizeMax": "2000000"},
         "isPublic": {"isPublic": "false"},
@@ -857,7 +861,8 @@ def listing(ctx: Ctx) -> None:
         p50 = figure(results, f"{name}|http", "p50_ms", "", "ms")
         s50 = figure(results, f"{name}|store", "p50_ms", "", "ms")
         extra = f"p50 {p50.median:.1f} ms (store {s50.median:.1f} ms)" if p50 and s50 else ""
-        ctx.rows.append(Row("listing", f"GET /files {name}, {count:,} files, p95", p95, ref, "<= 10 ms",
+        target = "<= 20 ms" if name.startswith("q broad") else "<= 10 ms"
+        ctx.rows.append(Row("listing", f"GET /files {name}, {count:,} files, p95", p95, ref, target,
                             _join(extra, note)))
 
 
