@@ -22,7 +22,6 @@ import io
 import mmap
 
 import pyvips
-import simplejpeg
 from PIL import Image
 
 from mediasrv.images.metadata import JpegFrame, ReadAt
@@ -45,6 +44,8 @@ def decode(data: bytes | mmap.mmap, frame: JpegFrame, width: int, height: int, s
     libjpeg-turbo does not decode it cleanly (a warning, a truncated stream, another size than
     the header said): libvips then decides, as it did before. ``data`` may be the file mapped:
     nothing here keeps a view of it."""
+    import simplejpeg  # here, not at the top: with numpy, 0.13 s a server pays at its first JPEG, not at start
+
     grey = len(frame.components) == 1
     want = (-(-width // shrink), -(-height // shrink))
     try:

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import certifi
-import httpx
 
 from mediasrv.core.webhooks import signing
 from mediasrv.core.webhooks.attempts import TIMEOUT_S, Attempt
@@ -71,6 +70,8 @@ class _Connection:
 def _target(url: str) -> tuple[Target, bytes]:
     """The checked URL's parts and its request target (path and query), parsed once per URL
     with the parser that checked it at creation."""
+    import httpx  # here, not at the top: a server without webhooks or a domain provider never loads it
+
     target = parse_target(url)
     return target, httpx.URL(url).raw_path
 

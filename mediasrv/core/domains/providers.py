@@ -12,15 +12,17 @@ import logging
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlencode
 
-import httpx
 import orjson
 
 from mediasrv.base.errors import BadGateway, BadRequest
 from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.base.settings.checks import parse_nameserver
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("mediasrv.domains")
 
@@ -303,6 +305,8 @@ class CloudflareProvider:
 
         With ``not_found_ok`` a 404 raises ``_NotFound`` instead.
         """
+        import httpx  # here, not at the top: a server without webhooks or a domain provider never loads it
+
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/json"

@@ -25,8 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
-
 from mediasrv.base.errors import BadRequest
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -154,6 +152,8 @@ class Target:
 def parse_target(text: object) -> Target:
     """The URL as the sender will use it; BadRequest (INVALID_WEBHOOK_URL) if it is not an
     absolute http(s) URL with a host, or carries user credentials."""
+    import httpx  # here, not at the top: a server without webhooks or a domain provider never loads it
+
     if not isinstance(text, str) or not text.strip():
         raise BadRequest("url must be an absolute http:// or https:// URL", code="INVALID_WEBHOOK_URL")
     if len(text) > MAX_URL_CHARS:
