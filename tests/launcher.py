@@ -28,11 +28,23 @@ STOP_TIMEOUT_S = 15.0
 POLL_S = 0.05
 
 
-FREE_PORTS = range(20_000, 32_000)
+def _worker_ports(ports: range) -> range:
+    """This xdist worker's share of ``ports`` (gw1 of 4: the second quarter): two workers never
+    pick the same port, so one test's server cannot bind the port another test was about to
+    use. That happened: a sidecar's fixture then talked to another test's server."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    share = len(ports) // max(count, 1)
+    return range(ports.start + index % max(count, 1) * share, ports.start + (index % max(count, 1) + 1) * share)
+
+
+FREE_PORTS = _worker_ports(range(10_000, 20_000))
 """Below Linux's ephemeral range (32768-60999): the kernel never gives these to a client's
 connection, so a port found free stays free until the test binds it. A port the kernel picks
 (bind to port 0) is an ephemeral one, and an outgoing connection of any process could take it
-in between: a server told to listen on 0.0.0.0 then failed with "Address already in use"."""
+in between: a server told to listen on 0.0.0.0 then failed with "Address already in use".
+Below 20000 too, where the sidecar picks its processes' ports (``mediasrv.cli.sidecar``)."""
 
 
 def interruptible() -> None:

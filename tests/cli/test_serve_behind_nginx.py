@@ -1190,6 +1190,19 @@ def test_real_ip_from_a_balancer_is_rendered(tmp_path: Path, caplog: pytest.LogC
     assert_nginx_accepts(text, tmp_path)
 
 
+def test_process_ports_are_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """The processes' ports are never ones the kernel hands to outgoing connections, which could
+    take a port between its choice and the process binding it."""
+    script = _script_module()
+    start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    sidecar = script.Sidecar("127.0.0.1", free_port(), 4, NGINX, ["mediasrv"], tmp_path)
+    assert len(set(sidecar.ports)) == 4
+    assert all(1024 <= port < start for port in sidecar.ports), sidecar.ports
+    with socket.socket() as taken:  # a port in use is passed over
+        taken.bind(("127.0.0.1", sidecar.ports[0]))
+        assert all(processes.free_port() != sidecar.ports[0] for _ in range(50))
+
+
 def test_housekeeping_roles_per_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     script = _script_module()
     monkeypatch.delenv("MEDIASRV_HOUSEKEEPING", raising=False)

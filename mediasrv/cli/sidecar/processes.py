@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import select
 import signal
@@ -85,11 +86,31 @@ def _write_lines(fd: int, data: bytes, most: int = select.PIPE_BUF) -> None:
         pass
 
 
+def _ephemeral_start() -> int:
+    """Where the kernel's ephemeral ports (outgoing connections, bind to port 0) begin."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port for one mediasrv process, free now and below the ephemeral range: a port
+    the kernel picks (bind to 0) is ephemeral, and any outgoing connection on the host could take
+    it before the process binds it ("cannot listen: Address already in use" at start)."""
+    top = _ephemeral_start()
+    below = range(max(1024, top - 12_000), top) if top > 2048 else range(0)
+    for port in random.sample(below, min(len(below), 100)):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no room below it: the kernel's pick
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def public_host(host: str) -> str:
