@@ -5,6 +5,8 @@ pytest-tornasync cannot run async fixtures, so the store is opened and closed wi
 """
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import tornado.ioloop
 
 from store.base import MetaStore
 from store.mongo import MongoMetaStore
-from store.sqlite import SqliteMetaStore
+from store.sqlite import MIGRATIONS, SqliteMetaStore
 from tests.backends.fixtures import new_database
 
 META_BACKENDS = ["sqlite", "mongo", "mongod"]
@@ -57,3 +59,16 @@ def opened(meta_factory: MetaFactory, io_loop: tornado.ioloop.IOLoop) -> Iterato
     io_loop.run_sync(store.open)
     yield store
     io_loop.run_sync(store.close)
+
+
+@contextlib.contextmanager
+def database_at_step(path: Path, step: int) -> Iterator[sqlite3.Connection]:
+    """A SQLite file as a release with the first ``step`` migrations left it, to fill with rows
+    of that schema (committed on leaving); opening a store on it then migrates the rest."""
+    with sqlite3.connect(path) as raw:
+        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
+        for statements in MIGRATIONS[:step]:
+            for statement in statements:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA user_version = {step}")
+        yield raw

@@ -257,15 +257,10 @@ async def test_an_upload_in_progress_keeps_its_first_bytes_through_the_migration
     """A database of the release before the first bytes moved to their own table: its upload in
     progress reads back whole, and its next PATCH locks and moves on."""
     from store.sqlite import MIGRATIONS
+    from tests.store.conftest import database_at_step
 
     path = tmp_path / "meta.sqlite3"
-    before = len(MIGRATIONS) - 1
-    with sqlite3.connect(path) as raw:
-        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
-        for step in MIGRATIONS[:before]:
-            for statement in step:
-                raw.execute(statement)
-        raw.execute(f"PRAGMA user_version = {before}")
+    with database_at_step(path, len(MIGRATIONS) - 1) as raw:
         raw.execute("INSERT INTO uploads (file_id, user_id, length, offset, created_at, expires_at, is_public, "
                     "progress, head, blob_state) VALUES ('f1', 'u1', 100, 10, 'c', '2099', 0, '{}', ?, '')",
                     (FIRST_BYTES[:10],))

@@ -24,6 +24,7 @@ from store import sqlite as sqlite_store
 from store.kinds import KINDS_SIGNATURE
 from store.models import ApiKey, FileQuery, FileRecord, User
 from store.sqlite import MIGRATIONS, SqliteMetaStore, _file_filters
+from tests.store.conftest import database_at_step
 from tests.store.test_meta_contract import make_file, make_user, ts
 
 ISSUE_25_STEP = 6
@@ -91,10 +92,7 @@ async def test_long_q_is_served_by_the_trigram_index(tmp_path: Path, io_loop: An
 
 async def test_migration_indexes_the_files_of_an_older_database(tmp_path: Path, io_loop: Any) -> None:
     path = tmp_path / "meta.sqlite3"
-    with sqlite3.connect(path) as raw:  # a database as the first release left it
-        for statement in MIGRATIONS[0]:
-            raw.execute(statement)
-        raw.execute("PRAGMA user_version = 1")
+    with database_at_step(path, 1) as raw:  # a database as the first release left it
         raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
                     "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
         for n, name in enumerate(["Été à Paris.jpg", "report.pdf", None]):
@@ -125,12 +123,7 @@ async def test_migration_gives_older_accounts_keys_and_files_their_first_epoch(t
     """The step of issue 25: rows of the release before it read as epoch 0 (their keys keep
     working) and not withheld, and both can change afterwards."""
     path = tmp_path / "meta.sqlite3"
-    with sqlite3.connect(path) as raw:  # a database as the release before the step left it
-        raw.create_function("fold", 1, lambda v: v.lower() if isinstance(v, str) else None)
-        for step in MIGRATIONS[:ISSUE_25_STEP]:
-            for statement in step:
-                raw.execute(statement)
-        raw.execute(f"PRAGMA user_version = {ISSUE_25_STEP}")
+    with database_at_step(path, ISSUE_25_STEP) as raw:  # as the release before the step left it
         raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
                     "VALUES ('u1', 'u1@example.com', 'h', ?, ?)", (ts(0), ts(0)))
         raw.execute("INSERT INTO api_keys (id, user_id, key_prefix, key_hash, created_at) "
@@ -199,10 +192,7 @@ async def test_type_and_visibility_totals_stay_exact(tmp_path: Path, io_loop: An
     """file_counts (kept by triggers) from a database of the first schema, then through
     inserts, a delete, a record rewritten by `mediasrv migrate`'s upsert and a deleted account."""
     path = tmp_path / "meta.sqlite3"
-    with sqlite3.connect(path) as raw:
-        for statement in MIGRATIONS[0]:
-            raw.execute(statement)
-        raw.execute("PRAGMA user_version = 1")
+    with database_at_step(path, 1) as raw:
         for user_id in ("u1", "u2"):
             raw.execute("INSERT INTO users (id, email, password_hash, created_at, updated_at) "
                         "VALUES (?, ?, 'h', ?, ?)", (user_id, f"{user_id}@example.com", ts(0), ts(0)))
