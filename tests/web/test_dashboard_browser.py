@@ -123,8 +123,8 @@ async def browser_page(base: str, viewport: tuple[int, int] = (1280, 860), fake_
     flows on its own until a test jumps it forward (``fast_forward``) past a wait.
 
     ``own_browser``: a chromium launched for this page alone, not the shared one over CDP (a
-    file given by its path to ``set_input_files`` is read by a browser Playwright launched,
-    but has to be streamed to one it connected to, which stalls above a few MiB).
+    file given to ``set_input_files`` is read by a browser Playwright launched, but has to be
+    streamed to one it connected to: slow for a few MB, stalling above that).
     """
     problems: list[str] = []
     async with async_playwright() as pw:
@@ -582,7 +582,9 @@ async def test_queue_retries_network_errors_and_lets_a_person_cancel_retry_remov
             await asyncio.sleep(0.05)
         raise AssertionError(f"flaky.txt was tried {tries.get('flaky.txt', 0)} times, not {times}")
 
-    async with browser_page(settings.public_url, fake_clock=True) as (page, problems):
+    # Its own browser: the 3.6 MB file below is handed over slowly to a shared one over CDP
+    # (set_input_files timed out at 15 s with two suites running at once).
+    async with browser_page(settings.public_url, fake_clock=True, own_browser=True) as (page, problems):
         await page.route(re.compile(r"/files\?isPublic="), flaky_network)
         await page.goto("/#/login")
         await log_in(page, email)
