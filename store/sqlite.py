@@ -385,9 +385,10 @@ def _columns(cls: type) -> str:
 
 
 @functools.cache
-def _insert_sql(table: str, cls: type, verb: str = "INSERT") -> str:
-    """A named-parameter INSERT of every field, so records bind with ``_params``."""
-    names = _field_names(cls)
+def _insert_sql(table: str, cls: type, verb: str = "INSERT", omit: tuple[str, ...] = ()) -> str:
+    """A named-parameter INSERT of every field but ``omit`` (stored elsewhere), so records bind
+    with ``_params`` (a name the statement does not use is ignored)."""
+    names = [n for n in _field_names(cls) if n not in omit]
     return (f"{verb} INTO {table} ({', '.join(names)}) "
             f"VALUES ({', '.join(':' + n for n in names)})")
 
@@ -903,9 +904,7 @@ def _put_upload_head(conn: sqlite3.Connection, file_id: str, head: bytes) -> Non
 
 
 def _create_upload(conn: sqlite3.Connection, upload: ResumableUpload) -> None:
-    row = _params(upload)
-    del row["head"]
-    conn.execute(f"INSERT INTO uploads ({', '.join(row)}) VALUES ({', '.join(':' + n for n in row)})", row)
+    conn.execute(_insert_sql("uploads", ResumableUpload, omit=("head",)), _params(upload))
     _put_upload_head(conn, upload.file_id, upload.head)
 
 

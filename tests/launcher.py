@@ -33,10 +33,10 @@ def _worker_ports(ports: range) -> range:
     pick the same port, so one test's server cannot bind the port another test was about to
     use. That happened: a sidecar's fixture then talked to another test's server."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    index = int(worker[2:]) if worker[2:].isdigit() else 0
-    share = len(ports) // max(count, 1)
-    return range(ports.start + index % max(count, 1) * share, ports.start + (index % max(count, 1) + 1) * share)
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    index = (int(worker[2:]) if worker[2:].isdigit() else 0) % count
+    share = len(ports) // count
+    return range(ports.start + index * share, ports.start + (index + 1) * share)
 
 
 FREE_PORTS = _worker_ports(range(10_000, 20_000))

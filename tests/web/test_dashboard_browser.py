@@ -73,6 +73,7 @@ class SharedChromium:
         self._proc: subprocess.Popen[bytes] | None = None
         self._profile = ""
         self.endpoint = ""
+        atexit.register(self.stop)
 
     def ensure(self) -> str:
         if self._proc is None or self._proc.poll() is not None:
@@ -85,7 +86,6 @@ class SharedChromium:
         self._proc = subprocess.Popen([str(CHROMIUM), *ARGS, "--remote-debugging-port=0",
                                        f"--user-data-dir={self._profile}", "about:blank"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        atexit.register(self.stop)
         active = Path(self._profile) / "DevToolsActivePort"  # the port chromium chose, when it listens
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self._proc.poll() is None:
