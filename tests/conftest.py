@@ -42,8 +42,8 @@ from tests.launcher import free_port
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+")
 
 
-class Sink:
-    """aiosmtpd handler keeping every message; ``wait_for`` blocks the test thread only."""
+class Mailbox:
+    """aiosmtpd handler keeping every message the worker's SMTP server took."""
 
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], Any]] = []
@@ -56,9 +56,20 @@ class Sink:
             self.cond.notify_all()
         return "250 OK"
 
+
+class Sink:
+    """One test's view of the shared mailbox: only what arrived since the test began. Tests
+    reuse addresses (two files registered usage@example.com), and with the whole history the
+    later test followed the earlier server's confirmation link (CI, 2026-11-28)."""
+
+    def __init__(self, mailbox: Mailbox) -> None:
+        self.mailbox = mailbox
+        with mailbox.cond:
+            self.start = len(mailbox.messages)
+
     def for_address(self, address: str) -> list[Any]:
-        with self.cond:
-            return [m for rcpt, m in self.messages if address in rcpt]
+        with self.mailbox.cond:
+            return [m for rcpt, m in self.mailbox.messages[self.start:] if address in rcpt]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,13 +99,19 @@ def _async_tests_get_their_own_loop(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="session")
-def smtp_sink() -> Iterator[tuple[Sink, int]]:
-    sink = Sink()
+def smtp_server() -> Iterator[tuple[Mailbox, int]]:
+    mailbox = Mailbox()
     port = free_port()
-    controller = Controller(sink, hostname="127.0.0.1", port=port)
+    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
     controller.start()
-    yield sink, port
+    yield mailbox, port
     controller.stop()
+
+
+@pytest.fixture
+def smtp_sink(smtp_server: tuple[Mailbox, int]) -> tuple[Sink, int]:
+    """The worker's SMTP server, seen from this test: the messages sent during it."""
+    return Sink(smtp_server[0]), smtp_server[1]
 
 
 class ShiftableClock:
