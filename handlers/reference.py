@@ -1,11 +1,14 @@
 """Unauthenticated reference routes: the OpenAPI and for-agents documents, the allowed upload
 types and the HTML reference page, with their route rows and OpenAPI operations.
 
-The documents are built once at start-up by ``mediasrv.assembly.app`` (from every module's routes)
-and handed to these handlers under the names their rows give (``Route.args``).
+The documents are built by ``mediasrv.assembly.app`` (from every module's routes) and handed to
+these handlers under the names their rows give (``Route.args``), rendered on the first request
+for any of them (``Documents``).
 """
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -17,8 +20,43 @@ from mediasrv.web.routespec import NONE, Route
 
 
 def static_json(document: Any) -> Prerendered:
-    """A reference document rendered (and gzipped) once, at start-up."""
+    """A reference document rendered (and gzipped) once."""
     return Prerendered(orjson.dumps(document))
+
+
+class Documents:
+    """The reference documents, rendered together on a worker thread when one is first asked
+    for, then kept. Rendering and gzipping them was most of an app's assembly (about 50 ms of
+    CPU: every server start, and each of the test suite's two thousand apps), and most apps
+    never serve them. The rendering reads only its inputs: it touches no Tornado object."""
+
+    def __init__(self, render: Callable[[], Mapping[str, Prerendered]]) -> None:
+        self._render = render
+        self._rendered: Mapping[str, Prerendered] | None = None
+        self._pending: asyncio.Future[Mapping[str, Prerendered]] | None = None
+
+    async def get(self, name: str) -> Prerendered:
+        """The document ``name``; the first callers wait for one rendering between them (a
+        caller that goes away does not cancel it for the others)."""
+        if self._rendered is None:
+            loop = asyncio.get_running_loop()
+            if self._pending is None or self._pending.get_loop() is not loop:  # a test's next loop
+                self._pending = loop.run_in_executor(None, self._render)
+            self._rendered = await asyncio.shield(self._pending)
+        return self._rendered[name]
+
+    def document(self, name: str) -> Document:
+        return Document(self, name)
+
+
+class Document:
+    """One of ``Documents``, by name: what a reference handler is given."""
+
+    def __init__(self, documents: Documents, name: str) -> None:
+        self.documents, self.name = documents, name
+
+    async def get(self) -> Prerendered:
+        return await self.documents.get(self.name)
 
 
 class StaticJsonHandler(BaseHandler):
@@ -26,33 +64,35 @@ class StaticJsonHandler(BaseHandler):
 
     logged = False
     private = False
-    document: Prerendered
+    document: Document
 
-    def initialize(self, base: BaseDeps, document: Prerendered) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, document: Document) -> None:  # type: ignore[override]
         super().initialize(base)
         self.document = document
 
-    def get(self) -> None:
+    async def get(self) -> None:
+        body = await self.document.get()
         self.set_header("Cache-Control", "max-age=300")
-        self.send_body(self.document, "application/json")
+        self.send_body(body, "application/json")
 
 
 class ReferencePageHandler(BaseHandler):
-    """GET /reference: the API reference as one self-contained HTML page, rendered at start-up."""
+    """GET /reference: the API reference as one self-contained HTML page."""
 
     logged = False
     private = False
-    page: Prerendered
+    page: Document
 
-    def initialize(self, base: BaseDeps, page: Prerendered) -> None:  # type: ignore[override]
+    def initialize(self, base: BaseDeps, page: Document) -> None:  # type: ignore[override]
         super().initialize(base)
         self.page = page
 
-    def get(self) -> None:
+    async def get(self) -> None:
+        body = await self.page.get()
         self.set_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         self.set_header("Cache-Control", "max-age=300")
         self.set_header("Referrer-Policy", "no-referrer")
-        self.send_body(self.page, "text/html; charset=utf-8")
+        self.send_body(body, "text/html; charset=utf-8")
 
 
 # ---------------------------------------------------------------------------- OpenAPI operations

@@ -9,6 +9,7 @@ the dashboard's own pages; the app refuses to start when a handler and its rows 
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from handlers import dashboard
 from handlers import routes as declared
 from handlers.base import BaseDeps, InFlight, NotFoundHandler, Prerendered, implemented_methods, request_logger
 from handlers.hot_media import HotMedia, hot_routes
-from handlers.reference import static_json
+from handlers.reference import Document, Documents, static_json
 from mediasrv.assembly.openapi import build_for_agents, build_openapi
 from mediasrv.base.settings import Settings
 from mediasrv.core.account_info import AccountInfo
@@ -335,23 +336,26 @@ def _init_params(cls: type[tornado.web.RequestHandler]) -> Mapping[str, inspect.
 _INIT_PARAMS: dict[type[tornado.web.RequestHandler], Mapping[str, inspect.Parameter]] = {}
 
 
-def _documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route]) -> dict[str, Prerendered]:
-    """The reference documents, by the names the reference rows ask for: rendered once per
-    distinct input (a server assembles one app; a test run assembles thousands from a handful of
-    settings, and rendering and gzipping them cost most of an app's assembly)."""
+DOCUMENT_NAMES = ("openapi_document", "for_agents_document", "allowed_types_document", "reference_page")
+"""The reference documents, by the names the reference rows ask for (``handlers.reference``)."""
+
+
+def _documents(settings: Settings, allow: AllowList, api_routes: Sequence[Route]) -> dict[str, Document]:
+    """The reference documents, rendered when first asked for, once per distinct input (apps
+    assembled from the same settings share the rendering)."""
     policy = transform_policy(settings)
     key = (settings.public_url, tuple(allow.types), settings.max_upload_size_bytes, settings.resize_slots,
            settings.rate_limit_scale, tuple(sorted((k, tuple(sorted(v))) for k, v in policy.lists.items())),
            policy.key, tuple(api_routes))
     found = _RENDERED.get(key)
     if found is None:
-        found = _RENDERED[key] = _render_documents(settings, allow, api_routes, policy)
+        found = _RENDERED[key] = Documents(functools.partial(_render_documents, settings, allow, api_routes, policy))
         while len(_RENDERED) > _RENDERED_KEPT:
             del _RENDERED[next(iter(_RENDERED))]
-    return dict(found)
+    return {name: found.document(name) for name in DOCUMENT_NAMES}
 
 
-_RENDERED: dict[tuple[Any, ...], dict[str, Prerendered]] = {}
+_RENDERED: dict[tuple[Any, ...], Documents] = {}
 _RENDERED_KEPT = 16
 
 
