@@ -35,6 +35,7 @@ from mediasrv.cli.server import make_server
 from mediasrv.core.domains.providers import make_provider
 from mediasrv.core.mail import MailQueue, SmtpMailer
 from store.models import FileRecord
+from tests import dates
 from tests.backends.fixtures import mongoeco, moto, real_mongod  # noqa: F401  (session fixtures)
 from tests.dnsserver import LocalDns
 from tests.launcher import free_port
@@ -78,6 +79,12 @@ def pytest_configure(config: pytest.Config) -> None:
     it as "the old loop" and restores it after each test, unclosed. Once set_event_loop has been
     called, get_event_loop() raises instead (see _async_tests_get_their_own_loop)."""
     asyncio.set_event_loop(None)
+
+
+@pytest.fixture(autouse=True)
+def _dates_near_the_clock() -> None:
+    """``tests.dates.ts`` counts from near this test's start, not from the suite's."""
+    dates.rebase()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

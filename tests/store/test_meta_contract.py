@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from mediasrv.base import timeutil
 from store.base import MetaStore, QuotaWithRecord
 from store.errors import Duplicate, StoreUnavailable
 from store.kinds import KINDS, kind_of, name_key
@@ -32,18 +31,13 @@ from store.models import (
 )
 from store.mongo import MongoMetaStore
 from store.sqlite import MIGRATIONS, SqliteMetaStore
+from tests.dates import ts
 from tests.store.conftest import MetaFactory, sqlite_path
 
-BASE = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0) - dt.timedelta(minutes=5)
-"""Near the real clock: MongoDB's TTL indexes really expire tokens and logs dated in the past."""
 
-
-def ts(seconds: float) -> str:
-    """A stored-format timestamp ``seconds`` after a fixed base, so order is under control."""
-    return timeutil.iso(BASE + dt.timedelta(seconds=seconds))
-
-
-NOW = ts(1000)
+def now() -> str:
+    """The "now" the contract's tests pass to the store: ``ts(1000)``."""
+    return ts(1000)
 
 
 def make_user(user_id: str, **fields: object) -> User:
@@ -167,16 +161,16 @@ async def test_set_max_upload_size_sets_and_clears(meta: MetaStore) -> None:
 async def test_set_plan_replaces_plan_limits_and_trial(meta: MetaStore) -> None:
     await add_user(meta, "u1", trial_ends_at=ts(50))
     plan = AccountPlan(plan="pro", storage_limit_bytes=10_000, file_count_limit=5, trial_ends_at=None)
-    assert await meta.set_plan("u1", plan, NOW)
+    assert await meta.set_plan("u1", plan, now())
     user = await meta.get_user("u1")
     assert user is not None
     assert (user.plan, user.storage_limit_bytes, user.file_count_limit, user.trial_ends_at) == ("pro", 10_000, 5, None)
-    assert user.updated_at == NOW
+    assert user.updated_at == now()
     cleared = AccountPlan(plan=None, storage_limit_bytes=None, file_count_limit=None, trial_ends_at=ts(9))
-    assert await meta.set_plan("u1", cleared, NOW)
+    assert await meta.set_plan("u1", cleared, now())
     user = await meta.get_user("u1")
     assert user is not None and (user.plan, user.storage_limit_bytes, user.trial_ends_at) == (None, None, ts(9))
-    assert not await meta.set_plan("nobody", plan, NOW)
+    assert not await meta.set_plan("nobody", plan, now())
 
 
 async def test_list_users_oldest_first_with_total(meta: MetaStore) -> None:
@@ -201,14 +195,14 @@ async def test_list_users_filters_by_a_literal_part_of_the_address(meta: MetaSto
 
 async def test_disabling_an_account_ends_its_session_tokens(meta: MetaStore) -> None:
     await add_user(meta, "u1")
-    assert await meta.set_disabled("u1", ts(50), NOW)
+    assert await meta.set_disabled("u1", ts(50), now())
     user = await meta.get_user("u1")
     assert user is not None and user.disabled_at == ts(50) and user.token_version == 1
-    assert await meta.set_disabled("u1", None, NOW)
+    assert await meta.set_disabled("u1", None, now())
     user = await meta.get_user("u1")
     assert user is not None and user.disabled_at is None and user.token_version == 2
     assert user.credential_epoch == 0  # keys and signed links only pause while it is disabled
-    assert not await meta.set_disabled("nobody", ts(50), NOW)
+    assert not await meta.set_disabled("nobody", ts(50), now())
 
 
 async def test_delete_user_removes_everything_keyed_by_it(meta: MetaStore) -> None:
@@ -222,7 +216,7 @@ async def test_delete_user_removes_everything_keyed_by_it(meta: MetaStore) -> No
     await add_file(meta, "u1", "f1")
     assert await meta.delete_user("u1")
     assert await meta.get_user("u1") is None and not await meta.delete_user("u1")
-    assert await meta.consume_token("refresh", "t-u1", NOW) is None
+    assert await meta.consume_token("refresh", "t-u1", now()) is None
     assert await meta.get_api_key_by_hash("hash-k-u1") is None
     assert await meta.get_domain("u1") is None and await meta.get_domain_by_hostname("u1.example.com") is None
     assert (await meta.list_logs("u1", 0, 10))[1] == 0 and await meta.get_file("f1") is None
@@ -230,7 +224,7 @@ async def test_delete_user_removes_everything_keyed_by_it(meta: MetaStore) -> No
     # The other account keeps everything.
     assert await meta.get_api_key_by_hash("hash-k-u2") is not None
     assert (await meta.list_logs("u2", 0, 10))[1] == 1
-    assert await meta.consume_token("refresh", "t-u2", NOW) == ("u2", None)
+    assert await meta.consume_token("refresh", "t-u2", now()) == ("u2", None)
 
 
 async def test_a_retired_token_is_told_apart_from_an_unknown_one(meta: MetaStore) -> None:
@@ -238,7 +232,7 @@ async def test_a_retired_token_is_told_apart_from_an_unknown_one(meta: MetaStore
     await meta.put_token("refresh", "r1", "u1", ts(2000))
     await meta.put_token("refresh", "r2", "u1", ts(2000))
     assert await meta.retired_token_owner("refresh", "r1") is None  # live: not retired
-    assert await meta.consume_token("refresh", "r1", NOW) == ("u1", None)
+    assert await meta.consume_token("refresh", "r1", now()) == ("u1", None)
     assert await meta.retired_token_owner("refresh", "r1") == "u1"
     assert await meta.retired_token_owner("reset", "r1") is None  # another kind
     assert await meta.retired_token_owner("refresh", "unknown") is None
@@ -249,15 +243,15 @@ async def test_a_retired_token_is_told_apart_from_an_unknown_one(meta: MetaStore
 async def test_invites_work_once_until_they_expire(meta: MetaStore) -> None:
     for n, (code, expires) in enumerate((("c1", ts(2000)), ("c2", ts(999)), ("c3", ts(2000)))):
         await meta.create_invite(Invite(id=f"i{n}", code_hash=code, created_at=ts(n), expires_at=expires))
-    assert await meta.use_invite("c1", NOW)
-    assert not await meta.use_invite("c1", NOW)  # single use
-    assert not await meta.use_invite("c2", NOW)  # expired
-    assert not await meta.use_invite("nope", NOW)
-    results = await asyncio.gather(*(meta.use_invite("c3", NOW) for _ in range(5)))
+    assert await meta.use_invite("c1", now())
+    assert not await meta.use_invite("c1", now())  # single use
+    assert not await meta.use_invite("c2", now())  # expired
+    assert not await meta.use_invite("nope", now())
+    results = await asyncio.gather(*(meta.use_invite("c3", now()) for _ in range(5)))
     assert results.count(True) == 1
     invites, total = await meta.list_invites(0, 2)
     assert total == 3 and [i.id for i in invites] == ["i2", "i1"]  # newest first
-    assert invites[0].used_at == NOW and invites[1].used_at is None
+    assert invites[0].used_at == now() and invites[1].used_at is None
     with pytest.raises(Duplicate):
         await meta.create_invite(Invite(id="i9", code_hash="c1", created_at=ts(9), expires_at=ts(2000)))
 
@@ -275,21 +269,21 @@ async def test_token_is_single_use(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("verify", "t1", "u1", ts(2000), data='{"email":"u1@example.com"}')
     await meta.put_token("reset", "t2", "u1", ts(2000))
-    assert await meta.consume_token("verify", "t1", NOW) == ("u1", '{"email":"u1@example.com"}')
-    assert await meta.consume_token("verify", "t1", NOW) is None
-    assert await meta.consume_token("reset", "t2", NOW) == ("u1", None)
-    assert await meta.consume_token("reset", "unknown", NOW) is None
+    assert await meta.consume_token("verify", "t1", now()) == ("u1", '{"email":"u1@example.com"}')
+    assert await meta.consume_token("verify", "t1", now()) is None
+    assert await meta.consume_token("reset", "t2", now()) == ("u1", None)
+    assert await meta.consume_token("reset", "unknown", now()) is None
 
 
 async def test_token_expiry_and_kind(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("reset", "expired", "u1", ts(999))
-    await meta.put_token("reset", "edge", "u1", NOW)
+    await meta.put_token("reset", "edge", "u1", now())
     await meta.put_token("reset", "live", "u1", ts(1001))
-    assert await meta.consume_token("reset", "expired", NOW) is None
-    assert await meta.consume_token("reset", "edge", NOW) is None  # expires_at must be > now
-    assert await meta.consume_token("verify", "live", NOW) is None  # wrong kind: not consumed
-    assert await meta.consume_token("reset", "live", NOW) == ("u1", None)
+    assert await meta.consume_token("reset", "expired", now()) is None
+    assert await meta.consume_token("reset", "edge", now()) is None  # expires_at must be > now
+    assert await meta.consume_token("verify", "live", now()) is None  # wrong kind: not consumed
+    assert await meta.consume_token("reset", "live", now()) == ("u1", None)
 
 
 async def test_duplicate_token_hash_is_rejected(meta: MetaStore) -> None:
@@ -302,7 +296,7 @@ async def test_duplicate_token_hash_is_rejected(meta: MetaStore) -> None:
 async def test_concurrent_consume_has_one_winner(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.put_token("refresh", "t1", "u1", ts(2000), data="family-1")
-    results = await asyncio.gather(*(meta.consume_token("refresh", "t1", NOW) for _ in range(10)))
+    results = await asyncio.gather(*(meta.consume_token("refresh", "t1", now()) for _ in range(10)))
     assert [r for r in results if r is not None] == [("u1", "family-1")]
 
 
@@ -313,10 +307,10 @@ async def test_revoke_tokens_only_that_kind_and_user(meta: MetaStore) -> None:
                                       ("c", "verify", "u1"), ("d", "refresh", "u2")]:
         await meta.put_token(kind, token_hash, user_id, ts(2000))
     await meta.revoke_tokens("refresh", "u1")
-    assert await meta.consume_token("refresh", "a", NOW) is None
-    assert await meta.consume_token("refresh", "b", NOW) is None
-    assert await meta.consume_token("verify", "c", NOW) == ("u1", None)
-    assert await meta.consume_token("refresh", "d", NOW) == ("u2", None)
+    assert await meta.consume_token("refresh", "a", now()) is None
+    assert await meta.consume_token("refresh", "b", now()) is None
+    assert await meta.consume_token("verify", "c", now()) == ("u1", None)
+    assert await meta.consume_token("refresh", "d", now()) == ("u2", None)
 
 
 async def test_password_reset_retires_sessions_and_refresh_tokens(meta: MetaStore) -> None:
@@ -324,14 +318,14 @@ async def test_password_reset_retires_sessions_and_refresh_tokens(meta: MetaStor
     await add_user(meta, "u1")
     await meta.put_token("refresh", "r1", "u1", ts(5000))
     await meta.put_token("reset", "p1", "u1", ts(2000))
-    assert await meta.consume_token("reset", "p1", NOW) == ("u1", None)
-    await meta.set_password("u1", "new-hash", NOW)
+    assert await meta.consume_token("reset", "p1", now()) == ("u1", None)
+    await meta.set_password("u1", "new-hash", now())
     await meta.revoke_tokens("refresh", "u1")
     user = await meta.get_user("u1")
     assert user is not None and user.token_version == 1
-    assert await meta.consume_token("refresh", "r1", NOW) is None
+    assert await meta.consume_token("refresh", "r1", now()) is None
     await meta.put_token("refresh", "r2", "u1", ts(5000))  # a fresh login still works
-    assert await meta.consume_token("refresh", "r2", NOW) == ("u1", None)
+    assert await meta.consume_token("refresh", "r2", now()) == ("u1", None)
 
 
 # --- API keys -------------------------------------------------------------------------
@@ -892,7 +886,7 @@ async def test_data_persists_across_close_and_reopen(meta: MetaStore,
     again = await reopen(meta, meta_factory)
     try:
         await check_everything(again, seeded)
-        assert await again.consume_token("reset", "t1", NOW) == ("u1", None)
+        assert await again.consume_token("reset", "t1", now()) == ("u1", None)
     finally:
         await again.close()
 
