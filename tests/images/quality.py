@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 import pyvips
+from numpy.lib.stride_tricks import sliding_window_view
 from PIL import Image, ImageDraw, ImageFont
 
 KINDS = ("photo", "line-art", "text", "checkerboard")
