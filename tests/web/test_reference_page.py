@@ -1,12 +1,16 @@
 """GET /reference: the human-readable API reference, rendered from the served OpenAPI document."""
 from __future__ import annotations
 
+import asyncio
 import html
 import re
+import threading
 from typing import Any
 
 import orjson
+import pytest
 
+from mediasrv.assembly import app as app_module
 from mediasrv.assembly.openapi import build_openapi
 from mediasrv.web.reference_page import render_reference
 from tests.conftest import Api
@@ -40,3 +44,30 @@ def test_document_text_is_escaped() -> None:
     assert "<script>alert" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<code>&lt;b&gt;</code>" in page
+
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads the reference documents were rendered on, for apps assembled after this."""
+    rendered: list[int] = []
+    render = app_module._render_documents
+
+    def counted(*args: Any) -> Any:
+        rendered.append(threading.get_ident())
+        return render(*args)
+
+    monkeypatch.setattr(app_module, "_render_documents", counted)
+    return rendered
+
+
+async def test_the_documents_are_rendered_once_at_the_first_request_for_one(renders: list[int], api: Api) -> None:
+    """Not at the app's assembly (most apps never serve them): the first requests, arriving
+    together, share one rendering off the event loop, and every later one is served from it."""
+    assert renders == []
+    paths = ["/reference/openapi.json", "/reference/for-agents", "/reference", "/reference/allowed-content-types"]
+    first = await asyncio.gather(*(api.call("GET", p) for p in paths * 2))
+    assert [r.code for r in first] == [200] * 8
+    assert [r.body for r in first[:4]] == [r.body for r in first[4:]]
+    assert (await api.call("GET", "/reference/openapi.json")).body == first[0].body
+    assert len(renders) == 1 and renders[0] != threading.get_ident()
