@@ -160,9 +160,10 @@ def meta_backend_env(request: pytest.FixtureRequest) -> dict[str, str]:
     fresh database of the session's mongoeco server. A module's ``app_env`` adds them."""
     if request.param == "sqlite":
         return {}
-    from tests.backends.fixtures import new_database
+    from tests.backends.fixtures import TIMEOUT_MS, new_database
 
-    return {"MEDIASRV_MONGODB_URL": request.getfixturevalue("mongoeco").url(new_database())}
+    return {"MEDIASRV_MONGODB_URL": request.getfixturevalue("mongoeco").url(new_database()),
+            "MEDIASRV_MONGODB_TIMEOUT_MS": str(TIMEOUT_MS)}
 
 
 @pytest.fixture

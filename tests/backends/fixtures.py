@@ -34,6 +34,12 @@ class MongoServer:
         return f"{scheme}://{hosts}/{database}" + (f"?{query}" if query else "")
 
 
+TIMEOUT_MS = 10_000
+"""The MongoDB timeout of the general fixtures: a mongoeco server shared by one xdist worker's
+tests stalled past 3 s with two suites running on 2 cores (a fixture's setup failed with
+NetworkTimeout). The tests of outage and lost-reply paths set their own, shorter ones."""
+
+
 def new_database() -> str:
     return "t_" + uuid.uuid4().hex[:16]
 
@@ -41,7 +47,7 @@ def new_database() -> str:
 def opened_mongo_meta(server: MongoServer, io_loop: tornado.ioloop.IOLoop) -> Iterator[MongoMetaStore]:
     """The body of a fixture: a MongoMetaStore on a fresh database of ``server``, open for the
     test and closed after it (``yield from opened_mongo_meta(mongoeco, io_loop)``)."""
-    store = MongoMetaStore(server.url(new_database()), timeout_ms=3000)
+    store = MongoMetaStore(server.url(new_database()), timeout_ms=TIMEOUT_MS)
     io_loop.run_sync(store.open)
     yield store
     io_loop.run_sync(store.close)

@@ -238,8 +238,13 @@ async def test_a_slow_endpoint_holds_its_own_slots_only(meta: MetaStore, clock: 
         slow.hold.clear()  # the slow receiver answers nothing until released
         relay = relay_for(meta, clock, concurrency=4, per_endpoint=2, timeout_s=60, claim_s=120)  # never timed out
         deadline = time.monotonic() + 60  # MongoDB on a loaded machine: a 60 s bound, seconds in practice
-        while len(fast.received) < 4:
+        # Until fast has all four and slow's two requests have reached it (on a loaded machine
+        # the second could arrive after fast's fourth), then a few rounds more: still two.
+        while len(fast.received) < 4 or len(slow.received) < 2:
             assert time.monotonic() < deadline, f"fast got {len(fast.received)} of 4 while slow held its requests"
+            await relay.round()
+            await asyncio.sleep(0.02)
+        for _ in range(5):
             await relay.round()
             await asyncio.sleep(0.02)
         assert len(slow.received) == 2  # its two slots, no more

@@ -16,7 +16,7 @@ import tornado.ioloop
 from store.base import MetaStore
 from store.mongo import MongoMetaStore
 from store.sqlite import MIGRATIONS, SqliteMetaStore
-from tests.backends.fixtures import new_database
+from tests.backends.fixtures import TIMEOUT_MS, new_database
 
 META_BACKENDS = ["sqlite", "mongo", "mongod"]
 """mongo: mongoeco's wire server; mongod: a real server from MEDIASRV_TEST_MONGODB_URL (else skipped)."""
@@ -43,7 +43,7 @@ def build_factory(request: pytest.FixtureRequest, tmp_path: Path) -> MetaFactory
     if request.param in ("mongo", "mongod"):
         server = request.getfixturevalue("mongoeco" if request.param == "mongo" else "real_mongod")
         url = server.url(new_database())
-        return lambda: MongoMetaStore(url, timeout_ms=3000)
+        return lambda: MongoMetaStore(url, timeout_ms=TIMEOUT_MS)
     raise AssertionError(f"unknown backend {request.param!r}")
 
 

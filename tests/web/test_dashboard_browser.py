@@ -514,7 +514,9 @@ async def test_queue_waits_out_429s_and_every_file_arrives_once(api: Api, settin
         done = page.locator("ul.uploads li[data-state=done]")
         rounds = 0
         while await done.count() < 60:
-            await page.wait_for_function(QUEUE_SETTLED, arg=60, polling=100)
+            # A round is up to 30 uploads through the browser: on a machine running two suites
+            # that took longer than the page's default 15 s.
+            await page.wait_for_function(QUEUE_SETTLED, arg=60, polling=100, timeout=4 * TIMEOUT_MS)
             if await done.count() == 60:
                 break
             rounds += 1
