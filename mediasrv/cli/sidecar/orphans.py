@@ -64,13 +64,18 @@ def die_with_parent() -> Callable[[], None] | None:
 def children_of(parent: int, proc: Path = Path("/proc")) -> list[int]:
     """The pids whose parent is ``parent`` (from /proc/<pid>/stat)."""
     found = []
-    for stat in proc.glob("[0-9]*/stat"):
+    # Listed by name, each read on its own: Path.glob stats every match, and a process that
+    # exits in between makes that stat raise ProcessLookupError (ESRCH) out of the glob itself
+    # (a sidecar's SIGTERM then exited 1 instead of 0, in CI).
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = (proc / name / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # exited between the listing and the read
         if int(fields[1]) == parent:  # the field after the state
-            found.append(int(stat.parent.name))
+            found.append(int(name))
     return found
 
 
