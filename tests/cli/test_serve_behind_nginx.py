@@ -1,13 +1,17 @@
 """scripts/serve-behind-nginx and supervisord.conf, run for real: nginx + mediasrv processes.
 
-Skipped only when nginx (or, for the supervisord test, supervisord) is not installed. Each test
-starts its own sidecar on a free port with its own data directory and stops it with SIGTERM.
+Skipped only when nginx (or, for the supervisord test, supervisord) is not installed. A test that
+stops, kills, reconfigures a sidecar or reads its log starts its own on a free port with its own
+data directory and stops it with SIGTERM; the others share one (``shared_sidecar``), each with
+accounts and client addresses of its own.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import http.client
 import http.server
+import itertools
 import json
 import os
 import re
@@ -86,6 +90,15 @@ class Sidecar:
     proc: subprocess.Popen
     port: int
     log: Path
+    data: Path
+    blocks: Iterator[int] = dataclasses.field(default_factory=lambda: itertools.count(1))
+
+    def addresses(self) -> str:
+        """A /24 of loopback source addresses (``127.42.N``) no other caller on this sidecar gets:
+        the per-address limits (4 /m and 1 login a minute here) count each test's own requests."""
+        block = next(self.blocks)
+        assert block < 256, "out of address blocks"
+        return f"127.42.{block}"
 
 
 @contextlib.contextmanager
@@ -99,7 +112,7 @@ def running_sidecar(tmp: Path, **env: str) -> Iterator[Sidecar]:
                                 start_new_session=True)
     try:
         wait_ready(proc, port, log)
-        yield Sidecar(proc, port, log)
+        yield Sidecar(proc, port, log, tmp / "data")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -127,8 +140,9 @@ ON_THE_SHARED_SIDECAR = pytest.mark.xdist_group("shared-sidecar")
 
 @pytest.fixture(scope="module")
 def shared_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sidecar]:
-    """One sidecar for the tests whose requests are refused before anything is stored or
-    counted (malformed requests, internal paths): a sidecar costs about 3 s of CPU to start."""
+    """One sidecar for the tests that neither stop it nor read its log: a sidecar costs about
+    3 s of CPU to start. Each test takes its accounts (e-mail addresses of its own) and client
+    addresses (``Sidecar.addresses``) so no test spends another's limits."""
     with running_sidecar(tmp_path_factory.mktemp("shared-sidecar"), **SIDECAR_ENV) as running:
         yield running
 
@@ -151,22 +165,24 @@ def test_ping_through_nginx_and_sigterm_exits_zero(sidecar: Sidecar) -> None:
     assert "mediasrv sidecar:" not in log  # no line without them
 
 
-def test_per_address_limit_is_exact_through_nginx(sidecar: Sidecar) -> None:
+@ON_THE_SHARED_SIDECAR
+def test_per_address_limit_is_exact_through_nginx(shared_sidecar: Sidecar) -> None:
     """4 /m per minute here (400 x 0.01): the 5th from one address is 429, whatever
     X-Forwarded-For the client sends; another address still has its own budget."""
     for _attempt in range(2):  # a minute boundary crossed mid-run resets the window: once more
         window = int(time.time() // 60)
-        source = f"127.0.{os.getpid() % 250 + 1}.{_attempt + 10}"
-        codes = [request(sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=source,
+        base = shared_sidecar.addresses()
+        source = f"{base}.10"
+        codes = [request(shared_sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=source,
                          headers={"X-Forwarded-For": f"10.0.0.{i}"}).status for i in range(4)]
-        over = request(sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=source)
+        over = request(shared_sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=source)
         if int(time.time() // 60) != window:
             continue
         assert codes == [404] * 4
         assert over.status == 429
         assert over.json()["code"] and over.json()["error"]
         assert 1 <= int(over.headers["retry-after"]) <= 60
-        other = request(sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source="127.0.0.1")
+        other = request(shared_sidecar.port, "GET", "/m/AAAAAAAAAAAAAAAAAAAAAA", source=f"{base}.11")
         assert other.status == 404
         return
     pytest.fail("two minute boundaries crossed")
@@ -182,33 +198,35 @@ def test_nginx_errors_are_json(shared_sidecar: Sidecar) -> None:
         assert r.status == 404 and r.json()["code"]
 
 
-def test_accel_redirect_serves_bytes_range_and_validators(sidecar: Sidecar, tmp_path: Path) -> None:
-    port = sidecar.port
-    r = request(port, "POST", "/auth/register", body=b'{"email":"n@example.com","password":"s3cret-pass"}')
+@ON_THE_SHARED_SIDECAR
+def test_accel_redirect_serves_bytes_range_and_validators(shared_sidecar: Sidecar) -> None:
+    port, source = shared_sidecar.port, f"{shared_sidecar.addresses()}.1"
+    creds = b'{"email":"n@example.com","password":"s3cret-pass"}'
+    r = request(port, "POST", "/auth/register", source=source, body=creds)
     assert r.status == 201, r.body
-    link = _mail_link(tmp_path / "data" / "outbox")
-    assert request(port, "GET", link).status == 303
-    r = request(port, "POST", "/auth/login", body=b'{"email":"n@example.com","password":"s3cret-pass"}')
+    link = _mail_link(shared_sidecar.data / "outbox")
+    assert request(port, "GET", link, source=source).status == 303
+    r = request(port, "POST", "/auth/login", source=source, body=creds)
     token = r.json()["session"]["access_token"]
     data = bytes(range(256)) * 40
-    r = request(port, "POST", "/files", body=data, headers={
+    r = request(port, "POST", "/files", source=source, body=data, headers={
         "Authorization": f"Bearer {token}", "Content-Type": "text/plain", "x-file-name": "b.txt"})
     assert r.status == 201, r.body
     fid = r.json()["file"]["file_id"]
-    full = request(port, "GET", f"/d/{fid}")
+    full = request(port, "GET", f"/d/{fid}", source=source)
     assert full.status == 200 and full.body == data
     assert full.headers["etag"] == f'"{fid}"'
     assert full.headers["x-content-type-options"] == "nosniff"
     assert full.headers["content-disposition"].startswith("attachment")
     assert "x-accel-redirect" not in full.headers
-    part = request(port, "GET", f"/m/{fid}", headers={"Range": "bytes=10-19"})
+    part = request(port, "GET", f"/m/{fid}", source=source, headers={"Range": "bytes=10-19"})
     assert part.status == 206 and part.body == data[10:20]
     assert part.headers["content-range"] == f"bytes 10-19/{len(data)}"
-    stale = request(port, "GET", f"/m/{fid}", headers={"Range": "bytes=10-19", "If-Range": '"other"'})
+    stale = request(port, "GET", f"/m/{fid}", source=source, headers={"Range": "bytes=10-19", "If-Range": '"other"'})
     assert stale.status == 200 and stale.body == data
-    fresh = request(port, "GET", f"/m/{fid}", headers={"Range": "bytes=10-19", "If-Range": f'"{fid}"'})
+    fresh = request(port, "GET", f"/m/{fid}", source=source, headers={"Range": "bytes=10-19", "If-Range": f'"{fid}"'})
     assert fresh.status == 206
-    assert request(port, "GET", f"/m/{fid}", headers={"If-None-Match": f'"{fid}"'}).status == 304
+    assert request(port, "GET", f"/m/{fid}", source=source, headers={"If-None-Match": f'"{fid}"'}).status == 304
 
 
 def _mail_link(outbox: Path, address: str = "n@example.com", timeout: float = 10.0) -> str:
@@ -456,15 +474,16 @@ def raw_request(port: int, data: bytes) -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), rest
 
 
-def test_client_sent_internal_headers_switch_off_no_limit(sidecar: Sidecar) -> None:
+@ON_THE_SHARED_SIDECAR
+def test_client_sent_internal_headers_switch_off_no_limit(shared_sidecar: Sidecar) -> None:
     """Issue 15 finding 1: a client's own X-Mediasrv-Counted (and a guessed secret) went through
     nginx to mediasrv, which then skipped the login limit (60 wrong passwords, 60 x 401). The
     login limit here is 1 a minute (15 x 0.01): the second guess is 429 whatever is sent."""
     forged = {"X-Mediasrv-Counted": "login", "X-Mediasrv-Proxy-Secret": "guess", "X-Mediasrv-Cache": "1",
               "Content-Type": "application/json"}
     login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
-    source = f"127.0.{os.getpid() % 250 + 1}.77"
-    codes = [request(sidecar.port, "POST", "/auth/login", body=login, source=source, headers=forged).status
+    source = f"{shared_sidecar.addresses()}.77"
+    codes = [request(shared_sidecar.port, "POST", "/auth/login", body=login, source=source, headers=forged).status
              for _ in range(3)]
     assert codes[1:] == [429, 429] and codes[0] in (401, 429)  # (429 if the minute had begun elsewhere)
 
@@ -651,14 +670,16 @@ def test_a_request_without_host_is_the_same_through_nginx(shared_sidecar: Sideca
     assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
+@ON_THE_SHARED_SIDECAR
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_a_process_port_reached_directly_counts_its_peer(sidecar: Sidecar) -> None:
+def test_a_process_port_reached_directly_counts_its_peer(shared_sidecar: Sidecar) -> None:
     """Issue 25 finding 8e: the processes run with TRUST_PROXY behind nginx, on loopback ports;
     anyone on the host could reach one with made-up X-Forwarded-For values and log in without
     the per-address limit (25 logins, no 429). Login allows 1 a minute here (15 x 0.01)."""
-    port = int(next(iter(_mediasrv_roles(sidecar))))
+    port = int(next(iter(_mediasrv_roles(shared_sidecar))))
     login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
-    codes = [request(port, "POST", "/auth/login", body=login, source="127.0.0.1", headers={
+    source = f"{shared_sidecar.addresses()}.1"
+    codes = [request(port, "POST", "/auth/login", body=login, source=source, headers={
         "X-Forwarded-For": f"198.51.100.{n}", "X-Mediasrv-Proxy-Secret": "guess" * 4,
         "Content-Type": "application/json"}).status for n in range(4)]
     assert codes == [401, 429, 429, 429]
@@ -670,13 +691,13 @@ needs_hot_cache = pytest.mark.skipif(not LUA_MODULE.exists(),
                                      reason="nginx's lua module is not installed (libnginx-mod-http-lua): no hot cache")
 
 
-def _upload_jpeg(sidecar: Sidecar, tmp_path: Path, email: str, source: str, *,
+def _upload_jpeg(sidecar: Sidecar, email: str, source: str, *,
                  token_source: str | None = None) -> tuple[str, str, bytes]:
     """A new account's public 80x60 JPEG, uploaded from address ``source``: its file id, the
     account's token and the bytes."""
     import pyvips
 
-    token = _token(sidecar.port, tmp_path / "data" / "outbox", email, token_source or source)
+    token = _token(sidecar.port, sidecar.data / "outbox", email, token_source or source)
     jpeg = pyvips.Image.black(80, 60, bands=3).copy(interpretation="srgb").jpegsave_buffer()
     r = request(sidecar.port, "POST", "/files", body=jpeg, source=source, headers={
         "Authorization": f"Bearer {token}", "Content-Type": "image/jpeg", "x-file-name": "a.jpg"})
@@ -684,68 +705,73 @@ def _upload_jpeg(sidecar: Sidecar, tmp_path: Path, email: str, source: str, *,
     return str(r.json()["file"]["file_id"]), token, jpeg
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_hot_cache_keeps_public_answers_only(sidecar: Sidecar, tmp_path: Path) -> None:
-    outbox = tmp_path / "data" / "outbox"
+def test_hot_cache_keeps_public_answers_only(shared_sidecar: Sidecar) -> None:
+    outbox = shared_sidecar.data / "outbox"
     ids = {}
     for n, public in enumerate((True, False)):
-        source = f"127.0.{os.getpid() % 250 + 1}.{n + 100}"
-        token = _token(sidecar.port, outbox, f"c{n}@example.com", source)
-        r = request(sidecar.port, "POST", "/files" if public else "/files?isPublic=false", body=b"cached?",
+        source = f"{shared_sidecar.addresses()}.{n + 100}"
+        token = _token(shared_sidecar.port, outbox, f"c{n}@example.com", source)
+        r = request(shared_sidecar.port, "POST", "/files" if public else "/files?isPublic=false", body=b"cached?",
                     source=source, headers={"Authorization": f"Bearer {token}", "Content-Type": "text/plain",
                                             "x-file-name": "c.txt"})
         assert r.status == 201, r.body
         ids[public] = (r.json()["file"]["file_id"], token, source)
     fid, _, source = ids[True]
-    first = request(sidecar.port, "GET", f"/m/{fid}", source=source)
-    second = request(sidecar.port, "GET", f"/m/{fid}", source=source)
+    first = request(shared_sidecar.port, "GET", f"/m/{fid}", source=source)
+    second = request(shared_sidecar.port, "GET", f"/m/{fid}", source=source)
     assert (first.headers.get("x-cache-status"), second.headers.get("x-cache-status")) == ("MISS", "HIT")
     assert second.body == b"cached?" and second.headers["etag"] == f'"{fid}"'
     fid, token, source = ids[False]
     for _ in range(2):
-        r = request(sidecar.port, "GET", f"/m/{fid}", source=source, headers={"Authorization": f"Bearer {token}"})
+        r = request(shared_sidecar.port, "GET", f"/m/{fid}", source=source,
+                    headers={"Authorization": f"Bearer {token}"})
         assert r.status == 200 and r.body == b"cached?"
         assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
-    assert request(sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
+    assert request(shared_sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
 
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_a_range_past_the_end_is_json_from_the_hot_cache_and_the_blob_files(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_a_range_past_the_end_is_json_from_the_hot_cache_and_the_blob_files(shared_sidecar: Sidecar) -> None:
     """Issue 25 finding 8c: nginx answers a Range past the end itself, of a cached /m answer and
     of a blob file it sends (X-Accel-Redirect): both were its HTML 416."""
-    outbox = tmp_path / "data" / "outbox"
-    base = f"127.0.{os.getpid() % 250 + 1}"
+    outbox = shared_sidecar.data / "outbox"
+    base = shared_sidecar.addresses()
     ids, tokens = [], []
     for n, path in enumerate(("/files", "/files?isPublic=false")):  # one upload a minute per account here
-        tokens.append(_token(sidecar.port, outbox, f"range{n}@example.com", f"{base}.{108 + n}"))
-        r = request(sidecar.port, "POST", path, body=b"0123456789", source=f"{base}.{108 + n}", headers={
+        tokens.append(_token(shared_sidecar.port, outbox, f"range{n}@example.com", f"{base}.{108 + n}"))
+        r = request(shared_sidecar.port, "POST", path, body=b"0123456789", source=f"{base}.{108 + n}", headers={
             "Authorization": f"Bearer {tokens[-1]}", "Content-Type": "text/plain", "x-file-name": "r.txt"})
         assert r.status == 201, r.body
         ids.append(r.json()["file"]["file_id"])
     (fid, pid), token = ids, tokens[1]
-    assert request(sidecar.port, "GET", f"/m/{fid}", source=f"{base}.111").headers.get("x-cache-status") == "MISS"
+    first = request(shared_sidecar.port, "GET", f"/m/{fid}", source=f"{base}.111")
+    assert first.headers.get("x-cache-status") == "MISS"
     past = {"Range": "bytes=100-"}
     for path, headers in ((f"/m/{fid}", past), (f"/m/{pid}", {**past, "Authorization": f"Bearer {token}"})):
-        r = request(sidecar.port, "GET", path, source=f"{base}.112", headers=headers)
+        r = request(shared_sidecar.port, "GET", path, source=f"{base}.112", headers=headers)
         assert r.status == 416 and r.headers["content-type"] == "application/json", (path, r.body[:100])
         assert r.json()["code"] == "RANGE_NOT_SATISFIABLE" and r.headers["content-range"] == "bytes */10"
-    r = request(sidecar.port, "GET", f"/m/{pid}", source=f"{base}.112",
+    r = request(shared_sidecar.port, "GET", f"/m/{pid}", source=f"{base}.112",
                 headers={"Range": "bytes=2-4", "Authorization": f"Bearer {token}"})
     assert r.status == 206 and r.body == b"234"
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_hot_cache_keys_format_auto_on_the_accept_choice(shared_sidecar: Sidecar) -> None:
     """Issue 18 item 5: one cached answer per format choice, never another client's format."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
-    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "auto@example.com", f"{base}.120")
+    base = shared_sidecar.addresses()
+    fid, _, _ = _upload_jpeg(shared_sidecar, "auto@example.com", f"{base}.120")
     url = f"/m/{fid}?width=40&format=auto"
     seen = []
     for n, accept in enumerate(("image/avif,image/webp,*/*", "image/webp,image/avif", "image/webp,*/*",
                                 "image/webp;q=0, image/png", "image/webp;q=0, image/png")):
         # A source address each: this sidecar allows 4 /m a minute per address.
-        got = request(sidecar.port, "GET", url, source=f"{base}.{130 + n}", headers={"Accept": accept})
+        got = request(shared_sidecar.port, "GET", url, source=f"{base}.{130 + n}", headers={"Accept": accept})
         assert got.status == 200, got.body
         assert got.headers["vary"] == "Accept"
         seen.append((got.headers["content-type"], got.headers.get("x-cache-status")))
@@ -753,112 +779,119 @@ def test_hot_cache_keys_format_auto_on_the_accept_choice(sidecar: Sidecar, tmp_p
                     ("image/jpeg", "MISS"), ("image/jpeg", "HIT")]
     # A second Accept line: nginx keys on the first ("no choice") and sends mediasrv that one
     # only, so what is stored under that key is the source's format, not an AVIF.
-    status, data = raw_request(sidecar.port, (f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{sidecar.port}\r\nAccept: */*\r\n"
-                                              "Accept: image/avif\r\nConnection: close\r\n\r\n").encode())
+    port = shared_sidecar.port
+    status, data = raw_request(port, (f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: */*\r\n"
+                                      "Accept: image/avif\r\nConnection: close\r\n\r\n").encode())
     assert status == 200 and data.startswith(b"\xff\xd8")
-    again = request(sidecar.port, "GET", url, source=f"{base}.140", headers={"Accept": "text/html"})
+    again = request(shared_sidecar.port, "GET", url, source=f"{base}.140", headers={"Accept": "text/html"})
     assert again.headers["content-type"] == "image/jpeg" and again.headers.get("x-cache-status") == "HIT"
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
 def test_an_escaped_parameter_name_is_refused_so_no_spelling_shares_a_cache_entry(
-        sidecar: Sidecar, tmp_path: Path) -> None:
+        shared_sidecar: Sidecar) -> None:
     """Issue 25 finding 6: ``?form%61t=auto`` was format=auto to mediasrv but not to nginx's
     cache key, so the first client's AVIF was cached and served to WebP-only and legacy clients.
     mediasrv refuses a name it would read differently from the cache: 400, never cached."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
-    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "escaped@example.com", f"{base}.60")
+    base = shared_sidecar.addresses()
+    fid, _, _ = _upload_jpeg(shared_sidecar, "escaped@example.com", f"{base}.60")
     for n, (query, accept) in enumerate((("form%61t=auto", "image/avif,image/webp"), ("form%61t=auto", "image/png"),
                                          ("width=40&%66ormat=auto", "image/avif"), ("format+=auto", "image/avif"))):
-        got = request(sidecar.port, "GET", f"/m/{fid}?{query}", source=f"{base}.{61 + n}", headers={"Accept": accept})
+        got = request(shared_sidecar.port, "GET", f"/m/{fid}?{query}", source=f"{base}.{61 + n}",
+                      headers={"Accept": accept})
         assert got.status == 400, (query, got.status, got.headers)
         assert got.json()["code"] == "INVALID_PARAMETER_NAME" and got.headers.get("x-cache-status") != "HIT"
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_the_hot_cache_holds_each_variant_under_its_one_url(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_the_hot_cache_holds_each_variant_under_its_one_url(shared_sidecar: Sidecar) -> None:
     """Issue 29 item 3: nginx keys on the URL, and mediasrv answers a variant only at its canonical
     URL (another spelling is a 308 there, an unknown parameter a 400, neither cached), so no two
     spellings fill two entries and no entry holds two variants; issue 29's parameters go through."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
+    base = shared_sidecar.addresses()
     sources = (f"{base}.{n}" for n in range(10, 60))  # this sidecar allows 4 /m a minute per address
-    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "canonical@example.com", f"{base}.9", token_source=next(sources))
-    unknown = request(sidecar.port, "GET", f"/m/{fid}?w=40", source=next(sources))
+    fid, _, _ = _upload_jpeg(shared_sidecar, "canonical@example.com", f"{base}.9", token_source=next(sources))
+    unknown = request(shared_sidecar.port, "GET", f"/m/{fid}?w=40", source=next(sources))
     assert unknown.status == 400 and unknown.json()["code"] == "UNKNOWN_PARAMETER"
     for query in ("width=40&format=JPG", "format=jpg&width=040", "width=40&format=jpeg&fit=contain"):
-        moved = request(sidecar.port, "GET", f"/m/{fid}?{query}", source=next(sources))
+        moved = request(shared_sidecar.port, "GET", f"/m/{fid}?{query}", source=next(sources))
         assert moved.status == 308 and moved.headers["location"] == f"{fid}?format=jpeg&width=40", query
         assert moved.headers.get("x-cache-status") != "HIT"
     url = f"/m/{fid}?format=jpeg&width=40"
-    assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+    assert [request(shared_sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
             for _ in range(2)] == ["MISS", "HIT"]
-    sharp = request(sidecar.port, "GET", f"/m/{fid}?width=20&dpr=2&sharpen=1", source=next(sources))
+    sharp = request(shared_sidecar.port, "GET", f"/m/{fid}?width=20&dpr=2&sharpen=1", source=next(sources))
     assert sharp.status == 200 and sharp.headers["etag"] == f'"{fid}-w20-h-f-dpr2-sharpen1"'
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_hot_cache_revalidates_every_second_and_a_delete_ends_every_variant(shared_sidecar: Sidecar) -> None:
     """Issue 17: nginx keeps a public /m answer (original and resized variants alike) for a
     second, then asks mediasrv again with its ETag: a 304 keeps the copy (REVALIDATED, no body
     sent), a deleted file's 404 ends it. Before, a deleted file stayed in the cache for 30 s."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
+    base = shared_sidecar.addresses()
     sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
-    fid, token, jpeg = _upload_jpeg(sidecar, tmp_path, "gone@example.com", f"{base}.149", token_source=next(sources))
+    fid, token, jpeg = _upload_jpeg(shared_sidecar, "gone@example.com", f"{base}.149", token_source=next(sources))
     urls = (f"/m/{fid}", f"/m/{fid}?width=40")
     for url in urls:
-        assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+        assert [request(shared_sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
                 for _ in range(2)] == ["MISS", "HIT"]
     deadline = time.monotonic() + 10
-    while (again := request(sidecar.port, "GET", urls[0], source=next(sources))).headers.get(
+    while (again := request(shared_sidecar.port, "GET", urls[0], source=next(sources))).headers.get(
             "x-cache-status") != "REVALIDATED":
         assert again.status == 200 and time.monotonic() < deadline, again.headers
         time.sleep(0.1)  # the interval of this poll (each poll spends a source address)
     assert again.status == 200 and again.body == jpeg and again.headers["etag"] == f'"{fid}"'
-    deleted = request(sidecar.port, "DELETE", f"/files/{fid}", source=f"{base}.149",
+    deleted = request(shared_sidecar.port, "DELETE", f"/files/{fid}", source=f"{base}.149",
                       headers={"Authorization": f"Bearer {token}"})
     assert deleted.status == 204
     for url in urls:
-        while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
+        while (r := request(shared_sidecar.port, "GET", url, source=next(sources))).status != 404:
             assert r.status == 200 and time.monotonic() < deadline + 10, "a deleted file stays in the hot cache"
             time.sleep(0.1)
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_unpublish_takes_a_hot_cached_file_offline_within_the_cache_bound(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_unpublish_takes_a_hot_cached_file_offline_within_the_cache_bound(shared_sidecar: Sidecar) -> None:
     """Issue 25 finding 2: ``users disable --unpublish`` (an operator's command, another process)
     makes an account's public files private; nginx's cached copies (original and variant) end at
     their next revalidation, which reads the record from the store: within CACHE_VALID_S plus
     nginx's whole-second clock of the command. Before, the option did not exist."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
+    base = shared_sidecar.addresses()
     sources = (f"{base}.{n}" for n in range(150, 250))  # this sidecar allows 4 /m a minute per address
-    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "offline@example.com", f"{base}.149", token_source=next(sources))
+    fid, _, _ = _upload_jpeg(shared_sidecar, "offline@example.com", f"{base}.149", token_source=next(sources))
     urls = (f"/m/{fid}", f"/m/{fid}?width=40")
     for url in urls:
-        assert [request(sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
+        assert [request(shared_sidecar.port, "GET", url, source=next(sources)).headers.get("x-cache-status")
                 for _ in range(2)] == ["MISS", "HIT"]
     done = subprocess.run([str(MEDIASRV), "users", "disable", "offline@example.com", "--unpublish"],
-                          env=base_env(tmp_path / "data"), capture_output=True, text=True, timeout=60)
+                          env=base_env(shared_sidecar.data), capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "1 public file(s) made private" in done.stdout, done
     bound = nginx_conf.CACHE_VALID_S + 1 + 1  # validity, nginx's whole-second clock, a margin for this machine
     unpublished = time.monotonic()
     for url in urls:
-        while (r := request(sidecar.port, "GET", url, source=next(sources))).status != 404:
+        while (r := request(shared_sidecar.port, "GET", url, source=next(sources))).status != 404:
             assert r.status == 200 and time.monotonic() - unpublished < bound, "an unpublished file stays in the cache"
             time.sleep(0.1)
     assert r.json()["code"] == "FILE_NOT_FOUND"
 
 
+@ON_THE_SHARED_SIDECAR
 @needs_hot_cache
-def test_cached_variants_count_against_the_per_address_limit(sidecar: Sidecar, tmp_path: Path) -> None:
+def test_cached_variants_count_against_the_per_address_limit(shared_sidecar: Sidecar) -> None:
     """Issue 18 item 4: a resized variant answered from nginx's cache is counted as any /m
     (4 a minute per address here): the 5th from one address is 429 though the copy is there."""
-    base = f"127.0.{os.getpid() % 250 + 1}"
-    fid, _, _ = _upload_jpeg(sidecar, tmp_path, "variant@example.com", f"{base}.60")
+    base = shared_sidecar.addresses()
+    fid, _, _ = _upload_jpeg(shared_sidecar, "variant@example.com", f"{base}.60")
     url = f"/m/{fid}?width=40"
-    assert request(sidecar.port, "GET", url, source=f"{base}.61").headers.get("x-cache-status") == "MISS"
+    assert request(shared_sidecar.port, "GET", url, source=f"{base}.61").headers.get("x-cache-status") == "MISS"
     for attempt in range(2):  # a minute boundary crossed mid-run resets the window: once more
         window = int(time.time() // 60)
-        answers = [request(sidecar.port, "GET", url, source=f"{base}.{62 + attempt}") for _ in range(5)]
+        answers = [request(shared_sidecar.port, "GET", url, source=f"{base}.{62 + attempt}") for _ in range(5)]
         if int(time.time() // 60) != window:
             continue
         assert [a.status for a in answers] == [200] * 4 + [429]
