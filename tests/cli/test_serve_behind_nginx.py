@@ -1015,6 +1015,10 @@ class S3Sidecar:
     other_token: str
 
 
+ON_THE_S3_SIDECAR = pytest.mark.xdist_group("s3-sidecar")
+"""Its tests run on one worker, so one S3 sidecar serves them all."""
+
+
 @pytest.fixture(scope="module")
 def s3_sidecar(moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Sidecar]:
     from tests.backends.fixtures import new_bucket
@@ -1054,6 +1058,7 @@ def _blob_key(side: S3Sidecar, fid: str) -> str:
     return puts[-1].split("/blobs/", 1)[1].split("?", 1)[0]
 
 
+@ON_THE_S3_SIDECAR
 def test_s3_objects_are_sent_by_nginx_with_mediasrvs_headers(s3_sidecar: S3Sidecar) -> None:
     side = s3_sidecar
     data = os.urandom(LARGE)
@@ -1095,6 +1100,7 @@ def test_s3_objects_are_sent_by_nginx_with_mediasrvs_headers(s3_sidecar: S3Sidec
     assert len(side.s3.nginx_gets(key)) == fetched  # 304 and 416 were mediasrv's: no fetch
 
 
+@ON_THE_S3_SIDECAR
 def test_s3_private_object_client_credentials_never_reach_s3(s3_sidecar: S3Sidecar) -> None:
     side = s3_sidecar
     data = os.urandom(LARGE)
@@ -1119,6 +1125,7 @@ def test_s3_private_object_client_credentials_never_reach_s3(s3_sidecar: S3Sidec
     assert side.token not in fetch.path and "c00kie" not in fetch.path
 
 
+@ON_THE_S3_SIDECAR
 def test_s3_object_gone_or_refused_gives_json(s3_sidecar: S3Sidecar) -> None:
     import botocore.session
 
@@ -1150,6 +1157,7 @@ def test_s3_object_gone_or_refused_gives_json(s3_sidecar: S3Sidecar) -> None:
         assert (r.status, r.json()["code"]) == (404, "FILE_NOT_FOUND")
 
 
+@ON_THE_S3_SIDECAR
 def test_s3_small_objects_are_sent_by_mediasrv(s3_sidecar: S3Sidecar) -> None:
     side = s3_sidecar
     fid = _s3_upload(side, b"small and hot")

@@ -62,6 +62,11 @@ def sidecar_tmp(tmp_path_factory: pytest.TempPathFactory, backend: dict[str, str
     return tmp_path_factory.mktemp("tus-sidecar")
 
 
+ON_THE_MODULES_SIDECARS = pytest.mark.xdist_group("tus-sidecars")
+"""One worker runs the tests of ``tus_sidecar`` (setup.cfg: --dist loadgroup): a sidecar per
+backend for all of them, not one per worker that happens to take one."""
+
+
 @pytest.fixture(scope="module")
 def tus_sidecar(sidecar_tmp: Path, backend: dict[str, str]) -> Iterator[tuple[Sidecar, str, str]]:
     tmp = sidecar_tmp
@@ -91,6 +96,7 @@ def auth(token: str, **extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", "Tus-Resumable": "1.0.0", **extra}
 
 
+@ON_THE_MODULES_SIDECARS
 def test_chunked_upload_and_a_resume_by_a_new_client(tus_sidecar: tuple[Sidecar, str, str]) -> None:
     side, token, _ = tus_sidecar
     data = payload(13 * MIB + 3)
@@ -106,6 +112,7 @@ def test_chunked_upload_and_a_resume_by_a_new_client(tus_sidecar: tuple[Sidecar,
     assert r.status == 200 and hashlib.sha256(r.body).digest() == hashlib.sha256(data).digest()
 
 
+@ON_THE_MODULES_SIDECARS
 def test_nginx_streams_a_patch_body_it_has_not_finished_reading(tus_sidecar: tuple[Sidecar, str, str]) -> None:
     """Half a chunk sent, then the client goes: nginx passed the half on as it came (a buffering
     proxy would have passed nothing), and mediasrv kept it."""
@@ -131,6 +138,7 @@ def test_nginx_streams_a_patch_body_it_has_not_finished_reading(tus_sidecar: tup
     assert request(side.port, "GET", "/d/" + path.rsplit("/", 1)[1]).body == data
 
 
+@ON_THE_MODULES_SIDECARS
 def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, str, str], sidecar_tmp: Path,
                                                    backend: dict[str, str]) -> None:
     side, token, other = tus_sidecar
@@ -156,6 +164,7 @@ def test_checksum_offset_termination_and_ownership(tus_sidecar: tuple[Sidecar, s
     assert partial_bytes_left(sidecar_tmp / "data", backend, path.rsplit("/", 1)[1]) == []
 
 
+@ON_THE_MODULES_SIDECARS
 def test_cap_anonymous_and_refused_bytes(tus_sidecar: tuple[Sidecar, str, str], sidecar_tmp: Path,
                                         backend: dict[str, str]) -> None:
     side, token, _ = tus_sidecar
