@@ -7,7 +7,9 @@ in-process server most tests speak to is conftest's ``http_server``.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import fcntl
 import os
 import random
 import shutil
@@ -15,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,10 +57,37 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "mediasrv-test-ports"
+KEPT_CLAIMS = 256
+_claims: collections.deque[int] = collections.deque()
+
+
+def _claim(port: int) -> bool:
+    """Whether this process now holds ``port``'s claim: an flock on a file named after it, which
+    another run of this suite on the machine respects. Its workers pick from the same ranges, and
+    a port found free here was bound by the other suite's server before this one's (two suites at
+    once, 2026-11-29: "Address already in use"). The newest ``KEPT_CLAIMS`` stay held; a port is
+    needed only until its server binds it."""
+    PORT_CLAIMS.mkdir(exist_ok=True)
+    fd = os.open(PORT_CLAIMS / str(port), os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another process (or by this one, for a port it gave out lately)
+        os.close(fd)
+        return False
+    _claims.append(fd)
+    if len(_claims) > KEPT_CLAIMS:
+        os.close(_claims.popleft())
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing is bound to now, on the wildcard address and on ``host``."""
+    """A TCP port nothing is bound to now, on the wildcard address and on ``host``, and that no
+    other test process on this machine has claimed (``_claim``)."""
     for _ in range(200):
         port = random.choice(FREE_PORTS)
+        if not _claim(port):
+            continue
         try:
             for address in {"0.0.0.0", host}:
                 with socket.socket() as sock:
