@@ -64,6 +64,7 @@ export function filesView({ rerender }) {
   const totalText = h('span', { class: 'files-total muted' });
   const cards = new Map(); // file_id -> card, reused across re-renders so thumbnails stay loaded
   let limits = null; // the widths /m makes (resizeoptions.js), read with the first page of files
+  const inFlight = new Set(); // per listing request on its way: the files the queue stored meanwhile
 
   const updateBulk = () => {
     bulkButton.disabled = state.selected.size === 0;
@@ -79,6 +80,8 @@ export function filesView({ rerender }) {
   async function load() {
     error.clear();
     grid.setAttribute('aria-busy', 'true');
+    const storedMeanwhile = [];
+    inFlight.add(storedMeanwhile);
     try {
       // The thumbnails' widths come from the server's limits: read with the files, not after.
       const [body, options] = await Promise.all([
@@ -89,12 +92,18 @@ export function filesView({ rerender }) {
         state.page = Math.ceil(body.total / PAGE_SIZE);
         return load();
       }
-      state.items = body.files;
-      state.total = body.total;
+      // An upload that finished while this page was on its way may be missing from it (the
+      // server listed before storing it): the grid showed it already, so it stays.
+      const listed = new Set(body.files.map((f) => f.file_id));
+      const missed = state.page === 1
+        ? storedMeanwhile.filter((f) => !listed.has(f.file_id) && joinsFirstPage(state, f)).reverse() : [];
+      state.items = [...missed, ...body.files].slice(0, PAGE_SIZE);
+      state.total = body.total + missed.length;
       renderGrid();
     } catch (e) {
       error.show(e.message);
     } finally {
+      inFlight.delete(storedMeanwhile);
       grid.setAttribute('aria-busy', 'false');
     }
     return undefined;
@@ -121,6 +130,7 @@ export function filesView({ rerender }) {
 
   /** A file the queue just stored joins the grid at once, without asking the API again. */
   async function added(file) {
+    inFlight.forEach((storedMeanwhile) => storedMeanwhile.push(file));
     limits = await resizeOptions(); // read already, unless the upload beat the first page
     if (state.page !== 1 || !joinsFirstPage(state, file)) return;
     state.total += 1;
