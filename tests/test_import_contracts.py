@@ -19,6 +19,7 @@ the cycles this project once had are named, so a regression says which one came 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -157,8 +158,16 @@ def ring_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return rings
 
 
-MODULES = project_modules()
-GRAPH = module_graph(MODULES)
+@functools.cache
+def modules() -> dict[str, Path]:
+    """This checkout's modules: found when a test asks, not at collection (every xdist worker
+    collects this file; parsing the project there cost each of them a second or more)."""
+    return project_modules()
+
+
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    return module_graph(modules())
 
 
 def _violations(ring: str, names: Iterable[tuple[str, str]]) -> list[str]:
@@ -170,7 +179,7 @@ def _violations(ring: str, names: Iterable[tuple[str, str]]) -> list[str]:
 
 @pytest.mark.parametrize("ring", list(RINGS))
 def test_each_ring_imports_only_the_rings_below_it(ring: str) -> None:
-    members = [(m, p) for m, p in MODULES.items() if ring_of(m) == ring]
+    members = [(m, p) for m, p in modules().items() if ring_of(m) == ring]
     assert members, ring
     names = [(m, name) for m, p in members for name in sorted(imports_of(p))]
     assert _violations(ring, names) == []
@@ -179,18 +188,18 @@ def test_each_ring_imports_only_the_rings_below_it(ring: str) -> None:
 
 
 def test_every_module_belongs_to_a_ring() -> None:
-    assert [m for m in MODULES if ring_of(m) is None] == ["mediasrv", "mediasrv.__main__", "mediasrv.version"]
+    assert [m for m in modules() if ring_of(m) is None] == ["mediasrv", "mediasrv.__main__", "mediasrv.version"]
 
 
 def test_no_module_cycle_and_no_ring_cycle() -> None:
-    assert cycles(GRAPH) == []
-    assert cycles(ring_graph(GRAPH)) == []
+    assert cycles(graph()) == []
+    assert cycles(ring_graph(graph())) == []
 
 
 @pytest.mark.parametrize("name", list(NAMED_CYCLES))
 def test_the_cycles_of_old_stay_broken(name: str) -> None:
     source, target = NAMED_CYCLES[name]
-    edges = [f"{m} -> {t}" for m, imported in GRAPH.items() for t in imported
+    edges = [f"{m} -> {t}" for m, imported in graph().items() for t in imported
              if (_under(m, source) or (source.endswith(".") and m.startswith(source)))
              and (t == target if source.endswith(".") else _under(t, target))]
     assert edges == []
