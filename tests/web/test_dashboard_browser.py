@@ -19,11 +19,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import tornado.ioloop
 from PIL import Image, ImageDraw
 
 from mediasrv.assembly.app import Runtime
@@ -37,7 +38,15 @@ if not CHROMIUM.exists():
     pytest.skip("Debian's chromium is not installed (/usr/bin/chromium); .ci/run installs it",
                 allow_module_level=True)
 
-from playwright.async_api import Browser, ConsoleMessage, Page, Route, async_playwright, expect  # noqa: E402
+from playwright.async_api import (  # noqa: E402
+    Browser,
+    ConsoleMessage,
+    Page,
+    Playwright,
+    Route,
+    async_playwright,
+    expect,
+)
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -45,7 +54,9 @@ TIMEOUT_MS = 15_000
 PASSWORD = "s3cret-pass"
 
 
-pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+# Slow (a browser): scheduled first (tests/conftest.py). On one worker, so the module's loop and
+# Playwright driver start once per run, not once per worker that takes one of its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-dashboard")]
 
 
 @pytest.fixture
@@ -112,6 +123,42 @@ class SharedChromium:
 
 
 CHROMIUM_PROCESS = SharedChromium()
+DRIVERS: dict[asyncio.AbstractEventLoop, Playwright] = {}
+"""The Playwright driver started for a module's event loop (``playwright_driver``)."""
+
+
+@pytest.fixture(scope="module")
+def io_loop() -> Iterator[tornado.ioloop.IOLoop]:
+    """One event loop for a browser module's tests (pytest-tornasync makes one per test), so
+    they share one Playwright driver: a node process that costs 1.6 s of CPU to start, and the
+    browser tests of one run started 28. Each test's server, stores and page are its own and
+    stopped at its end, as with a loop of its own."""
+    loop = tornado.ioloop.IOLoop()
+    loop.make_current()
+    yield loop
+    loop.clear_current()
+    loop.close(all_fds=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def playwright_driver(io_loop: tornado.ioloop.IOLoop) -> Iterator[None]:
+    """The module's Playwright driver, started on its loop and found there by ``browser_page``."""
+    driver = io_loop.run_sync(async_playwright().start)
+    DRIVERS[io_loop.asyncio_loop] = driver  # type: ignore[attr-defined]
+    yield
+    del DRIVERS[io_loop.asyncio_loop]  # type: ignore[attr-defined]
+    io_loop.run_sync(driver.stop)
+
+
+@asynccontextmanager
+async def _driver() -> AsyncIterator[Playwright]:
+    """This loop's shared driver, else one for the caller alone."""
+    shared = DRIVERS.get(asyncio.get_running_loop())
+    if shared is not None:
+        yield shared
+        return
+    async with async_playwright() as pw:
+        yield pw
 
 
 @asynccontextmanager
@@ -127,7 +174,7 @@ async def browser_page(base: str, viewport: tuple[int, int] = (1280, 860), fake_
     streamed to one it connected to: slow for a few MB, stalling above that).
     """
     problems: list[str] = []
-    async with async_playwright() as pw:
+    async with _driver() as pw:
         if own_browser:
             browser: Browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         else:

@@ -36,6 +36,8 @@ from tests.web.test_dashboard_browser import (
 
 # The browser tests' fixtures: screenshots outside the checkout, a local DNS, a rate-limit scale.
 artifacts = dashboard.artifacts
+io_loop = dashboard.io_loop  # one loop and one Playwright driver for the module's tests
+playwright_driver = dashboard.playwright_driver
 app_env = dashboard.app_env
 
 COLORS = [(220, 90, 40), (40, 130, 70), (30, 90, 190), (200, 40, 120), (240, 200, 40), (90, 60, 160),
@@ -48,7 +50,9 @@ COLUMNS = "g => getComputedStyle(g).gridTemplateColumns.split(' ').length"
 OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
-pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+# Slow (a browser): scheduled first (tests/conftest.py). On one worker, so the module's loop and
+# Playwright driver start once per run, not once per worker that takes one of its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-gallery")]
 
 
 def landscape(seed: int) -> bytes:

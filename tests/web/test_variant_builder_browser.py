@@ -40,11 +40,15 @@ from tests.web.test_dashboard_browser import (
 
 # The browser tests' fixtures: screenshots outside the checkout, a local DNS, a rate-limit scale.
 artifacts = dashboard.artifacts
+io_loop = dashboard.io_loop  # one loop and one Playwright driver for the module's tests
+playwright_driver = dashboard.playwright_driver
 app_env = dashboard.app_env
 
 from playwright.async_api import Page, Route  # noqa: E402  (after the chromium check above)
 
-pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
+# Slow (a browser): scheduled first (tests/conftest.py). On one worker, so the module's loop and
+# Playwright driver start once per run, not once per worker that takes one of its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser-variant-builder")]
 
 
 def stripes() -> bytes:
