@@ -102,45 +102,40 @@ def pixels_float(image: pyvips.Image) -> np.ndarray:
 # ---------------------------------------------------------------------------- test images
 
 
-def photo(width: int, height: int, seed: int = 1) -> pyvips.Image:
+def photo(width: int, height: int, seed: int = 1, discs: int = 30_000) -> pyvips.Image:
     """Photograph-like: a "dead leaves" scene (overlapping opaque discs whose radii follow a
     power law, the standard model of natural images: edges at every scale and a 1/f spectrum),
     each disc a textured colour, under smooth lighting, softened by a lens (Gaussian, sigma
     0.8) and with sensor noise. Smooth gradients plus noise alone are far easier to shrink
-    than real photographs: they hide the blur that block-scaled JPEG decoding adds."""
+    than real photographs: they hide the blur that block-scaled JPEG decoding adds.
+
+    The discs are drawn back to front as labels (Pillow, in C), each hiding the ones behind
+    it; colour and texture then come from each pixel's label at once (numpy, single precision):
+    0.9 s at 2000 x 1500 where painting each disc's pixels front to back took 3.3 s."""
     rng = np.random.default_rng(seed)
-    img = np.zeros((height, width, 3))
-    covered = np.zeros((height, width), dtype=bool)
     r_min, r_max = 2.0, max(width, height) / 6
-    # Front to back: a disc paints only pixels that no nearer disc covers yet.
-    uncovered = height * width
-    for _ in range(30_000):
-        u = rng.uniform()
-        r = (r_min ** -2 - u * (r_min ** -2 - r_max ** -2)) ** -0.5  # density ~ r^-3
-        cx, cy = rng.uniform(-r, width + r), rng.uniform(-r, height + r)
-        x0, x1 = max(0, int(cx - r)), min(width, int(cx + r) + 1)
-        y0, y1 = max(0, int(cy - r)), min(height, int(cy + r) + 1)
-        if x0 >= x1 or y0 >= y1:
-            continue
-        yy, xx = np.arange(y0, y1)[:, None], np.arange(x0, x1)[None, :]  # broadcast, not a grid
-        mask = ((xx - cx) ** 2 + (yy - cy) ** 2 < r * r) & ~covered[y0:y1, x0:x1]
-        painted = int(np.count_nonzero(mask))
-        if not painted:
-            continue
-        colour = rng.uniform(10, 245, 3)
-        ys, xs = np.nonzero(mask)
-        shade = 1 + 0.15 * np.sin((xs + x0) * rng.uniform(0.05, 0.5) + (ys + y0) * rng.uniform(0.05, 0.5))
-        img[y0:y1, x0:x1][mask] = colour * shade[:, None]
-        covered[y0:y1, x0:x1] |= mask
-        uncovered -= painted  # counted, not covered.all() over the whole image each time
-        if not uncovered:
-            break
-    y, x = np.mgrid[0:height, 0:width] / max(width, height)
-    sky = np.stack([110 + 60 * np.sin(2 * np.pi * (f * x + 0.5 * y)) for f in (0.3, 0.5, 0.8)], axis=2)
-    img[~covered] = sky[~covered]  # what no disc covers: a smooth background, like a sky
-    img *= (0.75 + 0.25 * np.sin(2 * np.pi * (0.7 * x + 0.4 * y) + rng.uniform(0, 6.3)))[:, :, None]
+    r = (r_min ** -2 - rng.uniform(size=discs) * (r_min ** -2 - r_max ** -2)) ** -0.5  # density ~ r^-3
+    cx, cy = rng.uniform(-r, width + r), rng.uniform(-r, height + r)
+    # Per label: 0 is no disc (the background), disc i is label i + 1.
+    colour = np.vstack([np.zeros((1, 3)), rng.uniform(10, 245, (discs, 3))]).astype(np.float32)
+    fx = np.concatenate([[0.0], rng.uniform(0.05, 0.5, discs)]).astype(np.float32)
+    fy = np.concatenate([[0.0], rng.uniform(0.05, 0.5, discs)]).astype(np.float32)
+    labels = Image.new("I", (width, height), 0)
+    draw = ImageDraw.Draw(labels)
+    for i in range(discs - 1, -1, -1):
+        draw.ellipse((cx[i] - r[i], cy[i] - r[i], cx[i] + r[i], cy[i] + r[i]), fill=i + 1)
+    label = np.asarray(labels)
+    x = np.arange(width, dtype=np.float32)[None, :]  # broadcast, not a grid
+    y = np.arange(height, dtype=np.float32)[:, None]
+    img = colour[label] * (1 + 0.15 * np.sin(x * fx[label] + y * fy[label]))[:, :, None]
+    nx, ny = x / max(width, height), y / max(width, height)
+    uncovered = label == 0  # what no disc covers: a smooth background, like a sky
+    for band, f in enumerate((0.3, 0.5, 0.8)):
+        sky = np.broadcast_to(110 + 60 * np.sin(2 * np.pi * (f * nx + 0.5 * ny)), uncovered.shape)
+        img[:, :, band][uncovered] = sky[uncovered]
+    img *= (0.75 + 0.25 * np.sin(2 * np.pi * (0.7 * nx + 0.4 * ny) + rng.uniform(0, 6.3)))[:, :, None]
     soft = _image(img).gaussblur(0.8)
-    noisy = pixels(soft).astype(np.float64) + rng.normal(0, 2.0, (height, width, 3))
+    noisy = pixels(soft) + rng.normal(0, 2.0, (height, width, 3)).astype(np.float32)
     return _image(noisy)
 
 
