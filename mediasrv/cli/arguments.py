@@ -14,7 +14,6 @@ from mediasrv.base.settings import Settings
 from mediasrv.base.settings.help import help_text as settings_help_text
 from mediasrv.cli import upload
 from mediasrv.cli.sidecar import arguments as sidecar_arguments
-from mediasrv.version import version
 
 ADMIN_COMMANDS = frozenset({"users", "invites", "usage", "domains", "backup", "restore", "config"})
 """Run by ``mediasrv.cli.admin`` against the stores ``serve`` would open."""
@@ -23,9 +22,24 @@ DRAIN_MAX_S = 10.0
 """The operator contract's bound on the drain after SIGTERM; ``serve --drain-timeout`` may lower it."""
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, read from the package metadata only when asked
+    (argparse's own action takes the text up front, so every command would read it)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        from mediasrv.version import version
+        print(f"mediasrv {version()}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="mediasrv", description="Self-hosted media and file hosting server.")
-    top.add_argument("--version", action="version", version=f"mediasrv {version()}")
+    top.add_argument("--version", action=_Version)
     sub = top.add_subparsers(dest="command", required=True)
     epilog = "environment variables:\n" + settings_help_text(Settings)
     _server_parsers(sub, epilog)

@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import jwt
-
 from mediasrv.base.errors import TokenExpired
 
 ALGORITHM = "HS256"
@@ -40,6 +38,10 @@ class JwtCodec:
     """Issues and checks session tokens with one HMAC secret."""
 
     def __init__(self, secret: str, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+        # PyJWT loads with a codec (a server's start), not with this module: the operator's
+        # commands import it for the opaque tokens and would pay 20-80 ms (cryptography, when
+        # installed, comes with PyJWT) for what they never use.
+        import jwt  # noqa: F401
         self._secret = secret
         self.ttl_s = ttl_s
         self._clock = clock
@@ -54,6 +56,7 @@ class JwtCodec:
         exp = now + self.ttl_s
         claims = {"sub": user_id, "ver": token_version, "iat": now, "exp": exp, "iss": ISSUER,
                   "typ": "access"}
+        import jwt
         return jwt.encode(claims, self._secret, algorithm=ALGORITHM), exp
 
     def decode(self, token: str) -> AccessClaims | None:
@@ -83,6 +86,7 @@ class JwtCodec:
 
     def _verify(self, token: str) -> tuple[str, int, int, int] | None:
         """(sub, ver, iat, exp) of a token whose signature and claims are ours; time unchecked."""
+        import jwt
         try:  # signature, algorithm, issuer and required claims; time is checked by decode, on our clock
             claims = jwt.decode(token, self._secret, algorithms=[ALGORITHM], issuer=ISSUER,
                                 options={"require": ["exp", "iat", "sub", "iss"], "verify_exp": False,
