@@ -163,7 +163,10 @@ async def test_multipart_uploads_left_by_an_unreachable_s3_are_swept_after_the_g
         with direct_client(moto) as client:
             assert [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])] == [
                 PREFIX + "cut"]
-            assert await store.sweep_temp(3600) == 1
+            # The sweep runs healthy again, on the same 1 s deadlines: a call that load made miss
+            # one (a connect to the proxy, with two suites running) is tried again. One attempt
+            # or several, it ends with the upload aborted.
+            assert await while_healthy(lambda: store.sweep_temp(3600)) in (0, 1)
             assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
     finally:
         await store.close()
