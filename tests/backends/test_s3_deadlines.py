@@ -83,9 +83,10 @@ async def guarded(call: Any, bound_s: float) -> Any:
 
 
 async def while_healthy(call: Any, attempts: int = 5) -> Any:
-    """``call()`` (idempotent: opening the store, a put) before the fault is injected. Its calls
-    have this file's 1 s deadline too, and with two suites on the machine a healthy
-    create_bucket took longer (2026-11-29): load, not the fault under test, so it is tried again."""
+    """``call()`` (idempotent: opening the store, a put, a new writer's first part) before the
+    fault is injected, or after it healed. Its calls have this file's deadlines too, and with
+    two suites on the machine a healthy create_bucket and an 8 MiB part took longer (2026-11-29):
+    load, not the fault under test, so it is tried again."""
     for attempt in range(attempts):
         try:
             return await call()
@@ -114,9 +115,14 @@ async def test_every_call_to_a_black_holed_s3_fails_within_the_timeout(
     await while_healthy(store.open)
     try:
         await while_healthy(lambda: store.put("present", b"x" * 1000))
-        multipart = await store.open_writer("multi")
-        await multipart.write(b"m" * PART_SIZE)  # part 1 sent while S3 answers
-        await multipart.write(b"tail")
+
+        async def part_one_sent() -> Any:  # while S3 answers (again with a new writer if it missed)
+            writer = await store.open_writer("multi")
+            await writer.write(b"m" * PART_SIZE)
+            await writer.write(b"tail")
+            return writer
+
+        multipart = await while_healthy(part_one_sent)
         s3_proxy.stall()
         try:
             took = {"put": await timed(lambda: store.put("small", b"y" * 1000)),
