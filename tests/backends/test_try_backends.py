@@ -13,12 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.backends import servers
 from tests.cli.test_server import PASSWORD
-from tests.launcher import MEDIASRV, Server, base_env, free_port, interruptible
+from tests.launcher import HTTP, MEDIASRV, Server, base_env, free_port, interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "try-backends"
@@ -57,12 +56,12 @@ def test_try_backends_starts_mongodb_and_s3_that_mediasrv_runs_on(tmp_path: Path
         server = Server(data, tmp_path / "server.log", free_port(), **env).start()
         log = server.log()
         assert f"MongoMetaStore (mongodb://127.0.0.1:{mongo_port}/" in log and "S3BlobStore (bucket mediasrv)" in log
-        token = httpx.post(f"{server.url}/auth/login", json={"email": "try@example.com", "password": PASSWORD},
+        token = HTTP.post(f"{server.url}/auth/login", json={"email": "try@example.com", "password": PASSWORD},
                            timeout=10).json()["session"]["access_token"]
-        stored = httpx.post(f"{server.url}/files", content=b"on mongo and s3", timeout=10, headers={
+        stored = HTTP.post(f"{server.url}/files", content=b"on mongo and s3", timeout=10, headers={
             "Authorization": f"Bearer {token}", "Content-Type": "text/plain"})
         assert stored.status_code == 201, stored.text
-        got = httpx.get(f"{server.url}/d/{stored.json()['file']['file_id']}", timeout=10)
+        got = HTTP.get(f"{server.url}/d/{stored.json()['file']['file_id']}", timeout=10)
         assert got.status_code == 200 and got.content == b"on mongo and s3"
         assert server.terminate()[0] == 0
         server = None
@@ -112,9 +111,9 @@ def test_the_readme_client_snippets_run_as_written(tmp_path: Path) -> None:
                               input=PASSWORD, capture_output=True, text=True, timeout=60,
                               env=base_env(tmp_path / "data"))
         assert made.returncode == 0, made.stderr
-        token = httpx.post(f"{server.url}/auth/login", json={"email": "readme@example.com", "password": PASSWORD},
+        token = HTTP.post(f"{server.url}/auth/login", json={"email": "readme@example.com", "password": PASSWORD},
                            timeout=10).json()["session"]["access_token"]
-        key = httpx.post(f"{server.url}/auth/api-keys", json={"name": "readme"}, timeout=10,
+        key = HTTP.post(f"{server.url}/auth/api-keys", json={"name": "readme"}, timeout=10,
                          headers={"Authorization": f"Bearer {token}"}).json()["key"]
         work = tmp_path / "work"
         work.mkdir()

@@ -20,7 +20,7 @@ import pytest
 from tests.backends import servers
 from tests.backends.fixtures import MongoServer, moto_endpoint, new_bucket, new_database
 from tests.conftest import Sink
-from tests.launcher import MEDIASRV, Server, base_env, free_port
+from tests.launcher import HTTP, MEDIASRV, Server, base_env, free_port
 
 LINK_RE = re.compile(r"https?://[^\s\"'<>]+/auth/confirm[^\s\"'<>]*")
 
@@ -117,7 +117,7 @@ def test_two_processes_share_tokens_deletes_and_quotas(pair: tuple[Server, Serve
 def _within(seconds: float, url: str, status: int, what: str, headers: dict[str, str] | None = None) -> None:
     """Poll GET ``url`` until it answers ``status``; AssertionError (``what``) past ``seconds``."""
     start = time.monotonic()
-    while httpx.get(url, headers=headers, timeout=10).status_code != status:
+    while HTTP.get(url, headers=headers, timeout=10).status_code != status:
         assert time.monotonic() - start < seconds, what
         time.sleep(0.05)
 
@@ -139,8 +139,8 @@ def test_an_operators_unpublish_and_new_password_reach_every_process(pair: tuple
         link = ca.post(f"/files/{private}/signed-url", json={"expires_in": 600}).json()["url"].replace(a.url, "")
     for server in (a, b):
         for _ in range(3):  # cached, then answered hot
-            assert httpx.get(f"{server.url}/m/{public}", timeout=10).content == b"public"
-        assert httpx.get(f"{server.url}{link}", timeout=10).content == b"private"
+            assert HTTP.get(f"{server.url}/m/{public}", timeout=10).content == b"public"
+        assert HTTP.get(f"{server.url}{link}", timeout=10).content == b"private"
 
     def operator(*args: str, stdin: str | None = None) -> str:
         done = subprocess.run([MEDIASRV, "users", *args], env=a.env, input=stdin, capture_output=True, text=True,

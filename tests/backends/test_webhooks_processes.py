@@ -24,7 +24,7 @@ from tests.backends import servers
 from tests.backends.fixtures import MongoServer, moto_endpoint, new_bucket, new_database
 from tests.backends.test_two_processes import register
 from tests.conftest import Sink
-from tests.launcher import Server, free_port
+from tests.launcher import HTTP, Server, free_port
 from tests.webhook_receiver import Receiver
 
 BACKENDS = ["sqlite", "mongo"]
@@ -69,7 +69,7 @@ def receiver() -> Iterator[Receiver]:
 
 
 def add_webhook(server: Server, token: str, url: str) -> str:
-    r = httpx.post(f"{server.url}/webhooks", json={"url": url}, headers={"Authorization": f"Bearer {token}"},
+    r = HTTP.post(f"{server.url}/webhooks", json={"url": url}, headers={"Authorization": f"Bearer {token}"},
                    timeout=10)
     assert r.status_code == 201, r.text
     return str(r.json()["secret"])
@@ -137,11 +137,11 @@ def test_two_processes_deliver_each_event_once(tmp_path: Path, shared_env: dict[
 
         answered = asyncio.run(burst())
         receiver.wait_for(40, timeout=30)
-        listed = httpx.get(f"{b.url}/webhooks", headers={"Authorization": f"Bearer {token}"}).json()
+        listed = HTTP.get(f"{b.url}/webhooks", headers={"Authorization": f"Bearer {token}"}).json()
         hook_id = listed["webhooks"][0]["id"]
 
         def all_recorded() -> bool:
-            r = httpx.get(f"{b.url}/webhooks/{hook_id}/deliveries?limit=100",
+            r = HTTP.get(f"{b.url}/webhooks/{hook_id}/deliveries?limit=100",
                           headers={"Authorization": f"Bearer {token}"})
             return [d["status"] for d in r.json()["deliveries"]].count("succeeded") == 40
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.cli.test_server import PASSWORD
-from tests.launcher import MEDIASRV, Server, base_env
+from tests.launcher import HTTP, MEDIASRV, Server, base_env
 
 pytestmark = pytest.mark.slow  # whole processes or a browser: scheduled first (tests/conftest.py)
 
@@ -47,7 +47,7 @@ def start(started: list[Server], data_dir: Path, log: Path, **env: str) -> Serve
 
 
 def login(url: str, email: str, password: str = PASSWORD) -> httpx.Response:
-    return httpx.post(f"{url}/auth/login", json={"email": email, "password": password}, timeout=10)
+    return HTTP.post(f"{url}/auth/login", json={"email": email, "password": password}, timeout=10)
 
 
 def test_version_and_help_show_defaults(data_dir: Path) -> None:
@@ -91,18 +91,18 @@ def test_users_create_confirm_set_plan(tmp_path: Path, data_dir: Path, server: l
     shown = json.loads(out.stdout)
     assert (shown["plan"], shown["storage_limit_bytes"], shown["file_count_limit"]) == ("pro", 10, 5)
     assert "password_hash" not in shown
-    profile = httpx.get(f"{s.url}/profile", headers=auth, timeout=10).json()
+    profile = HTTP.get(f"{s.url}/profile", headers=auth, timeout=10).json()
     assert profile["plan"]["name"] == "pro" and profile["plan"]["storage_limit_bytes"] == 10
-    r = httpx.post(f"{s.url}/files", content=b"x" * 11, headers={**auth, "Content-Type": "text/plain"}, timeout=10)
+    r = HTTP.post(f"{s.url}/files", content=b"x" * 11, headers={**auth, "Content-Type": "text/plain"}, timeout=10)
     assert r.status_code == 403, r.text
-    assert httpx.post(f"{s.url}/files", content=b"x" * 10, headers={**auth, "Content-Type": "text/plain"},
+    assert HTTP.post(f"{s.url}/files", content=b"x" * 10, headers={**auth, "Content-Type": "text/plain"},
                       timeout=10).status_code == 201
     out = cli(data_dir, "users", "set-plan", "ops@example.com", "--storage-limit", "default",
               "--trial-end", "2000-01-01T00:00:00Z")
     shown = json.loads(out.stdout)
     assert shown["storage_limit_bytes"] is None and shown["plan"] == "pro"  # absent options unchanged
     assert shown["trial_ends_at"] == "2000-01-01T00:00:00.000Z"
-    r = httpx.post(f"{s.url}/files", content=b"y", headers={**auth, "Content-Type": "text/plain"}, timeout=10)
+    r = HTTP.post(f"{s.url}/files", content=b"y", headers={**auth, "Content-Type": "text/plain"}, timeout=10)
     assert r.status_code == 403 and r.json()["code"] == "TRIAL_ENDED"
 
     # Usage lists every account with its counters.
@@ -131,7 +131,7 @@ def test_domains_approve_and_reject(tmp_path: Path, data_dir: Path, server: list
     tokens = {e: login(s.url, e).json()["session"]["access_token"] for e in ("a@example.com", "b@example.com")}
 
     def patch(email: str, body: dict[str, object]) -> dict[str, object]:
-        r = httpx.patch(f"{s.url}/settings", json=body, headers={"Authorization": f"Bearer {tokens[email]}"},
+        r = HTTP.patch(f"{s.url}/settings", json=body, headers={"Authorization": f"Bearer {tokens[email]}"},
                         timeout=20)
         assert r.status_code == 200, r.text
         return r.json()  # type: ignore[no-any-return]
@@ -187,7 +187,7 @@ def test_config_masks_secrets(data_dir: Path) -> None:
 
 
 def _upload(url: str, token: str, data: bytes, ctype: str, public: bool = True) -> str:
-    r = httpx.post(f"{url}/files?isPublic={'true' if public else 'false'}", content=data, timeout=30,
+    r = HTTP.post(f"{url}/files?isPublic={'true' if public else 'false'}", content=data, timeout=30,
                    headers={"Authorization": f"Bearer {token}", "Content-Type": ctype})
     assert r.status_code == 201, r.text
     return str(r.json()["file"]["file_id"])
@@ -236,12 +236,12 @@ def test_backup_delete_restore_serves_identical_files(tmp_path: Path, data_dir: 
     s2 = start(server, data_dir, tmp_path / "server2.log")
     # The secret came back: the session token from before the loss still works.
     auth = {"Authorization": f"Bearer {token}"}
-    listed = httpx.get(f"{s2.url}/files", headers=auth, timeout=10).json()
+    listed = HTTP.get(f"{s2.url}/files", headers=auth, timeout=10).json()
     assert listed["total"] == 3
     for file_id, (data, public) in payloads.items():
-        r = httpx.get(f"{s2.url}/m/{file_id}", headers={} if public else auth, timeout=10)
+        r = HTTP.get(f"{s2.url}/m/{file_id}", headers={} if public else auth, timeout=10)
         assert r.status_code == 200 and r.content == data, (file_id, r.status_code)
-    usage = httpx.get(f"{s2.url}/usage", headers=auth, timeout=10).json()
+    usage = HTTP.get(f"{s2.url}/usage", headers=auth, timeout=10).json()
     assert usage["files_count"] == 3 and usage["storage_bytes"] == sum(len(d) for d, _ in payloads.values())
     assert s2.terminate()[0] == 0
 
@@ -330,7 +330,7 @@ def test_restore_of_a_damaged_database_writes_nothing(tmp_path: Path, data_dir: 
     out = cli(fresh, "restore", str(good))  # no --force needed: nothing was left behind
     assert out.returncode == 0 and "restored 1 files" in out.stdout, out.stderr
     s2 = start(server, fresh, tmp_path / "server2.log")
-    listed = httpx.get(f"{s2.url}/files", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+    listed = HTTP.get(f"{s2.url}/files", headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
     assert listed["total"] == 1
     assert s2.terminate()[0] == 0
 
@@ -402,22 +402,22 @@ def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_
     s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
     token = login(s.url, "abuser@example.com").json()["session"]["access_token"]
     auth = {"Authorization": f"Bearer {token}"}
-    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    key = HTTP.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
     for n in range(3):
-        r = httpx.post(f"{s.url}/files", content=b"spam %d" % n, timeout=10,
+        r = HTTP.post(f"{s.url}/files", content=b"spam %d" % n, timeout=10,
                        headers={"X-Api-Key": key, "Content-Type": "text/plain"})
         assert r.status_code == 201, r.text
     blobs = [p for p in (data_dir / "blobs").rglob("*") if p.is_file()]
     assert len(blobs) == 3
 
     assert cli(data_dir, "users", "disable", "abuser@example.com").returncode == 0
-    r = httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10)
+    r = HTTP.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10)
     assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
-    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401  # its session ended
+    assert HTTP.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401  # its session ended
     r = login(s.url, "abuser@example.com")
     assert r.status_code == 403 and r.json()["code"] == "ACCOUNT_DISABLED"
     assert cli(data_dir, "users", "enable", "abuser@example.com").returncode == 0
-    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 200
+    assert HTTP.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 200
 
     out = cli(data_dir, "users", "set-password", "abuser@example.com", "--password-stdin", stdin="n3w-passw0rd\n")
     assert out.returncode == 0, out.stderr
@@ -429,7 +429,7 @@ def test_users_list_disable_enable_set_password_and_delete(tmp_path: Path, data_
     out = cli(data_dir, "users", "delete", "abuser@example.com", "--yes")
     assert out.returncode == 0 and "and 3 files" in out.stdout, out.stderr
     assert [p for p in (data_dir / "blobs").rglob("*") if p.is_file()] == []
-    assert httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 401
+    assert HTTP.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code == 401
     assert login(s.url, "friend@example.com").status_code == 200
     out = cli(data_dir, "users", "list", "--json")
     assert [json.loads(line)["email"] for line in out.stdout.splitlines()] == ["friend@example.com"]
@@ -462,19 +462,19 @@ def test_set_password_and_disable_end_keys_links_and_take_public_files_offline(
                stdin=PASSWORD).returncode == 0
     s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_CREDENTIAL_CACHE_TTL="0")
     auth = {"Authorization": f"Bearer {login(s.url, 'owner@example.com').json()['session']['access_token']}"}
-    key = httpx.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
-    uploaded = [httpx.post(f"{s.url}/files{query}", content=data, timeout=10,
+    key = HTTP.post(f"{s.url}/auth/api-keys", json={"name": "k"}, headers=auth, timeout=10).json()["key"]
+    uploaded = [HTTP.post(f"{s.url}/files{query}", content=data, timeout=10,
                            headers={"X-Api-Key": key, "Content-Type": "text/plain"}).json()["file"]["file_id"]
                 for query, data in (("?isPublic=false", b"private"), ("", b"public"))]
     private, public = uploaded
-    link = httpx.post(f"{s.url}/files/{private}/signed-url", json={"expires_in": 600}, headers=auth,
+    link = HTTP.post(f"{s.url}/files/{private}/signed-url", json={"expires_in": 600}, headers=auth,
                       timeout=10).json()["url"]
 
     def key_status() -> int:
-        return httpx.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code
+        return HTTP.get(f"{s.url}/files", headers={"X-Api-Key": key}, timeout=10).status_code
 
     def anonymous(path: str) -> Callable[[], httpx.Response]:
-        return lambda: httpx.get(f"{s.url}{path}", timeout=10)
+        return lambda: HTTP.get(f"{s.url}{path}", timeout=10)
 
     assert [anonymous(f"/m/{public}")().content for _ in range(3)] == [b"public"] * 3  # cached, then hot
     assert anonymous(link.replace(s.url, ""))().content == b"private"
@@ -491,7 +491,7 @@ def test_set_password_and_disable_end_keys_links_and_take_public_files_offline(
     assert out.returncode == 0 and "1 withheld file(s) public again" in out.stdout, out
     _until(200, anonymous(f"/m/{public}"), RECORD_CACHE_S + 0.5)
     assert key_status() == 200 and anonymous(link.replace(s.url, ""))().status_code == 200  # paused, not ended
-    shown = {f["file_id"]: f["is_public"] for f in httpx.get(f"{s.url}/files", headers={"X-Api-Key": key},
+    shown = {f["file_id"]: f["is_public"] for f in HTTP.get(f"{s.url}/files", headers={"X-Api-Key": key},
                                                               timeout=10).json()["files"]}
     assert shown == {private: False, public: True}  # the private upload stayed private
 
@@ -499,7 +499,7 @@ def test_set_password_and_disable_end_keys_links_and_take_public_files_offline(
     assert out.returncode == 0 and "API key (1 revoked)" in out.stdout, out
     assert key_status() == 401
     assert anonymous(link.replace(s.url, ""))().status_code == 404
-    assert httpx.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401
+    assert HTTP.get(f"{s.url}/files", headers=auth, timeout=10).status_code == 401
     assert s.terminate()[0] == 0
 
 
@@ -510,7 +510,7 @@ def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: 
         body: dict[str, str] = {"email": email, "password": PASSWORD}
         if invite is not None:
             body["invite"] = invite
-        return httpx.post(f"{url}/auth/register", json=body, timeout=10)
+        return HTTP.post(f"{url}/auth/register", json=body, timeout=10)
 
     s = start(server, data_dir, tmp_path / "closed.log", MEDIASRV_REGISTRATION="closed")
     r = register(s.url, "a@example.com")
@@ -530,7 +530,7 @@ def test_registration_modes_and_invites(tmp_path: Path, data_dir: Path, server: 
     assert r.status_code == 201 and set(r.json()["user"]) == {"id", "email"}
     r = register(s.url, "c@example.com", codes[0])
     assert r.status_code == 403 and r.json()["code"] == "INVALID_INVITE"  # single use
-    bad = httpx.post(f"{s.url}/auth/register", json={"email": "c@example.com", "password": "123",
+    bad = HTTP.post(f"{s.url}/auth/register", json={"email": "c@example.com", "password": "123",
                                                      "invite": codes[1]}, timeout=10)
     assert bad.status_code == 400  # refused before the code is spent ...
     assert register(s.url, "c@example.com", codes[1]).status_code == 201  # ... so it still works
@@ -557,7 +557,7 @@ def test_domains_list_shows_every_claim_with_its_status(tmp_path: Path, data_dir
                stdin=PASSWORD).returncode == 0
     s = start(server, data_dir, tmp_path / "server.log", MEDIASRV_DNS_NAMESERVERS="127.0.0.1:9")
     token = login(s.url, "d@example.com").json()["session"]["access_token"]
-    r = httpx.patch(f"{s.url}/settings", json={"custom_domain": "media.example.test"},
+    r = HTTP.patch(f"{s.url}/settings", json={"custom_domain": "media.example.test"},
                     headers={"Authorization": f"Bearer {token}"}, timeout=20)
     assert r.status_code == 200, r.text
     out = cli(data_dir, "domains", "list")

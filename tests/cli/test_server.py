@@ -31,7 +31,7 @@ import pytest
 
 from mediasrv.base.settings import Settings
 from mediasrv.core.files.uploads import WRITE_BYTES
-from tests.launcher import MEDIASRV, STOP_TIMEOUT_S, Server, base_env, free_port
+from tests.launcher import HTTP, MEDIASRV, STOP_TIMEOUT_S, Server, base_env, free_port
 
 DRAIN_S = 1.0
 """The drain the SIGTERM tests give the server (``serve --drain-timeout``): not the 10 s default."""
@@ -296,9 +296,9 @@ class ServeLifecycleTest(ServerTestCase):
             deadline = time.monotonic() + 10
             while True:  # stopped accepting (once the loop has handled the signal)
                 try:
-                    httpx.get(server.url + "/ping", timeout=2.0)
-                except httpx.ConnectError:
-                    break
+                    HTTP.get(server.url + "/ping", timeout=2.0)
+                except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                    break  # refused, or reset: connected while the listener was being closed
                 self.assertLess(time.monotonic(), deadline, "still accepting connections after SIGTERM")
                 time.sleep(0.05)
             self.assertIsNone(server.proc.poll(), "exited with an upload in flight")

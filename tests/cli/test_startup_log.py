@@ -10,13 +10,12 @@ import re
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
 from mediasrv.base.settings import Settings
 from mediasrv.cli.startup_log import mail_mode, public_url_warning
 from mediasrv.version import version
-from tests.launcher import MEDIASRV, Server, base_env, free_port
+from tests.launcher import HTTP, MEDIASRV, Server, base_env, free_port
 
 
 @pytest.mark.parametrize(("host", "public_url", "warns"), [
@@ -96,7 +95,7 @@ def test_every_line_has_utc_time_and_pid_and_start_up_lines_version_and_port(tmp
     server = Server(tmp_path / "data", tmp_path / "server.log", MEDIASRV_RESIZE_SLOTZ="3")
     try:
         server.start()
-        httpx.get(server.url + "/files?limit=1", timeout=5)
+        HTTP.get(server.url + "/files?limit=1", timeout=5)
         assert server.terminate()[0] == 0
     finally:
         server.kill()

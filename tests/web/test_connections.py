@@ -21,7 +21,7 @@ from mediasrv.base.settings import Settings
 from mediasrv.cli.server import make_server
 from mediasrv.web.connections import default_max_connections
 from tests.cli.test_server import IN_FLIGHT_BYTES, ServerTestCase, _read_response
-from tests.launcher import Server
+from tests.launcher import HTTP, Server
 
 ATTACKER = "127.0.0.2"  # another loopback address: the per-address cap must not hit the tests' own client
 
@@ -168,7 +168,7 @@ class ConnectionCapsTest(ServerTestCase):
         status = 0
         while status != 200 and time.monotonic() < deadline:
             with contextlib.suppress(httpx.TransportError):
-                status = httpx.get(server.url + "/ping", timeout=1.0).status_code
+                status = HTTP.get(server.url + "/ping", timeout=1.0).status_code
         self.assertEqual(status, 200, server.log())
         self.assertEqual(server.terminate()[0], 0)
         log = server.log()

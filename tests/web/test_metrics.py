@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pyvips
 import tornado.web
@@ -18,7 +17,7 @@ from mediasrv.assembly.app import Runtime
 from mediasrv.version import version
 from mediasrv.web.metrics import Metrics, route_label
 from tests.conftest import Api, body
-from tests.launcher import Server, free_port
+from tests.launcher import HTTP, Server, free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -124,16 +123,16 @@ def test_metrics_listener_is_loopback_and_separate(tmp_path: Path) -> None:
     server = Server(tmp_path / "data", tmp_path / "server.log", MEDIASRV_METRICS_PORT=str(port))
     try:
         server.start()
-        assert httpx.get(f"{server.url}/ping", timeout=5).status_code == 200
-        assert httpx.get(f"{server.url}/metrics", timeout=5).status_code == 404  # not on the public port
-        r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert HTTP.get(f"{server.url}/ping", timeout=5).status_code == 200
+        assert HTTP.get(f"{server.url}/metrics", timeout=5).status_code == 404  # not on the public port
+        r = HTTP.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
         assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
         found = samples(r.text)
         assert value(found, "mediasrv_http_requests_total", route="/ping", method="GET", status="200") >= 1
         assert value(found, "mediasrv_http_requests_total", route="unmatched", method="GET", status="404") == 1
         libvips = ".".join(str(pyvips.version(i)) for i in range(3))
         assert value(found, "mediasrv_libvips_info", version=libvips, library="pyvips-binary") == 1
-        assert httpx.get(f"{server.url}/health", timeout=5).json()["libvips"] == libvips
+        assert HTTP.get(f"{server.url}/health", timeout=5).json()["libvips"] == libvips
         assert server.terminate()[0] == 0
         assert f"metrics at http://127.0.0.1:{port}/metrics" in server.log()
         assert f"image work on libvips {libvips} (pyvips-binary, " in server.log()
@@ -145,7 +144,7 @@ def test_metrics_off_by_default(tmp_path: Path) -> None:
     server = Server(tmp_path / "data", tmp_path / "server.log")
     try:
         server.start()
-        assert httpx.get(f"{server.url}/metrics", timeout=5).status_code == 404
+        assert HTTP.get(f"{server.url}/metrics", timeout=5).status_code == 404
         assert server.terminate()[0] == 0
         assert "/metrics" not in server.log().replace("GET /metrics", "")
     finally:

@@ -22,7 +22,7 @@ from PIL import Image
 
 from mediasrv.version import version
 from tests.cli.test_serve_behind_nginx import NGINX, _children, _token, request, running_sidecar
-from tests.launcher import MEDIASRV, START_TIMEOUT_S, STOP_TIMEOUT_S, base_env, free_port
+from tests.launcher import HTTP, MEDIASRV, START_TIMEOUT_S, STOP_TIMEOUT_S, base_env, free_port
 from tests.web.test_metrics import Samples, samples, value
 
 PASSTHROUGH, RESIZES = 5, 3
@@ -38,7 +38,7 @@ def png() -> bytes:
 
 
 def scrape(port: int, host: str = "127.0.0.1") -> Samples:
-    r = httpx.get(f"http://{host}:{port}/metrics", timeout=10)
+    r = HTTP.get(f"http://{host}:{port}/metrics", timeout=10)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     return samples(r.text)
 
@@ -107,7 +107,7 @@ def workers_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], in
 
 def _pings(port: int) -> bool:
     try:
-        return httpx.get(f"http://127.0.0.1:{port}/ping", timeout=1.0).status_code == 200
+        return HTTP.get(f"http://127.0.0.1:{port}/ping", timeout=1.0).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -118,14 +118,14 @@ def test_two_workers_one_scrape_target(workers_server: tuple[subprocess.Popen[by
     use_media(port, tmp_path / "data" / "outbox")
     found = scrape(metrics_port)
     assert_one_target_for_two(found)
-    assert httpx.get(f"http://127.0.0.1:{metrics_port}/other", timeout=5).status_code == 404
+    assert HTTP.get(f"http://127.0.0.1:{metrics_port}/other", timeout=5).status_code == 404
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(STOP_TIMEOUT_S + 5) == 0, log.read_text(errors="replace")[-3000:]
     text = log.read_text(errors="replace")
     assert f"metrics of 2 workers at http://127.0.0.1:{metrics_port}/metrics" in text
     assert "Address already in use" not in text and "Traceback" not in text
     with pytest.raises(httpx.TransportError):
-        httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2)
+        HTTP.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2)
 
 
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")
@@ -168,7 +168,7 @@ def test_metrics_host_is_a_setting(tmp_path: Path) -> None:
                      python=platform.python_version()) == 1
         assert value(found, "process_resident_memory_bytes") > 0
         with pytest.raises(httpx.TransportError):
-            httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2)
+            HTTP.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=2)
         assert f"metrics at http://127.0.0.2:{metrics_port}/metrics" in (tmp_path / "server.log").read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
