@@ -26,7 +26,9 @@ import httpx
 
 MEDIASRV = shutil.which("mediasrv", path=os.path.dirname(sys.executable)) or "mediasrv"
 """The console script of the interpreter running the tests (pip install -e '.[test]')."""
-START_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 60.0
+"""A guard against a server that never answers, not a speed bound: with a second suite on the
+machine a server on MongoDB and S3 took 12 s to open its stores and 20 s to answer (2026-11-29)."""
 STOP_TIMEOUT_S = 15.0
 POLL_S = 0.05
 HTTP = httpx.Client(timeout=5.0, limits=httpx.Limits(max_keepalive_connections=0), trust_env=False)
