@@ -75,6 +75,8 @@ SITECUSTOMIZE = textwrap.dedent('''
         _timed_sync(os, "fsync", "os.fsync (each)")
         _timed_async(sqlite.SqliteMetaStore, "insert_file_within_quota", "record insert, on the loop")
         _timed_sync(sqlite.SqliteMetaStore, "_commit_batch", "SQLite batch, writer thread")
+        _timed_sync(sqlite, "_run_in_savepoint", "  of it: each write's SQL")
+        _timed_sync(sqlite.SqliteMetaStore, "_begin_write", "  of it: BEGIN")
     def _dump(*_):
         with open(os.environ["PROBE_OUT"], "w") as out:
             for label, (n, wall, cpu) in STATS.items():
@@ -123,14 +125,17 @@ def main() -> None:
             os.kill(server.pid, signal.SIGUSR2)  # drop what the seeding and the last level counted
             time.sleep(0.3)
             idle0, total0 = cpu_times()
+            server_cpu0 = procs.cpu_seconds(server.pid)
             result = wrk.run(server.base, ["/files"], seconds=args.seconds, connections=connections,
                              method="POST", headers=headers, body=SMALL_UPLOAD_BODY)
             idle1, total1 = cpu_times()
+            server_cpu = procs.cpu_seconds(server.pid) - server_cpu0
             os.kill(server.pid, signal.SIGUSR2)
             time.sleep(0.5)
             skipped = f" (without {', '.join(args.without)}: an upper bound)" if args.without else ""
             print(f"\nwrk -c{connections}{skipped}: {result.ok_per_s:.0f} uploads/s, p50 {result.p50_ms:.1f} ms, "
-                  f"machine idle {100 * (idle1 - idle0) / max(1, total1 - total0):.0f}%")
+                  f"machine idle {100 * (idle1 - idle0) / max(1, total1 - total0):.0f}%, "
+                  f"server CPU {1000 * server_cpu / max(1, result.requests - result.errors):.2f} ms per upload")
             for line in out.read_text().splitlines():
                 label, n, wall, cpu = line.split("\t")
                 if label.startswith("_"):

@@ -13,6 +13,7 @@ and start it again on the same port.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import shutil
@@ -56,16 +57,25 @@ def mongoeco_python() -> str | None:
     venv = _cache_dir() / "mongoeco-venv"
     python = venv / "bin" / "python"
     marker = venv / ".installed"
-    if marker.exists() and marker.read_text().strip() == MONGOECO_REQUIREMENT:
+    if _installed(marker):
         return str(python)
     base = _python313()
     if base is None:
         return None
     venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", MONGOECO_REQUIREMENT], check=True)
-    marker.write_text(MONGOECO_REQUIREMENT)
+    # The xdist workers of a first run on a machine all get here at once: one makes the venv
+    # while the others wait for it (each clearing it under the others failed them all).
+    with open(venv.parent / "mongoeco-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _installed(marker):
+            subprocess.run([base, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "-q", MONGOECO_REQUIREMENT], check=True)
+            marker.write_text(MONGOECO_REQUIREMENT)
     return str(python)
+
+
+def _installed(marker: Path) -> bool:
+    return marker.exists() and marker.read_text().strip() == MONGOECO_REQUIREMENT
 
 
 class Proc:
