@@ -187,6 +187,46 @@ def test_demand_is_forgotten_after_the_window() -> None:
         pool.close()
 
 
+def test_background_work_never_shrinks_a_clients_share() -> None:
+    """An upload's placeholder holding a slot is not a second client: one client still gets
+    every other slot (it was held to half of them: 503 with 4 slots free)."""
+    pool, _ = _pool()
+    try:
+        placeholder = pool.try_acquire("placeholder", background=True)
+        mine = [pool.try_acquire("10.0.0.1") for _ in range(9)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("10.0.0.1")  # all 10 in use
+        for t in [placeholder, *mine]:
+            pool.release(t)
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
+def test_background_work_takes_only_slots_nobody_wants_and_at_most_half() -> None:
+    pool, clock = _pool(demand_window_s=10)
+    try:
+        background = [pool.try_acquire("placeholder", background=True) for _ in range(5)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("placeholder", background=True)  # half the slots at most
+        assert pool.refused == 0  # background refusals are no request answered 503
+        held = [pool.try_acquire("a") for _ in range(5)]
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("b")  # full: "b" is refused, and now asking
+        pool.release(background.pop())
+        with pytest.raises(ServerBusy):
+            pool.try_acquire("placeholder", background=True)  # "b" was refused: the slot is b's
+        held.append(pool.try_acquire("b"))
+        clock.now += 11  # b's demand is forgotten
+        pool.release(held.pop())
+        background.append(pool.try_acquire("placeholder", background=True))
+        for t in [*background, *held]:
+            pool.release(t)
+        assert pool.in_use == 0
+    finally:
+        pool.close()
+
+
 # ---------------------------------------------------------------------------- Retry-After
 
 

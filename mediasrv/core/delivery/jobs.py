@@ -161,7 +161,7 @@ class ImageJobs:
         """Calls that waited for an identical job in flight instead of starting one."""
 
     async def render_shared(self, record: FileRecord, spec: TransformSpec,
-                            client: str) -> tuple[tuple[bytes, str], bool]:
+                            client: str, *, background: bool = False) -> tuple[tuple[bytes, str], bool]:
         """``render``, single-flight: identical requests (same file, same normalised spec)
         arriving while one is being transformed wait for that one's result instead of taking
         a slot and running the same work again. Returns (result, whether this call ran it).
@@ -174,16 +174,17 @@ class ImageJobs:
         if shared is not None:
             self.followers_joined += 1
             return await asyncio.shield(shared), False
-        task = asyncio.ensure_future(self.render(record, spec, client))
+        task = asyncio.ensure_future(self.render(record, spec, client, background=background))
         self._in_flight[key] = task
         task.add_done_callback(lambda _t: self._in_flight.pop(key, None))
         task.add_done_callback(_retrieve_exception)
         return await asyncio.shield(task), True
 
     async def render(self, record: FileRecord, spec: TransformSpec,
-                     client: str) -> tuple[bytes, str]:
-        """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx)."""
-        ticket = self.pool.try_acquire(client, self.weight(record, spec))
+                     client: str, *, background: bool = False) -> tuple[bytes, str]:
+        """The transformed image; ServerBusy (503), NotFound, or the imaging errors (4xx).
+        ``background``: work no client waits for, admitted only to slots nobody wants."""
+        ticket = self.pool.try_acquire(client, self.weight(record, spec), background=background)
         try:
             buffered = self._files is None
             estimate = self._stored_estimate(record, spec, buffered=buffered)

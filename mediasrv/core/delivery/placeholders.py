@@ -61,7 +61,8 @@ class Placeholders:
         reduced: bytes | None = None
         for attempt in range(BUSY_TRIES):
             try:
-                (reduced, _), _ = await self._images.render_shared(record, PLACEHOLDER_SPEC, "placeholder")
+                (reduced, _), _ = await self._images.render_shared(record, PLACEHOLDER_SPEC, "placeholder",
+                                                                  background=True)
                 break
             except ServerBusy:
                 if attempt + 1 < BUSY_TRIES:
