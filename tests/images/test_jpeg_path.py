@@ -12,7 +12,7 @@ import pyvips
 from PIL import Image
 
 from mediasrv.base.errors import UnprocessableImage
-from mediasrv.images import jpeg, pipeline
+from mediasrv.images import jpeg, pipeline, vips, webp
 from mediasrv.images.pipeline import STEPS, Job, Limits, transform
 from mediasrv.images.spec import TransformSpec
 from mediasrv.images.vips import init_vips
@@ -164,3 +164,34 @@ def _sampling(picture: Image.Image) -> int:
     from PIL import JpegImagePlugin
 
     return int(JpegImagePlugin.get_sampling(picture))
+
+
+@pytest.mark.parametrize("alpha", [False, True])
+@pytest.mark.parametrize("quality", [30, 80, 95])
+def test_pillow_writes_a_still_webp_byte_for_byte_as_libvips_would(alpha: bool, quality: int) -> None:
+    """Pillow's libwebp (``webp.encode``) in place of libvips' webpsave: the same bytes at the
+    same quality and method, so the swap is a speed decision only (issue 30)."""
+    image = rgb(300, 200).copy_memory()
+    if alpha:
+        image = image.bandjoin(image.extract_band(0).linear(0.5, 60).cast("uchar")).copy(interpretation="srgb")
+    ours = webp.encode(image, quality, 4)
+    libvips = vips.drop_webp_metadata(image.webpsave_buffer(Q=quality, effort=4, smart_subsample=False,
+                                                            **vips.strip_options()))
+    assert ours == libvips
+    assert webp.encodable(image, 1) and not webp.encodable(image, 2)
+    assert not webp.encodable(image.colourspace("b-w"), 1)  # grey: libvips writes it
+
+
+def test_webp_output_is_written_by_pillow_and_an_animation_by_libvips(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[int] = []
+    encode = webp.encode
+    monkeypatch.setattr(webp, "encode", lambda image, q, m: written.append(image.height) or encode(image, q, m))
+    still, content_type = transform(rgb(640, 480).jpegsave_buffer(Q=90), "image/jpeg",
+                                    TransformSpec(200, None, "webp"), MAX_PIXELS)
+    assert content_type == "image/webp" and written == [150]
+    assert Image.open(io.BytesIO(still)).size == (200, 150)
+    frames = rgb(64, 48).join(solid(64, 48, [0, 0, 255]), "vertical").copy()
+    frames.set_type(pyvips.GValue.gint_type, "page-height", 48)
+    animated, _ = transform(frames.gifsave_buffer(), "image/gif", TransformSpec(32, None, "webp"), MAX_PIXELS)
+    assert written == [150]  # the animation went to libvips
+    assert getattr(Image.open(io.BytesIO(animated)), "n_frames", 1) == 2
