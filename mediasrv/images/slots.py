@@ -38,11 +38,12 @@ class ResizePool:
     busy gets a 503 on its next request while another is waiting, and the freed slot goes to
     the other client's retry.
 
-    Background work (an upload's placeholder, ``background=True``) is not a client: it never
-    shrinks a client's share, takes a slot only while nobody was refused one within the window,
-    and holds at most ``BACKGROUND_SHARE`` of them. A bulk upload's placeholders used to count
-    as one more client asking, halving every viewer's share: a single client's burst of 6 was
-    answered 503 with 4 slots free, and the benchmark's first resize round saw thousands.
+    Background work (an upload's placeholder, ``background=True``) is no ``/m`` request: it
+    holds none of the ``slots`` (the interface's cap counts ``/m`` operations), never shrinks a
+    client's share, runs at most ``BACKGROUND_JOBS`` at once on the same threads, and starts
+    only while no client was refused a slot within the window. A bulk upload's placeholders
+    used to be one more client holding slots: a single client's burst of 6 was answered 503
+    with 4 slots free, and the benchmark's first resize round after seeding saw thousands.
 
     Retry-After: ``retry_after`` is the interface's fixed 5 s, or with ``retry_after=None``
     the measured time until the next slot frees (an EWMA of job durations, minus the age of
@@ -53,7 +54,7 @@ class ResizePool:
     """
 
     MAX_WEIGHT = 4.0
-    BACKGROUND_SHARE = 0.5
+    BACKGROUND_JOBS = 1
     EWMA_ALPHA = 0.3
     RETRY_MIN_S, RETRY_MAX_S = 1, 30
 
@@ -67,7 +68,7 @@ class ResizePool:
         self._window = demand_window_s
         self._clock = clock
         self._running: dict[str, float] = {}  # client -> weight of its jobs running
-        self._background = 0  # background jobs running (not in _running: they are no client)
+        self._background = 0  # background jobs running: neither in in_use nor in _running
         self._tickets: set[SlotTicket] = set()  # admitted, not yet released
         self._asked: OrderedDict[str, float] = OrderedDict()  # client -> last request, oldest first
         self.ewma_s: float | None = None
@@ -99,12 +100,11 @@ class ResizePool:
         return ticket
 
     def _try_background(self, now: float) -> SlotTicket:
-        """A slot for background work, never counted as a refused request (``refused``)."""
+        """A turn for background work (see the class); its refusal is no request answered 503
+        (``refused``) and tells no client to wait."""
         self._forget_asked(now)
-        if (self.in_use >= self.slots or self._asked
-                or self._background + 1 > max(1, int(self.slots * self.BACKGROUND_SHARE))):
+        if self._asked or self._background >= self.BACKGROUND_JOBS:
             raise ServerBusy(self.retry_after_s())
-        self.in_use += 1
         self._background += 1
         ticket = SlotTicket(client="", weight=1.0, started=now, background=True)
         self._tickets.add(ticket)
@@ -117,16 +117,16 @@ class ResizePool:
             return
         if ticket not in self._tickets:
             return
-        self.in_use -= 1
         self._tickets.discard(ticket)
-        if ticket.background:
+        if ticket.background:  # frees no /m slot and says nothing of how long /m jobs take
             self._background -= 1
+            return
+        self.in_use -= 1
+        left = self._running.get(ticket.client, 0.0) - ticket.weight
+        if left > 1e-9:
+            self._running[ticket.client] = left
         else:
-            left = self._running.get(ticket.client, 0.0) - ticket.weight
-            if left > 1e-9:
-                self._running[ticket.client] = left
-            else:
-                self._running.pop(ticket.client, None)
+            self._running.pop(ticket.client, None)
         duration = max(0.0, self._clock() - ticket.started)
         self.ewma_s = duration if self.ewma_s is None else (
             self.EWMA_ALPHA * duration + (1 - self.EWMA_ALPHA) * self.ewma_s)
@@ -135,9 +135,10 @@ class ResizePool:
         """Seconds a refused client should wait before it asks again."""
         if self._retry_after is not None:
             return self._retry_after
-        if self.ewma_s is None or not self._tickets:
+        running = [ticket.started for ticket in self._tickets if not ticket.background]
+        if self.ewma_s is None or not running:
             return 5 if self.ewma_s is None else self.RETRY_MIN_S
-        oldest = min(ticket.started for ticket in self._tickets)
+        oldest = min(running)
         expected = self.ewma_s - (self._clock() - oldest)
         return int(min(max(math.ceil(expected), self.RETRY_MIN_S), self.RETRY_MAX_S))
 

@@ -187,40 +187,44 @@ def test_demand_is_forgotten_after_the_window() -> None:
         pool.close()
 
 
-def test_background_work_never_shrinks_a_clients_share() -> None:
-    """An upload's placeholder holding a slot is not a second client: one client still gets
-    every other slot (it was held to half of them: 503 with 4 slots free)."""
-    pool, _ = _pool()
+def test_background_work_holds_no_slot_and_never_shrinks_a_clients_share() -> None:
+    """An upload's placeholder is no /m operation: beside it one client still gets all 10
+    slots (it was a second client holding one: 503 with 4 slots free)."""
+    pool, clock = _pool(demand_window_s=10)
     try:
         placeholder = pool.try_acquire("placeholder", background=True)
-        mine = [pool.try_acquire("10.0.0.1") for _ in range(9)]
+        assert pool.in_use == 0
+        mine = [pool.try_acquire("10.0.0.1", 4.0) for _ in range(10)]
         with pytest.raises(ServerBusy):
-            pool.try_acquire("10.0.0.1")  # all 10 in use
+            pool.try_acquire("10.0.0.1")  # the interface's 10 /m operations
         for t in [placeholder, *mine]:
             pool.release(t)
+        pool.release(placeholder)  # twice gives back nothing
         assert pool.in_use == 0
+        clock.now += 11  # the refused client's demand is forgotten: background work may start
+        pool.release(pool.try_acquire("placeholder", background=True))
     finally:
         pool.close()
 
 
-def test_background_work_takes_only_slots_nobody_wants_and_at_most_half() -> None:
+def test_background_work_runs_one_job_at_a_time_and_only_while_no_client_waits() -> None:
     pool, clock = _pool(demand_window_s=10)
     try:
-        background = [pool.try_acquire("placeholder", background=True) for _ in range(5)]
+        first = pool.try_acquire("placeholder", background=True)
         with pytest.raises(ServerBusy):
-            pool.try_acquire("placeholder", background=True)  # half the slots at most
-        assert pool.refused == 0  # background refusals are no request answered 503
-        held = [pool.try_acquire("a") for _ in range(5)]
+            pool.try_acquire("placeholder", background=True)  # BACKGROUND_JOBS at a time
+        assert pool.refused == 0  # a background refusal is no request answered 503
+        pool.release(first)
+        held = [pool.try_acquire("a") for _ in range(10)]
         with pytest.raises(ServerBusy):
-            pool.try_acquire("b")  # full: "b" is refused, and now asking
-        pool.release(background.pop())
+            pool.try_acquire("b")  # full: "b" was refused and is now waiting
+        pool.release(held.pop())
         with pytest.raises(ServerBusy):
-            pool.try_acquire("placeholder", background=True)  # "b" was refused: the slot is b's
+            pool.try_acquire("placeholder", background=True)  # not while a client waits
         held.append(pool.try_acquire("b"))
         clock.now += 11  # b's demand is forgotten
-        pool.release(held.pop())
-        background.append(pool.try_acquire("placeholder", background=True))
-        for t in [*background, *held]:
+        second = pool.try_acquire("placeholder", background=True)
+        for t in [second, *held]:
             pool.release(t)
         assert pool.in_use == 0
     finally:
