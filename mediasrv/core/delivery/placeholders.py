@@ -1,7 +1,8 @@
 """Placeholders: each image's ThumbHash (``File.placeholder``), made after its upload.
 
 The upload's 201 does not wait for it: ``schedule`` starts a task once the record is stored. The
-image is reduced by ``/m``'s own pipeline (``ImageJobs``: a resize slot, the memory budget, the
+image is reduced by ``/m``'s own pipeline (``ImageJobs``: a background turn on the resize threads,
+which takes none of ``/m``'s slots and waits while a client is refused one; the memory budget, the
 pixel, metadata and frame limits, the first frame of an animation), to a PNG of at most 100x100,
 and the hash is computed from that on a worker thread (``images.thumbhash``), never on the event
 loop; then one store write sets it. An image ``/m`` refuses (too large, corrupt) keeps a null
