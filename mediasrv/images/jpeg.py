@@ -19,13 +19,10 @@ runs with less reserved for it than it needs.
 from __future__ import annotations
 
 import mmap
-import os
-import tempfile
-from typing import IO
 
 import pyvips
-from PIL import Image
 
+from mediasrv.images import pillow_out
 from mediasrv.images.metadata import JpegFrame, ReadAt
 
 __all__ = ["decodable", "decode", "encode", "icc_profile"]
@@ -72,22 +69,6 @@ def icc_profile(read_at: ReadAt, chunks: tuple[tuple[int, int], ...]) -> bytes |
 def encode(image: pyvips.Image, quality: int) -> bytes:
     """An 8-bit sRGB or grey image as a baseline JPEG with optimised Huffman tables, 4:2:0
     chroma below Q90 and 4:4:4 from it (what libvips' ``subsample_mode=auto`` did), no metadata.
-    The same pixels and quality always give the same bytes.
-
-    Written to an in-memory file, not a BytesIO: Pillow encodes to a file descriptor with the
-    GIL released, but to a file-like object without one holding it, so a 1200 px JPEG (about
-    9 ms) stopped the other resize thread's Python steps and the event loop meanwhile (two
-    threads encoding: 9.13 -> 9.35 ms a call to a BytesIO, 9.72 -> 4.95 ms to a file)."""
-    mode = {1: "L", 3: "RGB"}[image.bands]
-    picture = Image.frombuffer(mode, (image.width, image.height), image.write_to_memory(), "raw", mode, 0, 1)
-    with _memory_file() as out:
-        picture.save(out, "JPEG", quality=quality, optimize=True, subsampling=0 if quality >= 90 else 2)
-        out.seek(0)
-        return out.read()
-
-
-def _memory_file() -> IO[bytes]:
-    """A read-write file with a descriptor, in memory (memfd; elsewhere an unnamed temp file)."""
-    if hasattr(os, "memfd_create"):
-        return open(os.memfd_create("mediasrv-encode", os.MFD_CLOEXEC), "w+b")
-    return tempfile.TemporaryFile()
+    The same pixels and quality always give the same bytes (written with the GIL released:
+    ``pillow_out``)."""
+    return pillow_out.write(image, "JPEG", quality=quality, optimize=True, subsampling=0 if quality >= 90 else 2)

@@ -9,26 +9,19 @@ as every other format does.
 """
 from __future__ import annotations
 
-import io
-
 import pyvips
-from PIL import Image
+
+from mediasrv.images import pillow_out
 
 __all__ = ["encodable", "encode"]
-
-_MODES = {3: "RGB", 4: "RGBA"}
 
 
 def encodable(image: pyvips.Image, frames: int) -> bool:
     """Whether ``encode`` writes this image: one frame of 8-bit sRGB, with or without alpha."""
-    return frames == 1 and image.bands in _MODES and image.format == "uchar" and image.interpretation == "srgb"
+    return frames == 1 and image.bands in (3, 4) and image.format == "uchar" and image.interpretation == "srgb"
 
 
 def encode(image: pyvips.Image, quality: int, method: int) -> bytes:
     """A lossy WebP at ``quality`` and libwebp ``method`` (libvips' effort), no metadata; the
     same pixels and settings always give the same bytes."""
-    mode = _MODES[image.bands]
-    picture = Image.frombuffer(mode, (image.width, image.height), image.write_to_memory(), "raw", mode, 0, 1)
-    out = io.BytesIO()
-    picture.save(out, "WEBP", quality=quality, method=method)
-    return out.getvalue()
+    return pillow_out.write(image, "WEBP", quality=quality, method=method)

@@ -438,9 +438,9 @@ OPENERS = frozenset({"open", "io.open", "os.open", "os.fdopen"})
 """Calls that open a file by name."""
 OPENING_METHODS = frozenset({"read_bytes", "read_text", "new_from_file"})
 """Methods that do (``Path.read_bytes``, ``pyvips.Image.new_from_file``)."""
-ALLOWED_OPENS = {("mediasrv/images/vips.py", "open"), ("mediasrv/images/jpeg.py", "open")}
-"""vips.py reads /proc/self/maps to name the libvips it loaded; jpeg.py wraps the descriptor of
-an anonymous in-memory file it made (memfd) to write a JPEG into: neither names a blob."""
+ALLOWED_OPENS = {("mediasrv/images/vips.py", "open"), ("mediasrv/images/pillow_out.py", "open")}
+"""vips.py reads /proc/self/maps to name the libvips it loaded; pillow_out.py wraps the descriptor
+of an anonymous in-memory file it made (memfd) to write an image into: neither names a blob."""
 
 
 def _file_opens(path: Path) -> set[str]:
