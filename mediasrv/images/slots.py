@@ -74,9 +74,14 @@ class ResizePool:
         self.ewma_s: float | None = None
         """Smoothed duration of a finished job, seconds (None until one finished)."""
         # Admission (``slots``) and execution are separate: ten admitted jobs on two cores run
-        # two at a time (the rest wait in the executor's queue, holding their slot), since ten
-        # libvips threads on two cores only thrash caches and memory.
-        self.threads = min(slots, threads or os.cpu_count() or 1)
+        # three at a time (the rest wait in the executor's queue, holding their slot), since ten
+        # libvips threads on two cores only thrash caches and memory. One thread more than
+        # cores: a job hands the GIL over at each of pyvips' ~100 C calls and waits for it
+        # back, and for libvips' own worker, so with one thread per core the cores sat 14-16%
+        # idle under load (thumbor's: 3%); a third thread on two cores fills that time
+        # (JPEG -> WebP 0.93 -> ~1.05 of thumbor, camera-like 400 px 1.12 -> 1.24-1.29; a
+        # fourth adds nothing; docs/benchmarks.md).
+        self.threads = min(slots, threads or (os.cpu_count() or 1) + 1)
         self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="resize")
 
     def try_acquire(self, client: str = "", weight: float = 1.0, *, background: bool = False) -> SlotTicket:

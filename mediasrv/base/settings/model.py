@@ -267,7 +267,7 @@ class Settings:
                                      "up for a request is reused; changes by another process (a second "
                                      "worker, an operator command) take effect within this", default=2.0)
     resize_threads: int = _env("MEDIASRV_RESIZE_THREADS", "threads running admitted resize jobs "
-                               "(0: one per CPU core)", default=0)
+                               "(0: one more than CPU cores)", default=0)
     sweep_grace_s: int = _env("MEDIASRV_SWEEP_GRACE", "age before an unreferenced blob is swept, "
                               "seconds", default=3600)
     sweep_max_share: float = _env("MEDIASRV_SWEEP_MAX_SHARE", "largest share of the file count one "
