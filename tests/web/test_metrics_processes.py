@@ -11,6 +11,7 @@ import io
 import os
 import platform
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -173,3 +174,29 @@ def test_metrics_host_is_a_setting(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(STOP_TIMEOUT_S + 5) == 0
+
+
+def _served(found: Samples) -> dict[str, float]:
+    """Requests each worker answered so far, by its ``worker`` label."""
+    return per_worker(found, "mediasrv_http_requests_total")
+
+
+def test_a_burst_of_connections_is_spread_over_the_workers(
+        workers_server: tuple[subprocess.Popen[bytes], int, int, Path]) -> None:
+    """Each worker accepts on a socket of its own (SO_REUSEPORT spreads connections over them by
+    their addresses): with one socket shared by both, connections opened at once all went to
+    whichever worker accepted first, and two workers served at one worker's rate."""
+    _proc, port, metrics_port, _log = workers_server
+    before = _served(scrape(metrics_port))
+    conns = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(24)]
+    try:
+        for conn in conns:
+            conn.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        for conn in conns:
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for conn in conns:
+            conn.close()
+    after = _served(scrape(metrics_port))
+    served = {worker: after.get(worker, 0.0) - before.get(worker, 0.0) for worker in ("0", "1")}
+    assert sum(served.values()) == len(conns) and min(served.values()) >= 3, served
