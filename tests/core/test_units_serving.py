@@ -465,6 +465,27 @@ async def test_resize_pool_execute_runs_off_the_event_loop(io_loop: Any) -> None
         pool.close()
 
 
+async def test_resize_pool_runs_one_job_more_than_cores_at_once(io_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default one thread more than cores (a job waiting for the GIL or for libvips' worker
+    leaves its core to the extra one), never more than the slots."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    capped = ResizePool(2)
+    pool = ResizePool(10)
+    three = threading.Barrier(3, timeout=10)  # passes only with three jobs running side by side
+
+    def work() -> str:
+        three.wait()
+        return threading.current_thread().name
+
+    try:
+        assert (capped.threads, pool.threads) == (2, 3)
+        names = await asyncio.gather(*(pool.execute(work) for _ in range(3)))
+        assert len(set(names)) == 3
+    finally:
+        capped.close()
+        pool.close()
+
+
 async def test_resize_pool_execute_propagates_errors(io_loop: Any) -> None:
     pool = ResizePool(1)
 
