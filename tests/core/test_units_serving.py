@@ -11,6 +11,7 @@ import email.utils
 import hashlib
 import hmac
 import itertools
+import os
 import re
 import threading
 import time
@@ -30,7 +31,7 @@ from mediasrv.core.delivery.http_fields import (
     not_modified_since,
     parse_range,
 )
-from mediasrv.images.slots import ResizePool
+from mediasrv.images.slots import RESIZE_NICENESS, ResizePool
 from store.models import FileRecord
 
 # ---------------------------------------------------------------------------- parse_range
@@ -465,9 +466,11 @@ async def test_resize_pool_execute_runs_off_the_event_loop(io_loop: Any) -> None
         pool.close()
 
 
-async def test_resize_pool_runs_one_job_more_than_cores_at_once(io_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_resize_pool_runs_one_job_more_than_cores_at_once_below_the_loop(
+        io_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """By default one thread more than cores (a job waiting for the GIL or for libvips' worker
-    leaves its core to the extra one), never more than the slots."""
+    leaves its core to the extra one), never more than the slots, each at a lower CPU priority
+    than the event loop."""
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     capped = ResizePool(2)
     pool = ResizePool(10)
@@ -481,6 +484,9 @@ async def test_resize_pool_runs_one_job_more_than_cores_at_once(io_loop: Any, mo
         assert (capped.threads, pool.threads) == (2, 3)
         names = await asyncio.gather(*(pool.execute(work) for _ in range(3)))
         assert len(set(names)) == 3
+        # and below the event loop's CPU priority, so cached answers go first when both want a core
+        niceness = await pool.execute(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        assert niceness == os.getpriority(os.PRIO_PROCESS, 0) + RESIZE_NICENESS
     finally:
         capped.close()
         pool.close()
