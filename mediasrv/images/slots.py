@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import math
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -191,7 +192,11 @@ between its C calls; the mix's warm tail stayed inside its bound (p99 3.7 ms, 3 
 
 
 def _lower_priority() -> None:
-    """Run once on each resize thread as it starts: ``RESIZE_NICENESS`` below the process."""
+    """Run once on each resize thread as it starts: ``RESIZE_NICENESS`` below the process.
+    Linux only: there a thread is a task with its own nice value; elsewhere the same call with
+    a thread's id would renice whatever process has that number."""
+    if not sys.platform.startswith("linux"):
+        return
     with contextlib.suppress(OSError):  # a sandbox may refuse; the threads then run as before
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
                        os.getpriority(os.PRIO_PROCESS, 0) + RESIZE_NICENESS)
