@@ -122,12 +122,12 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     """Open the stores, build the app, listen. Raises on any failure to start.
 
     A worker of ``--workers N`` gets its ``sockets`` already bound (SO_REUSEPORT: a socket
-    of its own on the port all workers share) and its MEDIASRV_HOUSEKEEPING from ``process_role``, as the sidecar's
-    processes do: ``full`` (one process alone) reconciles the embedded store's counters at
-    start (``reconciles_before_start``) and sweeps; ``sweep`` only sweeps; ``none`` does
-    neither. On MongoDB, ``full`` and ``sweep`` only make the process compete for the fleet's
-    housekeeping lease (``start_housekeeping``): its holder sweeps and reconciles, safely, while
-    everyone serves.
+    of its own on the port all workers share) and its MEDIASRV_HOUSEKEEPING from
+    ``process_role``, as the sidecar's processes do: ``full`` (one process alone) reconciles
+    the embedded store's counters at start (``reconciles_before_start``) and sweeps; ``sweep``
+    only sweeps; ``none`` does neither. On MongoDB, ``full`` and ``sweep`` only make the
+    process compete for the fleet's housekeeping lease (``start_housekeeping``): its holder
+    sweeps and reconciles, safely, while everyone serves.
     """
     libvips = check_libvips()
     log_starting(settings)

@@ -3,11 +3,11 @@ as with one worker.
 
 The parent binds each worker its own listening socket(s) on the one port, with SO_REUSEPORT,
 runs what must run once (the start-up usage reconcile), then forks the workers, each of which
-keeps only its own: the kernel spreads new connections over the sockets (``bind``). Only worker 0 runs the
-periodic sweep. SIGTERM or SIGINT to the parent is passed on to every worker, each drains
-its requests as a single server does (10 s, operator contract), and the parent exits 0 once
-all have exited 0. If a worker dies on its own, the others are stopped too and the exit
-status is 1 (the supervisor restarts the whole group, never a half of it).
+keeps only its own: the kernel spreads new connections over the sockets (``bind``). Only
+worker 0 runs the periodic sweep. SIGTERM or SIGINT to the parent is passed on to every
+worker, each drains its requests as a single server does (10 s, operator contract), and the
+parent exits 0 once all have exited 0. If a worker dies on its own, the others are stopped
+too and the exit status is 1 (the supervisor restarts the whole group, never a half of it).
 
 Per process, not shared: the record, body and result caches, the credential cache (a
 change made through one worker reaches the others within MEDIASRV_CREDENTIAL_CACHE_TTL),
@@ -102,7 +102,7 @@ def worker_settings(settings: Settings, fanin: FanIn | None, index: int) -> Sett
     return dataclasses.replace(settings, metrics_port=None, metrics_socket=fanin.sources[str(index)])
 
 
-def bind(settings: Settings, workers: int = 1) -> list[list[socket.socket]]:
+def bind(settings: Settings, workers: int) -> list[list[socket.socket]]:
     """Each worker's listening sockets of ``settings.host``:``settings.port``, SO_REUSEPORT set:
     one set per worker, all on the same port (port 0: the one the first set got).
 

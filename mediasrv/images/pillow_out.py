@@ -15,15 +15,15 @@ from typing import IO
 import pyvips
 from PIL import Image
 
-__all__ = ["MODES", "write"]
+__all__ = ["write"]
 
-MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 """Pillow's mode for an 8-bit image of this many bands (grey, sRGB, sRGB with alpha)."""
 
 
 def write(image: pyvips.Image, fmt: str, **options: object) -> bytes:
-    """``image`` (8-bit, bands in MODES) written by Pillow as ``fmt`` with ``options``."""
-    mode = MODES[image.bands]
+    """``image`` (8-bit, bands in _MODES) written by Pillow as ``fmt`` with ``options``."""
+    mode = _MODES[image.bands]
     picture = Image.frombuffer(mode, (image.width, image.height), image.write_to_memory(), "raw", mode, 0, 1)
     with _memory_file() as out:
         picture.save(out, fmt, **options)
