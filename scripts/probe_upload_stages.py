@@ -7,7 +7,8 @@
 It starts ``mediasrv serve`` (the one beside this interpreter) with a ``sitecustomize`` on
 ``PYTHONPATH`` that wraps, in the server process only, the blob put (on the loop, and its
 job on the blob store's thread, wall and CPU time), ``os.fsync``, the record insert (on the
-loop) and SQLite's group-commit batch (on the writer thread, wall and CPU time), and prints
+loop) and SQLite's group-commit batch (on the writer thread, wall and CPU time; of it the uploads
+written together and the wait for their blobs' puts, where the build has them), and prints
 their mean durations per concurrency level with the machine's idle share from /proc/stat.
 
 With a closed loop of ``c`` clients the rate is ``c`` / latency, so when the machine is partly
@@ -67,7 +68,7 @@ SITECUSTOMIZE = textwrap.dedent('''
         if "fsync" in without:
             os.fsync = lambda fd: None
         if "insert" in without:
-            async def _not_written(self, record, storage_limit, count_limit):
+            async def _not_written(self, record, storage_limit, count_limit, after=None):
                 return True
             sqlite.SqliteMetaStore.insert_file_within_quota = _not_written
         _timed_async(fs.FsBlobStore, "put", "blob put, on the loop")
@@ -76,6 +77,9 @@ SITECUSTOMIZE = textwrap.dedent('''
         _timed_async(sqlite.SqliteMetaStore, "insert_file_within_quota", "record insert, on the loop")
         _timed_sync(sqlite.SqliteMetaStore, "_commit_batch", "SQLite batch, writer thread")
         _timed_sync(sqlite, "_run_in_savepoint", "  of it: each write's SQL")
+        if hasattr(sqlite, "_run_uploads_together"):
+            _timed_sync(sqlite, "_run_uploads_together", "  of it: uploads' SQL together")
+            _timed_sync(sqlite, "_wait_for_prerequisites", "  of it: waiting for their blobs")
         _timed_sync(sqlite.SqliteMetaStore, "_begin_write", "  of it: BEGIN")
     def _dump(*_):
         with open(os.environ["PROBE_OUT"], "w") as out:

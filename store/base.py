@@ -43,7 +43,7 @@ What every metadata backend guarantees (the contract suite checks each point):
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -571,9 +571,13 @@ class QuotaWithRecord(Protocol):
     before anything is stored, then costs one write instead of two."""
 
     async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
-                                       count_limit: int | None) -> bool:
+                                       count_limit: int | None, *, after: Awaitable[object] | None = None) -> bool:
         """``reserve_quota`` for ``record.size`` and ``insert_file``, atomically: False, and
-        nothing changed, when a limit refuses the file. Duplicate on file_id."""
+        nothing changed, when a limit refuses the file. Duplicate on file_id.
+
+        ``after`` (the blob's put) may still be running: the write is prepared meanwhile but
+        committed only once ``after`` has succeeded, so a record is never durable before its
+        bytes; if ``after`` fails, nothing is written and its error is raised."""
 
 
 MIGRATION_TABLES: dict[str, str] = {
@@ -625,6 +629,11 @@ class BlobStore(Lifecycle, Protocol):
     delivers_urls: bool
     """True when ``delivery`` gives presigned URLs (S3), False when local paths (files): known
     without a call, so a caller that would not use a URL (a small file) need not ask for one."""
+
+    puts_locally: bool
+    """True when ``put`` writes to a local disk (files: milliseconds), False when it crosses the
+    network (S3): only a local put is worth holding a metadata transaction open for
+    (``QuotaWithRecord``'s ``after``)."""
 
     async def open_writer(self, key: str) -> BlobWriter: ...
 

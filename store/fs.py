@@ -136,6 +136,7 @@ class FsBlobStore:
     """``BlobStore`` on local disk. ``open()`` before use, ``close()`` when done."""
 
     delivers_urls = False
+    puts_locally = True
 
     def __init__(self, root: Path, *, max_workers: int = 8, clock: Callable[[], float] = time.time) -> None:
         self.root = Path(root)

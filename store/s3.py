@@ -149,6 +149,7 @@ class S3BlobStore:
     """``BlobStore`` on one S3 bucket. ``open()`` before use, ``close()`` when done."""
 
     delivers_urls = True
+    puts_locally = False
     writer_buffer_bytes = PART_SIZE
     """``WriteBuffers``: a writer gathers up to a part before it sends it."""
 

@@ -6,13 +6,14 @@ import asyncio
 import struct
 import uuid
 import zlib
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from handlers.file_args import file_name
-from mediasrv.base.errors import BadRequest, Forbidden, PayloadTooLarge
+from mediasrv.base.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge
 from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
 from mediasrv.core.files.content_types import (
@@ -23,6 +24,7 @@ from mediasrv.core.files.content_types import (
     signature_bytes_needed,
 )
 from mediasrv.core.files.uploads import WRITE_BYTES, UploadLimits, UploadSession
+from store.errors import StorageFull
 from store.fs import FsBlobStore
 from store.models import FileQuery, FileRecord, User
 from store.sqlite import SqliteMetaStore
@@ -309,10 +311,85 @@ class SlowInsertMeta:
         await self._meta.insert_file(record)
 
     async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
-                                       count_limit: int | None) -> bool:
+                                       count_limit: int | None, *, after: Awaitable[object] | None = None) -> bool:
+        if after is not None:  # the blob's put runs beside the write: its bytes are stored first
+            await after
         self.started.set()
         await self.release.wait()
-        return await self._meta.insert_file_within_quota(record, storage_limit, count_limit)
+        return await self._meta.insert_file_within_quota(record, storage_limit, count_limit, after=after)
+
+
+class HeldPuts(FsBlobStore):
+    """Blobs whose ``put`` waits for ``release`` (then fails with ``error``, if set)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+        self.error: Exception | None = None
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.started.set()
+        await self.release.wait()
+        if self.error is not None:
+            raise self.error
+        await super().put(key, data)
+
+
+class NotingMeta:
+    """The metadata store, noting for each one-write insert whether its put was still running."""
+
+    def __init__(self, meta: SqliteMetaStore) -> None:
+        self._meta = meta
+        self.put_running: list[bool] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._meta, name)
+
+    async def insert_file_within_quota(self, record: FileRecord, storage_limit: int | None,
+                                       count_limit: int | None, *, after: Awaitable[object] | None = None) -> bool:
+        self.put_running.append(isinstance(after, asyncio.Future) and not after.done())
+        return await self._meta.insert_file_within_quota(record, storage_limit, count_limit, after=after)
+
+
+async def test_a_small_uploads_record_is_written_beside_its_put_and_kept_only_after_it(
+        tmp_path: Path, io_loop: Any) -> None:
+    """A small body on a local blob store: the record's write is queued while the put runs
+    (its batch waits for the put before COMMIT), so until the put is done nothing is visible;
+    a put that fails, or that the client's leaving cuts off, leaves no record, no blob and no
+    quota taken; a put that succeeds gives the file."""
+    e = await open_env(tmp_path)
+    held = HeldPuts(tmp_path)
+    await held.open()
+    e.blobs = held
+    try:
+        for outcome in ("client gone", "put failed", "stored"):
+            held.started.clear()
+            held.release.clear()
+            held.error = StorageFull("no space left on device") if outcome == "put failed" else None
+            noting = NotingMeta(e.meta)
+            up = e.upload(declared=4, meta=noting)
+            await up.start()
+            await up.feed(b"data")
+            finishing = asyncio.ensure_future(up.finish())
+            await asyncio.wait_for(held.started.wait(), 5)
+            await asyncio.sleep(0)  # (the record's write task starts)
+            assert noting.put_running == [True]
+            assert (await e.meta.list_files(e.user.id, FileQuery(), 0, 10))[1] == len(e.blob_files())
+            if outcome == "client gone":
+                await up.abort()
+            held.release.set()
+            if outcome == "stored":
+                record = await finishing
+                assert await e.blobs.read_all(record.blob_key, 100) == b"data"
+                assert await e.counters() == (4, 1) and len(e.blob_files()) == 1
+            else:
+                with pytest.raises(ApiError) as info:
+                    await finishing
+                assert info.value.code == ("CLIENT_GONE" if outcome == "client gone" else "STORAGE_FULL")
+                assert await e.counters() == (0, 0) and e.blob_files() == []
+    finally:
+        await held.close()
+        await close_env(e)
 
 
 async def test_abort_while_finishing_does_not_undo_the_upload(tmp_path: Path, io_loop: Any) -> None:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from store.errors import Duplicate, StoreUnavailable
+from store import sqlite as sqlite_store
+from store.errors import Duplicate, StorageFull, StoreUnavailable
 from store.groupcommit import Call
-from store.models import User
+from store.models import FILE_CREATED, FileQuery, FileRecord, User, Webhook
 from store.sqlite import QueuedWrite, SqliteMetaStore
 
 STAMP = "2026-01-01T00:00:00.000Z"
@@ -272,5 +273,148 @@ async def test_an_upload_in_progress_keeps_its_first_bytes_through_the_migration
         assert await store.advance_upload("f1", "a", 10, 20, "{}", "", "2099", head=FIRST_BYTES[:20])
         assert (await store.delete_upload("f1")).head == FIRST_BYTES[:20]  # type: ignore[union-attr]
         assert await store._read(lambda conn: conn.execute("SELECT count(*) FROM upload_heads").fetchone()[0]) == 0
+    finally:
+        await store.close()
+
+
+def upload(user_id: str, file_id: str, size: int = 100) -> FileRecord:
+    return FileRecord(id=f"id-{file_id}", user_id=user_id, file_id=file_id, name=f"Photo {file_id}.png",
+                      content_type="image/png", size=size, is_public=False, created_at=STAMP,
+                      blob_key=file_id)
+
+
+async def statements_on_the_writer(store: SqliteMetaStore) -> list[str]:
+    """Every statement the writer's connection runs from now on."""
+    seen: list[str] = []
+    await store._write(lambda conn: conn.set_trace_callback(seen.append))
+    return seen
+
+
+async def test_queued_uploads_are_written_together_each_with_the_outcome_it_has_alone(
+        tmp_path: Path, io_loop: Any) -> None:
+    """A run of queued uploads is one multi-row write (a few statements, not seven per file),
+    and falls back to one by one when an account's files together are over its quota, so each
+    file is kept or refused exactly as alone; records, counters, search entries and events are
+    those of the one-by-one writes."""
+    store = await opened(tmp_path)
+    try:
+        for name in ("a", "b", "c"):
+            await store.create_user(user(name))
+        assert await store.create_webhook(Webhook(id="w1", user_id="b", url="https://b.example/hook",
+                                                  description=None, secret="whsec_b", created_at=STAMP,
+                                                  events=(FILE_CREATED,)), 5)
+        assert await store.insert_file_within_quota(upload("c", "c-taken"), None, None)
+        seen = await statements_on_the_writer(store)
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        together = [upload("a", "a1"), upload("a", "a2"), upload("b", "b1"), upload("b", "b2")]
+        alone = [upload("a", "a3"), upload("c", "c-taken"), upload("c", "c1")]
+        first = [asyncio.ensure_future(store.insert_file_within_quota(r, 250, None)) for r in together]
+        between = asyncio.ensure_future(store.create_user(user("d")))
+        second = [asyncio.ensure_future(store.insert_file_within_quota(r, 250, None)) for r in alone]
+        await queued(store, 8)
+        writer.release()
+        results = await asyncio.gather(held, *first, between, *second, return_exceptions=True)
+        assert results[1:5] == [True] * 4 and results[5] is None
+        assert results[6] is False and isinstance(results[7], Duplicate) and results[8] is True
+        assert writer.batches == [1, 8]
+        file_inserts = list(dict.fromkeys(s for s in seen if s.startswith("INSERT INTO files")))  # (and its triggers)
+        assert len(file_inserts) == 3 and file_inserts[0].count("'image/png'") == 4  # 4 files, 1 statement
+        counters = {u: await store.get_user(u) for u in ("a", "b", "c")}
+        assert {u: (r.storage_bytes, r.files_count) for u, r in counters.items() if r} == {
+            "a": (200, 2), "b": (200, 2), "c": (200, 2)}
+        for record in [*together, alone[2]]:
+            found, total = await store.list_files(record.user_id, FileQuery(q=f"photo {record.file_id}"), 0, 10)
+            assert total == 1 and found[0].id == record.id
+        deliveries, total = await store.list_deliveries("b", "w1", 0, 10)
+        assert total == 2 and {d.event_type for d in deliveries} == {FILE_CREATED}
+    finally:
+        await store.close()
+
+
+async def test_a_transaction_lost_in_a_run_of_uploads_fails_its_first_and_the_rest_commit(
+        tmp_path: Path, io_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = await opened(tmp_path)
+    try:
+        await store.create_user(user("a"))
+        real, failures = sqlite_store._insert_files_within_quota, [1]
+
+        def lost_once(conn: sqlite3.Connection, writes: Any) -> bool:
+            if failures and failures.pop():
+                conn.execute("ROLLBACK")  # what SQLite does by itself on some errors
+                raise sqlite3.OperationalError("database or disk is full")
+            return real(conn, writes)
+        monkeypatch.setattr(sqlite_store, "_insert_files_within_quota", lost_once)
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        records = [upload("a", f"f{i}") for i in range(3)]
+        calls = [asyncio.ensure_future(store.insert_file_within_quota(r, None, None)) for r in records]
+        await queued(store, 3)
+        writer.release()
+        results = await asyncio.gather(held, *calls, return_exceptions=True)
+        assert isinstance(results[1], StoreUnavailable) and results[2:] == [True, True]
+        assert {f.file_id for f in (await store.list_files("a", FileQuery(), 0, 10))[0]} == {"f1", "f2"}
+        found = await store.get_user("a")
+        assert found is not None and (found.storage_bytes, found.files_count) == (200, 2)
+    finally:
+        await store.close()
+
+
+async def test_an_upload_is_committed_only_once_what_it_waits_for_has_succeeded(
+        tmp_path: Path, io_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``after`` (the blob's put) still running: the record is written in the open transaction
+    but not committed, so no reader sees it; once ``after`` succeeds the batch commits, the
+    writes queued beside it included."""
+    store = await opened(tmp_path)
+    try:
+        await store.create_user(user("a"))
+        waiting = threading.Event()
+        real = sqlite_store._wait_for_prerequisites
+
+        def noted(batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+            waiting.set()
+            return real(batch)
+        monkeypatch.setattr(sqlite_store, "_wait_for_prerequisites", noted)
+        put: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        inserted = asyncio.ensure_future(store.insert_file_within_quota(upload("a", "f1"), None, None, after=put))
+        beside = asyncio.ensure_future(store.create_user(user("b")))
+        await queued(store, 2)
+        writer.release()
+        assert await asyncio.to_thread(waiting.wait, 10)
+        assert await store.get_file("f1") is None and await store.get_user("b") is None  # not committed
+        assert not inserted.done()
+        put.set_result(None)
+        assert await inserted is True and await beside is None and await held is None
+        assert await store.get_file("f1") is not None and await store.get_user("b") is not None
+    finally:
+        await store.close()
+
+
+async def test_an_upload_whose_put_failed_writes_nothing_and_the_others_commit(tmp_path: Path,
+                                                                             io_loop: Any) -> None:
+    store = await opened(tmp_path)
+    try:
+        await store.create_user(user("a"))
+        loop = asyncio.get_running_loop()
+        failed, stored, cut_off = loop.create_future(), loop.create_future(), loop.create_future()
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        records = [upload("a", "failed"), upload("a", "stored"), upload("a", "cut-off")]
+        calls = [asyncio.ensure_future(store.insert_file_within_quota(r, None, None, after=after))
+                 for r, after in zip(records, (failed, stored, cut_off), strict=True)]
+        await queued(store, 3)
+        failed.set_exception(StorageFull("no space left on device"))
+        stored.set_result(None)
+        cut_off.cancel()  # the client left during the put
+        writer.release()
+        results = await asyncio.gather(held, *calls, return_exceptions=True)
+        assert isinstance(results[1], StorageFull) and results[2] is True
+        assert isinstance(results[3], StoreUnavailable)
+        assert {f.file_id for f in (await store.list_files("a", FileQuery(), 0, 10))[0]} == {"stored"}
+        found = await store.get_user("a")
+        assert found is not None and (found.storage_bytes, found.files_count) == (100, 1)
+        assert (await store.list_files("a", FileQuery(q="photo"), 0, 10))[1] == 1  # no stray search entry
     finally:
         await store.close()

@@ -359,6 +359,26 @@ class UploadSession:
         width, height = self._check_dimensions()
         if self._reserved is None and not (self._writer is None and self._one_write is not None):
             await self._reserve(self.received)
+        record = FileRecord(id=row_id(), user_id=self._user.id, file_id=self.file_id,
+                            name=self._name, content_type=self._type, size=self.received,
+                            is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
+                            width=width, height=height)
+        if self._writer is None and self._reserved is None and self._one_write is not None and (
+                self._blobs.puts_locally):
+            await self._put_beside_record(record)
+        else:
+            await self._store_blob()
+            if self._gone.is_set():
+                raise ClientGone()
+            await self._insert(record)
+        self._done = True
+        self._ended()
+        if self._on_stored is not None:
+            self._on_stored(record)
+        return record
+
+    async def _store_blob(self) -> None:
+        """The whole body in the blob store, committed (then ``abort`` deletes it)."""
         if self._writer is None:
             await self._unless_gone(self._blobs.put(self.file_id, bytes(self._pending)))
             self._pending = bytearray()
@@ -366,18 +386,25 @@ class UploadSession:
             await self._unless_gone(self._write_pending())
             await self._unless_gone(self._writer.commit())
         self._committed = True
-        if self._gone.is_set():
-            raise ClientGone()
-        record = FileRecord(id=row_id(), user_id=self._user.id, file_id=self.file_id,
-                            name=self._name, content_type=self._type, size=self.received,
-                            is_public=self._public, created_at=now_iso(), blob_key=self.file_id,
-                            width=width, height=height)
-        await self._insert(record)
-        self._done = True
-        self._ended()
-        if self._on_stored is not None:
-            self._on_stored(record)
-        return record
+
+    async def _put_beside_record(self, record: FileRecord) -> None:
+        """A small body's put and its record's write side by side: the record waits for the
+        metadata writer's turn, and is written, while the blob is synced to disk, and is
+        committed only once the put has succeeded (``QuotaWithRecord``'s ``after``). A put that
+        fails, or that the client's leaving cuts off, fails the record's write too, so nothing
+        is kept. One small upload took the blob's fsyncs plus the writer's turn; now the longer."""
+        put = asyncio.ensure_future(self._blobs.put(self.file_id, bytes(self._pending)))
+        inserted = asyncio.ensure_future(self._insert(record, after=put))
+        try:
+            await self._unless_gone(put)
+        except BaseException:
+            await asyncio.wait({inserted})  # it fails as the put did, having written nothing
+            if not inserted.cancelled():
+                inserted.exception()
+            raise
+        self._pending = bytearray()
+        self._committed = True
+        await inserted
 
     async def _unless_gone(self, step: Awaitable[T]) -> T:
         """``step``, cancelled if the client goes away meanwhile (then ClientGone)."""
@@ -401,13 +428,14 @@ class UploadSession:
         if on_end is not None:
             on_end()
 
-    async def _insert(self, record: FileRecord) -> None:
-        """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``;
-        refused over quota, the caller's ``abort`` deletes the committed blob). After an
-        unavailable store, ask whether the record was written anyway."""
+    async def _insert(self, record: FileRecord, after: Awaitable[object] | None = None) -> None:
+        """The record, with its quota when none is reserved yet (one write: ``QuotaWithRecord``,
+        committed once ``after`` has succeeded; refused over quota, the caller's ``abort``
+        deletes the committed blob). After an unavailable store, ask whether the record was
+        written anyway."""
         if self._reserved is None and self._one_write is not None:
             if not await self._one_write.insert_file_within_quota(record, self._limits.storage_limit,
-                                                                  self._limits.count_limit):
+                                                                  self._limits.count_limit, after=after):
                 raise Forbidden(QUOTA_MESSAGE, code="QUOTA_EXCEEDED")
             return
         try:
