@@ -6,12 +6,15 @@ import dataclasses
 import datetime as dt
 import math
 import stat
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from handlers.routes import LIMITS
+from mediasrv.base.ids import row_id
 from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.base.settings import load as load_settings
 from mediasrv.base.settings.help import help_text as settings_help_text
@@ -634,3 +637,15 @@ def test_a_readable_secret_file_is_tightened(tmp_path: Path) -> None:
     path.chmod(0o644)
     assert load_secret(Settings.from_env({"MEDIASRV_DATA_DIR": str(tmp_path)})) == "k" * 50
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_row_ids_are_unique_version_7_uuids_that_start_with_their_millisecond() -> None:
+    """Time-ordered row ids (``row_id``): a new row's key lands on the index's last page."""
+    before = time.time_ns() // 1_000_000
+    ids = [row_id() for _ in range(2000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == len(ids)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert {(u.version, u.variant) for u in parsed} == {(7, uuid.RFC_4122)}
+    stamps = [u.int >> 80 for u in parsed]
+    assert before <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= after
