@@ -319,6 +319,14 @@ class SlowInsertMeta:
         return await self._meta.insert_file_within_quota(record, storage_limit, count_limit, after=after)
 
 
+async def finishing_in_background(e: Env, meta: Any) -> tuple[UploadSession, asyncio.Future[FileRecord]]:
+    """A 4-byte upload through ``meta``, its body fed whole and its ``finish`` running."""
+    up = e.upload(declared=4, meta=meta)
+    await up.start()
+    await up.feed(b"data")
+    return up, asyncio.ensure_future(up.finish())
+
+
 class HeldPuts(FsBlobStore):
     """Blobs whose ``put`` waits for ``release`` (then fails with ``error``, if set)."""
 
@@ -367,10 +375,7 @@ async def test_a_small_uploads_record_is_written_beside_its_put_and_kept_only_af
             held.release.clear()
             held.error = StorageFull("no space left on device") if outcome == "put failed" else None
             noting = NotingMeta(e.meta)
-            up = e.upload(declared=4, meta=noting)
-            await up.start()
-            await up.feed(b"data")
-            finishing = asyncio.ensure_future(up.finish())
+            up, finishing = await finishing_in_background(e, noting)
             await asyncio.wait_for(held.started.wait(), 5)
             await asyncio.sleep(0)  # (the record's write task starts)
             assert noting.put_running == [True]
@@ -397,10 +402,7 @@ async def test_abort_while_finishing_does_not_undo_the_upload(tmp_path: Path, io
     e = await open_env(tmp_path)
     try:
         slow = SlowInsertMeta(e.meta)
-        up = e.upload(declared=4, meta=slow)
-        await up.start()
-        await up.feed(b"data")
-        finishing = asyncio.ensure_future(up.finish())
+        up, finishing = await finishing_in_background(e, slow)
         await asyncio.wait_for(slow.started.wait(), 5)
         await up.abort()  # e.g. on_connection_close while the record is being inserted
         slow.release.set()
