@@ -841,16 +841,20 @@ def _rows_sql(head: str, width: int, rows: int, tail: str = "") -> str:
 
 def _insert_files_within_quota(conn: sqlite3.Connection, writes: Sequence[UploadWrite]) -> bool:
     """Several ``_insert_file_within_quota`` in a few statements whatever their number; False
-    when an account's reservation for its files together is refused (the caller then undoes
-    this and writes them one by one, so each file is kept or refused exactly as alone).
+    when an account's reservation for its files together is refused, or its files came with
+    different limits (the caller then undoes this and writes them one by one, so each file is
+    kept or refused exactly as alone: a total within one limit means every file in turn was).
 
     Why: each statement on the writer thread gives the GIL up and waits to get it back from the
     busy event loop. One upload's write took seven statements, and under load the writer spent
     more time waiting than working, which made it the slowest stage of a small upload."""
-    accounts: dict[tuple[str, int | None, int | None], list[FileRecord]] = {}
+    accounts: dict[str, tuple[int | None, int | None, list[FileRecord]]] = {}
     for record, storage_limit, count_limit in writes:
-        accounts.setdefault((record.user_id, storage_limit, count_limit), []).append(record)
-    for (user_id, storage_limit, count_limit), own in accounts.items():
+        limits = accounts.setdefault(record.user_id, (storage_limit, count_limit, []))
+        if limits[:2] != (storage_limit, count_limit):
+            return False  # the plan changed between two of them: each against its own limits, in order
+        limits[2].append(record)
+    for user_id, (storage_limit, count_limit, own) in accounts.items():
         if not _execute(conn, RESERVE_MANY_SQL, {"user_id": user_id, "size": sum(r.size for r in own),
                                                  "count": len(own), "storage_limit": storage_limit,
                                                  "count_limit": count_limit}):
@@ -1268,6 +1272,15 @@ WRITE_BATCH_MAX = 200
 """The most writes one transaction takes: a long batch holds the write lock that long."""
 
 
+UPLOADS_TOGETHER_MAX = 50
+"""The most uploads one multi-row write takes: 50 records' 17 columns stay within the 999
+variables of SQLite before 3.32, and the statements' texts (one per length) stay few enough for
+the writer's statement cache (``WRITER_CACHED_STATEMENTS``)."""
+
+WRITER_CACHED_STATEMENTS = 512
+"""Prepared statements the writer's connection keeps (Python's default: 128)."""
+
+
 def _run_writes(conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> int | None:
     """Run the batch's writes in order inside the open transaction, consecutive uploads
     together (``_run_uploads_together``), each other write in its savepoint; the index of the
@@ -1276,7 +1289,8 @@ def _run_writes(conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> int
     while i < len(batch):
         end = i + 1
         upload = batch[i].item.fn is _insert_file_within_quota
-        while upload and end < len(batch) and batch[end].item.fn is _insert_file_within_quota:
+        while upload and end < len(batch) and end - i < UPLOADS_TOGETHER_MAX and \
+                batch[end].item.fn is _insert_file_within_quota:
             end += 1
         together = _run_uploads_together(conn, batch[i:end]) if end - i > 1 else False
         if together is None:
@@ -1310,9 +1324,13 @@ def _run_uploads_together(conn: sqlite3.Connection, calls: list[Call[QueuedWrite
     return done
 
 
+PREREQUISITE_HOLD_S = 0.05
+"""How long the writer waits for the writes' ``after`` with its transaction open (a local
+blob's put: milliseconds). Longer, and it rolls back and waits without the write lock, which
+another process's writes (``serve --workers``) wait for only ``busy_timeout_ms``."""
+
 PREREQUISITE_WAIT_S = 30.0
-"""How long the writer waits, its transaction open, for a write's ``after`` (a local blob's
-put: milliseconds; a disk that hangs longer fails that write, not the whole store)."""
+"""How long a write's ``after`` may take in all (a disk that hangs longer fails that write)."""
 
 
 def _thread_side(after: Awaitable[object]) -> concurrent.futures.Future[None]:
@@ -1330,30 +1348,46 @@ def _thread_side(after: Awaitable[object]) -> concurrent.futures.Future[None]:
     return outcome
 
 
-def _wait_for_prerequisites(batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
-    """Wait, before COMMIT, for each write's ``after``; the writes whose ``after`` failed (each
-    now failed with its error). An upload's record is written while its blob is being synced,
-    so the writer's turn overlaps the blob's fsyncs, but it is committed only after them: a
-    record is never durable before its bytes."""
-    deadline = time.monotonic() + PREREQUISITE_WAIT_S
-    unmet = []
+def _wait_for_prerequisites(batch: list[Call[QueuedWrite]],
+                            deadline: float) -> tuple[list[Call[QueuedWrite]], list[Call[QueuedWrite]]]:
+    """Wait, until ``deadline`` (monotonic) at most, for each write's ``after``: the writes whose
+    ``after`` failed (each now failed with its error) and those whose ``after`` still runs. An
+    upload's record is written while its blob is being synced, so the writer's turn overlaps
+    the blob's fsyncs, but it is committed only after them: a record is never durable before
+    its bytes. A write that failed itself wrote nothing: its ``after`` does not hold the rest."""
+    failed, late = [], []
     for call in batch:
-        if call.item.after is None:
+        if call.item.after is None or call.error is not None:
             continue
         try:
             error = call.item.after.exception(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
-            error = StoreUnavailable("what the write waited for did not finish in time")
+            late.append(call)
+            continue
         if error is not None:
             call.fail(error)
-            unmet.append(call)
-    return unmet
+            failed.append(call)
+    return failed, late
+
+
+def _without_failed_prerequisites(batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+    """The batch less the writes whose ``after`` has already failed (each failed with its
+    error): a client that left during its put costs no rolled-back transaction."""
+    kept = []
+    for call in batch:
+        after = call.item.after
+        if after is not None and after.done() and (error := after.exception()) is not None:
+            call.fail(error)
+        else:
+            kept.append(call)
+    return kept
 
 
 def _to_run_again(batch: list[Call[QueuedWrite]], unmet: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
     """The batch without ``unmet``, outcomes cleared, for a new transaction (the rolled-back
     one took every write with it; each gets the outcome it gets alone)."""
-    again = [call for call in batch if call not in unmet]
+    gone = {id(call) for call in unmet}
+    again = [call for call in batch if id(call) not in gone]
     for call in again:
         call.result, call.error = None, None
     return again
@@ -1609,7 +1643,7 @@ class SqliteMetaStore:
         # ever wait, and keep SQLite's own wait.
         wait_ms = min(LOCK_SLICE_MS, self._busy_timeout_ms) if write else self._busy_timeout_ms
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                               timeout=wait_ms / 1000)
+                               timeout=wait_ms / 1000, cached_statements=WRITER_CACHED_STATEMENTS if write else 128)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -1754,8 +1788,11 @@ class SqliteMetaStore:
 
     def _commit_some(self, conn: sqlite3.Connection, batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
         """One transaction over ``batch``; the calls left over when it was lost midway, or
-        rolled back because a write's ``after`` failed (those run again in a new one). A batch
-        of volatile writes only (``VOLATILE_WRITES``) commits without fsync."""
+        rolled back because a write's ``after`` failed or was slow (those run again in a new
+        one). A batch of volatile writes only (``VOLATILE_WRITES``) commits without fsync."""
+        batch = _without_failed_prerequisites(batch)
+        if not batch:
+            return []
         volatile = all(call.item.fn in VOLATILE_WRITES for call in batch)
         try:
             if volatile:
@@ -1770,10 +1807,10 @@ class SqliteMetaStore:
                     if earlier.error is None:
                         earlier.fail(lost)
                 return batch[lost_at + 1:]
-            unmet = _wait_for_prerequisites(batch)
-            if unmet:
+            failed, late = _wait_for_prerequisites(batch, time.monotonic() + PREREQUISITE_HOLD_S)
+            if failed or late:
                 conn.execute("ROLLBACK")
-                return _to_run_again(batch, unmet)
+                return _to_run_again(batch, failed + self._wait_unlocked(late))
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -1787,6 +1824,18 @@ class SqliteMetaStore:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
         return []
+
+    def _wait_unlocked(self, late: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+        """Wait, holding no lock, for the ``after`` still running (``PREREQUISITE_WAIT_S`` in
+        all, less once shutdown has begun: ``drain_writes``); the writes that cannot go now
+        (each failed: its ``after`` failed or did not finish in time)."""
+        deadline = time.monotonic() + PREREQUISITE_WAIT_S
+        if self._drain_deadline is not None:
+            deadline = min(deadline, self._drain_deadline)
+        failed, still = _wait_for_prerequisites(late, deadline)
+        for call in still:
+            call.fail(StoreUnavailable("what the write waited for did not finish in time"))
+        return failed + still
 
     def _set_synchronous(self, conn: sqlite3.Connection, durable: bool) -> None:
         """FULL for a batch with a durable write, LIGHT_SYNCHRONOUS for bookkeeping alone (set

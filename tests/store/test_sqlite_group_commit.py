@@ -371,9 +371,9 @@ async def test_an_upload_is_committed_only_once_what_it_waits_for_has_succeeded(
         waiting = threading.Event()
         real = sqlite_store._wait_for_prerequisites
 
-        def noted(batch: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+        def noted(batch: list[Call[QueuedWrite]], deadline: float) -> Any:
             waiting.set()
-            return real(batch)
+            return real(batch, deadline)
         monkeypatch.setattr(sqlite_store, "_wait_for_prerequisites", noted)
         put: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writer = HeldWriter(store)
@@ -417,4 +417,58 @@ async def test_an_upload_whose_put_failed_writes_nothing_and_the_others_commit(t
         assert found is not None and (found.storage_bytes, found.files_count) == (100, 1)
         assert (await store.list_files("a", FileQuery(q="photo"), 0, 10))[1] == 1  # no stray search entry
     finally:
+        await store.close()
+
+
+async def test_an_accounts_uploads_with_different_limits_are_each_held_to_their_own(tmp_path: Path,
+                                                                                 io_loop: Any) -> None:
+    """A plan that changed between two uploads of one batch: together they would be checked
+    against one limit; one by one, in order, the last is refused as alone."""
+    store = await opened(tmp_path)
+    try:
+        await store.create_user(user("a"))
+        writer = HeldWriter(store)
+        held = await writer.hold()
+        limits = [(upload("a", "f1", 100), 250), (upload("a", "f2", 200), None), (upload("a", "f3", 100), 250)]
+        calls = [asyncio.ensure_future(store.insert_file_within_quota(r, limit, None)) for r, limit in limits]
+        await queued(store, 3)
+        writer.release()
+        assert await asyncio.gather(held, *calls) == [None, True, True, False]
+        found = await store.get_user("a")
+        assert found is not None and (found.storage_bytes, found.files_count) == (300, 2)
+    finally:
+        await store.close()
+
+
+async def test_a_put_that_takes_long_is_waited_for_without_the_write_lock(tmp_path: Path, io_loop: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PREREQUISITE_HOLD_S`` the writer rolls back and waits with no lock held: another
+    process's write goes through meanwhile (it would wait only its busy timeout); then the
+    upload whose put succeeded commits, and the one whose put failed is failed alone."""
+    store = await opened(tmp_path)
+    other = SqliteMetaStore(tmp_path / "meta.sqlite3", busy_timeout_ms=300)  # another worker process's
+    await other.open()
+    try:
+        await store.create_user(user("a"))
+        unlocked = threading.Event()
+        real = SqliteMetaStore._wait_unlocked
+
+        def noted(self: SqliteMetaStore, late: list[Call[QueuedWrite]]) -> list[Call[QueuedWrite]]:
+            unlocked.set()
+            return real(self, late)
+        monkeypatch.setattr(SqliteMetaStore, "_wait_unlocked", noted)
+        loop = asyncio.get_running_loop()
+        stored, failed = loop.create_future(), loop.create_future()
+        calls = [asyncio.ensure_future(store.insert_file_within_quota(upload("a", name), None, None, after=after))
+                 for name, after in (("stored", stored), ("failed", failed))]
+        assert await asyncio.to_thread(unlocked.wait, 10)
+        await other.create_user(user("b"))  # the lock is free while the writer waits
+        stored.set_result(None)
+        failed.set_exception(StorageFull("no space left on device"))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert results[0] is True and isinstance(results[1], StorageFull)
+        assert {f.file_id for f in (await store.list_files("a", FileQuery(), 0, 10))[0]} == {"stored"}
+        assert await store.get_user("b") is not None
+    finally:
+        await other.close()
         await store.close()
