@@ -787,9 +787,12 @@ def _consume_token(conn: sqlite3.Connection, kind: str, token_hash: str,
     return row["user_id"], row["data"]
 
 
-FILE_INSERT_SQL = _insert_sql("files", FileRecord).replace(") VALUES (", ", kind, name_key) VALUES (", 1)[:-1] + (
-    ", :kind, :name_key)")
+FILE_ROW_NAMES = (*_field_names(FileRecord), "kind", "name_key")
 """The record's columns and the two it is listed by (``_file_params``)."""
+
+FILE_INSERT_HEAD = f"INSERT INTO files ({', '.join(FILE_ROW_NAMES)})"
+FILE_INSERT_SQL = f"{FILE_INSERT_HEAD} VALUES ({', '.join(':' + name for name in FILE_ROW_NAMES)})"
+"""One record (``_file_params``); ``_insert_files_within_quota`` writes many with the same head."""
 
 
 def _file_params(record: FileRecord) -> dict[str, Any]:
@@ -825,9 +828,6 @@ RESERVE_MANY_SQL = """UPDATE users SET storage_bytes = storage_bytes + :size,
       AND (:count_limit IS NULL OR files_count + :count <= :count_limit)"""
 """``RESERVE_SQL`` for ``count`` files of one account, ``size`` bytes together."""
 
-FILE_ROW_NAMES = tuple(name.strip() for name in FILE_INSERT_SQL.split("(", 1)[1].split(")", 1)[0].split(","))
-"""The files columns ``FILE_INSERT_SQL`` writes, in its order (``_insert_files_within_quota``)."""
-
 UploadWrite = tuple[FileRecord, int | None, int | None]
 """The arguments of one ``_insert_file_within_quota``: the record and its two limits."""
 
@@ -861,7 +861,7 @@ def _insert_files_within_quota(conn: sqlite3.Connection, writes: Sequence[Upload
             return False
     records = [record for record, _, _ in writes]
     rows = [_file_params(record) for record in records]
-    conn.execute(_rows_sql(FILE_INSERT_SQL.split(" VALUES ", 1)[0], len(FILE_ROW_NAMES), len(rows)),
+    conn.execute(_rows_sql(FILE_INSERT_HEAD, len(FILE_ROW_NAMES), len(rows)),
                  [row[name] for row in rows for name in FILE_ROW_NAMES])
     _index_files(conn, records)
     for user_id in dict.fromkeys(record.user_id for record in records):

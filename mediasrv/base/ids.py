@@ -30,9 +30,9 @@ def row_id() -> str:
 
     Why time-ordered: a random key lands on a random page of every index keyed by it, and each
     page a transaction touches is written whole to SQLite's log at COMMIT. A file's id keys two
-    (the record's and its search entry's); with random ids a commit of six uploads wrote 87
-    pages, with these 59 (the new keys share the index's last page), and the rate of small
-    uploads rose about a tenth (issue 30). The time it tells is the row's created_at, which
+    (the record's and its search entry's); with random ids a commit of six uploads wrote 102
+    pages, with these 77 (``scripts/probe_commit_pages.py``: the new keys share the index's last
+    page), and the rate of small uploads rose about a tenth (issue 30). The time it tells is the row's created_at, which
     every API that shows the id shows too."""
     value = (time.time_ns() // 1_000_000) << 80 | _generator.getrandbits(80)
     return str(uuid.UUID(int=value & ~_VERSION_AND_VARIANT | _VERSION_7 | _VARIANT))
