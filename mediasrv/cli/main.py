@@ -56,6 +56,8 @@ def _main(argv: list[str] | None) -> None:
         from mediasrv.cli import upload
 
         sys.exit(upload.run(args))
+    if args.command == "serve" and argv is None:
+        _restart_with_hugepages()  # a program's start only: never replaces a test's process
     if args.command in ("sidecar", "supervisord-conf"):  # a supervisor: its processes read the settings
         from mediasrv.cli.sidecar import command
 
@@ -72,6 +74,26 @@ def _main(argv: list[str] | None) -> None:
         sys.exit(admin.run(args, settings))
     sys.exit(_run_server_command(args, settings, functools.partial(configure_logging, fmt=settings.log_format),
                                  listener))
+
+
+def _restart_with_hugepages() -> None:
+    """Re-execute this command with glibc's ``malloc.hugetlb`` tunable on, which glibc reads
+    only at a process's start (``allocator.tunables_with_hugepages`` says why and when); the
+    pid, arguments and descriptors stay the same, so a supervisor sees one process."""
+    from mediasrv.images import allocator
+
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        return
+    value = allocator.tunables_with_hugepages(os.environ, libc)
+    if value is None or not sys.executable:
+        return
+    os.environ["GLIBC_TUNABLES"] = value
+    try:
+        os.execv(sys.executable, sys.orig_argv)
+    except OSError:
+        return  # serves on as it is
 
 
 def _settings(args: argparse.Namespace) -> Settings:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -83,3 +84,29 @@ class TrimPolicy:
             self._last = now
         self._trimmer()
         return True
+
+
+HUGETLB_TUNABLE = "glibc.malloc.hugetlb"
+"""glibc >= 2.35: with 1, malloc asks for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on
+the memory it maps. Read only when a process starts, so ``serve`` sets it and re-executes."""
+
+
+def tunables_with_hugepages(environ: dict[str, str] | os._Environ[str], libc_version: str | None) -> str | None:
+    """The GLIBC_TUNABLES value that adds ``glibc.malloc.hugetlb=1``, or None when nothing is
+    to change: not glibc 2.35 or later, or the tunable already set (to anything: an operator's
+    0 is kept).
+
+    Why: every buffer from ``MMAP_THRESHOLD_BYTES`` up is its own mapping, faulted in 4 KiB at a
+    time and given back when freed. A progressive 3840x2400 JPEG's coefficients are 55 MB: its
+    decode at 1/8 took 76 ms with 4 KiB pages and 50 ms with huge pages (68 ms in a process that
+    keeps its freed memory, as thumbor's does)."""
+    if not libc_version or not libc_version.startswith("glibc "):
+        return None
+    try:
+        major, minor = (int(part) for part in libc_version.split()[1].split(".")[:2])
+    except ValueError:
+        return None
+    current = environ.get("GLIBC_TUNABLES", "")
+    if (major, minor) < (2, 35) or HUGETLB_TUNABLE in current:
+        return None
+    return f"{current}:{HUGETLB_TUNABLE}=1" if current else f"{HUGETLB_TUNABLE}=1"
