@@ -90,8 +90,13 @@ def _restart_with_hugepages() -> None:
     if value is None or not sys.executable:
         return
     os.environ["GLIBC_TUNABLES"] = value
+    script = sys.argv[0]
+    # the ``mediasrv`` script itself when it was run as one, so the process keeps its name
+    # (``pgrep -x mediasrv``); else the interpreter with its own options (``python -m mediasrv``)
+    again = (script, sys.argv) if sys.orig_argv[1:2] == [script] and os.access(script, os.X_OK) \
+        else (sys.executable, sys.orig_argv)
     try:
-        os.execv(sys.executable, sys.orig_argv)
+        os.execv(*again)
     except OSError:
         return  # serves on as it is
 

@@ -17,8 +17,14 @@ stream's for each sampling and progression. The decode of that wallpaper at 1/8 
 to 47 ms (24 ms with huge pages, ``allocator``; Pillow's, as thumbor decodes it: 68 ms).
 
 Only the scans of components at full resolution are left out: a subsampled chroma component at
-1/8 may be decoded with a 2x2 IDCT, which reads AC terms. A stream whose scans do not end where
-its markers say (truncated, no EOI) is not shortened: the whole one decides, as before.
+1/8 may be decoded with a 2x2 IDCT, which reads AC terms. The walk reads the stream as libjpeg
+does (RSTn and TEM have no length, a scan ends at the next marker) and checks each scan it
+leaves out as libjpeg would (one component, a defined table, coefficients 1-63, successive
+approximation in order); a stream it cannot read so, a truncated one, or a component whose
+scans never send a coefficient in 1-9 (libjpeg-turbo smooths its DC terms in the whole stream
+too) is not shortened: the whole stream decides, as before. What no walk sees is damage inside
+the entropy-coded data of a left-out scan: such a file is answered at 1/8 where libjpeg-turbo
+would have warned (libvips, which then decodes the whole file, accepts most such files too).
 """
 from __future__ import annotations
 
@@ -34,7 +40,9 @@ DC_SCALE = 8
 
 _PROGRESSIVE_HUFFMAN = 0xC2
 _OTHER_FRAMES = frozenset({0xC0, 0xC1, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
-_SOS, _EOI = 0xDA, 0xD9
+_SOI, _SOS, _EOI, _DHT = 0xD8, 0xDA, 0xD9, 0xC4
+_LENGTHLESS = frozenset({0x01, *range(0xD0, 0xD8)})
+"""TEM and RSTn: markers without a length (libjpeg skips them between segments)."""
 _KEPT_APPS = frozenset({0xE0, 0xEE})
 """JFIF and Adobe: they tell libjpeg the colour space. Other APPn and COM segments (EXIF, XMP,
 ICC: read from the original by ``metadata``) are not copied to the shorter stream."""
@@ -47,79 +55,141 @@ EOB_RUN_MAX = 32767
 _NO_RESTARTS = b"\xff\xdd\x00\x04\x00\x00"
 
 
+class _Malformed(Exception):
+    """The stream is not one this walk reads exactly as libjpeg does: nothing is left out."""
+
+
 def dc_scans_only(data: bytes | mmap.mmap) -> bytes | None:
     """``data`` without the AC scans of its full-resolution components, each replaced by a
     stand-in scan (see above), for a decode at 1/8; None when there is nothing to leave out
     (not a Huffman progressive JPEG, no such scan) or the stream is not well formed."""
     try:
         return _shortened(data)
-    except (IndexError, struct.error):
-        return None  # a segment runs past the end: the decoder reads the whole stream and says
+    except (_Malformed, IndexError, struct.error, ValueError):
+        return None  # the decoder reads the whole stream and says what it makes of it
 
 
-def _shortened(data: bytes | mmap.mmap) -> bytes | None:
-    """The walk of ``dc_scans_only``: segments, then each scan's entropy-coded data to the next
-    marker, copying what is kept."""
+def _segments(data: bytes | mmap.mmap) -> Iterator[tuple[int, int, int]]:
+    """(marker code, start, end) of each marker segment after SOI, as libjpeg reads them: a
+    scan runs to the next marker, RSTn and TEM have no length, fill bytes are skipped; the
+    walk ends at EOI (not yielded). Anything else (bytes between segments, a bad length, a
+    truncated stream) is ``_Malformed``."""
     size = len(data)
     if data[:2] != b"\xff\xd8":
-        return None
-    parts: list[bytes] = [b"\xff\xd8"]
-    blocks: dict[int, int] | None = None  # full-resolution component id -> its blocks
-    left_out: dict[int, int] = {}
+        raise _Malformed
     pos = 2
     while pos + 2 <= size:
         if data[pos] != 0xFF:
-            return None
+            raise _Malformed  # libjpeg skips to the next marker with a warning
         code = data[pos + 1]
-        if code == 0xFF:  # fill byte
+        if code == 0xFF:
             pos += 1
             continue
         if code == _EOI:
-            if blocks is None or not left_out:
-                return None
-            return b"".join([*parts, _NO_RESTARTS, *(_stand_in_scan(cid, n) for cid, n in left_out.items()),
-                             b"\xff\xd9"])
-        end = pos + 2 + struct.unpack_from(">H", data, pos + 2)[0]
-        if code in _OTHER_FRAMES or (code == _PROGRESSIVE_HUFFMAN and blocks is not None):
+            return
+        if code in _LENGTHLESS:
+            yield code, pos, pos + 2
+            pos += 2
+            continue
+        length = struct.unpack_from(">H", data, pos + 2)[0]
+        end = pos + 2 + length
+        if length < 2 or end > size:
+            raise _Malformed
+        if code == _SOS:
+            found = _MARKER.search(data, end)
+            if found is None:
+                raise _Malformed  # no marker after the scan: truncated
+            end = found.start()
+        yield code, pos, end
+        pos = end
+    raise _Malformed  # no EOI
+
+
+def _shortened(data: bytes | mmap.mmap) -> bytes | None:
+    """The walk of ``dc_scans_only``, copying what is kept."""
+    parts: list[bytes] = [b"\xff\xd8"]
+    progression: _Progression | None = None
+    for code, start, end in _segments(data):
+        if code in _OTHER_FRAMES or code == _SOI or (code == _PROGRESSIVE_HUFFMAN and progression is not None):
             return None
         if code == _PROGRESSIVE_HUFFMAN:
-            blocks = _full_resolution_blocks(data[pos + 4:end])
-        if code != _SOS:
-            if not (0xE1 <= code <= 0xEF or code == 0xFE) or code in _KEPT_APPS:
-                parts.append(data[pos:end])
-            pos = end
-            continue
-        if blocks is None:
-            return None
-        found = _MARKER.search(data, end)
-        if found is None:
-            return None  # no marker after the scan: truncated
-        component = _ac_component(data[pos + 4:end])
-        if component in blocks:
-            left_out[component] = blocks[component]
-        else:
-            parts.append(data[pos:found.start()])
-        pos = found.start()
-    return None
+            progression = _Progression(data[start + 4:end])
+        if code == _DHT and progression is not None:
+            progression.define_tables(data[start + 4:end])
+        if code == _SOS:
+            if progression is None:
+                return None
+            if progression.leaves_out(data[start + 4:end]):
+                continue
+        if not (0xE1 <= code <= 0xEF or code == 0xFE) or code in _KEPT_APPS:
+            parts.append(data[start:end])
+    if progression is None or not progression.left_out():
+        return None
+    stand_ins = (_stand_in_scan(cid, progression.blocks[cid]) for cid in progression.left_out())
+    return b"".join([*parts, _NO_RESTARTS, *stand_ins, b"\xff\xd9"])
 
 
-def _full_resolution_blocks(sof: bytes) -> dict[int, int]:
-    """SOF2: each full-resolution component's id and its count of 8x8 blocks in a scan of its
-    own (ceil(width / 8) x ceil(height / 8))."""
-    height, width, count = struct.unpack_from(">HHB", sof, 1)
-    sampling = {sof[6 + 3 * k]: sof[7 + 3 * k] for k in range(count)}
-    widest = max(s >> 4 for s in sampling.values())
-    tallest = max(s & 15 for s in sampling.values())
-    return {cid: -(-width // 8) * -(-height // 8) for cid, s in sampling.items()
-            if s >> 4 == widest and s & 15 == tallest}
+class _Progression:
+    """The frame's full-resolution components and what the AC scans left out have sent of
+    each coefficient (libjpeg's ``coef_bits``: -1 never, else the last shift), to check those
+    scans as libjpeg would have: a scan it warns about or refuses is not left out."""
 
+    def __init__(self, sof: bytes) -> None:
+        height, width, count = struct.unpack_from(">HHB", sof, 1)
+        if count == 0 or len(sof) != 6 + 3 * count or not (width and height):
+            raise _Malformed
+        sampling = {sof[6 + 3 * k]: sof[7 + 3 * k] for k in range(count)}
+        if len(sampling) != count or any(not (1 <= s >> 4 <= 4 and 1 <= s & 15 <= 4) for s in sampling.values()):
+            raise _Malformed
+        widest = max(s >> 4 for s in sampling.values())
+        tallest = max(s & 15 for s in sampling.values())
+        self.blocks = {cid: -(-width // 8) * -(-height // 8) for cid, s in sampling.items()
+                       if s >> 4 == widest and s & 15 == tallest}
+        """Each full-resolution component's count of 8x8 blocks in a scan of its own."""
+        self.sent = {cid: [-1] * 64 for cid in self.blocks}
+        self.ac_tables: set[int] = set()
 
-def _ac_component(sos: bytes) -> int | None:
-    """The component an AC scan (spectral start above 0; one component, as the standard
-    requires) codes, or None for a DC scan."""
-    count = sos[0]
-    spectral_start = sos[1 + 2 * count]
-    return sos[1] if spectral_start > 0 and count == 1 else None
+    def define_tables(self, dht: bytes) -> None:
+        """DHT: which AC tables are defined (a segment may hold several)."""
+        pos = 0
+        while pos < len(dht):
+            kind = dht[pos]
+            if kind >> 4 == 1:
+                self.ac_tables.add(kind & 15)
+            pos += 17 + sum(dht[pos + 1:pos + 17])
+
+    def leaves_out(self, sos: bytes) -> bool:
+        """Whether this scan is an AC scan of a full-resolution component, checked as libjpeg
+        checks it (one component, a table defined, coefficients 1-63, successive
+        approximation in order after the DC scan): then it is left out. A DC scan only
+        records that the DC terms were sent."""
+        count = sos[0]
+        spectral_start, spectral_end, shifts = sos[1 + 2 * count:4 + 2 * count]
+        high, low = shifts >> 4, shifts & 15
+        if spectral_start == 0:
+            for k in range(count):
+                if sos[1 + 2 * k] in self.sent:
+                    self.sent[sos[1 + 2 * k]][0] = low
+            return False
+        component = sos[1]
+        if count != 1 or component not in self.sent:
+            return False
+        sent = self.sent[component]
+        if (sos[2] & 15) not in self.ac_tables or not spectral_start <= spectral_end <= 63 or \
+                (low > 13 if high == 0 else low != high - 1) or sent[0] < 0 or \
+                any(max(sent[k], 0) != high for k in range(spectral_start, spectral_end + 1)):
+            raise _Malformed  # libjpeg refuses or warns about it: the whole stream decides
+        sent[spectral_start:spectral_end + 1] = [low] * (spectral_end - spectral_start + 1)
+        return True
+
+    def left_out(self) -> list[int]:
+        """The components whose AC scans were left out. Any of them whose scans never sent a
+        coefficient in 1-9 is one libjpeg-turbo treats as "DC only" in the whole stream too
+        (it smooths its DC terms): then the stream is not shortened."""
+        out = [cid for cid, sent in self.sent.items() if any(bits >= 0 for bits in sent[1:])]
+        if any(all(bits < 0 for bits in self.sent[cid][1:10]) for cid in out):
+            raise _Malformed
+        return out
 
 
 def _eob_runs(blocks: int) -> Iterator[int]:

@@ -41,6 +41,8 @@ class HugePagesTest(ServerTestCase):
         server = self.serve(GLIBC_TUNABLES="")
         assert server.proc is not None
         self.assertEqual(_tunables(server.proc.pid), "glibc.malloc.hugetlb=1")
+        # the script run again, not the interpreter: ``pgrep -x mediasrv`` still finds it
+        self.assertEqual(Path(f"/proc/{server.proc.pid}/comm").read_text().strip(), "mediasrv")
         self.assertEqual(self.client.get(server.url + "/health").status_code, 200)
         self.assertEqual(server.terminate()[0], 0)
 

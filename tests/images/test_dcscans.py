@@ -89,6 +89,63 @@ def test_only_a_whole_progressive_stream_is_shortened() -> None:
     assert dcscans.dc_scans_only(progressive[:2] + b"\x00" + progressive[3:]) is None
 
 
+def _scans(data: bytes) -> list[tuple[int, int]]:
+    """Each SOS header's offset and spectral start, in order."""
+    out, pos = [], 2
+    while pos < len(data) - 4:
+        code, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+        if code == 0xDA:
+            out.append((pos, data[pos + 5 + 2 * data[pos + 4]]))
+            pos = data.index(b"\xff", pos + 2 + length)
+            while data[pos + 1] in (0x00, *range(0xD0, 0xD8)):
+                pos = data.index(b"\xff", pos + 2)
+            continue
+        if code == 0xD9:
+            break
+        pos += 2 + length
+    return out
+
+
+def test_a_restart_or_tem_marker_between_segments_has_no_length() -> None:
+    """RSTn and TEM between segments are two bytes, as libjpeg reads them: read as a segment
+    with a length, a file could hide a second picture that only its 1/8 decode would show."""
+    data = SOURCES["4:4:4"]()
+    for marker in (b"\xff\xd0", b"\xff\x01"):
+        odd = data[:2] + marker + data[2:]
+        shorter = dcscans.dc_scans_only(odd)
+        assert shorter is not None and shorter.startswith(b"\xff\xd8" + marker)
+        size = Image.open(io.BytesIO(data)).size
+        assert np.array_equal(_at_eighth(shorter, False, size), _at_eighth(data, False, size))
+
+
+def test_a_component_whose_scans_never_send_coefficients_1_to_9_is_not_shortened() -> None:
+    """libjpeg-turbo smooths the DC terms of a component with none of coefficients 1-9, even
+    in the whole stream: leaving its scans out (and the stand-in in) would change pixels."""
+    data = SOURCES["grey"]()
+    for pos, start in _scans(data):
+        if start == 1:  # the first scan of coefficients 1..n becomes 10..n
+            crafted = data[:pos + 7] + b"\x0a" + data[pos + 8:]
+            break
+    else:
+        raise AssertionError("no AC scan from coefficient 1")
+    assert dcscans.dc_scans_only(crafted) is None
+
+
+def test_an_ac_scan_libjpeg_would_refuse_is_not_left_out() -> None:
+    """A left-out scan is checked as libjpeg checks it: otherwise a file refused at every other
+    size would be served at 1/8."""
+    data = SOURCES["4:4:4"]()
+    pos, _ = next((pos, start) for pos, start in _scans(data) if start > 0)
+    header = data[pos + 4]  # the component count; spectral start, end and shifts follow the components
+    at = pos + 5 + 2 * header
+    # spectral end past 63, start after end, a shift of 14, AC table 7
+    for change in ((at + 1, 99), (at, 0x3F), (at + 2, 0x0E), (pos + 6, 0x07)):
+        bad = data[:change[0]] + bytes([change[1]]) + data[change[0] + 1:]
+        assert dcscans.dc_scans_only(bad) is None, change
+    dc_missing = data[:_scans(data)[0][0]] + data[pos:]  # AC terms before any DC scan
+    assert dcscans.dc_scans_only(dc_missing) is None
+
+
 def test_a_damaged_stream_never_raises() -> None:
     data = SOURCES["smaller than a block"]()
     rng = random.Random(30)
