@@ -173,8 +173,7 @@ async def test_gallery_lightbox_keyboard_navigation_copy_as_and_screenshots(api:
         # Escape closes it; the focus is back on the card of the file last shown.
         await page.keyboard.press("Escape")
         await expect(page.locator("dialog.lightbox")).to_have_count(0)
-        focused = await page.evaluate("() => document.activeElement.getAttribute('aria-label')")
-        assert focused == "Preview photo-03.png"
+        await expect(page.get_by_role("link", name="Preview photo-03.png")).to_be_focused()
 
         # Copy as Markdown, HTML and BBCode: an image embeds, another file is a link.
         photo = files[0]
@@ -506,9 +505,9 @@ async def test_lightbox_goes_on_into_the_next_page(api: Api, settings: Settings)
         await expect(page.locator("#lightbox-title")).to_have_text("note-02.txt")
         await expect(page.locator(".lightbox-count")).to_have_text("48 of 50")
         await page.keyboard.press("Escape")
+        await expect(page.locator("dialog.lightbox")).to_have_count(0)  # (the grid shows behind it too)
         await expect(page.get_by_text("Page 1 of 2 (50 total)")).to_be_visible()
-        focused = await page.evaluate("() => document.activeElement.getAttribute('aria-label')")
-        assert focused == "Preview note-02.txt"
+        await expect(page.get_by_role("link", name="Preview note-02.txt")).to_be_focused()
         assert problems == []
 
 

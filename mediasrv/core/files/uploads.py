@@ -391,17 +391,26 @@ class UploadSession:
         """A small body's put and its record's write side by side: the record waits for the
         metadata writer's turn, and is written, while the blob is synced to disk, and is
         committed only once the put has succeeded (``QuotaWithRecord``'s ``after``). A put that
-        fails, or that the client's leaving cuts off, fails the record's write too, so nothing
-        is kept. One small upload took the blob's fsyncs plus the writer's turn; now the longer."""
+        fails, or a client that leaves meanwhile, fails the record's write too, so nothing is
+        kept. One small upload took the blob's fsyncs plus the writer's turn; now the longer.
+
+        A client that leaves does not cut the put off: its thread would write the file anyway,
+        after ``abort`` had looked for it (a blob left to the sweep). The put, small and local,
+        is waited for instead, and ``abort`` then deletes what it wrote."""
         put = asyncio.ensure_future(self._blobs.put(self.file_id, bytes(self._pending)))
-        inserted = asyncio.ensure_future(self._insert(record, after=put))
+        kept: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        inserted = asyncio.ensure_future(self._insert(record, after=kept))
         try:
-            await self._unless_gone(put)
+            await self._unless_gone(asyncio.shield(put))
         except BaseException:
-            await asyncio.wait({inserted})  # it fails as the put did, having written nothing
-            if not inserted.cancelled():
-                inserted.exception()
+            kept.cancel()
+            await asyncio.wait({inserted, put})  # the write fails having written nothing; the put ends
+            for step in (inserted, put):
+                if not step.cancelled():
+                    step.exception()
+            self._committed = not put.cancelled() and put.exception() is None
             raise
+        kept.set_result(None)
         self._pending = bytearray()
         self._committed = True
         await inserted
