@@ -12,10 +12,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ HUGETLB_TUNABLE = "glibc.malloc.hugetlb"
 the memory it maps. Read only when a process starts, so ``serve`` sets it and re-executes."""
 
 
-def tunables_with_hugepages(environ: dict[str, str] | os._Environ[str], libc_version: str | None) -> str | None:
+def tunables_with_hugepages(environ: Mapping[str, str], libc_version: str | None) -> str | None:
     """The GLIBC_TUNABLES value that adds ``glibc.malloc.hugetlb=1``, or None when nothing is
     to change: not glibc 2.35 or later, or the tunable already set (to anything: an operator's
     0 is kept).

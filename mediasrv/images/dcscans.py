@@ -33,16 +33,15 @@ import re
 import struct
 from collections.abc import Iterator
 
+from mediasrv.images.headers import is_jpeg_frame, is_standalone_marker
+
 __all__ = ["DC_SCALE", "dc_scans_only"]
 
 DC_SCALE = 8
 """The libjpeg scale (1/8) at which a full-resolution block is its DC term alone."""
 
 _PROGRESSIVE_HUFFMAN = 0xC2
-_OTHER_FRAMES = frozenset({0xC0, 0xC1, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 _SOI, _SOS, _EOI, _DHT = 0xD8, 0xDA, 0xD9, 0xC4
-_LENGTHLESS = frozenset({0x01, *range(0xD0, 0xD8)})
-"""TEM and RSTn: markers without a length (libjpeg skips them between segments)."""
 _KEPT_APPS = frozenset({0xE0, 0xEE})
 """JFIF and Adobe: they tell libjpeg the colour space. Other APPn and COM segments (EXIF, XMP,
 ICC: read from the original by ``metadata``) are not copied to the shorter stream."""
@@ -87,7 +86,7 @@ def _segments(data: bytes | mmap.mmap) -> Iterator[tuple[int, int, int]]:
             continue
         if code == _EOI:
             return
-        if code in _LENGTHLESS:
+        if is_standalone_marker(code):  # (an SOI here ends the walk in ``_shortened``)
             yield code, pos, pos + 2
             pos += 2
             continue
@@ -110,8 +109,8 @@ def _shortened(data: bytes | mmap.mmap) -> bytes | None:
     parts: list[bytes] = [b"\xff\xd8"]
     progression: _Progression | None = None
     for code, start, end in _segments(data):
-        if code in _OTHER_FRAMES or code == _SOI or (code == _PROGRESSIVE_HUFFMAN and progression is not None):
-            return None
+        if code == _SOI or (is_jpeg_frame(code) and (code != _PROGRESSIVE_HUFFMAN or progression is not None)):
+            return None  # another frame type, or a second frame
         if code == _PROGRESSIVE_HUFFMAN:
             progression = _Progression(data[start + 4:end])
         if code == _DHT and progression is not None:
@@ -123,9 +122,9 @@ def _shortened(data: bytes | mmap.mmap) -> bytes | None:
                 continue
         if not (0xE1 <= code <= 0xEF or code == 0xFE) or code in _KEPT_APPS:
             parts.append(data[start:end])
-    if progression is None or not progression.left_out():
+    if progression is None or not (left_out := progression.left_out()):
         return None
-    stand_ins = (_stand_in_scan(cid, progression.blocks[cid]) for cid in progression.left_out())
+    stand_ins = (_stand_in_scan(cid, progression.blocks[cid]) for cid in left_out)
     return b"".join([*parts, _NO_RESTARTS, *stand_ins, b"\xff\xd9"])
 
 

@@ -42,7 +42,7 @@ def _jpeg_frame(b: bytes) -> tuple[int, int, int, int] | None:
         if i >= n:
             return None
         marker = b[i]
-        if marker == 0x00 or 0xD0 <= marker <= 0xD8 or marker == 0x01:
+        if marker == 0x00 or is_standalone_marker(marker):
             i += 1  # stuffed byte, RSTn, SOI, TEM: no length field
             continue
         if marker in (0xD9, 0xDA):
@@ -107,7 +107,7 @@ class JpegFrameScanner:
         if header[0] != 0xFF or header[1] in (0xDA, 0xD9, 0x00, 0xFF):
             self._done = True  # a scan, the end, or not a boundary (fill bytes are not expected)
             return
-        if 0xD0 <= header[1] <= 0xD8 or header[1] == 0x01:
+        if is_standalone_marker(header[1]):
             self._next += 2
             return
         if is_jpeg_frame(header[1]):
@@ -121,6 +121,12 @@ class JpegFrameScanner:
 def is_jpeg_frame(marker: int) -> bool:
     """SOF0..SOF15, except DHT (C4), JPG (C8) and DAC (CC), which share the range."""
     return 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC)
+
+
+def is_standalone_marker(marker: int) -> bool:
+    """RST0..RST7, SOI and TEM: markers with no length field after them (libjpeg reads them as
+    two bytes wherever they stand)."""
+    return 0xD0 <= marker <= 0xD8 or marker == 0x01
 
 
 def _png_dimensions(b: bytes) -> tuple[int, int] | None:

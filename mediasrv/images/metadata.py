@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mediasrv.base.errors import UnprocessableImage
-from mediasrv.images.headers import is_jpeg_frame
+from mediasrv.images.headers import is_jpeg_frame, is_standalone_marker
 
 __all__ = [
     "INFLATED_BUDGET_BYTES",
@@ -255,7 +255,7 @@ def _jpeg(read_at: ReadAt, size: int, tally: _Tally) -> None:
         if code == 0xFF:
             pos += 1  # fill byte
             continue
-        if code in (0xD8, 0x01) or 0xD0 <= code <= 0xD7:
+        if is_standalone_marker(code):
             pos += 2
             continue
         if code in (0xDA, 0xD9):
