@@ -20,6 +20,10 @@ idle and no thread is busy all the time, the stages' wall times are the figure t
 ``os.fsync`` a no-op, ``insert`` answers the record insert at once without writing it (and so
 without SQLite's commit). With both, the server does everything an upload does except make it
 durable: no storage design can beat that rate on the same machine and harness.
+
+Two narrower bounds say what one step is worth before anyone redesigns it: ``dirsync`` skips the
+fsync of the blob's directory (``os.fsync`` on a directory descriptor), ``index`` writes no search
+entry (``_index_files``) inside the writer's transaction. Alternate them with the full run.
 """
 from __future__ import annotations
 
@@ -67,6 +71,12 @@ SITECUSTOMIZE = textwrap.dedent('''
         without = os.environ.get("PROBE_WITHOUT", "").split(",")
         if "fsync" in without:
             os.fsync = lambda fd: None
+        elif "dirsync" in without:
+            import stat
+            _fsync = os.fsync
+            os.fsync = lambda fd: None if stat.S_ISDIR(os.fstat(fd).st_mode) else _fsync(fd)
+        if "index" in without:
+            sqlite._index_files = lambda conn, records: None
         if "insert" in without:
             async def _not_written(self, record, storage_limit, count_limit, after=None):
                 return True
@@ -110,8 +120,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--connections", type=int, action="append", help="wrk -c (repeatable)")
     parser.add_argument("-s", "--seconds", type=float, default=5.0)
-    parser.add_argument("--without", action="append", choices=["fsync", "insert"], default=[],
-                        help="upper bound: skip the blob fsyncs / the record insert (repeatable)")
+    parser.add_argument("--without", action="append", choices=["fsync", "insert", "dirsync", "index"], default=[],
+                        help="upper bound: skip the blob fsyncs / the record insert / the blob directory's "
+                             "fsync / the search entry (repeatable)")
     args = parser.parse_args()
     os.environ["PROBE_WITHOUT"] = ",".join(args.without)
     work = Path(tempfile.mkdtemp(prefix="probe-upload-"))
