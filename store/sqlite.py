@@ -864,12 +864,12 @@ def _insert_files_within_quota(conn: sqlite3.Connection, writes: Sequence[Upload
     conn.execute(_rows_sql(FILE_INSERT_HEAD, len(FILE_ROW_NAMES), len(rows)),
                  [row[name] for row in rows for name in FILE_ROW_NAMES])
     _index_files(conn, records)
+    events = []
     for user_id in dict.fromkeys(record.user_id for record in records):
         hooks = _subscribed(conn, user_id, FILE_CREATED)
-        for record in records if hooks else ():
-            if record.user_id == user_id:
-                _put_event(conn, outbox.file_event(FILE_CREATED, record, record.created_at), hooks,
-                           record.created_at)
+        events += [(outbox.file_event(FILE_CREATED, record, record.created_at), hooks, record.created_at)
+                   for record in records if hooks and record.user_id == user_id]
+    _put_events(conn, events)
     return True
 
 
@@ -1040,9 +1040,9 @@ def _set_visibility(conn: sqlite3.Connection, user_id: str, public: bool) -> int
                        (int(public), int(not public), user_id))
     if before:
         at, change = _now_iso(), outbox.change_token()
-        for record in before:
-            now = dataclasses.replace(record, is_public=public, withheld=not public)
-            _put_event(conn, outbox.file_event(FILE_UPDATED, now, at, change), hooks, at)
+        _put_events(conn, [(outbox.file_event(FILE_UPDATED, dataclasses.replace(record, is_public=public,
+                                                                                withheld=not public), at, change),
+                            hooks, at) for record in before])
     return changed
 
 
@@ -1108,14 +1108,38 @@ def _record_file_event(conn: sqlite3.Connection, event_type: str, record: FileRe
 
 
 def _put_event(conn: sqlite3.Connection, event: WebhookEvent, webhook_ids: list[str], due: str) -> int:
-    conn.execute("INSERT OR IGNORE INTO webhook_events (id, user_id, type, created_at, data) VALUES (?, ?, ?, ?, ?)",
-                 (event.id, event.user_id, event.type, event.created_at, orjson.dumps(event.data).decode()))
-    conn.executemany(
-        "INSERT OR IGNORE INTO webhook_deliveries (id, event_id, webhook_id, user_id, event_type, created_at, "
-        "state, attempts, next_attempt_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-        [(outbox.delivery_id(event.id, hook), event.id, hook, event.user_id, event.type, event.created_at,
-          due, due) for hook in webhook_ids])
-    return len(webhook_ids)
+    return _put_events(conn, [(event, webhook_ids, due)])
+
+
+EVENT_INSERT_HEAD = "INSERT OR IGNORE INTO webhook_events (id, user_id, type, created_at, data)"
+DELIVERY_INSERT_HEAD = ("INSERT OR IGNORE INTO webhook_deliveries (id, event_id, webhook_id, user_id, event_type, "
+                        "created_at, state, attempts, next_attempt_at, updated_at)")
+MAX_VARIABLES = 999
+"""Bound parameters per statement in SQLite before 3.32 (``_insert_rows`` splits above it)."""
+
+
+def _put_events(conn: sqlite3.Connection, events: Sequence[tuple[WebhookEvent, list[str], str]]) -> int:
+    """Each (event, its endpoints, when its deliveries are due) with a pending delivery per
+    endpoint, in two multi-row statements whatever their number: a burst's batch of uploads
+    wrote two statements per upload, and each statement's return waits for the GIL (see
+    ``_insert_files_within_quota``). The number of deliveries."""
+    _insert_rows(conn, EVENT_INSERT_HEAD, [(event.id, event.user_id, event.type, event.created_at,
+                                            orjson.dumps(event.data).decode()) for event, _, _ in events])
+    deliveries = [(outbox.delivery_id(event.id, hook), event.id, hook, event.user_id, event.type, event.created_at,
+                   "pending", 0, due, due) for event, hooks, due in events for hook in hooks]
+    _insert_rows(conn, DELIVERY_INSERT_HEAD, deliveries)
+    return len(deliveries)
+
+
+def _insert_rows(conn: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``rows`` (of one width) as few multi-row statements as ``MAX_VARIABLES`` allows."""
+    if not rows:
+        return
+    width = len(rows[0])
+    step = max(1, MAX_VARIABLES // width)
+    for start in range(0, len(rows), step):
+        part = rows[start:start + step]
+        conn.execute(_rows_sql(head, width, len(part)), [value for row in part for value in row])
 
 
 def _enqueue_event(conn: sqlite3.Connection, event: WebhookEvent, webhook_ids: list[str], at: str) -> int:

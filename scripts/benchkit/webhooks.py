@@ -119,7 +119,8 @@ def webhooks(ctx: Ctx) -> None:
             return {"rps": count / seconds, "delivered_s": lags[-1], "cpu_ms": used_ms}
 
         procs.call(server.base, "POST", "/files", BODY, {"X-Api-Key": plain_key, "Content-Type": "text/plain"})
-        results, note = interleave(ctx, "webhooks", [Contestant("hooked", hooked), Contestant("plain", plain)],
+        profiled = Contestant("hooked", lambda: ctx.profiled_run("webhooks hooked", server.pid, hooked))
+        results, note = interleave(ctx, "webhooks", [profiled, Contestant("plain", plain)],
                                    120 if ctx.quick else 600)
         events = _lines(received)
         checked = verified[0]

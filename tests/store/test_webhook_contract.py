@@ -323,3 +323,19 @@ async def test_mongodb_drops_the_event_of_a_delete_that_did_not_happen(meta: Met
     assert await meta.spread_events(at(1), at(1), 10) == 1  # still there later: dropped
     assert await claim_all(meta, now=at(2)) == []
     assert await meta.get_file("f1") == record
+
+
+async def test_an_account_withheld_at_once_has_an_event_per_file_for_each_endpoint(meta: MetaStore) -> None:
+    """More events and deliveries than one statement of SQLite's binds: every one is there, once."""
+    await add_user(meta, "u1")
+    for hook_id in ("w1", "w2"):
+        await meta.create_webhook(hook("u1", hook_id, (FILE_UPDATED,)), limit=5)
+    files = [f"f{i:03d}" for i in range(210)]
+    for file_id in files:
+        await add_file(meta, "u1", file_id, is_public=True)
+    assert await meta.unpublish_files("u1") == len(files)
+    claimed = await claim_all(meta, limit=1000, per_webhook=1000)
+    pairs = sorted((c.webhook.id, c.event.data["file_id"]) for c in claimed)
+    assert pairs == sorted((hook_id, file_id) for hook_id in ("w1", "w2") for file_id in files)
+    assert all(c.event.type == FILE_UPDATED and c.event.data["withheld"] for c in claimed)
+    assert len({c.event.id for c in claimed}) == len(files)
