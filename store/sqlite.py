@@ -88,6 +88,10 @@ machine's noise)."""
 IN_CHUNK = 500
 """Bound variables per ``IN (...)`` query: far below SQLite's limit on every build."""
 
+MAX_VARIABLES = 999
+"""Bound variables per statement in SQLite before 3.32: what a multi-row write stays within
+(``_insert_rows``, ``UPLOADS_TOGETHER_MAX``)."""
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE users (
@@ -864,12 +868,9 @@ def _insert_files_within_quota(conn: sqlite3.Connection, writes: Sequence[Upload
     conn.execute(_rows_sql(FILE_INSERT_HEAD, len(FILE_ROW_NAMES), len(rows)),
                  [row[name] for row in rows for name in FILE_ROW_NAMES])
     _index_files(conn, records)
-    events = []
-    for user_id in dict.fromkeys(record.user_id for record in records):
-        hooks = _subscribed(conn, user_id, FILE_CREATED)
-        events += [(outbox.file_event(FILE_CREATED, record, record.created_at), hooks, record.created_at)
-                   for record in records if hooks and record.user_id == user_id]
-    _put_events(conn, events)
+    hooks = {user_id: _subscribed(conn, user_id, FILE_CREATED) for user_id in dict.fromkeys(r.user_id for r in records)}
+    _put_events(conn, [(outbox.file_event(FILE_CREATED, record, record.created_at), hooks[record.user_id],
+                        record.created_at) for record in records if hooks[record.user_id]])
     return True
 
 
@@ -1040,9 +1041,8 @@ def _set_visibility(conn: sqlite3.Connection, user_id: str, public: bool) -> int
                        (int(public), int(not public), user_id))
     if before:
         at, change = _now_iso(), outbox.change_token()
-        _put_events(conn, [(outbox.file_event(FILE_UPDATED, dataclasses.replace(record, is_public=public,
-                                                                                withheld=not public), at, change),
-                            hooks, at) for record in before])
+        as_now = [dataclasses.replace(record, is_public=public, withheld=not public) for record in before]
+        _put_events(conn, [(outbox.file_event(FILE_UPDATED, now, at, change), hooks, at) for now in as_now])
     return changed
 
 
@@ -1114,8 +1114,6 @@ def _put_event(conn: sqlite3.Connection, event: WebhookEvent, webhook_ids: list[
 EVENT_INSERT_HEAD = "INSERT OR IGNORE INTO webhook_events (id, user_id, type, created_at, data)"
 DELIVERY_INSERT_HEAD = ("INSERT OR IGNORE INTO webhook_deliveries (id, event_id, webhook_id, user_id, event_type, "
                         "created_at, state, attempts, next_attempt_at, updated_at)")
-MAX_VARIABLES = 999
-"""Bound parameters per statement in SQLite before 3.32 (``_insert_rows`` splits above it)."""
 
 
 def _put_events(conn: sqlite3.Connection, events: Sequence[tuple[WebhookEvent, list[str], str]]) -> int:
@@ -1297,8 +1295,8 @@ WRITE_BATCH_MAX = 200
 
 
 UPLOADS_TOGETHER_MAX = 50
-"""The most uploads one multi-row write takes: 50 records' 17 columns stay within the 999
-variables of SQLite before 3.32, and the statements' texts (one per length) stay few enough for
+"""The most uploads one multi-row write takes: 50 records' 17 columns stay within
+``MAX_VARIABLES``, and the statements' texts (one per length) stay few enough for
 the writer's statement cache (``WRITER_CACHED_STATEMENTS``)."""
 
 WRITER_CACHED_STATEMENTS = 512
