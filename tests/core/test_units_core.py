@@ -378,6 +378,21 @@ def test_now_is_utc_and_truncated_to_milliseconds() -> None:
     assert iso(parse_iso(text)) == text
 
 
+def test_now_iso_writes_what_iso_writes_for_the_same_instant_across_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # now_iso keeps the current second's text: it must follow the clock into the next second,
+    # the next day and back (a clock set back), and truncate the milliseconds as iso does.
+    from mediasrv.base import timeutil
+
+    nanos = [1_700_000_000_999_999_999, 1_700_000_001_000_000_000, 1_700_000_001_250_400_000,
+             1_700_006_399_999_000_000, 1_700_006_400_001_000_000, 1_699_999_999_500_000_000,
+             1_735_689_599_999_999_000, 1_735_689_600_000_000_000]
+    for stamp in nanos:
+        monkeypatch.setattr(timeutil.time, "time_ns", lambda stamp=stamp: stamp)
+        whole, nanos_left = divmod(stamp, 10**9)
+        expected = iso(dt.datetime.fromtimestamp(whole, UTC) + dt.timedelta(microseconds=nanos_left // 1000))
+        assert timeutil.now_iso() == expected, stamp
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("2024-05-06T07:08:09.123Z", dt.datetime(2024, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)),
     ("2024-05-06T07:08:09.123z", dt.datetime(2024, 5, 6, 7, 8, 9, 123_000, tzinfo=UTC)),
