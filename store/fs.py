@@ -153,6 +153,10 @@ class FsBlobStore:
         checkpoint on the pool waits for its writer's flush, which must never queue behind it."""
         # Shard directories whose entry in blobs/ is known to be on disk (fsynced).
         self._durable_shards: set[str] = set()
+        self._blobs_fd: int | None = None
+        """blobs/, open while the store is: every put opens its shard relative to it, so a
+        small upload's job on the pool makes seven system calls, not nine (each one a release
+        and a retake of the GIL, which the event loop holds most of the time under load)."""
 
     # lifecycle
 
@@ -171,6 +175,8 @@ class FsBlobStore:
             raise NotADirectoryError(errno.ENOTDIR, "blob directory is not a directory", str(self._blobs))
         if stat_mod.S_IMODE(st.st_mode) & 0o077:  # created by an older release: close it to others
             os.chmod(self._blobs, DIR_MODE)
+        if self._blobs_fd is None:
+            self._blobs_fd = os.open(self._blobs, _DIR_FLAGS)
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None
@@ -180,6 +186,9 @@ class FsBlobStore:
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             await asyncio.get_running_loop().run_in_executor(None, flusher.shutdown, True)
+        blobs_fd, self._blobs_fd = self._blobs_fd, None
+        if blobs_fd is not None:
+            os.close(blobs_fd)
 
     # helpers (the *_sync ones run on the pool)
 
@@ -212,7 +221,8 @@ class FsBlobStore:
     def _open_shard(self, key: str, *, create: bool = False) -> int:
         """Descriptor of the key's shard directory, never through a symlink."""
         shard = key[:2]
-        blobs_fd = self._open_blobs_dir()
+        kept = self._blobs_fd
+        blobs_fd = kept if kept is not None else self._open_blobs_dir()
         try:
             if create and shard not in self._durable_shards:  # known to exist: no mkdir
                 with contextlib.suppress(FileExistsError):
@@ -223,7 +233,8 @@ class FsBlobStore:
                 self._durable_shards.add(shard)
             return shard_fd
         finally:
-            os.close(blobs_fd)
+            if kept is None:
+                os.close(blobs_fd)
 
     def _open_blob(self, key: str) -> int:
         """Read descriptor of a committed regular file; FileNotFoundError for anything else."""

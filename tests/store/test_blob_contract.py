@@ -781,3 +781,25 @@ async def test_fs_files_and_directories_are_private(fs_store, root):
     assert os.stat(root / "blobs").st_mode & 0o777 == 0o700
     assert os.stat(root / "blobs" / "pr").st_mode & 0o777 == 0o700
     assert os.stat(root / "blobs" / "pr" / "private1").st_mode & 0o777 == 0o600
+
+
+def _open_descriptors() -> set[str]:
+    return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")}
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+async def test_fs_keeps_only_the_blobs_directory_open_and_closes_it(root):
+    # Puts and reads open their shard relative to blobs/, which the store keeps open while it
+    # is: once closed, nothing of the store's stays open (no descriptor leaks per put or read).
+    store = FsBlobStore(root)
+    before = _open_descriptors()
+    await store.open()
+    try:
+        for n in range(20):
+            await put(store, f"k{n:02d}x", b"bytes %d" % n)
+            assert await store.read_all(f"k{n:02d}x", 100) == b"bytes %d" % n
+        assert _open_descriptors() - before == {str(root / "blobs")}
+    finally:
+        await store.close()
+    assert not {path for path in _open_descriptors() - before if path.startswith(str(root))}
