@@ -11,7 +11,9 @@ then runs ``--commits`` batches of ``--per-commit`` concurrent ``insert_file_wit
 (queued behind a held write, so that each batch is one commit, as concurrent uploads share
 one) and reads the log's frame count (``PRAGMA wal_checkpoint``, automatic checkpoints off).
 Record ids come from ``row_id``, as an upload's do; ``--random-ids`` uses version 4 UUIDs
-instead (what it did before issue 30's time-ordered ids).
+instead (what it did before issue 30's time-ordered ids). ``--webhooks N`` subscribes N
+endpoints of the account to ``file.created`` first, so each upload also writes its event and N
+deliveries in the same commit (the webhooks row of ``scripts/bench.py``).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mediasrv.base.ids import row_id
 from mediasrv.base.timeutil import now_iso
-from store.models import FileRecord, User
+from store.models import FileRecord, User, Webhook
 from store.sqlite import SqliteMetaStore
 
 
@@ -67,7 +69,7 @@ async def one_batch(store: SqliteMetaStore, records: list[FileRecord]) -> None:
     await asyncio.gather(held, *uploads)
 
 
-async def count(files: int, commits: int, per_commit: int, make_id: Callable[[], str]) -> float:
+async def count(files: int, commits: int, per_commit: int, make_id: Callable[[], str], webhooks: int = 0) -> float:
     """Pages written to the log per commit of ``per_commit`` uploads."""
     with tempfile.TemporaryDirectory(prefix="commit-pages-") as work:
         path = Path(work) / "meta.sqlite3"
@@ -78,6 +80,10 @@ async def count(files: int, commits: int, per_commit: int, make_id: Callable[[],
             await store.create_user(User(id=row_id(), email="pages@example.com", password_hash="x",
                                          created_at=stamp, updated_at=stamp))
             [user], _ = await store.list_users(0, 1)
+            for n in range(webhooks):
+                await store.create_webhook(Webhook(id=row_id(), user_id=user.id, url=f"https://hooks{n}.example.com/in",
+                                                   events=("file.created",), description=None, secret="whsec_x",
+                                                   created_at=stamp), 100)
             for start in range(0, files, 200):
                 await asyncio.gather(*(store.insert_file_within_quota(record(user.id, make_id), None, None)
                                        for _ in range(min(200, files - start))))
@@ -97,11 +103,13 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=100)
     parser.add_argument("--per-commit", type=int, default=6, help="concurrent uploads per commit")
     parser.add_argument("--random-ids", action="store_true", help="version 4 record ids (before issue 30)")
+    parser.add_argument("--webhooks", type=int, default=0, help="endpoints subscribed to file.created")
     args = parser.parse_args()
     make_id = (lambda: str(uuid.uuid4())) if args.random_ids else row_id
-    pages = asyncio.run(count(args.files, args.commits, args.per_commit, make_id))
+    pages = asyncio.run(count(args.files, args.commits, args.per_commit, make_id, args.webhooks))
     kind = "random (v4)" if args.random_ids else "time-ordered (row_id)"
-    print(f"{args.per_commit} uploads a commit, {kind} record ids, {args.files} files before: "
+    hooks = f", {args.webhooks} webhook endpoints" if args.webhooks else ""
+    print(f"{args.per_commit} uploads a commit, {kind} record ids{hooks}, {args.files} files before: "
           f"{pages:.1f} pages per commit")
 
 
