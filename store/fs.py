@@ -215,14 +215,12 @@ class FsBlobStore:
                 cf.add_done_callback(release)
             raise
 
-    def _open_blobs_dir(self) -> int:
-        return os.open(self._blobs, _DIR_FLAGS)
-
     def _open_shard(self, key: str, *, create: bool = False) -> int:
-        """Descriptor of the key's shard directory, never through a symlink."""
+        """Descriptor of the key's shard directory (a shard's own name is its keys' first two
+        characters, so it names itself too), never through a symlink."""
         shard = key[:2]
         kept = self._blobs_fd
-        blobs_fd = kept if kept is not None else self._open_blobs_dir()
+        blobs_fd = kept if kept is not None else os.open(self._blobs, _DIR_FLAGS)
         try:
             if create and shard not in self._durable_shards:  # known to exist: no mkdir
                 with contextlib.suppress(FileExistsError):
@@ -593,15 +591,12 @@ class FsBlobStore:
     def _scan_shard_sync(self, shard: str, cutoff: float, temps: bool) -> list[str]:
         """Old committed keys of one shard, or (``temps``) remove its old temp files and
         return their names."""
-        blobs_fd = self._open_blobs_dir()
         try:
-            shard_fd = os.open(shard, _DIR_FLAGS, dir_fd=blobs_fd)
+            shard_fd = self._open_shard(shard)
         except OSError as exc:
             if exc.errno in _NOT_A_BLOB:
                 return []
             raise
-        finally:
-            os.close(blobs_fd)
         found: list[str] = []
         try:
             for name in sorted(os.listdir(shard_fd)):
