@@ -694,7 +694,7 @@ class MongoMetaStore:
         """Upsert by file_id (sent twice, still one record), then close the upload's reservation.
         The record's document carries its ``file.created`` event (store/mongo_outbox.py)."""
         doc = _file_doc(record)
-        doc[mongo_outbox.EVENT_FIELD] = {"id": outbox.event_id(FILE_CREATED, record.id), "at": doc["created_at"]}
+        doc[mongo_outbox.EVENT_FIELD] = {"id": outbox.created_id(record), "at": doc["created_at"]}
         await self._idempotent(lambda db: mongo_quota.upsert_record(db, doc))
         await self._idempotent(lambda db: mongo_quota.close_reservation(db, record.user_id, record.file_id))
 
@@ -1097,7 +1097,7 @@ class MongoMetaStore:
             await mongo_outbox.upsert_all(db[mongo_outbox.EVENTS], [UpdateOne(
                 {"_id": event.id}, {"$setOnInsert": mongo_outbox.event_doc(event, created)}, upsert=True)])
             await mongo_outbox.upsert_all(db[mongo_outbox.DELIVERIES], [UpdateOne(
-                {"_id": outbox.delivery_id(event.id, hook)},
+                {"_id": outbox.delivery_id(event, hook)},
                 {"$setOnInsert": mongo_outbox.delivery_doc(event, hook, created, when)}, upsert=True)
                 for hook in hooks])
         return len(hooks)

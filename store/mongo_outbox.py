@@ -48,7 +48,7 @@ def event_doc(event: WebhookEvent, created_at: dt.datetime) -> Doc:
 
 
 def delivery_doc(event: WebhookEvent, webhook_id: str, created_at: dt.datetime, due: dt.datetime) -> Doc:
-    return {"_id": outbox.delivery_id(event.id, webhook_id), "event_id": event.id, "webhook_id": webhook_id,
+    return {"_id": outbox.delivery_id(event, webhook_id), "event_id": event.id, "webhook_id": webhook_id,
             "user_id": event.user_id, "event_type": event.type, "created_at": created_at,
             "state": DELIVERY_PENDING, "attempts": 0, "next_attempt_at": due, "last_attempt_at": None,
             "response_status": None, "error": None, "duration_ms": None, "claimed_by": None,
@@ -83,7 +83,7 @@ async def fan_out(db: Any, events: list[tuple[WebhookEvent, dt.datetime]]) -> in
         if not targets:
             continue
         event_ops.append(UpdateOne({"_id": event.id}, {"$setOnInsert": event_doc(event, created_at)}, upsert=True))
-        delivery_ops += [UpdateOne({"_id": outbox.delivery_id(event.id, hook)},
+        delivery_ops += [UpdateOne({"_id": outbox.delivery_id(event, hook)},
                                    {"$setOnInsert": delivery_doc(event, hook, created_at, created_at)}, upsert=True)
                          for hook in targets]
     await upsert_all(db[EVENTS], event_ops)  # first: a delivery always finds its event

@@ -1123,7 +1123,7 @@ def _put_events(conn: sqlite3.Connection, events: Sequence[tuple[WebhookEvent, l
     ``_insert_files_within_quota``). The number of deliveries."""
     _insert_rows(conn, EVENT_INSERT_HEAD, [(event.id, event.user_id, event.type, event.created_at,
                                             orjson.dumps(event.data).decode()) for event, _, _ in events])
-    deliveries = [(outbox.delivery_id(event.id, hook), event.id, hook, event.user_id, event.type, event.created_at,
+    deliveries = [(outbox.delivery_id(event, hook), event.id, hook, event.user_id, event.type, event.created_at,
                    "pending", 0, due, due) for event, hooks, due in events for hook in hooks]
     _insert_rows(conn, DELIVERY_INSERT_HEAD, deliveries)
     return len(deliveries)

@@ -152,7 +152,7 @@ async def test_a_retry_keeps_its_webhook_id_and_every_attempt_is_signed(meta: Me
     assert (row.state, row.attempts, row.response_status, row.next_attempt_at) == (DELIVERY_SUCCEEDED, 3, 204, None)
     bodies = receiver.verified(hook.secret)  # standardwebhooks.Webhook(secret).verify: every attempt
     assert len(bodies) == 3 and bodies[0] == bodies[1] == bodies[2]
-    assert {r.webhook_id for r in receiver.received} == {outbox.event_id(FILE_CREATED, record.id)}
+    assert {r.webhook_id for r in receiver.received} == {outbox.created_id(record)}
     assert bodies[0] == {"type": FILE_CREATED, "timestamp": record.created_at, "data": file_json(record, BASE, BASE)}
     assert relay.counters.attempts == {"succeeded": 1, "retry": 2, "failed": 0}
 

@@ -97,7 +97,7 @@ async def test_an_upload_and_a_delete_are_recorded_for_subscribed_endpoints_only
     claimed = await claim_all(meta)
     assert sorted(c.webhook.id for c in claimed) == ["w1", "w3"]
     event = claimed[0].event
-    assert event == WebhookEvent(id=outbox.event_id(FILE_CREATED, record.id), user_id="u1", type=FILE_CREATED,
+    assert event == WebhookEvent(id=outbox.created_id(record), user_id="u1", type=FILE_CREATED,
                                  created_at=ts(10), data=outbox.record_data(record))
     assert {c.event.id for c in claimed} == {event.id}  # one event, one delivery per endpoint
     assert all(c.delivery.state == DELIVERY_PENDING and c.delivery.attempts == 0 for c in claimed)
@@ -175,6 +175,23 @@ async def test_a_disabled_endpoint_gets_no_new_events(meta: MetaStore) -> None:
     assert await claim_all(meta) == []
 
 
+async def test_upload_events_and_deliveries_are_named_in_the_order_of_the_uploads(meta: MetaStore) -> None:
+    """Their ids lead with the record's creation (``outbox.time_led``): new rows go to the end of
+    the id indexes, not to a random page of each. Named alike on every backend."""
+    await add_user(meta, "u1")
+    await meta.create_webhook(hook("u1", "w1", (FILE_CREATED,)), limit=5)
+    await meta.create_webhook(hook("u1", "w2", (FILE_CREATED,)), limit=5)
+    records = [await add_file(meta, "u1", f"f{n}", created_at=ts(seconds)) for n, seconds in enumerate((30, 5, 12))]
+    claimed = await claim_all(meta)
+    by_time = sorted(records, key=lambda r: r.created_at)
+    assert sorted({c.event.id for c in claimed}) == [outbox.created_id(r) for r in by_time]
+    for claim in claimed:
+        assert claim.delivery.id == outbox.delivery_id(claim.event, claim.webhook.id)
+    delivery_order = [c.event.id for c in sorted(claimed, key=lambda c: c.delivery.id)]
+    assert delivery_order == sorted(delivery_order)
+    assert all(len(c.event.id) == 36 and len(c.delivery.id) == 36 for c in claimed)
+
+
 async def test_a_file_deleted_before_its_upload_event_was_sent_has_both(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await meta.create_webhook(hook("u1", "w1"), limit=5)
@@ -182,7 +199,7 @@ async def test_a_file_deleted_before_its_upload_event_was_sent_has_both(meta: Me
     await meta.delete_file("u1", "f1")
     claimed = await claim_all(meta)
     assert sorted(c.event.type for c in claimed) == [FILE_CREATED, FILE_DELETED]
-    assert {c.event.id for c in claimed} == {outbox.event_id(FILE_CREATED, record.id),
+    assert {c.event.id for c in claimed} == {outbox.created_id(record),
                                              outbox.event_id(FILE_DELETED, record.id)}
 
 

@@ -139,7 +139,7 @@ class WebhookService:
             raise Conflict("The webhook is disabled; enable it first", code="WEBHOOK_DISABLED")
         self._poke()
         return {"event": {"id": event.id, "type": event.type, "timestamp": at},
-                "delivery_id": outbox.delivery_id(event.id, hook.id)}
+                "delivery_id": outbox.delivery_id(event, hook.id)}
 
     async def deliveries(self, user_id: str, webhook_id: str, page: int, limit: int) -> dict[str, Any]:
         await self.owned(user_id, webhook_id)
