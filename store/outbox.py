@@ -3,21 +3,22 @@
 An event's id is derived from what caused it (the event type and the file record's id, which
 is unique and never reused), so recording it twice (a resent write, two processes spreading
 the same change) gives one event, and the deliveries' ids are derived from the event's and
-the endpoint's: one delivery per event and endpoint whatever happens. The ids are the same
-on every backend, so a database moved with ``mediasrv migrate`` keeps them.
+the endpoint's: one delivery per event and endpoint whatever happens. Every backend computes
+them alike.
 
 An upload's ``file.created`` id and every delivery id lead with a time (``time_led``): the
 record's creation, the event's. Each is a key of an index (the events', the deliveries' and
 their event's), and a digest alone put each new row on a random page of each: a burst of
-uploads to one endpoint wrote 107.8 SQLite WAL pages per commit of six uploads, 73.5 without
-the endpoint; led by the time, new rows land on the newest pages (``scripts/probe_commit_pages.py
---webhooks 1``). ``file.updated`` and ``file.deleted`` ids stay digests: MongoDB computes them
-again wherever a change is spread, and a process of the previous release spreading the same
-change beside one of this must name it alike (a receiver drops repeats by that name). A
-``file.created`` id is computed once, where the upload is recorded, and stored (MongoDB's
-``EVENT_FIELD``); a delivery id is only the row's key (its ``webhook-id`` is the event's), so
-while a fleet rolls two releases fanning out one event may at most send it twice under the
-same ``webhook-id``.
+uploads to one endpoint wrote 108.8-110.2 SQLite WAL pages per commit of six uploads, 74.2
+without the endpoint; led by the time, new rows land on the newest pages: 91.3-92.0
+(``scripts/probe_commit_pages.py --webhooks 1``). ``file.updated`` and ``file.deleted`` ids
+stay digests: MongoDB computes them again wherever a change is spread, and a process of the
+previous release spreading the same change beside one of this must name it alike (a receiver
+drops repeats by that name). A ``file.created`` id is computed once, where the upload is
+recorded, and stored (MongoDB's ``EVENT_FIELD``). A delivery id is only its row's key (the
+``webhook-id`` sent is the event's), so while a fleet on MongoDB rolls onto this release, an
+event that a process of each release fans out at once gets two delivery rows: it is sent twice,
+under one ``webhook-id``.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from store.models import FILE_CREATED, FileRecord, WebhookEvent
 
 _TIME_DIGITS = 17
 """YYYYMMDDhhmmssmmm: an ISO 8601 UTC time to the millisecond, its digits only."""
-_NOT_DIGIT = re.compile(r"\D")
+_NOT_DIGIT = re.compile(r"[^0-9]")
 
 
 def _digest(text: str) -> str:
@@ -39,8 +40,10 @@ def _digest(text: str) -> str:
 
 
 def time_led(at: str, text: str) -> str:
-    """32 characters of [0-9a-f]: the digits of the time ``at`` (``_TIME_DIGITS``, so ids sort
-    by it, as their index pages then fill) and the start of ``text``'s digest."""
+    """32 characters of [0-9a-f]: the digits of the UTC time ``at`` (ISO 8601 with ``Z``, as
+    every stored time is; ``_TIME_DIGITS``, so ids sort by it, as their index pages then fill)
+    and 60 bits of ``text``'s digest (rows are written insert-or-ignore, so two causes must not
+    share a name: that would take two in the same millisecond and a 2^-60 chance)."""
     lead = _NOT_DIGIT.sub("", at)[:_TIME_DIGITS].ljust(_TIME_DIGITS, "0")
     return lead + _digest(text)[:32 - _TIME_DIGITS]
 

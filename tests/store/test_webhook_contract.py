@@ -342,6 +342,33 @@ async def test_mongodb_drops_the_event_of_a_delete_that_did_not_happen(meta: Met
     assert await meta.get_file("f1") == record
 
 
+async def test_mongodb_names_an_event_spread_from_its_mark_and_from_a_deletes_outbox_alike(meta: MetaStore) -> None:
+    """A delete's outbox carries the record's events still waiting in it; a relay may spread
+    those marks before the record goes, and the outbox after. Both paths name each event and
+    its deliveries alike (their ids lead with the event's time, read back from the database):
+    one delivery per event and endpoint."""
+    if not isinstance(meta, MongoMetaStore):
+        return
+    from store.mongo import _claim_delete_event, _now
+
+    await add_user(meta, "u1")
+    await meta.create_webhook(hook("u1", "w1"), limit=5)
+    await meta.create_webhook(hook("u1", "w2"), limit=5)
+    record = await add_file(meta, "u1", "f1", created_at="2026-11-30T03:15:00.123Z")
+    changed = await meta.update_file("u1", "f1", {"name": "new.png"})
+    async with meta._op() as db:
+        doc = await db["files"].find_one({"file_id": "f1"})
+        await _claim_delete_event(db, doc, changed, _now())  # the delete's claim, with both marks
+    assert await meta.spread_events(at(1), at(-1), 10) == 2  # the marks; the claim is young
+    async with meta._op() as db:
+        await db["files"].delete_one({"file_id": "f1"})  # then the record goes
+    await meta.spread_events(at(1), at(-1), 10)  # and the outbox: all three, the first two again
+    claimed = await claim_all(meta)
+    assert sorted((c.event.type, c.webhook.id) for c in claimed) == [
+        (t, w) for t in (FILE_CREATED, FILE_DELETED, FILE_UPDATED) for w in ("w1", "w2")]
+    assert {c.event.id for c in claimed if c.event.type == FILE_CREATED} == {outbox.created_id(record)}
+
+
 async def test_an_account_withheld_at_once_has_an_event_per_file_for_each_endpoint(meta: MetaStore) -> None:
     """More events and deliveries than one statement of SQLite's binds: every one is there, once."""
     await add_user(meta, "u1")
