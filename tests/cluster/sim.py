@@ -52,6 +52,7 @@ from tests.cluster import balancer
 from tests.cluster.netns import (
     PREFIX,
     bound_to_owner,
+    children_of,
     claim,
     clean_stale,
     free_subnet,
@@ -394,23 +395,30 @@ class Cluster:
 
     def set_balance(self, balance: str) -> None:
         """Switch the balancer between hashing by address and round robin (nginx reload); returns
-        once new connections get the new configuration (its X-Fleet-Balance header says which)."""
+        once new connections get the new configuration (its X-Fleet-Balance header says which)
+        and the old workers are gone. An old worker may still accept a connection after a new one
+        has answered, and it closes that keep-alive connection once it shuts down: a client's
+        next request on it then fails (httpx ReadError in a burst, CI 2026-11-30)."""
         if balance not in BALANCING:
             raise ValueError(f"balance must be one of {BALANCING}")
         assert self.lb_proc is not None
         self.balance = balance
         (self.lb.home / "nginx.conf").write_text(self.lb_conf())
+        old_workers = children_of(self.lb_proc.pid)
         self.lb_proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
-        while True:
-            req = urllib.request.Request(self.lb.url + "/ping")
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with contextlib.suppress(OSError), opener.open(req, timeout=2) as r:
-                if r.headers.get("X-Fleet-Balance") == balance:
-                    return
+        while not self._lb_answers_with(balance) or old_workers & children_of(self.lb_proc.pid):
             if time.monotonic() > deadline:
                 raise RuntimeError("the balancer did not take its new configuration")
             time.sleep(0.05)
+
+    def _lb_answers_with(self, balance: str) -> bool:
+        """Whether a new connection to the balancer gets the ``balance`` configuration."""
+        req = urllib.request.Request(self.lb.url + "/ping")
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with contextlib.suppress(OSError), opener.open(req, timeout=2) as r:
+            return bool(r.headers.get("X-Fleet-Balance") == balance)
+        return False
 
     def _stop_lb(self) -> None:
         proc, self.lb_proc = self.lb_proc, None
