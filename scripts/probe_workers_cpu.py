@@ -10,7 +10,7 @@ with one process the server keeps one core busy and wrk fits on the other, so th
 1 / s (s: the server's CPU per request); with two processes the servers and wrk share both
 cores, so the rate is 2 / (s + w) (w: wrk's CPU per request). The row is then 2 s / (s + w).
 
-This measures s and w in each mode (the server's processes from /proc, wrk's from the rusage of
+This measures s and w in each mode (the server's processes from /proc (schedstat), wrk's from the rusage of
 the finished child), alternating the modes each round with the harness's own wrk script. When s
 is the same with one process and two, the processes scale without sharing anything, and what
 the row lacks of 2.0 is wrk's share of the cores: 1.7 needs w <= 0.18 s.
@@ -28,18 +28,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import images, procs, wrk
 
+from mediasrv.cli.sidecar.orphans import children_of
+
 
 def process_tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of ``pid`` and its children so far: the workers are children."""
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    ticks = 0
-    for p in pids:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of ``pid`` and its children so far (``--workers``' processes are its children)."""
+    total = 0.0
+    for process in (pid, *children_of(pid)):
+        with contextlib.suppress(OSError):  # a process that has just exited counts for nothing
+            total += procs.cpu_seconds(process)
+    return total
 
 
 def children_cpu() -> float:

@@ -55,14 +55,6 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
                                 env=env, start_new_session=True)
 
 
-def children_of(pid: int) -> set[int]:
-    """The children of a single-threaded process (an nginx master's workers), none once it is gone."""
-    try:
-        return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-    except OSError:
-        return set()
-
-
 def netns_pids(ns: str) -> list[int]:
     return [int(p) for p in ip("netns", "pids", ns, check=False).split()]
 

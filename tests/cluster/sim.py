@@ -47,12 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mediasrv.cli.sidecar.orphans import children_of
 from tests.backends import servers
 from tests.cluster import balancer
 from tests.cluster.netns import (
     PREFIX,
     bound_to_owner,
-    children_of,
     claim,
     clean_stale,
     free_subnet,
@@ -404,10 +404,10 @@ class Cluster:
         assert self.lb_proc is not None
         self.balance = balance
         (self.lb.home / "nginx.conf").write_text(self.lb_conf())
-        old_workers = children_of(self.lb_proc.pid)
+        old_workers = set(children_of(self.lb_proc.pid))
         self.lb_proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
-        while not self._lb_answers_with(balance) or old_workers & children_of(self.lb_proc.pid):
+        while not self._lb_answers_with(balance) or old_workers.intersection(children_of(self.lb_proc.pid)):
             if time.monotonic() > deadline:
                 raise RuntimeError("the balancer did not take its new configuration")
             time.sleep(0.05)
