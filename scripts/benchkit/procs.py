@@ -126,6 +126,19 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+def wait_idle(pid: int, *, quiet_cores: float = 0.05, window_s: float = 0.5, limit_s: float = 120) -> float:
+    """Wait until a server uses less than ``quiet_cores`` over ``window_s``, and return the seconds
+    waited: an image upload's placeholder is made in the background after its 201, so right after
+    a seeding the server is still busy, and a first round measured then is charged with it."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit_s:
+        before = cpu_seconds(pid)
+        time.sleep(window_s)
+        if cpu_seconds(pid) - before < quiet_cores * window_s:
+            break
+    return time.monotonic() - start
+
+
 def proc_status(pid: int) -> dict[str, int]:
     """VmRSS / VmHWM (kB) of a process from /proc/PID/status."""
     out: dict[str, int] = {}
