@@ -136,6 +136,8 @@ class BaseHandler(tornado.web.RequestHandler):
     """This request's id: nginx's (from our proxy) or a new one; echoed in X-Request-Id and in
     the access log line, so a client's report finds the request's lines."""
     _counted = False
+    answered_early = False
+    """Set by ``answer_before_body``: the answer is out, and the request ends once its body is read."""
 
     def initialize(self, base: BaseDeps) -> None:  # type: ignore[override]
         self.base = base
@@ -216,10 +218,38 @@ class BaseHandler(tornado.web.RequestHandler):
         self.add_vary("Accept-Encoding")
         raw = body.body if isinstance(body, Prerendered) else body
         if len(raw) < GZIP_MIN_BYTES or not accepts_gzip(self.request.headers.get("Accept-Encoding")):
-            self.finish(raw)
+            self._end(raw)
             return
         self.set_header("Content-Encoding", "gzip")
-        self.finish(body.gzipped if isinstance(body, Prerendered) else _gzip(raw))
+        self._end(body.gzipped if isinstance(body, Prerendered) else _gzip(raw))
+
+    def _end(self, body: bytes) -> None:
+        """Finish with ``body``; an answer sent before the request's body is flushed whole
+        instead (its length declared, so the client has all of it), and finished later."""
+        if not self.answered_early:
+            self.finish(body)
+            return
+        self.set_header("Content-Length", str(len(body)))
+        self.write(body)
+        self.flush()
+
+    def answer_before_body(self, exc: ApiError) -> None:
+        """Send ``exc``'s answer now, while the request's (small) body is still to come, and
+        end the request once that body has been read and dropped (``send_error`` then only
+        finishes). The client learns at once (a 413 or 401 before the body, as a client that
+        waits to read before it sends needs), and the connection stays usable: finishing now
+        would make Tornado close it with the body unread, and a close with unread bytes is a
+        reset that can destroy the answer before the client reads it."""
+        self.clear()
+        self.answered_early = True
+        self.write_error(exc.status, exc_info=(type(exc), exc, None))
+
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        """After ``answer_before_body`` the answer is already out: what is left is to end it."""
+        if not self.answered_early:
+            super().send_error(status_code, **kwargs)
+        elif not self._finished:
+            self.finish()
 
     # CORS (policy in mediasrv.web.cors). set_default_headers runs again after clear(), so error
     # answers keep these headers and a browser page on an allowed origin can read them.

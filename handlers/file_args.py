@@ -89,11 +89,19 @@ def _checked_name(name: str, field: str) -> str | None:
 
 
 def drainable(headers: Any) -> bool:
-    """A declared body small enough to read and drop before answering an early refusal."""
+    """A declared body small enough to read and drop before answering an early refusal. Not
+    one announced with ``Expect: 100-continue``: that client sends nothing until told to, so
+    its refusal is answered and the connection closed with nothing unread."""
+    if expects_continue(headers):
+        return False
     try:
         return int(headers.get("Content-Length", "-1")) in range(0, DRAIN_LIMIT + 1)
     except ValueError:
         return False
+
+
+def expects_continue(headers: Any) -> bool:
+    return str(headers.get("Expect", "")).strip().lower() == "100-continue"
 
 
 def content_length(headers: Any) -> int | None:

@@ -81,12 +81,14 @@ class FilesHandler(FilesBase):
                 raise
             # Raising here in a stream_request_body handler (a GET too) leaves Tornado waiting
             # for a body it never reads: the kept-alive connection stops answering.
-            # Answer once the small body is read: closing a socket with unread bytes makes the
-            # kernel reset the connection, which can destroy the answer before the client reads it.
+            # Answer now and end the request once the small body is read and dropped: closing
+            # a socket with unread bytes makes the kernel reset the connection, which can
+            # destroy the answer before the client reads it.
             self.failure = failure_status(exc)
             if not bodyless:  # the connection's limit is still the API's (64 KiB): let the body be drained
                 http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
                                            f"The request body is larger than {DRAIN_LIMIT} bytes")
+                self.answer_before_body(self.failure)
 
     async def _start_upload(self) -> None:
         """The file service admits the upload (``admit``), reading its fields from here."""

@@ -24,7 +24,7 @@ import tornado.httputil
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import content_length, drainable, file_name
+from handlers.file_args import content_length, drainable, expects_continue, file_name
 from mediasrv.base.errors import ApiError, BadRequest
 from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.files import content_types
@@ -134,13 +134,15 @@ class StreamedTus(TusBase):
             bodyless = "Content-Length" not in headers and "Transfer-Encoding" not in headers
             if not (bodyless or self._drains_chunk() or drainable(headers)):
                 raise
-            self.failure = failure_status(exc)  # answered once the body is read (as POST /files)
+            self.failure = failure_status(exc)
+            if not bodyless:  # answered now, ended once the body is read and dropped (as POST /files)
+                self.answer_before_body(self.failure)
 
     def _drains_chunk(self) -> bool:
         """A chunk refused before it was read (409, 404, 410...) from an authenticated client is
         read up to the caller's cap and dropped, so its tus status reaches the client: answering
         before the body would cut the connection under the client's feet (a reset, not a 409)."""
-        if self.principal is None:
+        if self.principal is None or expects_continue(self.request.headers):
             return False
         cap = self.resumable.max_size(self.principal.user)
         try:

@@ -104,7 +104,8 @@ def connection_limits(settings: Settings) -> ConnectionLimits:
 
 def make_server(app: tornado.web.Application, settings: Settings, *,
                 buffered_bytes: int | None = None, hot_media: bool = True) -> GuardedHTTPServer:
-    """No total body timeout (slow honest uploads finish); idle bodies and slow headers end.
+    """No total body timeout for uploads (slow honest uploads finish); idle bodies, slow headers
+    and a buffered (JSON) body slower than MEDIASRV_BUFFERED_BODY_TIMEOUT end.
     Request-size limits are answered in JSON by ``RequestLimits`` (mediasrv.web.http_limits), which
     needs Tornado to read header blocks up to ``HEADER_READ_LIMIT`` so it can answer 414/431;
     ``buffered_bytes`` bounds the request bodies all connections hold before their handlers run.
@@ -112,7 +113,8 @@ def make_server(app: tornado.web.Application, settings: Settings, *,
     which ``make_app`` builds); ``hot_media=False`` sends every request to the application (a
     test compares the two)."""
     front = app.settings.get("hot_media") if hot_media else None
-    limited = RequestLimits(front or app, budget=BufferBudget(buffered_bytes) if buffered_bytes else None)
+    limited = RequestLimits(front or app, budget=BufferBudget(buffered_bytes) if buffered_bytes else None,
+                            buffered_deadline_s=settings.buffered_body_timeout_s)
     return GuardedHTTPServer(limited, limits=connection_limits(settings),
                              max_body_size=MAX_JSON_BYTES, max_header_size=HEADER_READ_LIMIT,
                              idle_connection_timeout=settings.header_timeout_s, body_timeout=None)

@@ -16,8 +16,9 @@ likes; when descriptors run out, its accept handler raises EMFILE on every loop 
 - **Header timeout** (MEDIASRV_HEADER_TIMEOUT, Tornado's ``idle_connection_timeout``): a
   connection must deliver a request's complete headers within it, idle keep-alive included.
 - **Body inactivity timeout** (MEDIASRV_BODY_IDLE_TIMEOUT): a request body that sends no
-  byte for that long has its connection closed. There is no total body timeout: a slow but
-  steady upload finishes however long it takes.
+  byte for that long has its connection closed. There is no total body timeout for uploads: a
+  slow but steady upload finishes however long it takes. (A body read whole before its handler,
+  64 KiB at most, has MEDIASRV_BUFFERED_BODY_TIMEOUT in all: ``mediasrv.web.http_limits``.)
 """
 from __future__ import annotations
 

@@ -24,7 +24,11 @@ over the real limits with the JSON error the interface promises:
 - a body sent to a path no route serves: 404 ``HTTP_404`` without reading it;
 - a body Tornado buffers for its handler (every route but a streamed upload) while the bodies
   being buffered already hold ``BUFFERED_BYTES_BUDGET``: 503 ``SERVER_BUSY`` with Retry-After,
-  so slow or unfinished bodies on many connections cannot hold more than that between them.
+  so slow or unfinished bodies on many connections cannot hold more than that between them;
+- such a body still incomplete ``buffered_deadline_s`` after its headers (MEDIASRV_BUFFERED_BODY_TIMEOUT,
+  30 s for at most 64 KiB): 408 ``REQUEST_TIMEOUT``. Without it a client sending a byte now and
+  then (under the body idle timeout) held its share of that budget for as long as it liked, and
+  a few hundred such connections made every JSON request of the server 503.
 
 Each refusal is sent before any body byte is read, with ``Connection: close``. A header
 block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
@@ -46,6 +50,7 @@ from typing import Any
 
 import orjson
 from tornado import httputil, routing
+from tornado.ioloop import IOLoop
 
 log = logging.getLogger("mediasrv.http")
 MAX_REQUEST_LINE = 16 * 1024
@@ -60,6 +65,8 @@ CHUNKED_SLACK = 4 * 1024 * 1024
 BUFFERED_BYTES_BUDGET = 64 * 1024 * 1024
 """Request bytes all connections together may hold in buffers before their handler runs."""
 BUSY_RETRY_AFTER_S = 1
+BUFFERED_BODY_DEADLINE_S = 30.0
+"""How long a buffered body (64 KiB at most) may take in all: seconds even on a slow link."""
 
 _HOST = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+;=\[\]:]|%[0-9A-Fa-f]{2})*")
 """RFC 3986's ``host [":" port]`` as Tornado's request object reads it (brackets and colons
@@ -68,7 +75,7 @@ Tornado passes, so its bare 400 for a bad Host is never reached."""
 TORNADO_BARE_400 = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 """What Tornado writes for a request it cannot parse (``HTTP1Connection._read_message``)."""
 
-_REASONS = {400: "Bad Request", 404: "Not Found", 413: "Content Too Large", 414: "URI Too Long",
+_REASONS = {400: "Bad Request", 404: "Not Found", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
@@ -94,11 +101,12 @@ class RequestLimits(httputil.HTTPServerConnectionDelegate):
     """The server's delegate: checks each request's size before the application sees it."""
 
     def __init__(self, app: httputil.HTTPServerConnectionDelegate, *, body_limit: int = MAX_JSON_BYTES,
-                 budget: BufferBudget | None = None) -> None:
+                 budget: BufferBudget | None = None, buffered_deadline_s: float = BUFFERED_BODY_DEADLINE_S) -> None:
         self.app = app
         self.body_limit = body_limit
         """The server's ``max_body_size``: what a request may send unless a handler raises it."""
         self.budget = budget or BufferBudget()
+        self.buffered_deadline_s = buffered_deadline_s
         self.known_path = _path_matcher(app)
 
     def start_request(self, server_conn: object,
@@ -228,6 +236,7 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         self.received = 0
         self.held = 0
         """Bytes of this request's body taken from the buffer budget and not yet given back."""
+        self.deadline: object | None = None
         self.buffered = False
 
     async def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
@@ -252,6 +261,21 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         self.buffered = not getattr(handler, "stream_request_body", False)
         if declared is not None and declared > self.conn.body_limit and not self.conn.answered:
             self._refuse(413, *self.conn.too_large)
+        elif self.buffered and has_body and not self.conn.answered:
+            self.deadline = IOLoop.current().call_later(self.limits.buffered_deadline_s, self._too_slow)
+
+    def _too_slow(self) -> None:
+        self.deadline = None
+        if self.refused or self.conn.answered:
+            return
+        self._give_back()
+        seconds = self.limits.buffered_deadline_s
+        self._refuse(408, "REQUEST_TIMEOUT", f"The request body did not arrive within {seconds:g} s")
+
+    def _cancel_deadline(self) -> None:
+        if self.deadline is not None:
+            IOLoop.current().remove_timeout(self.deadline)
+            self.deadline = None
 
     def data_received(self, chunk: bytes) -> Awaitable[None] | None:
         if self.refused:
@@ -272,11 +296,13 @@ class _LimitedMessage(httputil.HTTPMessageDelegate):
         return self.inner.data_received(chunk)
 
     def finish(self) -> None:
+        self._cancel_deadline()
         self._give_back()  # handed to the handler: what it holds now is bounded by its limit
         if not self.refused:
             self.inner.finish()
 
     def on_connection_close(self) -> None:
+        self._cancel_deadline()
         self._give_back()
         if self.inner_started:
             self.inner.on_connection_close()

@@ -527,6 +527,59 @@ async def test_auth_failure_is_401_before_the_body(api: Api, settings: Settings,
     assert blob_files(settings) == []
 
 
+async def test_under_a_small_cap_the_413_comes_before_the_body_and_the_connection_stays(
+        api: Api, settings: Settings, stores: Stores, port: int) -> None:
+    """Reliability checklist 18 under an account's own cap of 1000 bytes: a refusal whose body
+    is small enough to drop (up to DRAIN_LIMIT) was answered only once that body had arrived,
+    so a client that sends its headers and waits to read heard nothing."""
+    token = await token_for(api)
+    r = await api.call("PATCH", "/settings", json={"max_upload_size_bytes": 1000}, token=token)
+    assert r.code == 200
+    raw = await Raw.open(port)
+    try:
+        await raw.send(post_head(1001, token))  # headers only
+        status, headers, data = await raw.response(timeout=3)
+        assert status == 413 and orjson.loads(data)["code"] == "FILE_TOO_LARGE"
+        assert headers["x-content-type-options"] == "nosniff" and "connection" not in headers
+        await raw.send(b"x" * 1001)  # the body the client had started: read and dropped
+        await raw.send(b"GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        status, _, _ = await raw.response()
+        assert status == 200  # the same connection answers the next request
+    finally:
+        raw.close()
+    await assert_no_trace(api, token, settings, stores)
+
+
+async def test_a_401_comes_before_a_small_body(api: Api, settings: Settings, port: int) -> None:
+    """Checklist 26 with a declared body under DRAIN_LIMIT: no credential, answered at once."""
+    raw = await Raw.open(port)
+    try:
+        await raw.send(post_head(500, None))
+        status, _, data = await raw.response(timeout=3)
+        assert status == 401 and orjson.loads(data)["error"]
+        await raw.send(b"y" * 500)
+        await raw.send(post_head(3, None) + b"abc")  # the next request: its own answer, not a reset
+        status, _, _ = await raw.response()
+        assert status == 401
+    finally:
+        raw.close()
+    assert blob_files(settings) == []
+
+
+async def test_an_expect_100_continue_upload_refused_is_answered_and_closed_without_a_100(
+        api: Api, port: int) -> None:
+    """A client that announced ``Expect: 100-continue`` sends nothing until told to: its refusal
+    is the only answer (no interim 100 after it), and the connection closes with nothing unread."""
+    raw = await Raw.open(port)
+    try:
+        await raw.send(post_head(500, None, extra="Expect: 100-continue\r\n"))
+        status, _, data = await raw.response(timeout=3)
+        assert status == 401 and orjson.loads(data)["error"]
+        assert await asyncio.wait_for(raw.reader.read(), 3) == b""  # closed, and nothing else was written
+    finally:
+        raw.close()
+
+
 # -- quotas ------------------------------------------------------------------------------------
 
 

@@ -116,6 +116,24 @@ class TimeoutsTest(ServerTestCase):
         self.assertIsNone(server.conn_params.body_timeout)
         self.assertEqual(server.limits.body_idle_s, 7)
 
+    def test_a_trickled_json_body_is_408_after_the_buffered_body_timeout(self) -> None:
+        """Reliability checklist 54 for the bodies read whole before their handler: a byte now
+        and then (never idle) held a share of the server's buffer budget for ever."""
+        server = self.serve(MEDIASRV_BUFFERED_BODY_TIMEOUT="1")
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /auth/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            for _ in range(10):  # a byte every 0.3 s, until the server answers: never idle, never done
+                if select.select([sock], [], [], 0.3)[0]:
+                    break
+                sock.sendall(b" ")
+            status, response = _read_response(sock)
+            self.assertEqual(status, 408, response)
+            self.assertIn(b'"code":"REQUEST_TIMEOUT"', response)
+            self.assertTrue(closed_by_server(sock))
+        self.assertEqual(self.client.get(server.url + "/ping").status_code, 200)
+        self.assertEqual(server.terminate()[0], 0)
+
 
 class ConnectionCapsTest(ServerTestCase):
     def test_one_address_cannot_take_every_connection(self) -> None:

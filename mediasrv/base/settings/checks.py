@@ -133,7 +133,8 @@ def _check_safety(s: Settings) -> str | None:
         return ("MEDIASRV_PROXY_SECRET must be 16 to 256 letters, digits or ._~- (it goes into an HTTP "
                 "header and nginx's configuration as it is)")
     for name, value in (("MEDIASRV_HEADER_TIMEOUT", s.header_timeout_s),
-                        ("MEDIASRV_BODY_IDLE_TIMEOUT", s.body_idle_timeout_s)):
+                        ("MEDIASRV_BODY_IDLE_TIMEOUT", s.body_idle_timeout_s),
+                        ("MEDIASRV_BUFFERED_BODY_TIMEOUT", s.buffered_body_timeout_s)):
         if not (math.isfinite(value) and 0 < value <= 86400):
             return f"{name} must be a number of seconds above 0 and at most 86400, not {value}"
     if s.max_connections is not None and s.max_connections < 1:

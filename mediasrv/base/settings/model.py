@@ -280,6 +280,10 @@ class Settings:
                                    "request's headers, idle keep-alive time included", default=20.0)
     body_idle_timeout_s: float = _env("MEDIASRV_BODY_IDLE_TIMEOUT", "seconds a request body may go without "
                                       "sending a byte before the connection is closed", default=60.0)
+    buffered_body_timeout_s: float = _env("MEDIASRV_BUFFERED_BODY_TIMEOUT", "seconds a request body "
+                                          "read whole before its handler (every route but uploads: 64 KiB "
+                                          "at most) may take in all; later: 408 and the connection closed",
+                                          default=30.0)
     max_connections: int | None = _env("MEDIASRV_MAX_CONNECTIONS", "open connections at most; more wait "
                                        "in the listen queue (default: from the descriptor limit)",
                                        default=None)
@@ -402,7 +406,8 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "result_cache_bytes": byte_size, "blob_cache_bytes": byte_size, "blob_cache_item_bytes": byte_size,
     "resize_threads": whole_number, "credential_cache_s": number, "sweep_grace_s": whole_number,
     "sweep_max_share": number, "quarantine_grace_s": whole_number, "proxy_hops": whole_number,
-    "header_timeout_s": number, "body_idle_timeout_s": number, "max_connections": whole_number,
+    "header_timeout_s": number, "body_idle_timeout_s": number, "buffered_body_timeout_s": number,
+    "max_connections": whole_number,
     "metrics_port": whole_number, "metrics_host": str.strip, "metrics_socket": lambda v: Path(v).expanduser(),
     "max_connections_per_ip": whole_number,
     "max_uploads_per_user": whole_number, "upload_buffer_bytes": byte_size,
