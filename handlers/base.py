@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 import orjson
+import tornado.log
 import tornado.web
 
 from mediasrv.base import ids
@@ -40,6 +41,7 @@ from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
 from mediasrv.core.store_errors import for_store_error
+from mediasrv.web.accesslog import safe_target, scrubbed
 from mediasrv.web.client_address import client_address, from_our_proxy
 from mediasrv.web.cors import CorsMode, CorsPolicy
 from mediasrv.web.http_headers import accepts_gzip
@@ -390,10 +392,21 @@ class BaseHandler(tornado.web.RequestHandler):
                       self.request.path, self.request_id, value, extra=extra)
             return
         if isinstance(value, tornado.web.HTTPError):
-            super().log_exception(typ, value, tb)
+            self._log_http_error(value)
             return
         log.error("unhandled error on %s %s (request %s)", self.request.method, self.request.path,
                   self.request_id, exc_info=(typ, value, tb), extra=extra)
+
+    def _log_http_error(self, error: tornado.web.HTTPError) -> None:
+        """Tornado's own warning for an HTTPError that carries a log message, with the secret
+        query values redacted from the request target and from the message: a decoding error
+        quotes the value it could not decode, and the request may carry a valid signature."""
+        if not error.log_message:
+            return
+        uri = self.request.uri or "/"
+        message = error.log_message % error.args if error.args else error.log_message
+        tornado.log.gen_log.warning("%d %s %s (%s): %s", error.status_code, self.request.method,
+                                    safe_target(uri), self.request.remote_ip, scrubbed(message, uri))
 
     def log_request(self) -> bool:
         """Whether this answered request goes to the caller's activity log (``logged`` unless a

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from typing import Any, NamedTuple, TextIO
-from urllib.parse import unquote_plus
+from urllib.parse import unquote_plus, unquote_to_bytes
 
 from mediasrv.core.webhooks.relay import AttemptLine
 from mediasrv.web.loglines import StampClock, json_text, printable
@@ -78,6 +78,21 @@ def safe_target(uri: str) -> str:
         name, equals, _ = item.partition("=")
         parts.append(f"{name}=REDACTED" if equals and _SECRET_NAME.search(unquote_plus(name)) else item)
     return f"{path}?{'&'.join(parts)}"
+
+
+def scrubbed(text: str, uri: str) -> str:
+    """``text`` (a message about the request ``uri``) with the values of ``uri``'s secret query
+    parameters replaced by REDACTED, in each form a message may quote one: as sent, decoded,
+    and as the repr of its bytes (Tornado's "Invalid unicode in expires: b'\\xff'")."""
+    for item in uri.partition("?")[2].split("&"):
+        name, equals, value = item.partition("=")
+        if not (equals and value and _SECRET_NAME.search(unquote_plus(name))):
+            continue
+        raw = unquote_to_bytes(value.replace("+", " "))
+        for form in (repr(raw), repr(raw[:40]), value, unquote_plus(value)):
+            if len(form) >= 3:
+                text = text.replace(form, "REDACTED")
+    return text
 
 
 class AccessLog:

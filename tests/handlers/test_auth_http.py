@@ -666,6 +666,20 @@ async def test_secrets_stay_out_of_logs_and_error_bodies(api: Api, caplog: pytes
         assert secret not in caplog.text
 
 
+async def test_a_signature_beside_an_undecodable_parameter_stays_out_of_the_log(
+        api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    """Checklist 16: Tornado's warning for a query value it cannot decode quoted the whole
+    request target, a signed link's signature included, and the undecodable value itself."""
+    caplog.set_level(logging.DEBUG)
+    signature = "c2VjcmV0LXNpZ25hdHVyZS12YWx1ZQ"
+    for route in ("m", "d"):
+        r = await api.call("GET", f"/{route}/abcdefghijklmnop?expires=%FF&signature={signature}&width=200")
+        assert r.code == 400
+    assert signature not in caplog.text and "\\xff" not in caplog.text
+    assert "400 GET /m/abcdefghijklmnop?expires=REDACTED&signature=REDACTED&width=200" in caplog.text
+    assert "Invalid unicode in expires: REDACTED" in caplog.text  # the parameter is still named
+
+
 class TestBcryptOffTheLoop:
     """Checklist 10: password hashing runs in an executor, so the event loop keeps answering.
 

@@ -15,7 +15,7 @@ import pytest
 import pyvips
 
 from mediasrv.assembly.app import Runtime
-from mediasrv.web.accesslog import AccessLog, level_of, safe_target
+from mediasrv.web.accesslog import AccessLog, level_of, safe_target, scrubbed
 from store.errors import StoreUnavailable
 from tests.conftest import Api, body
 
@@ -253,6 +253,16 @@ async def test_error_answers_keep_the_request_id(api: Api) -> None:
 ])
 def test_secret_query_values_are_redacted(uri: str, logged: str) -> None:
     assert safe_target(uri) == logged
+
+
+@pytest.mark.parametrize(("message", "uri", "shown"), [
+    ("Invalid unicode in signature: b'\\xff\\xfe'", "/m/x?signature=%FF%FE", "Invalid unicode in signature: REDACTED"),
+    ("bad token abcdef", "/files?token=abcdef&q=abcdef", "bad token REDACTED"),  # q's value is the same text
+    ("Invalid unicode in q: b'\\xff'", "/files?q=%FF&page=2", "Invalid unicode in q: b'\\xff'"),  # not a secret
+    ("Missing argument signature", "/m/x?signature=", "Missing argument signature"),
+])
+def test_scrubbed_takes_secret_values_out_of_a_message(message: str, uri: str, shown: str) -> None:
+    assert scrubbed(message, uri) == shown
 
 
 @pytest.mark.parametrize(("status", "busy", "level"), [
