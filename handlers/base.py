@@ -140,6 +140,7 @@ class BaseHandler(tornado.web.RequestHandler):
     _counted = False
     answered_early = False
     """Set by ``answer_before_body``: the answer is out, and the request ends once its body is read."""
+    _closed_logged = False
 
     def initialize(self, base: BaseDeps) -> None:  # type: ignore[override]
         self.base = base
@@ -197,6 +198,12 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def on_connection_close(self) -> None:
         self._uncount()
+        if self.answered_early and self._headers_written and not self._finished and not self._closed_logged:
+            # The client read the early answer and left without its body: the request never
+            # finishes, but its answer went out, so it is logged and recorded as answered.
+            self._closed_logged = True
+            self.application.log_request(self)
+            self.on_finish()
         super().on_connection_close()
 
     def set_default_headers(self) -> None:
@@ -248,7 +255,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
         """After ``answer_before_body`` the answer is already out: what is left is to end it."""
-        if not self.answered_early:
+        if not (self.answered_early and self._headers_written):
             super().send_error(status_code, **kwargs)
         elif not self._finished:
             self.finish()
@@ -401,10 +408,10 @@ class BaseHandler(tornado.web.RequestHandler):
         """Tornado's own warning for an HTTPError that carries a log message, with the secret
         query values redacted from the request target and from the message: a decoding error
         quotes the value it could not decode, and the request may carry a valid signature."""
-        if not error.log_message:
+        message = error.get_message()  # not log_message: that doubles every % when there are no args
+        if not message:
             return
         uri = self.request.uri or "/"
-        message = error.log_message % error.args if error.args else error.log_message
         tornado.log.gen_log.warning("%d %s %s (%s): %s", error.status_code, self.request.method,
                                     safe_target(uri), self.request.remote_ip, scrubbed(message, uri))
 

@@ -24,7 +24,7 @@ import tornado.httputil
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import content_length, drainable, expects_continue, file_name
+from handlers.file_args import DRAIN_LIMIT, content_length, drainable, expects_continue, file_name
 from mediasrv.base.errors import ApiError, BadRequest
 from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.files import content_types
@@ -135,13 +135,17 @@ class StreamedTus(TusBase):
             if not (bodyless or self._drains_chunk() or drainable(headers)):
                 raise
             self.failure = failure_status(exc)
-            if not bodyless:  # answered now, ended once the body is read and dropped (as POST /files)
+            if drainable(headers):  # small: answered now, ended once the body is read and dropped (as POST /files)
+                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
+                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
                 self.answer_before_body(self.failure)
 
     def _drains_chunk(self) -> bool:
         """A chunk refused before it was read (409, 404, 410...) from an authenticated client is
-        read up to the caller's cap and dropped, so its tus status reaches the client: answering
-        before the body would cut the connection under the client's feet (a reset, not a 409)."""
+        read up to the caller's cap and dropped, so its tus status reaches the client: finishing
+        before the body would cut the connection under the client's feet (a reset, not a 409).
+        A chunk of at most DRAIN_LIMIT is answered at once and dropped after; a larger one is
+        answered once dropped, so that the body limit still holds while it is read."""
         if self.principal is None or expects_continue(self.request.headers):
             return False
         cap = self.resumable.max_size(self.principal.user)

@@ -11,12 +11,14 @@ import base64
 import hashlib
 import io
 import os
+import re
 import struct
 import uuid
 import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
 import pytest
 from tusclient.client import TusClient
 from tusclient.exceptions import TusCommunicationError, TusUploadFailed
@@ -158,6 +160,29 @@ async def test_a_body_cut_mid_patch_keeps_what_arrived(api: Api, http_server_por
     up = await off_loop(lambda: uploader(api, token, data, url=api.base + path))
     await off_loop(up.upload)
     assert (await api.call("GET", f"/d/{file_id_of(path)}")).body == data
+
+
+async def test_a_small_chunk_at_the_wrong_offset_is_409_before_its_body(api: Api, http_server_port: Any) -> None:
+    """A chunk of at most DRAIN_LIMIT refused before it is read is answered at once (a client
+    may wait to read before it sends), then read and dropped: the connection answers again."""
+    token = await login(api, "tus-early@example.com")
+    r = await api.call("POST", "/uploads", token=token, headers={"Tus-Resumable": "1.0.0", "Upload-Length": "5000"})
+    path = r.headers["Location"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[1])
+    try:
+        writer.write((f"PATCH {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nTus-Resumable: 1.0.0\r\n"
+                      f"Upload-Offset: 7\r\nContent-Type: application/offset+octet-stream\r\n"
+                      f"Content-Length: 1000\r\n\r\n").encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)  # no body byte sent yet
+        assert head.startswith(b"HTTP/1.1 409 "), head
+        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        assert orjson.loads(await reader.readexactly(length))["code"] == "OFFSET_MISMATCH"
+        writer.write(b"z" * 1000 + f"HEAD {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                                   f"Tus-Resumable: 1.0.0\r\n\r\n".encode())
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 ") and b"Upload-Offset: 0\r\n" in head, head
+    finally:
+        writer.close()
 
 
 async def test_checksum_mismatch_is_460_and_keeps_nothing(api: Api) -> None:

@@ -96,6 +96,24 @@ async def test_an_upload_line_names_the_file_and_the_bytes_received(api: Api,
     assert all(extras(p) == {} for p in parsed if p not in posts)  # other lines add nothing
 
 
+async def test_an_early_answer_whose_client_leaves_without_the_body_is_logged_once(
+        api: Api, http_server_port: tuple[Any, int], access: tuple[AccessLog, io.StringIO]) -> None:
+    """A refusal answered before its small body (``BaseHandler.answer_before_body``) whose client
+    reads it and closes: the request never finishes, but its answer went out."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[1])
+    writer.write(b"POST /files HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+                 b"Content-Length: 500\r\n\r\n")
+    assert (await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)).startswith(b"HTTP/1.1 401 ")
+    writer.close()
+    _, out = access
+    for _ in range(250):
+        if "401 POST /files" in out.getvalue():
+            break
+        await asyncio.sleep(0.02)
+    lines = [line for line in written(access) if " POST /files " in line]
+    assert len(lines) == 1 and " 401 POST /files " in lines[0], lines
+
+
 @pytest.mark.parametrize("log_format", ["json"])
 @pytest.mark.parametrize("app_env", [{"MEDIASRV_ACCEL_REDIRECT": "/_blobs/"}])
 async def test_an_x_accel_line_says_what_nginx_sends(api: Api, access: tuple[AccessLog, io.StringIO]) -> None:
