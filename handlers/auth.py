@@ -150,7 +150,10 @@ def _confirm(ctx: DocContext) -> Json:
 
 
 def _login(ctx: DocContext) -> Json:
-    return {"requestBody": json_body("LoginRequest"),
+    return {"description": "Every attempt also spends a counter of its e-mail address, login_account: 15 a "
+                           "minute from every client IP together unless the operator set another (429 over "
+                           "it), so guesses spread over many addresses stay bounded per account.",
+            "requestBody": json_body("LoginRequest"),
             "responses": {"200": json_response("Logged in.", "AuthResponse"),
                           "400": ref("BadRequest", "responses"),
                           "401": error("Invalid credentials."),

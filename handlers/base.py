@@ -34,7 +34,6 @@ from mediasrv.base.errors import (
     PayloadTooLarge,
     ServerBusy,
     StoreUnavailable,
-    TooManyRequests,
 )
 from mediasrv.core.credentials.auth import Authenticator, Principal
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
@@ -319,10 +318,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def spend(self, route: str, key: str, *, per_ip: bool) -> None:
         """Count this request against ``route``'s limit; 429 when it is over."""
-        decision = await self.base.limiter.spend(route, key, per_ip=per_ip)
-        if not decision.allowed:
-            headers = decision.headers() | {"Retry-After": str(decision.reset_s)}
-            raise TooManyRequests(headers=headers)
+        (await self.base.limiter.spend(route, key, per_ip=per_ip)).check()
 
     def _counted_by_proxy(self, limit: Limit) -> bool:
         """Behind our proxy, which counts this limit itself (the nginx sidecar counts every /m

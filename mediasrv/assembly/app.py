@@ -28,7 +28,7 @@ from mediasrv.assembly.openapi import build_for_agents, build_openapi
 from mediasrv.base.settings import Settings
 from mediasrv.core.account_info import AccountInfo
 from mediasrv.core.account_settings import AccountSettings
-from mediasrv.core.accounts import AccountService
+from mediasrv.core.accounts import LOGIN_PER_ACCOUNT, AccountService
 from mediasrv.core.credentials.apikeys import ApiKeyService
 from mediasrv.core.credentials.auth import Authenticator
 from mediasrv.core.credentials.passwords import PasswordHasher
@@ -48,7 +48,7 @@ from mediasrv.core.files.resumable import ResumableUploads
 from mediasrv.core.files.service import FileService
 from mediasrv.core.health import HealthCheck
 from mediasrv.core.invites import AdminInvites, InviteService
-from mediasrv.core.limits.ratelimit import RateLimiter, override
+from mediasrv.core.limits.ratelimit import Limit, RateLimiter, override
 from mediasrv.core.limits.store_counters import shared_counters
 from mediasrv.core.mail import MailQueue
 from mediasrv.core.recorders import ActivityRecorder, Flusher, KeyUsageRecorder, UsageRecorder
@@ -111,13 +111,26 @@ class Runtime:
         self.hash_executor.shutdown(wait=False, cancel_futures=True)
 
 
+SERVICE_LIMITS = (LOGIN_PER_ACCOUNT,)
+"""Counters a service spends itself, beside the routes' (no route row declares them)."""
+
+
+def rate_counters(settings: Settings, api_routes: Sequence[Route] = declared.ROUTES) -> dict[str, Limit]:
+    """Every counter, the routes' and SERVICE_LIMITS, with MEDIASRV_RATE_LIMITS applied
+    (ValueError when it names an unknown route or counter)."""
+    table = [*limits(api_routes).values(), *SERVICE_LIMITS]
+    if not settings.rate_limits:
+        return {limit.name: limit for limit in table}
+    routes = {f"{r.method} {r.path}": r.limit.name if r.limit else None for r in api_routes}
+    return override(table, settings.rate_limits, routes)
+
+
 def limited_routes(settings: Settings, api_routes: Sequence[Route] = declared.ROUTES) -> tuple[Route, ...]:
     """The route rows with MEDIASRV_RATE_LIMITS applied to their counters (ValueError when it
     names an unknown route or counter): what the limiter counts and the documents publish."""
     if not settings.rate_limits:
         return tuple(api_routes)
-    routes = {f"{r.method} {r.path}": r.limit.name if r.limit else None for r in api_routes}
-    counters = override(limits(api_routes).values(), settings.rate_limits, routes)
+    counters = rate_counters(settings, api_routes)
     return tuple(replace(r, limit=counters[r.limit.name]) if r.limit else r for r in api_routes)
 
 
@@ -144,7 +157,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(limits(api_routes).values(), settings.rate_limit_scale, clock=clock,
+    limiter = RateLimiter(rate_counters(settings, api_routes).values(), settings.rate_limit_scale, clock=clock,
                           users=shared_counters(meta))
     inflight = InFlight()
     cors, requests = CorsPolicy.from_origins(settings.cors_origins), RequestLog()
@@ -152,7 +165,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
                     activity=activity, trust_proxy=settings.trust_proxy, inflight=inflight,
                     proxy_hops=settings.proxy_hops, proxy_secret=settings.proxy_secret, cors_policy=cors)
     accounts = AccountService(settings, meta, PasswordHasher(settings.bcrypt_rounds, hash_executor),
-                              jwt_codec, mail)
+                              jwt_codec, mail, limiter)
     domains = DomainService(meta, domain_provider)
     file_cache, results = FileCache(), ResultCache(settings.result_cache_bytes)
     bodies = BlobCache(settings.blob_cache_bytes, settings.blob_cache_item_bytes)

@@ -33,6 +33,7 @@ from mediasrv.core.credentials import tokens
 from mediasrv.core.credentials.passwords import NO_PASSWORD, PasswordHasher, validate_password
 from mediasrv.core.credentials.renewal import replace_password
 from mediasrv.core.invites import InviteService
+from mediasrv.core.limits.ratelimit import Limit, RateLimiter
 from mediasrv.core.mail import MailQueue, Message
 from store.base import MetaStore
 from store.errors import Duplicate
@@ -67,16 +68,25 @@ class Session:
     user_id: str
 
 
+LOGIN_PER_ACCOUNT = Limit("login_account", 15, "user")
+"""Login attempts on one account per minute, from every address together (POST /auth/login's
+own counter is per address: 15). Credential stuffing spreads its guesses over many addresses;
+this caps them per account. The price is that someone who knows an address can keep its
+password logins at 429 for the rest of a minute; sessions already open are not touched."""
+
+
 class AccountService:
     """The account state machine of the interface, over a MetaStore."""
 
     def __init__(self, settings: Settings, meta: MetaStore, hasher: PasswordHasher,
-                 jwt_codec: tokens.JwtCodec, mail: MailQueue) -> None:
+                 jwt_codec: tokens.JwtCodec, mail: MailQueue, limiter: RateLimiter | None = None) -> None:
         self._settings = settings
         self._meta = meta
         self._hasher = hasher
         self._jwt = jwt_codec
         self._mail = mail
+        self._limiter = limiter
+        """Counts LOGIN_PER_ACCOUNT (shared by the fleet where its per-user counters are)."""
 
     async def register(self, email_value: object, password_value: object,
                        redirect_value: object = None, invite_value: object = None) -> dict[str, Any]:
@@ -118,6 +128,8 @@ class AccountService:
         if not isinstance(email_value, str) or not isinstance(password_value, str):
             raise BadRequest("email and password must be strings", code="INVALID_CREDENTIALS_FORMAT")
         email = email_value.strip().lower()
+        if self._limiter is not None and email:  # before any hashing; the same for known and unknown addresses
+            (await self._limiter.spend(LOGIN_PER_ACCOUNT.name, email[:254], per_ip=False)).check()
         user = await self._meta.get_user_by_email(email) if len(email) <= 254 else None
         ok = await self._hasher.verify(password_value, user.password_hash if user else None)
         if user is not None and not user.email_verified_at:

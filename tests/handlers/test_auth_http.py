@@ -641,6 +641,24 @@ async def test_two_authorization_headers_are_401(api: Api) -> None:
         assert r.body == baseline.body
 
 
+@pytest.mark.parametrize("app_env", [{"MEDIASRV_RATE_LIMITS": "POST /auth/login=1000, login_account=5"}])
+async def test_login_attempts_on_one_account_are_counted_from_every_address(api: Api, clock: ShiftableClock) -> None:
+    """Checklist 52: credential stuffing spreads its guesses over many addresses, so the per-address
+    counter alone let each address guess 15 times a minute. Every attempt on one account (its
+    address as the account service normalises it) now spends one more counter; the address's
+    counter is raised here so that only the account's can refuse."""
+    email = _email()
+    await api.user(email, PASSWORD)  # one attempt
+    assert [(await _login(api, email, "wrong-password")).code for _ in range(4)] == [401] * 4
+    r = await _login(api, f"  {email.upper()} ", PASSWORD)  # the sixth attempt, the right password
+    assert r.code == 429 and body(r)["code"] == "RATE_LIMITED"
+    assert 1 <= int(r.headers["Retry-After"]) <= 60 and r.headers["RateLimit-Limit"] == "5"
+    unknown = await _login(api, _email(), PASSWORD)  # another account, from the same address
+    assert unknown.code == 401
+    clock.advance(60)  # the next window
+    assert (await _login(api, email, PASSWORD)).code == 200
+
+
 # --- secrets and the event loop ----------------------------------------------------------------
 
 async def test_secrets_stay_out_of_logs_and_error_bodies(api: Api, caplog: pytest.LogCaptureFixture) -> None:

@@ -21,7 +21,7 @@ import tornado.web
 
 from handlers import account, health
 from handlers.routes import LIMITS, PATHS, ROUTES
-from mediasrv.assembly.app import Runtime, check_bindings
+from mediasrv.assembly.app import SERVICE_LIMITS, Runtime, check_bindings
 from mediasrv.assembly.openapi import _SECURITY, build_for_agents, build_openapi
 from mediasrv.core.limits.ratelimit import scaled_limit
 from mediasrv.web.routespec import ANY, JWT, NONE, OPTIONAL, Limit, Route, by_path, check, path_regex
@@ -149,7 +149,7 @@ def test_fixed_paths_are_routed_before_templated_ones() -> None:
 
 
 def test_limiter_tables_are_the_declared_counters(runtime: Runtime, http_server: Any) -> None:
-    assert dict(runtime.limiter.limits) == dict(LIMITS)
+    assert dict(runtime.limiter.limits) == dict(LIMITS) | {c.name: c for c in SERVICE_LIMITS}
     assert set(LIMITS) == {r.limit.name for r in ROUTES if r.limit}
     # logout spends refresh's counter, as it always did
     shared = {r.op_id: r.limit for r in ROUTES if r.limit and r.limit.name == "refresh"}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
+from mediasrv.base.errors import TooManyRequests
 from mediasrv.core.limits.counters import MemoryCounters, WindowCounters
 
 WINDOW_S = 60
@@ -60,6 +61,11 @@ class Decision:
     def headers(self) -> dict[str, str]:
         return {"RateLimit-Limit": str(self.limit), "RateLimit-Remaining": str(self.remaining),
                 "RateLimit-Reset": str(self.reset_s)}
+
+    def check(self) -> None:
+        """Raise the interface's 429 (Retry-After: seconds until the window ends) when over."""
+        if not self.allowed:
+            raise TooManyRequests(headers=self.headers() | {"Retry-After": str(self.reset_s)})
 
 
 class RateLimiter:
