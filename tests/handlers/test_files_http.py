@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import os
+import random
 import re
 import struct
 import urllib.parse
@@ -604,6 +605,30 @@ async def test_storage_quota(api: Api, settings: Settings, stores: Stores, port:
     assert r.code == 204
     await uploaded(api, token, b"e" * 60)
     assert await usage(api, token) == (100, 3)
+
+
+@env(MEDIASRV_RATE_LIMIT_SCALE="10", MEDIASRV_FILE_COUNT_LIMIT="12")
+async def test_counters_match_the_files_after_random_uploads_and_deletes(api: Api, settings: Settings) -> None:
+    """Checklist 25: after 60 uploads and deletes in a random order, some refused at the file
+    limit, the usage counters, the listing's total and the blobs on disk all agree."""
+    token = await token_for(api)
+    rng = random.Random(25)
+    live: dict[str, int] = {}
+    for n in range(60):
+        if live and rng.random() < 0.4:
+            file_id = rng.choice(sorted(live))
+            assert (await api.call("DELETE", f"/files/{file_id}", token=token)).code == 204
+            del live[file_id]
+            continue
+        data = os.urandom(rng.randrange(0, 3000))
+        r = await upload(api, token, data)
+        assert r.code == (201 if len(live) < 12 else 403), (n, r.code, r.body)
+        if r.code == 201:
+            live[body(r)["file"]["file_id"]] = len(data)
+    assert await usage(api, token) == (sum(live.values()), len(live))
+    page = await listing(api, token, "?limit=100")
+    assert page["total"] == len(live) and {f["file_id"] for f in page["files"]} == set(live)
+    assert len(blob_files(settings)) == len(live)
 
 
 @env(MEDIASRV_FILE_COUNT_LIMIT="2")

@@ -956,6 +956,48 @@ async def test_client_disconnect_mid_download_is_quiet_and_closes_the_blob(
     assert r.code == 200 and r.body == data
 
 
+async def test_clients_gone_mid_transform_give_their_slots_back(api: Api, runtime: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checklist 45: clients that disconnect while their transform holds a slot. Every slot
+    comes back once the transforms end, and as many resizes as there are slots then succeed."""
+    token, _ = await _login(api)
+    fid = (await _upload(api, token, _large_jpeg(), "image/jpeg"))["file_id"]
+    await runtime.placeholders.drain(60)
+    gate = threading.Event()
+    real_transform = pipeline.transform
+
+    def held_transform(*args: Any, **kwargs: Any) -> tuple[bytes, str]:
+        gate.wait(30)  # a bound only so that a regression fails instead of hanging
+        return real_transform(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "transform", held_transform)
+    port = urlsplit(api.base).port
+    writers = []
+    try:
+        for k in range(runtime.pool.slots):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET /m/{fid}?width={300 + k} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+            await writer.drain()
+            writers.append(writer)
+        deadline = time.monotonic() + 10
+        while runtime.pool.in_use < runtime.pool.slots and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert runtime.pool.in_use == runtime.pool.slots
+        for writer in writers:
+            writer.transport.abort()  # gone while the transform holds the slot
+        while runtime.inflight.count and time.monotonic() < deadline:  # the server has seen every reset
+            await asyncio.sleep(0.005)
+        assert runtime.inflight.count == 0 and runtime.pool.in_use == runtime.pool.slots
+    finally:
+        gate.set()
+    deadline = time.monotonic() + 10
+    while runtime.pool.in_use and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert runtime.pool.in_use == 0
+    results = await asyncio.gather(*(_get(api, f"/m/{fid}?width={200 + k}") for k in range(runtime.pool.slots)))
+    assert [r.code for r in results] == [200] * runtime.pool.slots
+
+
 async def test_delete_racing_a_lookup_leaves_no_stale_record(api: Api, stores: Stores,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     token, _ = await _login(api)
