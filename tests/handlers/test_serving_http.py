@@ -998,6 +998,30 @@ async def test_clients_gone_mid_transform_give_their_slots_back(api: Api, runtim
     assert [r.code for r in results] == [200] * runtime.pool.slots
 
 
+async def test_a_blob_lost_out_of_band_is_a_404_and_one_error_for_the_operator(
+        api: Api, stores: Stores, caplog: pytest.LogCaptureFixture) -> None:
+    """Checklist 57, the reverse case: a record whose blob vanished (a hand-deleted file, a disk
+    restored without it) is a 404 to clients, never a 500, and is logged once per file, small
+    (read whole) or large (streamed); a file deleted through the API is not."""
+    token, _ = await _login(api)
+    small = (await _upload(api, token, ALPHABET, "text/plain"))["file_id"]
+    zipped = b"PK\x03\x04" + secrets.token_bytes(4 * 1024 * 1024)
+    large = (await _upload(api, token, zipped, "application/zip"))["file_id"]
+    gone = (await _upload(api, token, ALPHABET, "text/plain"))["file_id"]
+    for fid in (small, large):
+        os.unlink(stores[1].local_path(fid))
+    caplog.set_level(logging.INFO)
+    for fid in (small, large):
+        for route in ("m", "d", "m"):
+            r = await _get(api, f"/{route}/{fid}")
+            assert r.code == 404 and _error(r)["code"] == "FILE_NOT_FOUND", (fid, route, r.code)
+    assert (await api.call("DELETE", f"/files/{gone}", token=token)).code == 204
+    assert (await _get(api, f"/m/{gone}")).code == 404
+    lost = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(lost) == 2 and all("has a record but its blob" in m for m in lost), lost
+    assert small in lost[0] and large in lost[1]
+
+
 async def test_delete_racing_a_lookup_leaves_no_stale_record(api: Api, stores: Stores,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     token, _ = await _login(api)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ DEFERRED_HEADERS = ("Cache-Control", "Content-Disposition")
 SANDBOX = "sandbox; default-src 'none'"
 """Content-Security-Policy of markup and text: uploaded content never runs on this origin."""
 
+log = logging.getLogger("mediasrv.delivery")
+
 
 def public_cache_control(max_age_s: int, immutable: bool) -> str:
     """Cache-Control of a public file (MEDIASRV_PUBLIC_MAX_AGE, MEDIASRV_PUBLIC_IMMUTABLE).
@@ -76,6 +79,10 @@ def public_cache_control(max_age_s: int, immutable: bool) -> str:
 
 def _not_found() -> NotFound:
     return NotFound("File not found", code="FILE_NOT_FOUND")
+
+
+LOST_REPORTS = 1000
+"""Files whose lost blob one process remembers having logged (then it starts over)."""
 
 
 class MediaDelivery:
@@ -100,6 +107,8 @@ class MediaDelivery:
         self._policy = policy
         """Which transforms this server makes (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY)."""
         self._refreshing: asyncio.Task[None] | None = None
+        self._reported_lost: set[str] = set()
+        """Files already logged as having lost their blob (``_lost_blob``), a bounded few."""
         """The background read of the record cache's due keys, while it runs."""
 
     async def deliver(self, request: MediaRequest) -> MediaAnswer:
@@ -291,7 +300,7 @@ class MediaDelivery:
                 data = await self._read_small(record)
             answer.body = data if (start, end) == (0, len(data)) else data[start:end]
         else:
-            answer.stream = await self._open_stream(record.blob_key, start, end)
+            answer.stream = await self._open_stream(record, start, end)
         return answer
 
     async def _transformed(self, record: FileRecord, spec: TransformSpec,
@@ -389,19 +398,38 @@ class MediaDelivery:
         try:
             data = await self._blobs.read_all(record.blob_key, max(record.size, 1))
         except (BlobNotFound, ValueError):  # gone, or not the blob the record describes
-            raise _not_found() from None
+            raise await self._lost_blob(record) from None
         if record.is_public and len(data) == record.size:
             self.bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
         return data
 
-    async def _open_stream(self, blob_key: str, start: int, end: int) -> BlobStream:
+    async def _lost_blob(self, record: FileRecord) -> NotFound:
+        """The 404 for a record whose blob is not there. Usually a delete that raced this read
+        (the record is gone too by now); if the record is still stored, its bytes were lost out
+        of band (a disk restored without them, a hand-deleted object), which the clients only
+        see as a 404 and the operator must hear of: logged once per file (checklist 57)."""
+        lost = record.file_id not in self._reported_lost
+        if lost:
+            try:
+                lost = await self._meta.get_file(record.file_id) is not None
+            except StoreError:
+                lost = False  # the store cannot say: the 404 stands, nothing is claimed
+        if lost:
+            if len(self._reported_lost) >= LOST_REPORTS:
+                self._reported_lost.clear()
+            self._reported_lost.add(record.file_id)
+            log.error("file %s has a record but its blob %s is missing: restore the blob from a backup, or "
+                      "delete the file (GET /m and /d answer 404 meanwhile)", record.file_id, record.blob_key)
+        return _not_found()
+
+    async def _open_stream(self, record: FileRecord, start: int, end: int) -> BlobStream:
         """The blob's bytes [start, end) in chunks, the first one read: a missing blob is a 404."""
-        chunks = self._blobs.read(blob_key, start, end, CHUNK)
+        chunks = self._blobs.read(record.blob_key, start, end, CHUNK)
         try:
             first = await anext(chunks, b"")
         except BlobNotFound:
             await chunks.aclose()
-            raise _not_found() from None
+            raise await self._lost_blob(record) from None
         except BaseException:
             await chunks.aclose()
             raise
