@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from handlers.base import BaseDeps, BaseHandler
 from handlers.dashboard import send_asset
 from mediasrv.base.errors import BadRequest
-from mediasrv.core.accounts import AccountService
+from mediasrv.core.accounts import LOGIN_PER_ACCOUNT, AccountService
 from mediasrv.core.credentials.passwords import MAX_BYTES, MIN_CHARS
 from mediasrv.core.limits.ratelimit import Limit
 from mediasrv.web.openapi_parts import (
@@ -150,9 +150,10 @@ def _confirm(ctx: DocContext) -> Json:
 
 
 def _login(ctx: DocContext) -> Json:
-    return {"description": "Every attempt also spends a counter of its e-mail address, login_account: 15 a "
-                           "minute from every client IP together unless the operator set another (429 over "
-                           "it), so guesses spread over many addresses stay bounded per account.",
+    return {"description": f"Every attempt also spends a counter of its e-mail address, {LOGIN_PER_ACCOUNT.name}: "
+                           f"{LOGIN_PER_ACCOUNT.per_minute} a minute from every client IP together unless the "
+                           "operator set another (429 over it), so guesses spread over many addresses stay "
+                           "bounded per account.",
             "requestBody": json_body("LoginRequest"),
             "responses": {"200": json_response("Logged in.", "AuthResponse"),
                           "400": ref("BadRequest", "responses"),

@@ -26,6 +26,7 @@ import orjson
 import tornado.log
 import tornado.web
 
+from handlers.file_args import DRAIN_LIMIT
 from mediasrv.base import ids
 from mediasrv.base.errors import (
     ApiError,
@@ -40,6 +41,7 @@ from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.limits.ratelimit import RateLimiter
 from mediasrv.core.recorders import ActivityRecorder
 from mediasrv.core.store_errors import for_store_error
+from mediasrv.web import http_limits
 from mediasrv.web.accesslog import safe_target, scrubbed
 from mediasrv.web.client_address import client_address, from_our_proxy
 from mediasrv.web.cors import CorsMode, CorsPolicy
@@ -242,12 +244,16 @@ class BaseHandler(tornado.web.RequestHandler):
         self.flush()
 
     def answer_before_body(self, exc: ApiError) -> None:
-        """Send ``exc``'s answer now, while the request's (small) body is still to come, and
-        end the request once that body has been read and dropped (``send_error`` then only
-        finishes). The client learns at once (a 413 or 401 before the body, as a client that
-        waits to read before it sends needs), and the connection stays usable: finishing now
-        would make Tornado close it with the body unread, and a close with unread bytes is a
-        reset that can destroy the answer before the client reads it."""
+        """Send ``exc``'s answer now, while the request's body (declared, at most DRAIN_LIMIT:
+        ``drainable``) is still to come, and end the request once that body has been read and
+        dropped (``send_error`` then only finishes). The client learns at once (a 413 or 401
+        before the body, as a client that waits to read before it sends needs), and the
+        connection stays usable: finishing now would make Tornado close it with the body
+        unread, and a close with unread bytes is a reset that can destroy the answer before the
+        client reads it."""
+        # the connection's limit may still be the API's (64 KiB): let the body be drained
+        http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
+                                   f"The request body is larger than {DRAIN_LIMIT} bytes")
         self.clear()
         self.answered_early = True
         self.write_error(exc.status, exc_info=(type(exc), exc, None))

@@ -8,7 +8,6 @@ import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
 from handlers.file_args import (
-    DRAIN_LIMIT,
     bool_arg,
     content_length,
     drainable,
@@ -85,9 +84,7 @@ class FilesHandler(FilesBase):
             # a socket with unread bytes makes the kernel reset the connection, which can
             # destroy the answer before the client reads it.
             self.failure = failure_status(exc)
-            if not bodyless:  # the connection's limit is still the API's (64 KiB): let the body be drained
-                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
-                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
+            if not bodyless:
                 self.answer_before_body(self.failure)
 
     async def _start_upload(self) -> None:

@@ -24,7 +24,7 @@ import tornado.httputil
 import tornado.web
 
 from handlers.base import BaseDeps, BaseHandler
-from handlers.file_args import DRAIN_LIMIT, content_length, drainable, expects_continue, file_name
+from handlers.file_args import content_length, drainable, expects_continue, file_name
 from mediasrv.base.errors import ApiError, BadRequest
 from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.files import content_types
@@ -136,8 +136,6 @@ class StreamedTus(TusBase):
                 raise
             self.failure = failure_status(exc)
             if drainable(headers):  # small: answered now, ended once the body is read and dropped (as POST /files)
-                http_limits.set_body_limit(self.request.connection, DRAIN_LIMIT, "REQUEST_TOO_LARGE",
-                                           f"The request body is larger than {DRAIN_LIMIT} bytes")
                 self.answer_before_body(self.failure)
 
     def _drains_chunk(self) -> bool:

@@ -130,7 +130,10 @@ def limited_routes(settings: Settings, api_routes: Sequence[Route] = declared.RO
     names an unknown route or counter): what the limiter counts and the documents publish."""
     if not settings.rate_limits:
         return tuple(api_routes)
-    counters = rate_counters(settings, api_routes)
+    return _with_counters(api_routes, rate_counters(settings, api_routes))
+
+
+def _with_counters(api_routes: Sequence[Route], counters: Mapping[str, Limit]) -> tuple[Route, ...]:
     return tuple(replace(r, limit=counters[r.limit.name]) if r.limit else r for r in api_routes)
 
 
@@ -146,7 +149,8 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     ``clock`` is the wall clock of the session tokens and the per-minute rate limits (tests move
     it instead of sleeping);
     ``api_routes`` are the API's route rows (every handler module's, unless a test adds one)."""
-    api_routes = limited_routes(settings, api_routes)
+    counters = rate_counters(settings, api_routes)
+    api_routes = _with_counters(api_routes, counters)
     # Credentials are looked up through a short-lived cache that this process's own writes
     # clear at once (mediasrv.core.credentials.principals); every service below sees the forgetting store.
     lookups = CredentialLookups(meta, ttl_s=settings.credential_cache_s)
@@ -157,7 +161,7 @@ def make_app(settings: Settings, *, meta: MetaStore, blobs: BlobStore, mail: Mai
     activity = ActivityRecorder(on_request=usage.api_request)
     jwt_codec = JwtCodec(jwt_secret, settings.access_token_ttl_s, clock)
     hash_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bcrypt")
-    limiter = RateLimiter(rate_counters(settings, api_routes).values(), settings.rate_limit_scale, clock=clock,
+    limiter = RateLimiter(counters.values(), settings.rate_limit_scale, clock=clock,
                           users=shared_counters(meta))
     inflight = InFlight()
     cors, requests = CorsPolicy.from_origins(settings.cors_origins), RequestLog()

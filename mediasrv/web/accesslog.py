@@ -67,16 +67,22 @@ def level_of(status: int, busy: bool) -> int:
     return logging.INFO if status < 500 else logging.ERROR
 
 
+def _secret(item: str) -> tuple[str, str] | None:
+    """(name, value) of a query item whose name marks a secret (names decoded first:
+    ``sig%6Eature`` is a signature too), else None."""
+    name, equals, value = item.partition("=")
+    return (name, value) if equals and _SECRET_NAME.search(unquote_plus(name)) else None
+
+
 def safe_target(uri: str) -> str:
-    """The request target with every secret query parameter's value replaced by REDACTED
-    (names are decoded first: ``sig%6Eature`` is a signature too)."""
+    """The request target with every secret query parameter's value replaced by REDACTED."""
     path, sep, query = uri.partition("?")
     if not sep:
         return path
     parts = []
     for item in query.split("&"):
-        name, equals, _ = item.partition("=")
-        parts.append(f"{name}=REDACTED" if equals and _SECRET_NAME.search(unquote_plus(name)) else item)
+        secret = _secret(item)
+        parts.append(f"{secret[0]}=REDACTED" if secret else item)
     return f"{path}?{'&'.join(parts)}"
 
 
@@ -85,9 +91,10 @@ def scrubbed(text: str, uri: str) -> str:
     parameters replaced by REDACTED, in each form a message may quote one: as sent, decoded,
     and as the repr of its bytes (Tornado's "Invalid unicode in expires: b'\\xff'")."""
     for item in uri.partition("?")[2].split("&"):
-        name, equals, value = item.partition("=")
-        if not (equals and value and _SECRET_NAME.search(unquote_plus(name))):
+        secret = _secret(item)
+        if secret is None or not secret[1]:
             continue
+        value = secret[1]
         raw = unquote_to_bytes(value.replace("+", " "))
         for form in (repr(raw), repr(raw[:40]), value, unquote_plus(value)):
             if len(form) >= 3:

@@ -107,9 +107,9 @@ class MediaDelivery:
         self._policy = policy
         """Which transforms this server makes (MEDIASRV_ALLOWED_*, MEDIASRV_TRANSFORM_KEY)."""
         self._refreshing: asyncio.Task[None] | None = None
+        """The background read of the record cache's due keys, while it runs."""
         self._reported_lost: set[str] = set()
         """Files already logged as having lost their blob (``_lost_blob``), a bounded few."""
-        """The background read of the record cache's due keys, while it runs."""
 
     async def deliver(self, request: MediaRequest) -> MediaAnswer:
         """The answer to ``request``. A file that does not exist, or that this Host or caller may
@@ -408,12 +408,12 @@ class MediaDelivery:
         (the record is gone too by now); if the record is still stored, its bytes were lost out
         of band (a disk restored without them, a hand-deleted object), which the clients only
         see as a 404 and the operator must hear of: logged once per file (checklist 57)."""
-        lost = record.file_id not in self._reported_lost
-        if lost:
-            try:
-                lost = await self._meta.get_file(record.file_id) is not None
-            except StoreError:
-                lost = False  # the store cannot say: the 404 stands, nothing is claimed
+        if record.file_id in self._reported_lost:
+            return _not_found()
+        try:
+            lost = await self._meta.get_file(record.file_id) is not None
+        except StoreError:
+            lost = False  # the store cannot say: the 404 stands, nothing is claimed
         if lost:
             if len(self._reported_lost) >= LOST_REPORTS:
                 self._reported_lost.clear()
