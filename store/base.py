@@ -297,6 +297,11 @@ class FileStore(Protocol):
     async def existing_blob_keys(self, keys: list[str]) -> set[str]:
         """Which of these blob keys some file record references (for the orphan sweep)."""
 
+    async def blob_keys_after(self, after: str, created_before: str, limit: int) -> list[str]:
+        """Up to ``limit`` distinct blob keys greater than ``after``, in ascending (code point)
+        order, of file records created before ``created_before``: the sweep walks them beside
+        ``BlobStore.list_keys`` to find records whose blob is gone."""
+
 
 class DomainStore(Protocol):
     """Custom domains: at most one per user, each hostname held by one user."""
@@ -663,7 +668,8 @@ class BlobStore(Lifecycle, Protocol):
         """Remove the blob; no error if it is already gone."""
 
     def list_keys(self, older_than_s: float) -> AsyncGenerator[str, None]:
-        """Keys of committed blobs last modified more than ``older_than_s`` ago."""
+        """Keys of committed blobs last modified more than ``older_than_s`` ago, in ascending
+        (code point) order, as ``MetaStore.blob_keys_after`` gives records' keys."""
 
     async def sweep_temp(self, older_than_s: float) -> int:
         """Remove abandoned partial writes older than that, and (where the backend can tell)

@@ -759,6 +759,14 @@ class MongoMetaStore:
                                       sort=[("created_at", ASCENDING), ("_id", ASCENDING)], limit=limit)
             return [_file(doc) async for doc in cursor]
 
+    async def blob_keys_after(self, after: str, created_before: str, limit: int) -> list[str]:
+        """Walks the ``blob_key`` index; a key shared by several records may fill a page more than once."""
+        async with self._op() as db:
+            cursor = db["files"].find({"blob_key": {"$gt": after}, "created_at": {"$lt": _date(created_before)}},
+                                      {"blob_key": 1, "_id": 0}).sort("blob_key", ASCENDING).limit(limit)
+            keys = [doc["blob_key"] async for doc in cursor]
+        return sorted(set(keys))
+
     async def unpublish_files(self, user_id: str) -> int:
         """One update_many (sent twice, it finds nothing more to change). Each changed document
         carries its ``file.updated`` in the same write (``mongo_outbox.UPDATE_FIELD``)."""

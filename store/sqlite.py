@@ -1057,6 +1057,13 @@ def _existing_blob_keys(conn: sqlite3.Connection, keys: list[str]) -> set[str]:
     return found
 
 
+def _blob_keys_after(conn: sqlite3.Connection, after: str, created_before: str, limit: int) -> list[str]:
+    """``blob_keys_after``: the ``files_blob_key`` index walked from ``after``, in its (binary) order."""
+    rows = conn.execute("SELECT DISTINCT blob_key FROM files WHERE blob_key > ? AND created_at < ? "
+                        "ORDER BY blob_key LIMIT ?", (after, created_before, limit))
+    return [row[0] for row in rows]
+
+
 def _files_by_id(conn: sqlite3.Connection, file_ids: list[str]) -> list[FileRecord]:
     found: list[FileRecord] = []
     for start in range(0, len(file_ids), IN_CHUNK):
@@ -2075,6 +2082,9 @@ class SqliteMetaStore:
         if not keys:
             return set()
         return await self._read(_existing_blob_keys, list(keys))
+
+    async def blob_keys_after(self, after: str, created_before: str, limit: int) -> list[str]:
+        return await self._read(_blob_keys_after, after, created_before, limit)
 
     async def reconcile_usage(self) -> None:
         await self._write(_execute, RECONCILE_SQL)

@@ -64,7 +64,8 @@ def _server_parsers(sub: Any, epilog: str) -> None:
                            help="after SIGTERM, how long requests in flight may take to finish "
                                 f"(default and at most {DRAIN_MAX_S:.0f})")
     sweep_cmd = sub.add_parser(
-        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, then exit",
+        "sweep", help="quarantine blobs without records, remove abandoned temp files and expired logs, report "
+                 "files whose blob is missing, then exit (status 3: refused to move blobs; 4: blobs missing)",
         formatter_class=raw, epilog=epilog)
     sweep_cmd.add_argument("--force", action="store_true",
                            help="the database is the right one: quarantine every unreferenced blob past the "

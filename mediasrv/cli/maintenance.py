@@ -102,7 +102,8 @@ async def reconcile_before_fork(settings: Settings) -> None:
 
 
 async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = False) -> int:
-    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log)."""
+    """One sweep; exit status 3 when it refused to move unreferenced blobs (see the log), else 4
+    when some files' blobs are missing (each named, one a line)."""
     meta, blobs = await open_stores(settings)
     try:
         report = await Sweeper(meta, blobs, sweep_policy(settings, force)).run()
@@ -112,10 +113,13 @@ async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = F
             print(f"left {report.predating} unreferenced blobs older than the database alone")
         if report.refused:
             print(f"refused: {report.refused}")
+        if report.lost:
+            print(f"{len(report.lost)} files have lost their blob (restore them from a backup, or delete them):")
+            print("\n".join(f"  {key}" for key in report.lost))
         if purge:
             purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
             print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
     finally:
         await blobs.close()
         await meta.close()
-    return 3 if report.refused else 0
+    return 3 if report.refused else 4 if report.lost else 0

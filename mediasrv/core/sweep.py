@@ -14,6 +14,9 @@ orphan, so the sweep refuses, loudly, and touches nothing when:
 - the database changed under the server (``MetaStore.check_identity``);
 - more unreferenced blobs are found than a small share of the files (``SweepPolicy``).
 
+The same listing finds the reverse, records whose blob is gone (``lostblobs``): those are
+reported at ERROR, never changed.
+
 Blobs older than the database itself (``StoreIdentity.created_at``) are never taken for
 crash leftovers of it. ``force`` (``mediasrv sweep --force``) is the operator saying "this
 database is right": every rule but the grace period is lifted, and blobs are still only
@@ -28,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from mediasrv.base.timeutil import iso, now, parse_iso
+from mediasrv.core.lostblobs import LostBlobFinder
 from store.base import BlobStore, MetaStore
 
 log = logging.getLogger("mediasrv.sweep")
@@ -35,6 +39,8 @@ LOG_RETENTION = dt.timedelta(days=30)
 BATCH = 500
 MIN_ALLOWANCE = 10
 """Unreferenced blobs one sweep may always quarantine, however few files there are."""
+LOST_NAMED = 20
+"""Lost blobs' keys named in the sweep's log line; the count says how many there are in all."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class SweepReport:
     """Why unreferenced blobs were left alone this time (None: the sweep ran)."""
     predating: int = 0
     """Unreferenced blobs older than the database: left alone (the database is not theirs)."""
+    lost: tuple[str, ...] = ()
+    """Blob keys (a file's is its id) that file records reference and the blob store lacks."""
 
 
 class Sweeper:
@@ -68,9 +76,9 @@ class Sweeper:
         temps = await self._blobs.sweep_temp(self._policy.grace_s)
         if await self._meta.check_identity():
             old_logs = await self._meta.purge_logs(iso(now() - LOG_RETENTION))
-            quarantined, predating, refused = await self._orphans()
+            quarantined, predating, refused, lost = await self._orphans()
         else:
-            old_logs, quarantined, predating = 0, 0, 0
+            old_logs, quarantined, predating, lost = 0, 0, 0, []
             refused = ("the metadata database was deleted or replaced while the server runs; "
                        "no blob is touched until it is back")
         if refused:
@@ -80,17 +88,22 @@ class Sweeper:
         if predating:
             log.warning("sweep left %d unreferenced blobs older than the metadata database alone; "
                         "run `mediasrv sweep --force` if they really are leftovers", predating)
+        if lost:
+            log.error("sweep found %d files whose blob is missing (they answer 404): %s%s. Restore their "
+                      "blobs from a backup, or delete the files", len(lost), ", ".join(lost[:LOST_NAMED]),
+                      " and more" if len(lost) > LOST_NAMED else "")
         return SweepReport(orphan_blobs=quarantined, temp_files=temps, old_logs=old_logs, refused=refused,
-                           predating=predating)
+                           predating=predating, lost=tuple(lost))
 
-    async def _orphans(self) -> tuple[int, int, str | None]:
-        """(quarantined, predating, reason refused)."""
+    async def _orphans(self) -> tuple[int, int, str | None, list[str]]:
+        """(quarantined, predating, reason refused, lost blobs' keys)."""
         policy = self._policy
         files = await self._meta.count_files()
         if files == 0 and not policy.force and await self._any_blob():
             return 0, 0, ("the metadata database has no file records but blobs exist: it is new, "
                           "emptied or not the one these blobs belong to. Nothing was moved. Restore the "
-                          "database, or run `mediasrv sweep --force` if the blobs really are unreferenced")
+                          "database, or run `mediasrv sweep --force` if the blobs really are unreferenced"), []
+        finder = LostBlobFinder(self._meta, self._blobs, iso(now() - dt.timedelta(seconds=policy.grace_s)))
         created = parse_iso((await self._meta.identity()).created_at).timestamp()
         allowance = policy.allowance(files)
         orphans: list[str] = []
@@ -115,20 +128,22 @@ class Sweeper:
                     orphans.append(key)
 
         async for key in self._blobs.list_keys(policy.grace_s):
+            await finder.listed(key)
             batch.append(key)
             if len(batch) >= BATCH:
                 await check(batch)
                 batch = []
         if batch:
             await check(batch)
+        lost = await finder.finish()
         if found > allowance and not policy.force:
             return 0, predating, (
                 f"{found} unreferenced blobs found for {files} file records, more than the {allowance} one "
                 "sweep may move (MEDIASRV_SWEEP_MAX_SHARE). Nothing was moved. Check that the database and "
-                "MEDIASRV_DATA_DIR belong together, then run `mediasrv sweep --force`")
+                "MEDIASRV_DATA_DIR belong together, then run `mediasrv sweep --force`"), lost
         for key in orphans:
             await self._blobs.quarantine(key)
-        return len(orphans), predating, None
+        return len(orphans), predating, None, lost
 
     async def _any_blob(self) -> bool:
         async with contextlib.aclosing(self._blobs.list_keys(0)) as keys:

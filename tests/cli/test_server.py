@@ -446,6 +446,31 @@ class SweepCommandTest(ServerTestCase):
             urlsplit(kept["public_url"]).netloc, f"127.0.0.1:{server.port}")).content, b"referenced bytes")
         server.terminate()
 
+    def test_sweep_names_files_whose_blob_is_gone_and_exits_4(self) -> None:
+        """Checklist 57, the reverse case: bytes deleted behind the server's back."""
+        server = self.serve()
+        _, token = self.login_new_user(server)
+        kept, lost = (self.upload(server, token, data) for data in (b"still here", b"deleted by hand"))
+        rc, _ = server.terminate()
+        self.assertEqual(rc, 0)
+        with sqlite3.connect(self.data_dir / "meta.sqlite3") as conn:  # past MEDIASRV_SWEEP_GRACE
+            conn.execute("UPDATE files SET created_at = '2024-01-01T00:00:00.000Z'")
+        (self.data_dir / "blobs" / lost["file_id"][:2] / lost["file_id"]).unlink()
+
+        out = subprocess.run([MEDIASRV, "sweep"], capture_output=True, text=True, timeout=60,
+                             env=base_env(self.data_dir))
+        self.assertEqual(out.returncode, 4, out.stdout + out.stderr)
+        self.assertIn(f"1 files have lost their blob (restore them from a backup, or delete them):\n"
+                      f"  {lost['file_id']}\n", out.stdout)
+        self.assertNotIn(kept["file_id"], out.stdout)
+        self.assertIn(f"sweep found 1 files whose blob is missing (they answer 404): {lost['file_id']}", out.stderr)
+
+        server = self.serve()  # nothing was changed: the file is still listed, and answers 404
+        listed = self.get(server, "/files", token).json()
+        self.assertEqual({f["file_id"] for f in listed["files"]}, {kept["file_id"], lost["file_id"]})
+        self.assertEqual(self.get(server, f"/m/{lost['file_id']}", token).status_code, 404)
+        server.terminate()
+
 
 def _sockets(pid: int) -> int:
     """How many sockets the process holds (listening, accepted, to its stores)."""

@@ -32,9 +32,9 @@ class Local:
 
     async def file(self, user_id: str, data: bytes, content_type: str = "application/octet-stream", *,
                    public: bool = True, name: str | None = None, width: int | None = None,
-                   height: int | None = None) -> FileRecord:
+                   height: int | None = None, file_id: str | None = None) -> FileRecord:
         """A stored file (blob, then record, its quota reserved as an upload would)."""
-        file_id = secrets.token_urlsafe(16)
+        file_id = file_id or secrets.token_urlsafe(16)
         await self.blobs.put(file_id, data)
         record = FileRecord(id=str(uuid.uuid4()), user_id=user_id, file_id=file_id, name=name,
                             content_type=content_type, size=len(data), is_public=public, created_at=now_iso(),

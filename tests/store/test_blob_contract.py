@@ -360,6 +360,15 @@ async def test_list_keys_respects_age(store, backend):
     assert await keys_of(store, 3600) == {"old2"}
 
 
+async def test_list_keys_in_code_point_order(store):
+    """Ascending by code point across shards, as the sweep's walk of the records expects
+    (``MetaStore.blob_keys_after``): upper case, then ``_``, then lower case."""
+    keys = ["zz", "ab", "_under", "Upper", "b", "aa", "0digit", "-dash", "a", "AB"]
+    for key in keys:
+        await put(store, key, key.encode())
+    assert [key async for key in store.list_keys(-60)] == sorted(keys)
+
+
 async def test_list_keys_empty_store(store):
     assert await keys_of(store, 0) == set()
     assert await store.sweep_temp(0) == 0

@@ -752,6 +752,28 @@ async def test_existing_blob_keys_across_chunks(meta: MetaStore) -> None:
     assert await meta.existing_blob_keys(["blob-9999"]) == set()
 
 
+async def test_blob_keys_after_walks_distinct_keys_in_code_point_order(meta: MetaStore) -> None:
+    """The sweep's reverse check walks these beside ``BlobStore.list_keys`` (ascending, by code
+    point): upper case before ``_`` before lower case, a shared key once, young records left out."""
+    await add_user(meta, "u1")
+    keys = ["-dash", "0digit", "Upper", "_under", "a", "aa", "ab", "b", "zz"]
+    for n, key in enumerate(reversed(keys)):
+        await meta.insert_file(make_file("u1", f"f{n}", blob_key=key, created_at=ts(10)))
+    await meta.insert_file(make_file("u1", "shared", blob_key="aa", created_at=ts(10)))
+    await meta.insert_file(make_file("u1", "young", blob_key="young", created_at=ts(30)))
+    assert sorted(keys) == keys  # the order the listing gives
+    assert await meta.blob_keys_after("", ts(20), 100) == keys
+    walked: list[str] = []
+    after = ""
+    while page := await meta.blob_keys_after(after, ts(20), 2):
+        walked += page
+        after = page[-1]
+    assert walked == keys
+    assert await meta.blob_keys_after("ab", ts(20), 100) == ["b", "zz"]
+    assert await meta.blob_keys_after("", ts(10), 100) == []  # created_before is exclusive
+    assert await meta.blob_keys_after("", ts(40), 100) == sorted([*keys, "young"])
+
+
 async def test_reconcile_usage_recomputes_every_account(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     await add_user(meta, "u2")
