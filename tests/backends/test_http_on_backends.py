@@ -9,10 +9,13 @@ fixed port, S3 is moto's threaded server in this process (its data survives a st
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import bson
+import pymongo
 import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
@@ -83,6 +86,35 @@ async def test_upload_list_serve_delete_on_mongo_and_s3(api: Api, stores: Any) -
     assert await stores[1].stat(fid) is None
     r = await api.call("GET", "/health")
     assert r.code == 200 and body(r)["meta"]["backend"] == "mongodb" and body(r)["blobs"]["backend"] == "s3"
+
+
+async def test_secrets_are_stored_only_as_hashes_on_mongodb(api: Api, settings: Any, runtime: Runtime) -> None:
+    """Checklist 12 (grey-box) on MongoDB: a dump of every collection holds the API key's
+    SHA-256 and prefix, and neither the key nor its secret part, the password or a token."""
+    password = "mongo-dump-password-9f3"
+    login = await api.user("dump@example.com", password)
+    token = login["session"]["access_token"]
+    r = await api.call("POST", "/auth/api-keys", json={"name": "grey-box"}, token=token)
+    assert r.code == 201, r.body
+    created = body(r)
+    key = created["key"]
+    for header in ({"Authorization": f"Bearer {key}"}, {"X-Api-Key": key}):  # last use, logs, usage
+        assert (await api.call("GET", "/profile", headers=header)).code == 200
+    await runtime.flusher.flush_now()
+
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(settings.mongodb_url, serverSelectionTimeoutMS=5000)
+    try:
+        database = client.get_default_database()
+        dump = b"".join(bson.encode(doc) for name in database.list_collection_names()
+                        for doc in database[name].find())
+    finally:
+        client.close()
+    assert hashlib.sha256(key.encode()).hexdigest().encode() in dump  # the dump sees the key's record
+    assert created["key_prefix"].encode() in dump
+    secrets = {"key": key, "key's secret part": key[len(created["key_prefix"]):], "key's tail": key[-16:],
+               "password": password, "access token": token,
+               "refresh token": login["session"]["refresh_token"]}
+    assert [what for what, secret in secrets.items() if secret.encode() in dump] == []
 
 
 async def test_database_stopped_gives_503_within_5s_then_recovers(api: Api, own_mongo: servers.Proc) -> None:
