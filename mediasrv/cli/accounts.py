@@ -15,6 +15,7 @@ import orjson
 
 from mediasrv.base.settings.values import byte_size
 from mediasrv.cli.users_admin import KEEP, AdminService
+from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 
@@ -26,7 +27,7 @@ def read_password(args: argparse.Namespace) -> str | None:
     return None
 
 
-async def run_users(admin: AdminService, files: FileService, args: argparse.Namespace,
+async def run_users(admin: AdminService, files: FileService, domains: DomainService, args: argparse.Namespace,
                     password: str | None) -> int:
     action = args.action
     if action == "list":
@@ -49,7 +50,7 @@ async def run_users(admin: AdminService, files: FileService, args: argparse.Name
         _print_generated(generated)
         return 0
     if action == "delete":
-        return await _delete(admin, files, args)
+        return await _delete(admin, files, domains, args)
     if action == "set-plan":
         user = await admin.set_plan(
             args.email, plan=_text(args.plan), storage_limit_bytes=_bytes(args.storage_limit, "--storage-limit"),
@@ -109,13 +110,13 @@ async def _set_enabled(admin: AdminService, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _delete(admin: AdminService, files: FileService, args: argparse.Namespace) -> int:
+async def _delete(admin: AdminService, files: FileService, domains: DomainService, args: argparse.Namespace) -> int:
     user = await admin.user(args.email)
     if not args.yes:
         print(f"mediasrv users delete: {user.email} has {user.files_count} files ({user.storage_bytes} bytes); "
               "run again with --yes to delete the account, its files and their bytes", file=sys.stderr)
         return 1
-    user, deleted = await admin.delete_user(args.email, files)
+    user, deleted = await admin.delete_user(args.email, files, domains)
     print(f"deleted {user.email} (id {user.id}) and {deleted} files")
     return 0
 

@@ -60,7 +60,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         domains = DomainService(meta, make_provider(settings))
         if args.command == "users":
             files = FileService(settings, meta, blobs, domains, on_deleted=lambda _record: None)
-            return await accounts.run_users(admin, files, args, password)
+            return await accounts.run_users(admin, files, domains, args, password)
         if args.command == "invites":
             return await accounts.run_invites(InviteService(meta), args)
         if args.command == "usage":

@@ -17,6 +17,7 @@ from mediasrv.base.timeutil import iso, now_iso, parse_iso, period_key
 from mediasrv.core.accounts import new_user, normalize_email
 from mediasrv.core.credentials.passwords import PasswordHasher, validate_password
 from mediasrv.core.credentials.renewal import replace_password
+from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.files.service import FileQuery, FileService, effective_limits
 from store.base import MetaStore
 from store.errors import Duplicate
@@ -123,10 +124,11 @@ class AdminService:
         revoked = await replace_password(self._meta, user.id, await self._hasher.hash(password), now_iso())
         return user, generated, revoked
 
-    async def delete_user(self, email_value: str, files: FileService) -> tuple[User, int]:
+    async def delete_user(self, email_value: str, files: FileService, domains: DomainService) -> tuple[User, int]:
         """Delete an account with its files and their blobs: disabled first (no upload, no
-        session can start meanwhile), then every file as its owner would, then the account and
-        everything keyed by it. Returns the account and how many files went."""
+        session can start meanwhile), then every file as its owner would, then its custom domain
+        (at the provider first: a failure there stops here, and the command can be run again),
+        then the account and everything keyed by it. Returns the account and how many files went."""
         user = await self.set_enabled(email_value, False)
         deleted = 0
         while True:
@@ -137,6 +139,7 @@ class AdminService:
             deleted += done
             if refused and not done:
                 raise Conflict(f"{len(refused)} files of {user.email} could not be deleted; try again")
+        await domains.remove(user.id)
         await self._meta.delete_user(user.id)
         return user, deleted
 

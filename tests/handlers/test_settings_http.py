@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -12,7 +13,13 @@ import tornado.web
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
+from mediasrv.base.errors import BadGateway
 from mediasrv.base.settings import Settings
+from mediasrv.cli.users_admin import AdminService
+from mediasrv.core.credentials.passwords import PasswordHasher
+from mediasrv.core.domains.custom import DomainService
+from mediasrv.core.domains.providers import make_provider
+from mediasrv.core.files.service import FileService
 from store.fs import FsBlobStore
 from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
@@ -326,11 +333,13 @@ ZONE = "zone-123"
 
 
 class FakeCloudflare:
-    """Custom hostnames in one zone; ``fail`` makes every call answer 500."""
+    """Custom hostnames in one zone; ``fail`` makes every call answer 500, ``refuse_delete``
+    the DELETE of these hostnames."""
 
     def __init__(self) -> None:
         self.items: dict[str, dict[str, Any]] = {}
         self.fail = False
+        self.refuse_delete: set[str] = set()
         self.calls: list[str] = []
         self.url = ""
 
@@ -355,6 +364,11 @@ class _CfHandler(tornado.web.RequestHandler):
 
     def post(self, item_id: str | None = None) -> None:
         hostname = orjson.loads(self.request.body)["hostname"]
+        if self.fake.find(hostname):  # as Cloudflare answers a second create of a hostname
+            self.set_status(409)
+            self.finish(orjson.dumps({"success": False, "result": None,
+                                      "errors": [{"code": 1406, "message": "Duplicate custom hostname found."}]}))
+            return
         item = {"id": uuid.uuid4().hex, "hostname": hostname, "status": "pending",
                 "ssl": {"status": "pending_validation"}}
         self.fake.items[item["id"]] = item
@@ -369,6 +383,10 @@ class _CfHandler(tornado.web.RequestHandler):
             self.reply(None, 404)
 
     def delete(self, item_id: str | None = None) -> None:
+        if self.fake.items.get(item_id or "", {}).get("hostname") in self.fake.refuse_delete:
+            self.set_status(500)
+            self.finish(orjson.dumps({"success": False, "errors": [{"code": 1000, "message": "internal"}]}))
+            return
         self.fake.items.pop(item_id or "", None)
         self.reply({"id": item_id})
 
@@ -432,3 +450,63 @@ class TestCloudflare:
             assert await get_settings(api, token) == before
         fake_cf.fail = False
         assert len(fake_cf.find("img.example.test")) == 1 and fake_cf.find("other.example.test") == []
+
+    async def test_a_replacement_whose_old_hostname_cannot_be_removed_is_undone(
+            self, api: Api, fake_cf: FakeCloudflare) -> None:
+        """Checklist 37: the replaced hostname must not stay at Cloudflare, verified, with no
+        account holding it. Its removal failing is a 502 and the account keeps its domain; the
+        hostname added for the change is removed again; the same request succeeds later."""
+        token = await token_for(api)
+        assert (await patch(api, token, {"custom_domain": "old.example.test"})).code == 200
+        [item] = fake_cf.find("old.example.test")
+        item["status"], item["ssl"]["status"] = "active", "active"
+        assert (await patch(api, token, {"refresh_custom_domain": True})).code == 200
+        before = await get_settings(api, token)
+        assert before["public_url_base"] == "https://old.example.test"
+
+        fake_cf.refuse_delete = {"old.example.test"}
+        r = await patch(api, token, {"custom_domain": "new.example.test"})
+        assert r.code == 502, r.body
+        assert await get_settings(api, token) == before
+        assert len(fake_cf.find("old.example.test")) == 1 and fake_cf.find("new.example.test") == []
+
+        fake_cf.refuse_delete = {"old.example.test", "new.example.test"}  # the undo fails too
+        assert (await patch(api, token, {"custom_domain": "new.example.test"})).code == 502
+        assert await get_settings(api, token) == before
+        assert len(fake_cf.find("new.example.test")) == 1  # left pending, unclaimed
+
+        fake_cf.refuse_delete = set()
+        r = await patch(api, token, {"custom_domain": "new.example.test"})
+        assert r.code == 200, r.body
+        assert body(r)["custom_domain"]["hostname"] == "new.example.test"
+        assert fake_cf.find("old.example.test") == []
+        assert len(fake_cf.find("new.example.test")) == 1  # the entry left before, reused
+
+    async def test_deleting_an_account_removes_its_hostname_at_cloudflare(
+            self, api: Api, fake_cf: FakeCloudflare, settings: Settings, stores: Stores) -> None:
+        """``mediasrv users delete`` (its service, over the app's stores, as the command opens
+        them): the hostname goes at Cloudflare before the account; a provider failure stops the
+        command with the account still there (disabled), and running it again completes."""
+        email = f"gone-{uuid.uuid4().hex[:8]}@example.com"
+        token = (await api.user(email))["session"]["access_token"]
+        await upload(api, token)
+        assert (await patch(api, token, {"custom_domain": "leaving.example.test"})).code == 200
+        domains = DomainService(stores[0], make_provider(settings))
+        files = FileService(settings, stores[0], stores[1], domains, on_deleted=lambda _record: None)
+        executor = ThreadPoolExecutor(max_workers=1)
+        admin = AdminService(settings, stores[0], PasswordHasher(settings.bcrypt_rounds, executor))
+        try:
+            fake_cf.refuse_delete = {"leaving.example.test"}
+            with pytest.raises(BadGateway):
+                await admin.delete_user(email, files, domains)
+            user = await admin.user(email)
+            assert user.disabled_at is not None and user.files_count == 0
+            assert (await stores[0].get_domain(user.id)) is not None
+            fake_cf.refuse_delete = set()
+            deleted, files_deleted = await admin.delete_user(email, files, domains)
+            assert (deleted.id, files_deleted) == (user.id, 0)
+        finally:
+            executor.shutdown(wait=False)
+        assert fake_cf.find("leaving.example.test") == []
+        assert await stores[0].get_user(user.id) is None
+        assert await stores[0].get_domain_by_hostname("leaving.example.test") is None

@@ -1,7 +1,10 @@
 """Account settings that involve the domain provider: add, refresh and remove a hostname.
 
 Provider calls come first and the record is written only when they succeed, so a provider
-failure (502) leaves the account exactly as it was.
+failure (502) leaves the account exactly as it was. A replacement writes the new record before
+removing the old hostname at the provider, and puts the old record back if that removal fails:
+a hostname no account holds must not stay registered there, verified, for a later claim of
+it to reuse (reliability checklist 37).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from mediasrv.base.errors import Conflict, NotFound
+from mediasrv.base.errors import BadGateway, Conflict, NotFound
 from mediasrv.base.timeutil import now_iso
 from mediasrv.core.domains.providers import EXTERNAL_TLS, CloudflareProvider, DomainProvider, DomainStatus
 from store.base import MetaStore
@@ -81,15 +84,32 @@ class DomainService:
         if holder is not None and holder.user_id != user_id:
             raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN")
         status = await self._provider.add(hostname)
+        new = _record(user_id, hostname, status)
         try:
-            await self._meta.put_domain(_record(user_id, hostname, status))
+            await self._meta.put_domain(new)
         except Duplicate:
             # Another account won a race for this hostname; the provider entry is now theirs.
             raise Conflict("This hostname is registered by another account", code="HOSTNAME_TAKEN") from None
         self._forget(user_id, hostname)
         if current:
-            await self._forget_at_provider(current.hostname, current.provider_id)
-            self._forget(user_id, current.hostname)
+            await self._retire(current, new)
+
+    async def _retire(self, old: CustomDomain, new: CustomDomain) -> None:
+        """The replaced hostname removed at the provider. If the provider fails, the change is
+        undone (the old record back, the new hostname removed there, best effort) and its 502
+        raised: the account is as it was, and the same request can be sent again."""
+        try:
+            await self._provider.remove(old.hostname, old.provider_id)
+        except BadGateway:
+            try:
+                await self._meta.put_domain(old)
+            except Duplicate:  # another account claimed the old hostname meanwhile: theirs now
+                self._forget(old.user_id, old.hostname)
+                return
+            self._forget(old.user_id, new.hostname)
+            await self._forget_at_provider(new.hostname, new.provider_id)
+            raise
+        self._forget(old.user_id, old.hostname)
 
     async def remove(self, user_id: str) -> None:
         current = await self._meta.get_domain(user_id)
@@ -150,10 +170,13 @@ class DomainService:
         return current
 
     async def _forget_at_provider(self, hostname: str, provider_id: str | None) -> None:
+        """A hostname added for a change that failed, removed again if the provider lets us; if
+        not, it waits there unclaimed, and the next claim of it (the same request sent again)
+        reuses the entry."""
         try:
             await self._provider.remove(hostname, provider_id)
-        except Exception as exc:  # best effort: the hostname is no longer ours either way
-            log.warning("could not remove %s at the provider (%s)", hostname, type(exc).__name__)
+        except BadGateway:
+            log.warning("could not remove %s at the provider after a failed change", hostname)
 
 
 async def _cached(cache: dict[str, tuple[float, CustomDomain | None]], key: str,
