@@ -1001,8 +1001,9 @@ async def test_clients_gone_mid_transform_give_their_slots_back(api: Api, runtim
 async def test_a_blob_lost_out_of_band_is_a_404_and_one_error_for_the_operator(
         api: Api, stores: Stores, caplog: pytest.LogCaptureFixture) -> None:
     """Checklist 57, the reverse case: a record whose blob vanished (a hand-deleted file, a disk
-    restored without it) is a 404 to clients, never a 500, and is logged once per file, small
-    (read whole) or large (streamed); a file deleted through the API is not."""
+    restored without it) is a 404 to clients, never a 500, HEAD as GET (checklist 36), and is
+    logged once per file, small (read whole) or large (streamed); a file deleted through the API
+    is not."""
     token, _ = await _login(api)
     small = (await _upload(api, token, ALPHABET, "text/plain"))["file_id"]
     zipped = b"PK\x03\x04" + secrets.token_bytes(4 * 1024 * 1024)
@@ -1015,6 +1016,12 @@ async def test_a_blob_lost_out_of_band_is_a_404_and_one_error_for_the_operator(
         for route in ("m", "d", "m"):
             r = await _get(api, f"/{route}/{fid}")
             assert r.code == 404 and _error(r)["code"] == "FILE_NOT_FOUND", (fid, route, r.code)
+            r = await api.call("HEAD", f"/{route}/{fid}")
+            assert (r.code, r.body) == (404, b""), (fid, route, r.code)
+    kept = (await _upload(api, token, ALPHABET, "text/plain"))["file_id"]
+    for route in ("m", "d"):
+        r = await api.call("HEAD", f"/{route}/{kept}")
+        assert (r.code, r.body, r.headers["Content-Length"]) == (200, b"", str(len(ALPHABET)))
     assert (await api.call("DELETE", f"/files/{gone}", token=token)).code == 204
     assert (await _get(api, f"/m/{gone}")).code == 404
     lost = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]

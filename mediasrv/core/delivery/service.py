@@ -196,12 +196,12 @@ class MediaDelivery:
         or nginx sends the blobs (X-Accel-Redirect)."""
         if self._accel_prefix or request.range is not None or not record.is_public:
             return False
-        data = None if request.head else self.bodies.get(record.file_id)
-        if data is None and not request.head:
+        data = self.bodies.get(record.file_id)
+        if data is None:  # HEAD too: it answers as GET would, so it looks for the blob (``_stored``)
             return False
         _select(answer, None, record.size)
         self.usage.origin_read(record.user_id)
-        answer.body = data
+        answer.body = None if request.head else data
         return True
 
     def _variant_from_memory(self, record: FileRecord, request: MediaRequest, variant: _Variant,
@@ -283,6 +283,8 @@ class MediaDelivery:
         accel = None
         if self._accel_prefix and not (record.is_public and request.proxy_cache):
             accel = await self._accel(record, request.head)
+        if request.head and accel is None and await self._blobs.stat(record.blob_key) is None:
+            raise await self._lost_blob(record)  # the status GET would give (checklist 36, 57)
         etag, modified = answer.headers["ETag"], _modified(record.created_at)
         window = _window(request, etag, modified, record.size)
         self.usage.origin_read(record.user_id)
