@@ -116,10 +116,12 @@ async def sweep_once(settings: Settings, *, force: bool = False, purge: bool = F
         if report.lost:
             print(f"{len(report.lost)} files have lost their blob (restore them from a backup, or delete them):")
             print("\n".join(f"  {key}" for key in report.lost))
+        if report.unchecked:
+            print(f"{report.unchecked} more records have no blob in the listing (not checked one by one)")
         if purge:
             purged = await blobs.purge_quarantine(settings.quarantine_grace_s)
             print(f"purged {purged} quarantined blobs older than {settings.quarantine_grace_s} s")
     finally:
         await blobs.close()
         await meta.close()
-    return 3 if report.refused else 4 if report.lost else 0
+    return 3 if report.refused else 4 if report.lost or report.unchecked else 0

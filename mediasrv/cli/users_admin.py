@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mediasrv.base.errors import BadRequest, Conflict, NotFound
+from mediasrv.base.errors import BadGateway, BadRequest, Conflict, NotFound
 from mediasrv.base.settings import Settings
 from mediasrv.base.timeutil import iso, now_iso, parse_iso, period_key
 from mediasrv.core.accounts import new_user, normalize_email
@@ -139,7 +139,12 @@ class AdminService:
             deleted += done
             if refused and not done:
                 raise Conflict(f"{len(refused)} files of {user.email} could not be deleted; try again")
-        await domains.remove(user.id)
+        try:
+            await domains.remove(user.id)
+        except BadGateway as exc:
+            raise BadGateway(f"{user.email} is disabled and its files are deleted ({deleted} this time), but its "
+                             f"custom domain could not be removed: {exc.message}. Run the command again to "
+                             "finish") from None
         await self._meta.delete_user(user.id)
         return user, deleted
 

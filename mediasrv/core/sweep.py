@@ -66,6 +66,8 @@ class SweepReport:
     """Unreferenced blobs older than the database: left alone (the database is not theirs)."""
     lost: tuple[str, ...] = ()
     """Blob keys (a file's is its id) that file records reference and the blob store lacks."""
+    unchecked: int = 0
+    """Records whose blob the listing lacks, not confirmed (beyond ``lostblobs.LOST_LIMIT``)."""
 
 
 class Sweeper:
@@ -76,9 +78,9 @@ class Sweeper:
         temps = await self._blobs.sweep_temp(self._policy.grace_s)
         if await self._meta.check_identity():
             old_logs = await self._meta.purge_logs(iso(now() - LOG_RETENTION))
-            quarantined, predating, refused, lost = await self._orphans()
+            quarantined, predating, refused, finder = await self._orphans()
         else:
-            old_logs, quarantined, predating, lost = 0, 0, 0, []
+            old_logs, quarantined, predating, finder = 0, 0, 0, None
             refused = ("the metadata database was deleted or replaced while the server runs; "
                        "no blob is touched until it is back")
         if refused:
@@ -88,21 +90,23 @@ class Sweeper:
         if predating:
             log.warning("sweep left %d unreferenced blobs older than the metadata database alone; "
                         "run `mediasrv sweep --force` if they really are leftovers", predating)
-        if lost:
-            log.error("sweep found %d files whose blob is missing (they answer 404): %s%s. Restore their "
+        lost, unchecked = (finder.lost, finder.unchecked) if finder else ([], 0)
+        if lost or unchecked:
+            log.error("sweep found %d files whose blob is missing (they answer 404): %s%s%s. Restore their "
                       "blobs from a backup, or delete the files", len(lost), ", ".join(lost[:LOST_NAMED]),
-                      " and more" if len(lost) > LOST_NAMED else "")
+                      " and more" if len(lost) > LOST_NAMED else "",
+                      f"; {unchecked} more records have no blob in the listing (not checked)" if unchecked else "")
         return SweepReport(orphan_blobs=quarantined, temp_files=temps, old_logs=old_logs, refused=refused,
-                           predating=predating, lost=tuple(lost))
+                           predating=predating, lost=tuple(lost), unchecked=unchecked)
 
-    async def _orphans(self) -> tuple[int, int, str | None, list[str]]:
-        """(quarantined, predating, reason refused, lost blobs' keys)."""
+    async def _orphans(self) -> tuple[int, int, str | None, LostBlobFinder | None]:
+        """(quarantined, predating, reason refused, the walk that found lost blobs)."""
         policy = self._policy
         files = await self._meta.count_files()
         if files == 0 and not policy.force and await self._any_blob():
             return 0, 0, ("the metadata database has no file records but blobs exist: it is new, "
                           "emptied or not the one these blobs belong to. Nothing was moved. Restore the "
-                          "database, or run `mediasrv sweep --force` if the blobs really are unreferenced"), []
+                          "database, or run `mediasrv sweep --force` if the blobs really are unreferenced"), None
         finder = LostBlobFinder(self._meta, self._blobs, iso(now() - dt.timedelta(seconds=policy.grace_s)))
         created = parse_iso((await self._meta.identity()).created_at).timestamp()
         allowance = policy.allowance(files)
@@ -135,15 +139,15 @@ class Sweeper:
                 batch = []
         if batch:
             await check(batch)
-        lost = await finder.finish()
+        await finder.finish()
         if found > allowance and not policy.force:
             return 0, predating, (
                 f"{found} unreferenced blobs found for {files} file records, more than the {allowance} one "
                 "sweep may move (MEDIASRV_SWEEP_MAX_SHARE). Nothing was moved. Check that the database and "
-                "MEDIASRV_DATA_DIR belong together, then run `mediasrv sweep --force`"), lost
+                "MEDIASRV_DATA_DIR belong together, then run `mediasrv sweep --force`"), finder
         for key in orphans:
             await self._blobs.quarantine(key)
-        return len(orphans), predating, None, lost
+        return len(orphans), predating, None, finder
 
     async def _any_blob(self) -> bool:
         async with contextlib.aclosing(self._blobs.list_keys(0)) as keys:

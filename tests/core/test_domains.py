@@ -15,6 +15,7 @@ import tornado.web
 from mediasrv.base.errors import BadGateway, BadRequest
 from mediasrv.base.settings import Settings, SettingsError
 from mediasrv.base.settings import load as load_settings
+from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import (
     CloudflareProvider,
     DomainStatus,
@@ -22,6 +23,8 @@ from mediasrv.core.domains.providers import (
     make_provider,
     normalize_hostname,
 )
+from store.models import CustomDomain
+from tests.core.conftest import Local
 from tests.dnsserver import LocalDns
 from tests.launcher import free_port
 
@@ -159,6 +162,33 @@ def api_url(http_server: Any, http_server_port: tuple[Any, int]) -> str:
 @pytest.fixture
 def provider(api_url: str) -> CloudflareProvider:
     return CloudflareProvider(api_url, TOKEN, ZONE, timeout_s=5)
+
+
+# -- DomainService over the Cloudflare provider -----------------------------------------------------
+
+
+async def test_a_replaced_hostname_claimed_meanwhile_stays_at_the_provider(
+        local: Local, provider: CloudflareProvider, fake: FakeCloudflare, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing a domain frees the old hostname in the store before removing it at Cloudflare.
+    An account that claims it in between reuses the entry (a duplicate create), so the removal
+    must leave it alone: the entry is that account's now."""
+    await local.user("a")
+    await local.user("b")
+    service = DomainService(local.meta, provider)
+    await service.set("a", "old.example.com")
+    put = local.meta.put_domain
+
+    async def put_then_claim(domain: CustomDomain) -> None:
+        await put(domain)
+        if domain.hostname == "new.example.com":  # a's old hostname is free now: b claims it
+            await DomainService(local.meta, provider).set("b", "old.example.com")
+
+    monkeypatch.setattr(local.meta, "put_domain", put_then_claim)
+    await service.set("a", "new.example.com")
+    assert len(fake.ids_of("old.example.com")) == 1 and len(fake.ids_of("new.example.com")) == 1
+    claimed = await local.meta.get_domain_by_hostname("old.example.com")
+    assert claimed is not None and claimed.user_id == "b"
+    assert claimed.provider_id == fake.ids_of("old.example.com")[0]
 
 
 # -- Cloudflare: the happy paths -----------------------------------------------------------------

@@ -95,3 +95,26 @@ async def test_a_delete_during_the_walk_is_not_a_loss(local: Local, monkeypatch:
     report = await Sweeper(local.meta, local.blobs, EVERYTHING).run()
     assert asked.count(deleted.blob_key) == 1  # never listed: only the walk's second look asked
     assert report.lost == ()
+
+
+async def test_past_the_limit_records_are_counted_not_checked(local: Local, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A bucket that lost everything costs LOST_LIMIT stats a sweep, not one per file."""
+    monkeypatch.setattr(lostblobs, "LOST_LIMIT", 2)
+    records = await stored(local, 6)
+    for record in records[1:]:
+        await local.blobs.delete(record.blob_key)
+    stat = local.blobs.stat
+    asked: list[str] = []
+
+    async def counted(key: str) -> object:
+        asked.append(key)
+        return await stat(key)
+
+    monkeypatch.setattr(local.blobs, "stat", counted)
+    with caplog.at_level(logging.ERROR, logger="mediasrv.sweep"):
+        report = await Sweeper(local.meta, local.blobs, EVERYTHING).run()
+    assert report.lost == (records[1].blob_key, records[2].blob_key)
+    assert report.unchecked == 3 and asked == list(report.lost)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "mediasrv.sweep"]
+    assert "3 more records have no blob in the listing (not checked)" in line

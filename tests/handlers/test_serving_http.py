@@ -1029,6 +1029,26 @@ async def test_a_blob_lost_out_of_band_is_a_404_and_one_error_for_the_operator(
     assert small in lost[0] and large in lost[1]
 
 
+async def test_head_looks_for_the_blob_once_a_minute_per_file(api: Api, stores: Stores,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """HEAD reads no bytes, so it stats the blob to answer as GET would; a blob found is taken
+    to be there for PRESENT_TTL_S, so a client sending HEAD after HEAD costs one stat."""
+    token, _ = await _login(api)
+    fid = (await _upload(api, token, b"PK\x03\x04" + secrets.token_bytes(1024 * 1024), "application/zip"))["file_id"]
+    stat = stores[1].stat
+    asked: list[str] = []
+
+    async def counted(key: str) -> Any:
+        asked.append(key)
+        return await stat(key)
+
+    monkeypatch.setattr(stores[1], "stat", counted)
+    for route in ("m", "d", "m"):
+        r = await api.call("HEAD", f"/{route}/{fid}")
+        assert (r.code, r.headers["Content-Length"]) == (200, str(1024 * 1024 + 4))
+    assert asked == [fid]
+
+
 async def test_delete_racing_a_lookup_leaves_no_stale_record(api: Api, stores: Stores,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     token, _ = await _login(api)

@@ -497,7 +497,7 @@ class TestCloudflare:
         admin = AdminService(settings, stores[0], PasswordHasher(settings.bcrypt_rounds, executor))
         try:
             fake_cf.refuse_delete = {"leaving.example.test"}
-            with pytest.raises(BadGateway):
+            with pytest.raises(BadGateway, match=r"is disabled and its files are deleted .* Run the command again"):
                 await admin.delete_user(email, files, domains)
             user = await admin.user(email)
             assert user.disabled_at is not None and user.files_count == 0

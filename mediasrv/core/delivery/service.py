@@ -17,6 +17,7 @@ import dataclasses
 import datetime as dt
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -83,6 +84,11 @@ def _not_found() -> NotFound:
 
 LOST_REPORTS = 1000
 """Files whose lost blob one process remembers having logged (then it starts over)."""
+PRESENT_TTL_S = 60.0
+"""How long a blob that HEAD found is taken to be there: HEAD answers from the record meanwhile,
+as it did before it looked (one stat, or one S3 HEAD, per file a minute, not per request)."""
+PRESENT_MAX = 10_000
+"""Blobs remembered as present (``PRESENT_TTL_S``); past that many the memory starts over."""
 
 
 class MediaDelivery:
@@ -110,6 +116,8 @@ class MediaDelivery:
         """The background read of the record cache's due keys, while it runs."""
         self._reported_lost: set[str] = set()
         """Files already logged as having lost their blob (``_lost_blob``), a bounded few."""
+        self._present: dict[str, float] = {}
+        """Blob keys HEAD found, until when (monotonic) that holds (``PRESENT_TTL_S``)."""
 
     async def deliver(self, request: MediaRequest) -> MediaAnswer:
         """The answer to ``request``. A file that does not exist, or that this Host or caller may
@@ -197,8 +205,8 @@ class MediaDelivery:
         if self._accel_prefix or request.range is not None or not record.is_public:
             return False
         data = self.bodies.get(record.file_id)
-        if data is None:  # HEAD too: it answers as GET would, so it looks for the blob (``_stored``)
-            return False
+        if data is None and not (request.head and self._known_present(record)):
+            return False  # HEAD answers as GET would: ``_stored`` looks for the blob
         _select(answer, None, record.size)
         self.usage.origin_read(record.user_id)
         answer.body = None if request.head else data
@@ -283,8 +291,8 @@ class MediaDelivery:
         accel = None
         if self._accel_prefix and not (record.is_public and request.proxy_cache):
             accel = await self._accel(record, request.head)
-        if request.head and accel is None and await self._blobs.stat(record.blob_key) is None:
-            raise await self._lost_blob(record)  # the status GET would give (checklist 36, 57)
+        if request.head and accel is None:
+            await self._require_blob(record)
         etag, modified = answer.headers["ETag"], _modified(record.created_at)
         window = _window(request, etag, modified, record.size)
         self.usage.origin_read(record.user_id)
@@ -404,6 +412,20 @@ class MediaDelivery:
         if record.is_public and len(data) == record.size:
             self.bodies.put(record.file_id, data, generation)  # not if a delete ran meanwhile
         return data
+
+    def _known_present(self, record: FileRecord) -> bool:
+        return self._present.get(record.blob_key, 0.0) > time.monotonic()
+
+    async def _require_blob(self, record: FileRecord) -> None:
+        """For HEAD, which reads no bytes: the 404 GET would give when the blob is gone
+        (checklist 36 and 57). A blob found is remembered ``PRESENT_TTL_S``."""
+        if self._known_present(record):
+            return
+        if await self._blobs.stat(record.blob_key) is None:
+            raise await self._lost_blob(record)
+        if len(self._present) >= PRESENT_MAX:
+            self._present.clear()
+        self._present[record.blob_key] = time.monotonic() + PRESENT_TTL_S
 
     async def _lost_blob(self, record: FileRecord) -> NotFound:
         """The 404 for a record whose blob is not there. Usually a delete that raced this read

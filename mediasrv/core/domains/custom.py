@@ -97,7 +97,12 @@ class DomainService:
     async def _retire(self, old: CustomDomain, new: CustomDomain) -> None:
         """The replaced hostname removed at the provider. If the provider fails, the change is
         undone (the old record back, the new hostname removed there, best effort) and its 502
-        raised: the account is as it was, and the same request can be sent again."""
+        raised: the account is as it was, and the same request can be sent again. (A removal the
+        provider made but whose answer was lost leaves the old record naming an entry that is
+        gone: the account's next refresh registers it again.)"""
+        if await self._meta.get_domain_by_hostname(old.hostname) is not None:
+            self._forget(old.user_id, old.hostname)
+            return  # claimed by another account since the new record freed it: its entry now
         try:
             await self._provider.remove(old.hostname, old.provider_id)
         except BadGateway:
