@@ -155,6 +155,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     runtime.relay.log_attempt = access_log.webhook  # delivery lines through the access log's writer
     server = make_server(app, settings)
     metrics_server = None
+    sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     where = f"{settings.host}:{settings.port}"
     try:
         if sockets is not None:
@@ -163,7 +164,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
             server.listen(settings.port, settings.host)
         if settings.metrics_port is not None or settings.metrics_socket is not None:
             where = f"{metrics_where(settings)} (metrics)"
-            metrics_server = start_metrics(app, runtime, settings)
+            metrics_server = start_metrics(app, runtime, settings, sweeper)
     except OSError as exc:
         server.stop()
         await runtime.stop()
@@ -175,7 +176,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     runtime.flusher.start()
     runtime.guard.start()
     runtime.relay.start()  # webhook deliveries: every process sends, one claim per delivery
-    housekeeping, lease = start_housekeeping(settings, meta, blobs, expiry=runtime.resumable,
+    housekeeping, lease = start_housekeeping(settings, meta, sweeper, expiry=runtime.resumable,
                                              placeholders=runtime.placeholders)
     log.info("mediasrv %s listening on http://%s:%d (public URL %s)", version(), settings.host, settings.port,
              settings.public_url, extra=startup_fields(settings))
@@ -196,7 +197,7 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
+def start_housekeeping(settings: Settings, meta: MetaStore, sweeper: Sweeper, *,
                        expiry: ResumableUploads | None = None,
                        placeholders: Placeholders | None = None) -> tuple[Housekeeping, Lease | None]:
     """The sweep, the expiry of unfinished resumable uploads (``expiry``), the placeholder
@@ -205,7 +206,7 @@ def start_housekeeping(settings: Settings, meta: MetaStore, blobs: BlobStore, *,
     store a fleet shares (``Leases``), under the fleet's one lease; on a local one, here."""
     reconciler = (Reconciler(meta, reservation_ttl_s=settings.reservation_ttl_s)
                   if isinstance(meta, AccountReconcile) else None)
-    housekeeping = Housekeeping(Sweeper(meta, blobs, sweep_policy(settings)), reconciler,
+    housekeeping = Housekeeping(sweeper, reconciler,
                                 sweep_interval_s=SWEEP_INTERVAL_S, reconcile_interval_s=settings.reconcile_interval_s,
                                 expiry=expiry.expire_once if expiry is not None else None,
                                 expiry_interval_s=EXPIRY_INTERVAL_S,
@@ -232,13 +233,14 @@ def check_libvips(**overrides: Any) -> vips.LibvipsInfo:
         raise StartupError(str(exc)) from None
 
 
-def start_metrics(app: tornado.web.Application, runtime: Runtime,
-                  settings: Settings) -> tornado.httpserver.HTTPServer:
+def start_metrics(app: tornado.web.Application, runtime: Runtime, settings: Settings,
+                  sweeper: Sweeper) -> tornado.httpserver.HTTPServer:
     """GET /metrics apart from the public listener, on MEDIASRV_METRICS_HOST:MEDIASRV_METRICS_PORT
     and/or the Unix socket MEDIASRV_METRICS_SOCKET (mode 0600: the --workers parent or the
-    sidecar reads it); counts every public request."""
+    sidecar reads it); counts every public request. ``sweeper``'s last report, once it swept."""
     recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
-                             "libvips": vips.libvips_info(), "webhooks": runtime.relay.counters})
+                             "libvips": vips.libvips_info(), "webhooks": runtime.relay.counters,
+                             "sweep": sweeper})
     runtime.requests.subscribe(recorder.observe)
     metrics_server = tornado.httpserver.HTTPServer(metrics_app(recorder))
     if settings.metrics_port is not None:

@@ -28,6 +28,7 @@ import contextlib
 import datetime as dt
 import logging
 import math
+import time
 from dataclasses import dataclass
 
 from mediasrv.base.timeutil import iso, now, parse_iso
@@ -73,6 +74,9 @@ class SweepReport:
 class Sweeper:
     def __init__(self, meta: MetaStore, blobs: BlobStore, policy: SweepPolicy) -> None:
         self._meta, self._blobs, self._policy = meta, blobs, policy
+        self.last: SweepReport | None = None
+        """The last sweep's report, and when it ended (wall clock): /metrics shows them."""
+        self.last_at = 0.0
 
     async def run(self) -> SweepReport:
         temps = await self._blobs.sweep_temp(self._policy.grace_s)
@@ -96,8 +100,10 @@ class Sweeper:
                       "blobs from a backup, or delete the files", len(lost), ", ".join(lost[:LOST_NAMED]),
                       " and more" if len(lost) > LOST_NAMED else "",
                       f"; {unchecked} more records have no blob in the listing (not checked)" if unchecked else "")
-        return SweepReport(orphan_blobs=quarantined, temp_files=temps, old_logs=old_logs, refused=refused,
-                           predating=predating, lost=tuple(lost), unchecked=unchecked)
+        self.last = SweepReport(orphan_blobs=quarantined, temp_files=temps, old_logs=old_logs, refused=refused,
+                                predating=predating, lost=tuple(lost), unchecked=unchecked)
+        self.last_at = time.time()
+        return self.last
 
     async def _orphans(self) -> tuple[int, int, str | None, LostBlobFinder | None]:
         """(quarantined, predating, reason refused, the walk that found lost blobs)."""

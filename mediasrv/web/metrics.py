@@ -141,6 +141,9 @@ class _StateCollector:
         webhooks = self._s.get("webhooks")
         if webhooks is not None:
             yield from _webhook_families(webhooks)
+        sweeper = self._s.get("sweep")
+        if sweeper is not None and sweeper.last is not None:  # this process sweeps (MEDIASRV_HOUSEKEEPING)
+            yield from _sweep_families(sweeper.last, sweeper.last_at)
         libvips = self._s.get("libvips")
         if libvips is not None:  # build-info style: the value is 1, the facts are the labels
             info = GaugeMetricFamily("mediasrv_libvips_info", "The libvips the image work runs on",
@@ -150,6 +153,19 @@ class _StateCollector:
 
     def describe(self) -> Iterator[Any]:
         return iter(())
+
+
+def _sweep_families(report: Any, at: float) -> Iterator[Any]:
+    """The last sweep of this process (``mediasrv.core.sweep.SweepReport``): what an operator
+    alerts on (bytes lost, a sweep that refused, a sweep that stopped running)."""
+    yield GaugeMetricFamily("mediasrv_sweep_lost_blobs", "Files whose blob the last sweep found missing (they "
+                            "answer 404; see the log)", value=len(report.lost) + report.unchecked)
+    yield GaugeMetricFamily("mediasrv_sweep_refused", "1 when the last sweep refused to move unreferenced blobs "
+                            "(see the log)", value=int(report.refused is not None))
+    yield GaugeMetricFamily("mediasrv_sweep_quarantined_blobs", "Unreferenced blobs the last sweep quarantined",
+                            value=report.orphan_blobs)
+    yield GaugeMetricFamily("mediasrv_sweep_last_end_time_seconds", "When the last sweep ended (Unix time)",
+                            value=at)
 
 
 def _webhook_families(c: Any) -> Iterator[Any]:

@@ -14,9 +14,11 @@ import tornado.ioloop
 
 from mediasrv.base.settings import Settings
 from mediasrv.base.settings import load as load_settings
+from mediasrv.cli.maintenance import sweep_policy
 from mediasrv.cli.server import start_housekeeping
 from mediasrv.core import lease as lease_module
 from mediasrv.core.lease import Lease, handover_bound_s
+from mediasrv.core.sweep import Sweeper
 from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
 from store.mongo import MongoMetaStore
@@ -201,7 +203,8 @@ async def test_on_sqlite_the_named_process_sweeps_without_a_lease(tmp_path: Path
     await blobs.open()
     settings = settings_for(tmp_path)
     for role, sweeps in (("sweep", True), ("none", False)):
-        housekeeping, lease = start_housekeeping(dataclasses.replace(settings, housekeeping=role), meta, blobs)
+        role_settings = dataclasses.replace(settings, housekeeping=role)
+        housekeeping, lease = start_housekeeping(role_settings, meta, Sweeper(meta, blobs, sweep_policy(settings)))
         assert lease is None
         assert housekeeping.duties == "it sweeps"
         assert housekeeping.running is sweeps
@@ -213,7 +216,8 @@ async def test_on_sqlite_the_named_process_sweeps_without_a_lease(tmp_path: Path
 async def test_on_mongodb_the_process_competes_for_the_fleets_lease(mongo: MongoMetaStore, tmp_path: Path) -> None:
     blobs = FsBlobStore(tmp_path / "blobs")
     await blobs.open()
-    housekeeping, lease = start_housekeeping(settings_for(tmp_path), mongo, blobs)
+    settings = settings_for(tmp_path)
+    housekeeping, lease = start_housekeeping(settings, mongo, Sweeper(mongo, blobs, sweep_policy(settings)))
     assert lease is not None and not housekeeping.running  # the lease runs the duties, once taken
     assert housekeeping.duties == "it sweeps and reconciles for the fleet"
     while (doc := await mongo._db["leases"].find_one({"_id": "housekeeping"})) is None:

@@ -1,8 +1,10 @@
 """GET /metrics: Prometheus text over real HTTP, labelled by route pattern, on its own listener."""
 from __future__ import annotations
 
+import asyncio
 import io
 import platform
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from mediasrv.assembly.app import Runtime
 from mediasrv.version import version
 from mediasrv.web.metrics import Metrics, route_label
+from store.fs import FsBlobStore
+from store.models import FileRecord, User
+from store.sqlite import SqliteMetaStore
 from tests.conftest import Api, body
 from tests.launcher import HTTP, Server, free_port
 
@@ -136,6 +141,47 @@ def test_metrics_listener_is_loopback_and_separate(tmp_path: Path) -> None:
         assert server.terminate()[0] == 0
         assert f"metrics at http://127.0.0.1:{port}/metrics" in server.log()
         assert f"image work on libvips {libvips} (pyvips-binary, " in server.log()
+    finally:
+        server.kill()
+
+
+def test_the_last_sweep_is_on_metrics(tmp_path: Path) -> None:
+    """What an operator alerts on: the sweep's lost blobs (a record whose bytes are gone), its
+    refusals, and when it last ran. The data: two files, one of whose blob was deleted by hand."""
+    data = tmp_path / "data"
+
+    async def two_files_one_blob() -> None:
+        meta, blobs = SqliteMetaStore(data / "meta.sqlite3"), FsBlobStore(data)
+        await meta.open()
+        await blobs.open()
+        try:
+            stamp = "2024-01-01T00:00:00.000Z"  # far past MEDIASRV_SWEEP_GRACE
+            await meta.create_user(User(id="u1", email="u1@example.com", password_hash="x", created_at=stamp,
+                                        updated_at=stamp))
+            for key in ("kept-file", "lost-file"):
+                await meta.insert_file(FileRecord(id=f"id-{key}", user_id="u1", file_id=key, name=None,
+                                                  content_type="text/plain", size=5, is_public=True,
+                                                  created_at=stamp, blob_key=key))
+            await blobs.put("kept-file", b"bytes")
+        finally:
+            await blobs.close()
+            await meta.close()
+
+    asyncio.run(two_files_one_blob())
+    port = free_port()
+    server = Server(data, tmp_path / "server.log", MEDIASRV_METRICS_PORT=str(port))
+    try:
+        server.start()
+        deadline = time.monotonic() + 20
+        while not value(found := samples(HTTP.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text),
+                        "mediasrv_sweep_last_end_time_seconds"):  # the first sweep runs at start
+            assert time.monotonic() < deadline, "no sweep on /metrics"
+            time.sleep(0.1)
+        assert value(found, "mediasrv_sweep_lost_blobs") == 1
+        assert value(found, "mediasrv_sweep_refused") == 0
+        assert value(found, "mediasrv_sweep_quarantined_blobs") == 0
+        assert abs(value(found, "mediasrv_sweep_last_end_time_seconds") - time.time()) < 60
+        assert "sweep found 1 files whose blob is missing (they answer 404): lost-file." in server.log()
     finally:
         server.kill()
 
