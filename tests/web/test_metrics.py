@@ -114,6 +114,26 @@ async def test_requests_latency_bytes_and_caches(api: Api, metrics: Metrics, run
     assert value(found, "mediasrv_build_info", version=version(), python=platform.python_version()) == 1
 
 
+async def test_webhook_series_carry_the_relays_counters(app: tornado.web.Application, runtime: Runtime,
+                                                        http_server: Any) -> None:
+    """The names docs/operations.md lists, read from the relay's counters at scrape time.
+    (``http_server``: the app's listener, which owns the socket the settings were made for.)"""
+    recorder = Metrics(app, {"pool": runtime.pool, "files": runtime.file_cache, "results": runtime.results,
+                             "webhooks": runtime.relay.counters})
+    counters = runtime.relay.counters
+    counters.attempts.update(succeeded=7, retry=2, failed=1)
+    counters.disabled, counters.in_flight, counters.pending, counters.due = 1, 3, 12, 4
+    counters.oldest_pending_age_s, counters.oldest_due_age_s = 42.0, 5.5
+    found = samples(recorder.render().decode())
+    for outcome, count in (("succeeded", 7), ("retry", 2), ("failed", 1)):
+        assert value(found, "mediasrv_webhook_deliveries_total", outcome=outcome) == count
+    assert value(found, "mediasrv_webhook_endpoints_disabled_total") == 1
+    assert value(found, "mediasrv_webhook_in_flight") == 3
+    assert (value(found, "mediasrv_webhook_queue_pending"), value(found, "mediasrv_webhook_queue_due")) == (12, 4)
+    assert value(found, "mediasrv_webhook_queue_oldest_seconds") == 42.0
+    assert value(found, "mediasrv_webhook_queue_due_lag_seconds") == 5.5
+
+
 async def test_store_errors_are_counted(api: Api, metrics: Metrics, stores: Any) -> None:
     login = await api.user(f"m-{uuid.uuid4().hex[:8]}@example.com")
     await stores[0].close()  # the database goes away under the server
