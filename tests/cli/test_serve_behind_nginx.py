@@ -481,7 +481,7 @@ def test_client_sent_internal_headers_switch_off_no_limit(shared_sidecar: Sideca
     login limit here is 1 a minute (15 x 0.01): the second guess is 429 whatever is sent."""
     forged = {"X-Mediasrv-Counted": "login", "X-Mediasrv-Proxy-Secret": "guess", "X-Mediasrv-Cache": "1",
               "Content-Type": "application/json"}
-    login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
+    login = json.dumps({"email": "forged-victim@example.com", "password": "wrong-password"}).encode()
     source = f"{shared_sidecar.addresses()}.77"
     codes = [request(shared_sidecar.port, "POST", "/auth/login", body=login, source=source, headers=forged).status
              for _ in range(3)]
@@ -677,7 +677,8 @@ def test_a_process_port_reached_directly_counts_its_peer(shared_sidecar: Sidecar
     anyone on the host could reach one with made-up X-Forwarded-For values and log in without
     the per-address limit (25 logins, no 429). Login allows 1 a minute here (15 x 0.01)."""
     port = int(next(iter(_mediasrv_roles(shared_sidecar))))
-    login = json.dumps({"email": "victim@example.com", "password": "wrong-password"}).encode()
+    # its own address: the per-account login counter (also 1 a minute here) is shared by the sidecar's tests
+    login = json.dumps({"email": "peer-victim@example.com", "password": "wrong-password"}).encode()
     source = f"{shared_sidecar.addresses()}.1"
     codes = [request(port, "POST", "/auth/login", body=login, source=source, headers={
         "X-Forwarded-For": f"198.51.100.{n}", "X-Mediasrv-Proxy-Secret": "guess" * 4,
