@@ -125,15 +125,9 @@ def rate_counters(settings: Settings, api_routes: Sequence[Route] = declared.ROU
     return override(table, settings.rate_limits, routes)
 
 
-def limited_routes(settings: Settings, api_routes: Sequence[Route] = declared.ROUTES) -> tuple[Route, ...]:
-    """The route rows with MEDIASRV_RATE_LIMITS applied to their counters (ValueError when it
-    names an unknown route or counter): what the limiter counts and the documents publish."""
-    if not settings.rate_limits:
-        return tuple(api_routes)
-    return _with_counters(api_routes, rate_counters(settings, api_routes))
-
-
 def _with_counters(api_routes: Sequence[Route], counters: Mapping[str, Limit]) -> tuple[Route, ...]:
+    """The route rows counting ``counters`` (``rate_counters``): what the limiter counts and the
+    documents publish."""
     return tuple(replace(r, limit=counters[r.limit.name]) if r.limit else r for r in api_routes)
 
 

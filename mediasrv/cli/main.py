@@ -106,9 +106,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     try:
         settings = load_settings(host=getattr(args, "host", None), port=getattr(args, "port", None))
         if args.command == "serve":
-            from mediasrv.assembly.app import limited_routes, transform_policy
+            from mediasrv.assembly.app import rate_counters, transform_policy
 
-            limited_routes(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
+            rate_counters(settings)  # MEDIASRV_RATE_LIMITS names routes and counters that exist
             transform_policy(settings)  # MEDIASRV_ALLOWED_* list values /m takes
     except (SettingsError, ValueError) as exc:
         print(f"mediasrv: invalid setting: {exc}", file=sys.stderr)

@@ -54,12 +54,11 @@ class LostBlobFinder:
             if head < key:
                 await self._suspect(head)
 
-    async def finish(self) -> list[str]:
-        """The listing ended: every record key left is a suspect. The lost keys, confirmed."""
+    async def finish(self) -> None:
+        """The listing ended: every record key left is a suspect; ``lost`` is complete after."""
         while await self._peek() is not None:
             await self._suspect(self._records.popleft())
         await self._confirm()
-        return self.lost
 
     async def _peek(self) -> str | None:
         """The next record key (a page is read when the last one is used up), or None at the end."""

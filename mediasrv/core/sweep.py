@@ -69,14 +69,15 @@ class SweepReport:
     """Blob keys (a file's is its id) that file records reference and the blob store lacks."""
     unchecked: int = 0
     """Records whose blob the listing lacks, not confirmed (beyond ``lostblobs.LOST_LIMIT``)."""
+    ended_at: float = 0.0
+    """When the sweep ended (Unix time)."""
 
 
 class Sweeper:
     def __init__(self, meta: MetaStore, blobs: BlobStore, policy: SweepPolicy) -> None:
         self._meta, self._blobs, self._policy = meta, blobs, policy
         self.last: SweepReport | None = None
-        """The last sweep's report, and when it ended (wall clock): /metrics shows them."""
-        self.last_at = 0.0
+        """The last sweep's report: /metrics shows it."""
 
     async def run(self) -> SweepReport:
         temps = await self._blobs.sweep_temp(self._policy.grace_s)
@@ -101,8 +102,7 @@ class Sweeper:
                       " and more" if len(lost) > LOST_NAMED else "",
                       f"; {unchecked} more records have no blob in the listing (not checked)" if unchecked else "")
         self.last = SweepReport(orphan_blobs=quarantined, temp_files=temps, old_logs=old_logs, refused=refused,
-                                predating=predating, lost=tuple(lost), unchecked=unchecked)
-        self.last_at = time.time()
+                                predating=predating, lost=tuple(lost), unchecked=unchecked, ended_at=time.time())
         return self.last
 
     async def _orphans(self) -> tuple[int, int, str | None, LostBlobFinder | None]:

@@ -3,7 +3,7 @@
 Tornado refuses an oversized header block by closing the connection with no answer, and a
 body over its ``max_body_size`` or a malformed ``Content-Length`` with a bare
 ``400 Bad Request`` and no body. ``RequestLimits`` wraps the application as the server's
-connection delegate (``HTTPServer(RequestLimits(app), max_header_size=HEADER_READ_LIMIT)``):
+connection delegate (``HTTPServer(RequestLimits(app, ...), max_header_size=HEADER_READ_LIMIT)``):
 Tornado reads up to ``HEADER_READ_LIMIT`` bytes of headers, and this layer answers what is
 over the real limits with the JSON error the interface promises:
 
@@ -25,10 +25,11 @@ over the real limits with the JSON error the interface promises:
 - a body Tornado buffers for its handler (every route but a streamed upload) while the bodies
   being buffered already hold ``BUFFERED_BYTES_BUDGET``: 503 ``SERVER_BUSY`` with Retry-After,
   so slow or unfinished bodies on many connections cannot hold more than that between them;
-- such a body still incomplete ``buffered_deadline_s`` after its headers (MEDIASRV_BUFFERED_BODY_TIMEOUT,
-  30 s for at most 64 KiB): 408 ``REQUEST_TIMEOUT``. Without it a client sending a byte now and
-  then (under the body idle timeout) held its share of that budget for as long as it liked, and
-  a few hundred such connections made every JSON request of the server 503.
+- such a body still incomplete ``buffered_deadline_s`` after its headers
+  (MEDIASRV_BUFFERED_BODY_TIMEOUT, for at most 64 KiB): 408 ``REQUEST_TIMEOUT``. Without it a
+  client sending a byte now and then (under the body idle timeout) held its share of that
+  budget for as long as it liked, and a few hundred such connections made every JSON request
+  of the server 503.
 
 Each refusal is sent before any body byte is read, with ``Connection: close``. A header
 block over ``HEADER_READ_LIMIT`` still gets Tornado's silent close: no answer is possible
@@ -65,8 +66,6 @@ CHUNKED_SLACK = 4 * 1024 * 1024
 BUFFERED_BYTES_BUDGET = 64 * 1024 * 1024
 """Request bytes all connections together may hold in buffers before their handler runs."""
 BUSY_RETRY_AFTER_S = 1
-BUFFERED_BODY_DEADLINE_S = 30.0
-"""How long a buffered body (64 KiB at most) may take in all: seconds even on a slow link."""
 
 _HOST = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+;=\[\]:]|%[0-9A-Fa-f]{2})*")
 """RFC 3986's ``host [":" port]`` as Tornado's request object reads it (brackets and colons
@@ -101,12 +100,13 @@ class RequestLimits(httputil.HTTPServerConnectionDelegate):
     """The server's delegate: checks each request's size before the application sees it."""
 
     def __init__(self, app: httputil.HTTPServerConnectionDelegate, *, body_limit: int = MAX_JSON_BYTES,
-                 budget: BufferBudget | None = None, buffered_deadline_s: float = BUFFERED_BODY_DEADLINE_S) -> None:
+                 budget: BufferBudget | None = None, buffered_deadline_s: float) -> None:
         self.app = app
         self.body_limit = body_limit
         """The server's ``max_body_size``: what a request may send unless a handler raises it."""
         self.budget = budget or BufferBudget()
         self.buffered_deadline_s = buffered_deadline_s
+        """How long a buffered body may take in all (MEDIASRV_BUFFERED_BODY_TIMEOUT)."""
         self.known_path = _path_matcher(app)
 
     def start_request(self, server_conn: object,

@@ -143,7 +143,7 @@ class _StateCollector:
             yield from _webhook_families(webhooks)
         sweeper = self._s.get("sweep")
         if sweeper is not None and sweeper.last is not None:  # this process sweeps (MEDIASRV_HOUSEKEEPING)
-            yield from _sweep_families(sweeper.last, sweeper.last_at)
+            yield from _sweep_families(sweeper.last)
         libvips = self._s.get("libvips")
         if libvips is not None:  # build-info style: the value is 1, the facts are the labels
             info = GaugeMetricFamily("mediasrv_libvips_info", "The libvips the image work runs on",
@@ -155,7 +155,7 @@ class _StateCollector:
         return iter(())
 
 
-def _sweep_families(report: Any, at: float) -> Iterator[Any]:
+def _sweep_families(report: Any) -> Iterator[Any]:
     """The last sweep of this process (``mediasrv.core.sweep.SweepReport``): what an operator
     alerts on (bytes lost, a sweep that refused, a sweep that stopped running)."""
     yield GaugeMetricFamily("mediasrv_sweep_lost_blobs", "Files whose blob the last sweep found missing (they "
@@ -165,7 +165,7 @@ def _sweep_families(report: Any, at: float) -> Iterator[Any]:
     yield GaugeMetricFamily("mediasrv_sweep_quarantined_blobs", "Unreferenced blobs the last sweep quarantined",
                             value=report.orphan_blobs)
     yield GaugeMetricFamily("mediasrv_sweep_last_end_time_seconds", "When the last sweep ended (Unix time)",
-                            value=at)
+                            value=report.ended_at)
 
 
 def _webhook_families(c: Any) -> Iterator[Any]:

@@ -100,21 +100,26 @@ class DomainService:
         raised: the account is as it was, and the same request can be sent again. (A removal the
         provider made but whose answer was lost leaves the old record naming an entry that is
         gone: the account's next refresh registers it again.)"""
-        if await self._meta.get_domain_by_hostname(old.hostname) is not None:
-            self._forget(old.user_id, old.hostname)
-            return  # claimed by another account since the new record freed it: its entry now
         try:
-            await self._provider.remove(old.hostname, old.provider_id)
-        except BadGateway:
+            if await self._meta.get_domain_by_hostname(old.hostname) is not None:
+                return  # claimed by another account since the new record freed it: its entry now
             try:
-                await self._meta.put_domain(old)
-            except Duplicate:  # another account claimed the old hostname meanwhile: theirs now
-                self._forget(old.user_id, old.hostname)
-                return
-            self._forget(old.user_id, new.hostname)
-            await self._forget_at_provider(new.hostname, new.provider_id)
-            raise
-        self._forget(old.user_id, old.hostname)
+                await self._provider.remove(old.hostname, old.provider_id)
+            except BadGateway:
+                if await self._put_back(old):
+                    await self._forget_at_provider(new.hostname, new.provider_id)
+                    raise
+        finally:
+            self._forget(old.user_id, old.hostname, new.hostname)
+
+    async def _put_back(self, old: CustomDomain) -> bool:
+        """The replaced record written again; False if another account claimed its hostname
+        meanwhile (then the replacement stands: the provider's entry is theirs)."""
+        try:
+            await self._meta.put_domain(old)
+        except Duplicate:
+            return False
+        return True
 
     async def remove(self, user_id: str) -> None:
         current = await self._meta.get_domain(user_id)
