@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 PREFIX = "mscl"
@@ -60,12 +61,28 @@ def netns_pids(ns: str) -> list[int]:
 
 
 def kill_netns(ns: str, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to every process of namespace ``ns``; how many there were."""
-    pids = netns_pids(ns)
+    """Send ``sig`` to every process of namespace ``ns``; how many there were.
+
+    SIGKILL is a power cut: every process is stopped (SIGSTOP) before any is killed. Killed one
+    by one, a parent killed first (the sidecar) sends its children SIGTERM (PR_SET_PDEATHSIG),
+    and a child scheduled before its own SIGKILL arrives runs a graceful stop: it gives the
+    housekeeping lease up, which a dead host never does (seen once in CI)."""
+    if sig != signal.SIGKILL:
+        pids = netns_pids(ns)
+        _signal_all(pids, sig)
+        return len(pids)
+    frozen: set[int] = set()
+    while fresh := set(netns_pids(ns)) - frozen:  # a child forked meanwhile is frozen too
+        _signal_all(fresh, signal.SIGSTOP)
+        frozen |= fresh
+    _signal_all(frozen, signal.SIGKILL)
+    return len(frozen)
+
+
+def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-    return len(pids)
 
 
 def wait_gone(ns: str, timeout: float) -> bool:
