@@ -5,7 +5,7 @@
 
 ``scripts/bench.py`` gives the rate (1 KiB uploads, ``wrk -c10``); this says why it is that rate.
 It starts ``mediasrv serve`` (the one beside this interpreter) with a ``sitecustomize`` on
-``PYTHONPATH`` that wraps, in the server process only, the blob put (on the loop, and its
+``PYTHONPATH`` (``benchkit.stubs``) that wraps, in the server process only, the blob put (on the loop, and its
 job on the blob store's thread, wall and CPU time), ``os.fsync``, the record insert (on the
 loop) and SQLite's group-commit batch (on the writer thread, wall and CPU time; of it the uploads
 written together and the wait for their blobs' puts, where the build has them), and prints
@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchkit import procs, wrk
+from benchkit import procs, stubs, wrk
 from benchkit.suites import SMALL_UPLOAD_BODY, small_upload_headers
 
-SITECUSTOMIZE = textwrap.dedent('''
+TIMERS = textwrap.dedent('''
     import functools, os, signal, sys, time
     STATS = {}
     def _add(label, wall, cpu=None):
@@ -68,19 +68,6 @@ SITECUSTOMIZE = textwrap.dedent('''
         setattr(owner, name, timed)
     def _install():
         from store import fs, sqlite
-        without = os.environ.get("PROBE_WITHOUT", "").split(",")
-        if "fsync" in without:
-            os.fsync = lambda fd: None
-        elif "dirsync" in without:
-            import stat
-            _fsync = os.fsync
-            os.fsync = lambda fd: None if stat.S_ISDIR(os.fstat(fd).st_mode) else _fsync(fd)
-        if "index" in without:
-            sqlite._index_files = lambda conn, records: None
-        if "insert" in without:
-            async def _not_written(self, record, storage_limit, count_limit, after=None):
-                return True
-            sqlite.SqliteMetaStore.insert_file_within_quota = _not_written
         _timed_async(fs.FsBlobStore, "put", "blob put, on the loop")
         _timed_sync(fs.FsBlobStore, "_put_sync", "blob put, its thread job")
         _timed_sync(os, "fsync", "os.fsync (each)")
@@ -98,15 +85,7 @@ SITECUSTOMIZE = textwrap.dedent('''
         STATS.clear()
     if os.environ.get("PROBE_OUT"):
         signal.signal(signal.SIGUSR2, _dump)
-        import builtins
-        _import = builtins.__import__
-        def _hooked(name, *args, **kwargs):
-            module = _import(name, *args, **kwargs)
-            if name == "mediasrv.assembly.app" and not STATS.get("_installed"):
-                STATS["_installed"] = [0, 0.0, 0.0]
-                _install()
-            return module
-        builtins.__import__ = _hooked
+        AFTER_APP_IMPORT.append(_install)
 ''')
 
 
@@ -120,18 +99,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-c", "--connections", type=int, action="append", help="wrk -c (repeatable)")
     parser.add_argument("-s", "--seconds", type=float, default=5.0)
-    parser.add_argument("--without", action="append", choices=["fsync", "insert", "dirsync", "index"], default=[],
+    parser.add_argument("--without", action="append", choices=stubs.STUBS, default=[],
                         help="upper bound: skip the blob fsyncs / the record insert / the blob directory's "
                              "fsync / the search entry (repeatable)")
     args = parser.parse_args()
-    os.environ["PROBE_WITHOUT"] = ",".join(args.without)
     work = Path(tempfile.mkdtemp(prefix="probe-upload-"))
-    (work / "site").mkdir()
-    (work / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
     out = work / "stages.tsv"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(work / "site"), os.environ.get("PYTHONPATH")]))
-    os.environ["PROBE_OUT"] = str(out)
-    server = procs.start_mediasrv(work, "server")
+    env = {**stubs.stubbed_env(work, args.without, TIMERS), "PROBE_OUT": str(out)}
+    server = procs.start_mediasrv(work, "server", env)
     try:
         procs.seed_account(server)
         headers = small_upload_headers(server)
