@@ -177,6 +177,17 @@ class FsBlobStore:
             os.chmod(self._blobs, DIR_MODE)
         if self._blobs_fd is None:
             self._blobs_fd = os.open(self._blobs, _DIR_FLAGS)
+            self._durable_shards |= self._shards_made_durable(self._blobs_fd)
+
+    def _shards_made_durable(self, blobs_fd: int) -> set[str]:
+        """The shard directories blobs/ holds, their entries made durable by one fsync of it.
+        Otherwise a restarted server paid a mkdir and an fsync of blobs/ on the first put into
+        each of its 4,096 shards again (most of the first few thousand uploads after a restart)."""
+        with os.scandir(self._blobs) as entries:
+            shards = {e.name for e in entries if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)}
+        if shards:
+            os.fsync(blobs_fd)
+        return shards
 
     async def close(self) -> None:
         executor, self._executor = self._executor, None

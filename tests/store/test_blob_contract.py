@@ -812,3 +812,37 @@ async def test_fs_keeps_only_the_blobs_directory_open_and_closes_it(root):
     finally:
         await store.close()
     assert not {path for path in _open_descriptors() - before if path.startswith(str(root))}
+
+
+async def test_fs_a_reopened_store_does_not_sync_blobs_again_per_shard(root, monkeypatch):
+    """A new shard's entry in blobs/ is made durable (fsync of blobs/) before its first blob is
+    answered. A store opened again over existing shards makes them all durable with one fsync
+    at open, so its first put into each of them (up to 4,096 after every restart) pays none."""
+    first = FsBlobStore(root)
+    await first.open()
+    await put(first, "aaone", b"1")
+    await put(first, "bbone", b"2")
+    await first.close()
+    blobs = os.stat(root / "blobs")
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append("blobs/" if (st.st_dev, st.st_ino) == (blobs.st_dev, blobs.st_ino) else "other")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    again = FsBlobStore(root)
+    await again.open()
+    try:
+        assert synced == ["blobs/"]  # once, at open
+        synced.clear()
+        await put(again, "aatwo", b"3")
+        await put(again, "bbtwo", b"4")
+        assert synced.count("blobs/") == 0 and synced.count("other") == 4  # each file and its shard
+        await put(again, "ccone", b"5")
+        assert synced.count("blobs/") == 1  # a new shard's entry is still made durable
+        assert await again.read_all("aatwo", 10) == b"3" and await again.read_all("ccone", 10) == b"5"
+    finally:
+        await again.close()
