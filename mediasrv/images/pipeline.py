@@ -36,7 +36,7 @@ from typing import Any
 import pyvips
 
 from mediasrv.base.errors import BadRequest, UnprocessableImage, UnsupportedMedia
-from mediasrv.images import inmemory, jpeg, metadata, probe, shrink, sniff, vips, webp
+from mediasrv.images import iccprofile, inmemory, jpeg, metadata, probe, shrink, sniff, vips, webp
 from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall, animates
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import PixelLayout
@@ -623,11 +623,18 @@ def _thumbnail(image: pyvips.Image, box: tuple[int, int], fit: str,
     options: dict[str, object] = {"height": height, "size": "force" if target else "down"}
     if fit != "contain":
         options["crop"] = fit  # centre, attention or entropy (``load``)
-    if image.get_typeof("icc-profile-data"):
+    if image.get_typeof("icc-profile-data") and not _already_srgb(image):
         # Convert to sRGB while the profile is known; metadata (and the profile) is then
         # stripped on save, so the result renders the same everywhere.
         options[vips.profile_option()] = "srgb"
     return image.thumbnail_image(width, **options)
+
+
+def _already_srgb(image: pyvips.Image) -> bool:
+    """8-bit RGB pixels whose embedded profile is sRGB's own (``iccprofile``): converting them
+    to sRGB is an identity that costs an lcms transform per image, so it is left out."""
+    return image.interpretation == "srgb" and image.format == "uchar" and image.bands in (3, 4) and \
+        iccprofile.is_srgb(image.get("icc-profile-data"))
 
 
 def _to_8bit_srgb(image: pyvips.Image) -> pyvips.Image:

@@ -1,0 +1,135 @@
+"""mediasrv.images.iccprofile: sRGB's own profiles are recognised, and nothing else is.
+
+The profiles are real ones (libvips' and lcms' built-in sRGB, Display P3, CMYK) and profiles
+built here tag by tag, to reach each rule: a sampled sRGB curve as Photoshop's profile has, a
+pure gamma 2.2, a colorant off by a little, a lookup table lcms would prefer, hostile numbers.
+A JPEG tagged sRGB is then served with the pixels it holds (no conversion ran), while one tagged
+Display P3 is still converted (``test_pipeline``).
+"""
+from __future__ import annotations
+
+import struct
+
+import pytest
+import pyvips
+from PIL import ImageCms
+
+from mediasrv.images.iccprofile import SRGB_COLORANTS, is_srgb
+from mediasrv.images.pipeline import transform
+from mediasrv.images.spec import TransformSpec
+from mediasrv.images.vips import init_vips
+from tests.images.samples import decode, rgb
+
+MAX_PIXELS = 50_000_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _vips() -> None:
+    init_vips(MAX_PIXELS)
+
+
+def embedded(target: str) -> bytes:
+    """The profile libvips embeds when it converts to its built-in ``target`` profile."""
+    image = rgb(4, 4).icc_transform(target, input_profile="srgb")
+    return bytes(image.get("icc-profile-data"))
+
+
+def xyz(values: tuple[float, float, float]) -> bytes:
+    return b"XYZ \0\0\0\0" + struct.pack(">3i", *(round(v * 65536) for v in values))
+
+
+def curv(samples: list[float]) -> bytes:
+    data = b"curv\0\0\0\0" + struct.pack(">I", len(samples))
+    data += struct.pack(f">{len(samples)}H", *(round(s * 65535) for s in samples))
+    return data + b"\0" * (-len(data) % 4)
+
+
+def para(kind: int, params: list[float]) -> bytes:
+    values = struct.pack(f">{len(params)}i", *(round(p * 65536) for p in params))
+    return b"para\0\0\0\0" + struct.pack(">H2x", kind) + values
+
+
+def srgb_decode(x: float) -> float:
+    return x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4
+
+
+D50 = b"XYZ \0\0\0\0" + struct.pack(">3i", 63190, 65536, 54061)
+SRGB_CURVE = curv([srgb_decode(n / 1023) for n in range(1024)])
+
+
+def profile(tags: dict[str, bytes], space: bytes = b"RGB ", pcs: bytes = b"XYZ ") -> bytes:
+    """An ICC profile of ``tags`` (a header with the fields ``is_srgb`` reads, a tag table)."""
+    offset = 128 + 4 + 12 * len(tags)
+    table, body = b"", b""
+    for sig, data in tags.items():
+        table += struct.pack(">4sII", sig.encode(), offset + len(body), len(data))
+        body += data + b"\0" * (-len(data) % 4)
+    header = struct.pack(">I", offset + len(body)) + b"lcms" + bytes([2, 0x40, 0, 0]) + b"mntr" + space + pcs
+    header += b"\0" * 12 + b"acsp" + b"\0" * 28 + D50[8:]  # the file signature, the illuminant
+    header += b"\0" * (128 - len(header))
+    return header + struct.pack(">I", len(tags)) + table + body
+
+
+def matrix_trc(curve: bytes = SRGB_CURVE, **changed: bytes) -> bytes:
+    """A matrix/TRC RGB profile with sRGB's colorants and ``curve`` on each channel."""
+    tags = {name: xyz(value) for name, value in SRGB_COLORANTS.items()}
+    tags.update(rTRC=curve, gTRC=curve, bTRC=curve, wtpt=D50)
+    tags.update(changed)
+    return profile(tags)
+
+
+def test_srgb_profiles_are_recognised() -> None:
+    assert is_srgb(embedded("srgb"))  # libvips' own (parametric curves, ICC v4)
+    assert is_srgb(ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes())  # lcms'
+    assert is_srgb(matrix_trc())  # a sampled curve of 1,024 points, as Photoshop's sRGB has
+    assert is_srgb(matrix_trc(para(3, [2.4, 1 / 1.055, 0.055 / 1.055, 1 / 12.92, 0.04045])))
+
+
+def test_other_colour_spaces_are_not() -> None:
+    assert not is_srgb(embedded("p3"))
+    assert not is_srgb(embedded("cmyk"))
+    gamma_22 = curv([(n / 1023) ** 2.2 for n in range(1024)])
+    assert not is_srgb(matrix_trc(gamma_22))  # close to sRGB's curve, but not within half a level
+    assert not is_srgb(matrix_trc(struct.pack(">4s4xI", b"curv", 1) + struct.pack(">H2x", 563)))  # gamma 2.2
+    assert not is_srgb(matrix_trc(struct.pack(">4s4xI", b"curv", 0)))  # linear
+    assert not is_srgb(matrix_trc(rXYZ=xyz((0.4361 + 0.005, 0.2225, 0.0139))))  # a wider red
+    assert not is_srgb(matrix_trc(A2B0=b"mft2" + b"\0" * 48))  # lcms would use the table, not the matrix
+    assert not is_srgb(profile({name: xyz(value) for name, value in SRGB_COLORANTS.items()}))  # no curves
+    assert not is_srgb(profile({}, space=b"GRAY"))
+
+
+def test_unreadable_or_hostile_profiles_are_not_srgb_and_raise_nothing() -> None:
+    good = matrix_trc()
+    for broken in (b"", b"\0" * 10, good[:200], good[:-40], b"x" * 4096):
+        assert not is_srgb(broken)
+    huge_count = good[:128] + struct.pack(">I", 10**6) + good[132:]
+    assert not is_srgb(huge_count)
+    assert not is_srgb(matrix_trc(para(3, [2.4, -1.0, 0.5, 1 / 12.92, 0.0])))  # a negative base
+    assert not is_srgb(matrix_trc(para(1, [2.4, 0.0, 0.0])))  # a zero divisor
+    assert not is_srgb(matrix_trc(para(9, [1.0])))  # no such curve type
+
+
+def jpeg_tagged(icc: bytes | None) -> bytes:
+    image = rgb(256, 192)
+    if icc is not None:
+        image = image.copy()
+        image.set_type(pyvips.GValue.blob_type, "icc-profile-data", icc)
+    return bytes(image.jpegsave_buffer(Q=95))
+
+
+def test_a_jpeg_tagged_srgb_keeps_its_pixels_and_loses_its_profile() -> None:
+    """No conversion runs: the answer is the one for the same JPEG untagged, byte for byte. The
+    profile's colorants differ from sRGB's as much as real sRGB profiles' may (less than 0.001),
+    and converting from it moves some pixels by a level (checked below), so a conversion that
+    ran would show."""
+    nearly = matrix_trc(rXYZ=xyz((0.4361 + 0.0008, 0.2225, 0.0139)), gXYZ=xyz((0.3851 - 0.0008, 0.7169, 0.0971)))
+    assert is_srgb(nearly)
+    tagged, untagged = jpeg_tagged(nearly), jpeg_tagged(None)
+    assert decode(tagged).get_typeof("icc-profile-data")
+    for fmt in ("png", "jpeg", "webp"):
+        out, _ = transform(tagged, "image/jpeg", TransformSpec(200, None, fmt), MAX_PIXELS)
+        plain, _ = transform(untagged, "image/jpeg", TransformSpec(200, None, fmt), MAX_PIXELS)
+        assert out == plain, fmt
+        assert not decode(out).get_typeof("icc-profile-data")
+    converted = decode(tagged).icc_transform("srgb", intent="relative")
+    assert (converted.cast("int") - decode(untagged).cast("int")).abs().max() > 0
