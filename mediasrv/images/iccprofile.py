@@ -8,9 +8,13 @@ image and runs every pixel through it in floating point. On a 3640x2400 wallpape
 that was 5.6 ms of a 39 ms answer at 400 px and about 10 ms at 1200 px.
 
 ``is_srgb`` reads the profile's tags in pure Python (a few hundred bytes) and says yes only for a
-matrix/TRC RGB profile (no lookup-table tags, which lcms would prefer) whose colorants are
-sRGB's, adapted to D50 as ICC requires, and whose three tone curves encode like sRGB's to within
-a fraction of one 8-bit level everywhere. Anything else, unreadable or merely close (Display P3,
+matrix/TRC RGB profile of at most ``MAX_BYTES`` whose tags are all ones lcms does not transform
+with (``_INERT_TAGS``: a lookup table, D2Bx included, would be used instead of the matrix),
+whose three tone curves encode like sRGB's at every 8-bit level to within half a level, and
+whose colorants are close enough to sRGB's (adapted to D50, as ICC requires) that converting
+would move no colour by more than ``MAX_MOVED_LEVELS``, checked on colours with each channel at
+0, 1, 4, 16, 64, 128 or 255: near black, the steep start of sRGB's curve turns a small mix of
+the other channels into several levels. Anything else, unreadable or merely close (Display P3,
 Adobe RGB, a gamma 2.2 curve), is converted as before.
 """
 from __future__ import annotations
@@ -27,26 +31,36 @@ SRGB_COLORANTS = {
     "bXYZ": (0.1431, 0.0606, 0.7141),
 }
 """sRGB's primaries in the profile connection space (D50, Bradford-adapted), as sRGB profiles
-store them; those in the wild differ from these by up to 0.0003."""
-COLORANT_TOLERANCE = 0.001
+store them; those in the wild differ from these by up to 0.0003, in ways that keep white white."""
+MAX_BYTES = 64 * 1024
+"""Matrix/TRC profiles are a few hundred bytes (lcms') to 20 KB (colord's, with its text in many
+languages); a larger one is not read: its curves, as Python ints, would take about 18 times its
+size, outside the metadata budget. At most 64 answers are remembered (4 MB of keys at worst)."""
 LEVEL_TOLERANCE = 0.5 / 255
 """How far a tone curve may encode from sRGB's, in the encoded [0, 1] range: half an 8-bit level."""
-_LUT_TAGS = frozenset({"A2B0", "A2B1", "A2B2", "B2A0", "B2A1", "B2A2", "D2B0", "B2D0"})
-_CURVE_SAMPLES = 64
+MAX_MOVED_LEVELS = 2.0
+"""How far converting may move a colour through the colorants' difference, in 8-bit levels.
+The sRGB profiles of Photoshop (HP's), colord and lcms move the grid's worst colour by 1.56
+levels here (lcms' conversion, its own rounding included, by 2); colorants off by 0.0003 in a
+way that tints white move it by about 10."""
+_INERT_TAGS = frozenset({
+    "rXYZ", "gXYZ", "bXYZ", "rTRC", "gTRC", "bTRC",  # the matrix and curves checked here
+    "wtpt", "bkpt", "chad", "chrm", "lumi", "meas", "tech", "view", "vued",  # colorimetric facts
+    "desc", "dmnd", "dmdd", "cprt", "mmod", "meta", "vcgt", "ndin", "arts", "calt", "targ",  # text, devices
+})
+"""Tags that never take part in a relative-intent transform of a matrix/TRC profile. Any other
+(A2Bx, B2Ax, D2Bx, B2Dx, gamt, pre0...) makes the answer no."""
+_GRID_LEVELS = (0, 1, 4, 16, 64, 128, 255)
 _HEADER, _TAG = 128, 12
 
 
 def is_srgb(profile: bytes) -> bool:
-    """True when converting from ``profile`` to sRGB would leave every 8-bit pixel as it is.
-    Small profiles' answers are remembered: a site's images tend to carry the same one, and
-    the curves' check takes about 0.2 ms of Python (the GIL) each time."""
+    """True when converting from ``profile`` to sRGB would move no 8-bit colour by more than
+    ``MAX_MOVED_LEVELS`` (about what lcms' own rounding does). Answers are remembered: a site's
+    images tend to carry the same profile, and the checks take about 2 ms of Python (holding the
+    GIL) each time."""
     profile = bytes(profile)
-    return _remembered(profile) if len(profile) <= REMEMBERED_BYTES else _is_srgb(profile)
-
-
-REMEMBERED_BYTES = 16 * 1024
-"""Matrix/TRC profiles are a few hundred bytes to 4 KB; larger ones (lookup tables) are never sRGB
-and are answered at once, not kept."""
+    return len(profile) <= MAX_BYTES and _remembered(profile)
 
 
 @functools.lru_cache(maxsize=64)
@@ -57,14 +71,13 @@ def _remembered(profile: bytes) -> bool:
 def _is_srgb(profile: bytes) -> bool:
     try:
         tags = _tags(profile)
-    except (struct.error, ValueError):
-        return False
-    if profile[16:20] != b"RGB " or profile[20:24] != b"XYZ " or _LUT_TAGS & tags.keys():
-        return False
-    try:
-        return all(_colorant_is(tags.get(name), want) for name, want in SRGB_COLORANTS.items()) and \
-            all(_curve_is_srgb(tags.get(name)) for name in ("rTRC", "gTRC", "bTRC"))
-    except (struct.error, ValueError, OverflowError, ZeroDivisionError):
+        if profile[16:20] != b"RGB " or profile[20:24] != b"XYZ " or not tags.keys() <= _INERT_TAGS:
+            return False
+        curves = [_curve(tags[name]) if name in tags else None for name in ("rTRC", "gTRC", "bTRC")]
+        colorants = [c for name in SRGB_COLORANTS if (c := _colorant(tags.get(name))) is not None]
+        return all(c is not None and _curve_is_srgb(c) for c in curves) and len(colorants) == 3 and \
+            _colorants_move_little(colorants)
+    except (struct.error, ValueError, OverflowError, ZeroDivisionError, TypeError):
         return False
 
 
@@ -82,23 +95,54 @@ def _tags(profile: bytes) -> dict[str, bytes]:
     return tags
 
 
-def _colorant_is(data: bytes | None, want: tuple[float, float, float]) -> bool:
+def _colorant(data: bytes | None) -> tuple[float, float, float] | None:
     if data is None or data[:4] != b"XYZ ":
-        return False
-    got = [v / 65536 for v in struct.unpack_from(">3i", data, 8)]
-    return all(abs(g - w) <= COLORANT_TOLERANCE for g, w in zip(got, want, strict=True))
+        return None
+    x, y, z = (v / 65536 for v in struct.unpack_from(">3i", data, 8))
+    return x, y, z
 
 
-def _curve_is_srgb(data: bytes | None) -> bool:
-    """Whether the curve, sampled across [0, 1], encodes back through sRGB's to where it started."""
-    curve = _curve(data) if data is not None else None
-    if curve is None:
-        return False
-    for n in range(_CURVE_SAMPLES + 1):
-        x = n / _CURVE_SAMPLES
-        if abs(_srgb_encode(curve(x)) - x) > LEVEL_TOLERANCE:
-            return False
+def _curve_is_srgb(curve: Callable[[float], float]) -> bool:
+    """Whether the curve encodes back through sRGB's to where it started at every 8-bit level
+    (the inputs lcms evaluates it at for 8-bit pixels)."""
+    return all(abs(_srgb_encode(curve(n / 255)) - n / 255) <= LEVEL_TOLERANCE for n in range(256))
+
+
+def _colorants_move_little(colorants: list[tuple[float, float, float]]) -> bool:
+    """Whether ``sRGB^-1 x profile``, the matrix the conversion applies in linear light, moves no
+    colour of the grid by more than ``MAX_MOVED_LEVELS`` once encoded again."""
+    mix = _product(_inverse(_columns(list(SRGB_COLORANTS.values()))), _columns(colorants))
+    linear = {level: _srgb_decode(level / 255) for level in _GRID_LEVELS}
+    limit = MAX_MOVED_LEVELS / 255
+    for r in _GRID_LEVELS:
+        for g in _GRID_LEVELS:
+            for b in _GRID_LEVELS:
+                rgb = (linear[r], linear[g], linear[b])
+                for row, level in zip(mix, (r, g, b), strict=True):
+                    moved = _srgb_encode(sum(m * v for m, v in zip(row, rgb, strict=True)))
+                    if abs(moved - level / 255) > limit:
+                        return False
     return True
+
+
+Matrix = list[list[float]]
+
+
+def _columns(vectors: list[tuple[float, float, float]]) -> Matrix:
+    return [[vectors[c][r] for c in range(3)] for r in range(3)]
+
+
+def _product(a: Matrix, b: Matrix) -> Matrix:
+    return [[sum(a[r][k] * b[k][c] for k in range(3)) for c in range(3)] for r in range(3)]
+
+
+def _inverse(m: Matrix) -> Matrix:
+    (a, b, c), (d, e, f), (g, h, i) = m
+    det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+    cofactors = [[e * i - f * h, c * h - b * i, b * f - c * e],
+                 [f * g - d * i, a * i - c * g, c * d - a * f],
+                 [d * h - e * g, b * g - a * h, a * e - b * d]]
+    return [[v / det for v in row] for row in cofactors]
 
 
 def _curve(data: bytes) -> Callable[[float], float] | None:
@@ -146,6 +190,10 @@ def _parametric(kind: int, p: list[float], x: float) -> float:
 def _power(base: float, exponent: float) -> float:
     """``base ** exponent`` kept real: a hostile profile's negative base counts as 0."""
     return float(max(base, 0.0) ** exponent)
+
+
+def _srgb_decode(encoded: float) -> float:
+    return encoded / 12.92 if encoded <= 0.04045 else float(((encoded + 0.055) / 1.055) ** 2.4)
 
 
 def _srgb_encode(linear: float) -> float:

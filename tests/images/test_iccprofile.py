@@ -14,7 +14,7 @@ import pytest
 import pyvips
 from PIL import ImageCms
 
-from mediasrv.images.iccprofile import SRGB_COLORANTS, is_srgb
+from mediasrv.images.iccprofile import MAX_BYTES, SRGB_COLORANTS, is_srgb
 from mediasrv.images.pipeline import transform
 from mediasrv.images.spec import TransformSpec
 from mediasrv.images.vips import init_vips
@@ -78,11 +78,17 @@ def matrix_trc(curve: bytes = SRGB_CURVE, **changed: bytes) -> bytes:
     return profile(tags)
 
 
+LCMS_V43_COLORANTS = {"rXYZ": xyz((0.43585, 0.22238, 0.01392)), "gXYZ": xyz((0.38533, 0.71704, 0.09714)),
+                      "bXYZ": xyz((0.14302, 0.06059, 0.71384))}
+"""The colorants of the sRGB profile lcms 2.x embeds (ICC v4.3), off sRGB's by up to 0.00025."""
+
+
 def test_srgb_profiles_are_recognised() -> None:
     assert is_srgb(embedded("srgb"))  # libvips' own (parametric curves, ICC v4)
     assert is_srgb(ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes())  # lcms'
     assert is_srgb(matrix_trc())  # a sampled curve of 1,024 points, as Photoshop's sRGB has
     assert is_srgb(matrix_trc(para(3, [2.4, 1 / 1.055, 0.055 / 1.055, 1 / 12.92, 0.04045])))
+    assert is_srgb(matrix_trc(**LCMS_V43_COLORANTS, desc=b"desc" + b"\0" * 40, vcgt=b"vcgt" + b"\0" * 20))
 
 
 def test_other_colour_spaces_are_not() -> None:
@@ -93,7 +99,14 @@ def test_other_colour_spaces_are_not() -> None:
     assert not is_srgb(matrix_trc(struct.pack(">4s4xI", b"curv", 1) + struct.pack(">H2x", 563)))  # gamma 2.2
     assert not is_srgb(matrix_trc(struct.pack(">4s4xI", b"curv", 0)))  # linear
     assert not is_srgb(matrix_trc(rXYZ=xyz((0.4361 + 0.005, 0.2225, 0.0139))))  # a wider red
-    assert not is_srgb(matrix_trc(A2B0=b"mft2" + b"\0" * 48))  # lcms would use the table, not the matrix
+    # Off by 0.0003 only, but tinting white: near black, sRGB's steep curve makes that 10 levels.
+    assert not is_srgb(matrix_trc(rXYZ=xyz((0.4361 + 0.0003, 0.2225 - 0.0003, 0.0139 + 0.0003))))
+    for table in ("A2B0", "A2B1", "D2B1", "B2A0", "gamt"):  # lcms would use the table, not the matrix
+        assert not is_srgb(matrix_trc(**{table: b"mft2" + b"\0" * 48})), table
+    # Right at every 16th point of its table, linear in between: 73 levels off at some inputs.
+    comb = curv([srgb_decode(n / 1024) if n % 16 == 0 else n / 1024 for n in range(1025)])
+    assert not is_srgb(matrix_trc(comb))
+    assert not is_srgb(matrix_trc(desc=b"desc" + b"\0" * MAX_BYTES))  # too large to read
     assert not is_srgb(profile({name: xyz(value) for name, value in SRGB_COLORANTS.items()}))  # no curves
     assert not is_srgb(profile({}, space=b"GRAY"))
 
@@ -119,10 +132,10 @@ def jpeg_tagged(icc: bytes | None) -> bytes:
 
 def test_a_jpeg_tagged_srgb_keeps_its_pixels_and_loses_its_profile() -> None:
     """No conversion runs: the answer is the one for the same JPEG untagged, byte for byte. The
-    profile's colorants differ from sRGB's as much as real sRGB profiles' may (less than 0.001),
-    and converting from it moves some pixels by a level (checked below), so a conversion that
-    ran would show."""
-    nearly = matrix_trc(rXYZ=xyz((0.4361 + 0.0008, 0.2225, 0.0139)), gXYZ=xyz((0.3851 - 0.0008, 0.7169, 0.0971)))
+    profile's colorants are those of lcms' "sRGB IEC61966-2.1" (a real wallpaper's), which differ
+    from sRGB's a little, so converting from it moves some pixels by a level or two (checked
+    below): a conversion that ran would show."""
+    nearly = matrix_trc(**LCMS_V43_COLORANTS)
     assert is_srgb(nearly)
     tagged, untagged = jpeg_tagged(nearly), jpeg_tagged(None)
     assert decode(tagged).get_typeof("icc-profile-data")
