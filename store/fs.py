@@ -183,7 +183,7 @@ class FsBlobStore:
         """The shard directories blobs/ holds, their entries made durable by one fsync of it.
         Otherwise a restarted server paid a mkdir and an fsync of blobs/ on the first put into
         each of its 4,096 shards again (most of the first few thousand uploads after a restart)."""
-        with os.scandir(self._blobs) as entries:
+        with os.scandir(blobs_fd) as entries:  # the directory opened without following a link
             shards = {e.name for e in entries if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)}
         if shards:
             os.fsync(blobs_fd)

@@ -13,10 +13,13 @@ that environment is untouched, and the store modules are patched before the app 
 """
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path
+
+from benchkit import procs
 
 STUBS = ("fsync", "insert", "dirsync", "index")
 """What can be left out: the blob store's ``os.fsync`` (every one, or only the directories'),
@@ -68,3 +71,14 @@ def stubbed_env(work: Path, without: Iterable[str], extra: str = "") -> dict[str
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE + extra)
     path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     return {"PYTHONPATH": path, "BENCH_STUBS_WITHOUT": ",".join(chosen)}
+
+
+def check_stubbed(base: str, headers: dict[str, str], body: bytes) -> None:
+    """Raise unless the server at ``base`` runs with the record's insert stubbed: an upload it
+    answers 201 is not listed. A hook that stopped matching would otherwise make the reference
+    the real server, and durable / stubbed would read about 1.0 without anyone noticing."""
+    status, _ = procs.call(base, "POST", "/files", body, headers)
+    listed_status, listed = procs.call(base, "GET", "/files", None, headers)
+    if status != 201 or listed_status != 200 or json.loads(listed).get("files"):
+        raise RuntimeError(f"{base}: the stubs did not take effect (POST {status}, GET /files {listed_status}: "
+                           f"{listed[:200]!r})")

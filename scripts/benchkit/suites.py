@@ -683,7 +683,7 @@ def upload(ctx: Ctx) -> None:
         stack.callback(stubbed.stop)
         procs.seed_account(stubbed)
         stubbed_headers = small_upload_headers(stubbed)
-        procs.call(stubbed.base, "POST", "/files", small_body, stubbed_headers)
+        stubs.check_stubbed(stubbed.base, stubbed_headers, small_body)
         contestants = [
             Contestant("big", lambda: _timed(big_upload, server.pid)),
             Contestant("tus", lambda: _timed(resumable_upload, server.pid)),

@@ -72,10 +72,12 @@ def kill_netns(ns: str, sig: int = signal.SIGKILL) -> int:
         _signal_all(pids, sig)
         return len(pids)
     frozen: set[int] = set()
-    while fresh := set(netns_pids(ns)) - frozen:  # a child forked meanwhile is frozen too
-        _signal_all(fresh, signal.SIGSTOP)
-        frozen |= fresh
-    _signal_all(frozen, signal.SIGKILL)
+    try:
+        while fresh := set(netns_pids(ns)) - frozen:  # a child forked meanwhile is frozen too
+            _signal_all(fresh, signal.SIGSTOP)
+            frozen |= fresh
+    finally:  # never left stopped, even if the listing fails midway
+        _signal_all(frozen, signal.SIGKILL)
     return len(frozen)
 
 
