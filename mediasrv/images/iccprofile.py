@@ -1,4 +1,4 @@
-"""Whether an embedded ICC profile already describes sRGB, so converting to sRGB would change nothing.
+"""Whether an embedded ICC profile is sRGB's own, so converting to sRGB can be left out.
 
 Every image is served as sRGB with its profile stripped, so an embedded profile is converted
 from (libvips' ``icc_transform`` inside ``thumbnail``). Most embedded profiles on the web are sRGB

@@ -15,7 +15,7 @@ import pyvips
 from PIL import ImageCms
 
 from mediasrv.images.iccprofile import MAX_BYTES, SRGB_COLORANTS, is_srgb
-from mediasrv.images.pipeline import transform
+from mediasrv.images.pipeline import _already_srgb, transform
 from mediasrv.images.spec import TransformSpec
 from mediasrv.images.vips import init_vips
 from tests.images.samples import decode, rgb
@@ -146,3 +146,24 @@ def test_a_jpeg_tagged_srgb_keeps_its_pixels_and_loses_its_profile() -> None:
         assert not decode(out).get_typeof("icc-profile-data")
     converted = decode(tagged).icc_transform("srgb", intent="relative")
     assert (converted.cast("int") - decode(untagged).cast("int")).abs().max() > 0
+
+
+def test_only_8_bit_rgb_pixels_skip_the_conversion() -> None:
+    """The profile says sRGB, but the pixels must be 8-bit RGB for the skip (``_already_srgb``):
+    16-bit, grey, CMYK or Lab pixels tagged sRGB are converted as before."""
+    srgb = embedded("srgb")
+
+    def tagged(image: pyvips.Image) -> pyvips.Image:
+        image = image.copy()
+        image.set_type(pyvips.GValue.blob_type, "icc-profile-data", srgb)
+        return image
+
+    assert _already_srgb(tagged(rgb(8, 8)))
+    assert _already_srgb(tagged(rgb(8, 8).bandjoin(255)))  # with alpha
+    assert not _already_srgb(tagged(rgb(8, 8).cast("ushort").copy(interpretation="rgb16")))
+    assert not _already_srgb(tagged(rgb(8, 8)[0].copy(interpretation="b-w")))
+    assert not _already_srgb(tagged(rgb(8, 8).sRGB2scRGB().scRGB2XYZ().XYZ2Lab()))
+    cmyk = rgb(8, 8).icc_transform("cmyk", input_profile="srgb")
+    assert not _already_srgb(tagged(cmyk))
+    p3 = rgb(8, 8).icc_transform("p3", input_profile="srgb")
+    assert not _already_srgb(p3)
