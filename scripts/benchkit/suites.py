@@ -327,6 +327,8 @@ def resize_cpu(ctx: Ctx) -> None:
     two at a time, both servers interleaved. On a machine saturated by other work a throughput
     ratio is pulled toward 1 (issue 30's runs saw thumbor finish nothing in 10 s); CPU per image
     is not, and on 2 otherwise idle cores throughput is about 2 cores / CPU per image for both."""
+    from benchkit import decodefloor  # imports the server's image code (and libvips) into this process
+
     sets = _image_sets(ctx.quick)
     root = images.CACHE_ROOT / "images" / images.VERSION
     cases = [c for c in _resize_cases(ctx) if c[4]]  # the cases with a target against thumbor
@@ -364,6 +366,8 @@ def resize_cpu(ctx: Ctx) -> None:
 
             contestants.append(Contestant(f"{key}|mediasrv", m_run))
             contestants.append(Contestant(f"{key}|thumbor", lambda p=t_paths: _cpu_per_image(peer.base, peer.pid, p)))
+            contestants.append(Contestant(f"{key}|decode", lambda p=files[set_name], w=width, f=out_fmt: {
+                "cpu_ms": decodefloor.floor_ms(p, w, f)}))
         results, note = interleave(ctx, "resize-cpu", contestants, 240 if ctx.quick else 1200)
     for label, set_name, out_fmt, width, target in cases:
         key = f"{label} w{width}"
@@ -373,6 +377,8 @@ def resize_cpu(ctx: Ctx) -> None:
                             figure(results, f"{key}|mediasrv", "cpu_ms", "mediasrv", "ms CPU", higher_is_better=False),
                             figure(results, f"{key}|thumbor", "cpu_ms", "thumbor 7.8 PIL", "ms CPU",
                                    higher_is_better=False), target, note))
+        ctx.rows.append(decodefloor.row(results, key, label, width, target))
+
 
 
 def _check_type(base: str, path: str, fmt: str) -> None:
