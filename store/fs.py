@@ -65,6 +65,13 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 _NOT_A_BLOB = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EMLINK)
 
 
+def _shard_names(directory: int | Path) -> list[str]:
+    """The shard directories ``directory`` holds (a path, or a descriptor opened without following
+    links), sorted; a symlink or a file named like one is not a shard."""
+    with os.scandir(directory) as entries:
+        return sorted(e.name for e in entries if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+
+
 def _close_quietly(fd: int | None) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
@@ -183,8 +190,7 @@ class FsBlobStore:
         """The shard directories blobs/ holds, their entries made durable by one fsync of it.
         Otherwise a restarted server paid a mkdir and an fsync of blobs/ on the first put into
         each of its 4,096 shards again (most of the first few thousand uploads after a restart)."""
-        with os.scandir(blobs_fd) as entries:  # the directory opened without following a link
-            shards = {e.name for e in entries if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False)}
+        shards = set(_shard_names(blobs_fd))  # the directory opened without following a link
         if shards:
             os.fsync(blobs_fd)
         return shards
@@ -423,8 +429,7 @@ class FsBlobStore:
     def _scan_partials_sync(self, cutoff: float) -> list[str]:
         found: list[str] = []
         try:
-            shards = sorted(e.name for e in os.scandir(self._partial)
-                            if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+            shards = _shard_names(self._partial)
         except FileNotFoundError:
             return []
         for shard in shards:
@@ -593,9 +598,7 @@ class FsBlobStore:
 
     def _list_shards_sync(self) -> list[str]:
         try:
-            with os.scandir(self._blobs) as it:
-                return sorted(e.name for e in it
-                              if _SHARD_RE.fullmatch(e.name) and e.is_dir(follow_symlinks=False))
+            return _shard_names(self._blobs)
         except FileNotFoundError:
             return []
 

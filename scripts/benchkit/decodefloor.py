@@ -7,10 +7,10 @@ thumbor's CPU per image divided by the floor is the most the ``resize-cpu`` rati
 if every other step (resize, encode, HTTP, the event loop) were free. A target above that
 ratio cannot be met by work on mediasrv's own steps; the row says so in the run that misses it.
 
-The floor is the server's own decode step (``pipeline.decode_jpeg``) after its header steps,
-so it decodes at the scale mediasrv chooses (``shrink``: the DCT scale only while the final
-reduce stays >= 1.5, which is sometimes less far than thumbor's) from the stored file mapped
-as the server maps it. It runs in this process on one thread and counts that thread's CPU.
+The floor is the server's own decode step (``pipeline.decode_jpeg``) after its header steps
+(``pipeline.planned``), so it decodes at the scale mediasrv chooses (``shrink``: the DCT scale
+only while the final reduce stays >= 1.5, which is sometimes less far than thumbor's) from the
+stored file mapped as the server maps it. It runs in this process on one thread and counts that thread's CPU.
 """
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ import os
 import statistics
 import time
 from pathlib import Path
-
-import pyvips
 
 from benchkit.core import figure
 from benchkit.report import Row
@@ -36,10 +34,7 @@ def decode_ms(path: Path, width: int, out_fmt: str | None = None) -> float:
     spec = TransformSpec(width=width, height=None, format=out_fmt)
     fd = os.open(path, os.O_RDONLY)
     try:
-        job = pipeline.Job(pipeline.FileInput(fd), pyvips.Source.new_from_descriptor(fd), spec,
-                           pipeline.Limits(MAX_PIXELS, OUTPUT_MAX_PIXELS, None, None))
-        for step in pipeline.HEADER_STEPS:
-            step(job)
+        job = pipeline.planned(pipeline.FileInput(fd), spec, pipeline.Limits(MAX_PIXELS, OUTPUT_MAX_PIXELS, None, None))
         started = time.thread_time()
         pipeline.decode_jpeg(job)
         spent = time.thread_time() - started

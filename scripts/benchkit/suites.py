@@ -380,7 +380,6 @@ def resize_cpu(ctx: Ctx) -> None:
         ctx.rows.append(decodefloor.row(results, key, label, width, target))
 
 
-
 def _check_type(base: str, path: str, fmt: str) -> None:
     req = urllib.request.Request(base + path)
     try:
