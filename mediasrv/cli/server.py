@@ -37,7 +37,7 @@ from mediasrv.core.lease import Lease
 from mediasrv.core.mail import MailQueue, make_mailer
 from mediasrv.core.reconcile import Reconciler
 from mediasrv.core.sweep import Sweeper
-from mediasrv.images import allocator, pipeline, vips
+from mediasrv.images import allocator, pipeline, vips, warmup
 from mediasrv.version import version
 from mediasrv.web.accesslog import AccessLog
 from mediasrv.web.connections import (
@@ -133,13 +133,15 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     """
     libvips = check_libvips()
     log_starting(settings)
+    vips.init_vips(settings.max_image_pixels)
+    allocator.tune()  # before the resize threads exist: freed image memory goes back
+    # beside the stores' opening; awaited before listening (a failure is only logged)
+    warmed = asyncio.get_running_loop().run_in_executor(None, warmup.warm_up, settings.max_image_pixels)
     stores = make_stores(settings)
     secret = await local_secret(settings, stores[0])
     meta, blobs = await open_stores(settings, stores)
     if secret is None:
         secret = await shared_secret(meta, blobs)
-    vips.init_vips(settings.max_image_pixels)
-    allocator.tune()  # before the resize threads exist: freed image memory goes back
     if reconciles_before_start(settings.housekeeping, shared_store=not isinstance(meta, LocalDatabase)):
         try:
             await meta.reconcile_usage()
@@ -154,6 +156,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     runtime.requests.subscribe(access_log)
     runtime.relay.log_attempt = access_log.webhook  # delivery lines through the access log's writer
     server = make_server(app, settings)
+    await warmed
     metrics_server = None
     sweeper = Sweeper(meta, blobs, sweep_policy(settings))
     where = f"{settings.host}:{settings.port}"
