@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import pyvips
 
 from mediasrv.images import pipeline, warmup
 from mediasrv.images.vips import init_vips
@@ -40,6 +41,18 @@ def test_a_failing_warm_up_is_logged_and_does_not_raise(monkeypatch: pytest.Monk
     with caplog.at_level(logging.WARNING, logger=warmup.__name__):
         assert warmup.warm_up(50_000_000) is False
     assert "warm-up failed" in caplog.text and "no decoder" in caplog.text
+
+
+def test_a_source_that_cannot_be_made_is_a_logged_failure_too(monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    init_vips(50_000_000)
+
+    def no_saver(*_args: object, **_kwargs: object) -> bytes:
+        raise pyvips.Error("no JPEG saver")
+    monkeypatch.setattr(pyvips.Image, "jpegsave_buffer", no_saver)
+    with caplog.at_level(logging.WARNING, logger=warmup.__name__):
+        assert warmup.warm_up(50_000_000) is False
+    assert "no JPEG saver" in caplog.text
 
 
 def test_the_warm_up_runs_both_writers() -> None:
