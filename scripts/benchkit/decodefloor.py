@@ -8,9 +8,9 @@ if every other step (resize, encode, HTTP, the event loop) were free. A target a
 ratio cannot be met by work on mediasrv's own steps; the row says so in the run that misses it.
 
 The floor is the server's own decode step (``pipeline.decode_jpeg``) after its header steps
-(``pipeline.planned``), so it decodes at the scale mediasrv chooses (``shrink``: the DCT scale
-only while the final reduce stays >= 1.5, which is sometimes less far than thumbor's) from the
-stored file mapped as the server maps it. It runs in this process on one thread and counts that thread's CPU.
+(``pipeline.planned``), so it decodes at the scale mediasrv chooses (``shrink.decode_shrink``:
+the largest DCT scale that still gives the target's size, the one thumbor's ``draft`` picks)
+from the stored file mapped as the server maps it. It runs in this process on one thread and counts that thread's CPU.
 """
 from __future__ import annotations
 
