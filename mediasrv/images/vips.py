@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mediasrv.images import simd
+
 __all__ = [
     "ALLOWED_LOADERS",
     "LOADER_FORMATS",
@@ -229,6 +231,7 @@ def configure() -> None:
         pyvips.cache_set_max_mem(0)
         pyvips.cache_set_max_files(0)
         pyvips.concurrency_set(_VIPS_CONCURRENCY)
+        simd.pin_targets(_loaded_library())  # no CPU detection per operation built: see ``simd``
         # libvips reports progress and per-operation details through GLib at INFO: ~14 lines
         # per resize formatted on the resize threads (5% of their time). Warnings still show.
         logging.getLogger("pyvips").setLevel(logging.WARNING)

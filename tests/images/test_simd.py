@@ -1,0 +1,47 @@
+"""mediasrv.images.simd: libvips' SIMD targets detected once, none of them disabled."""
+from __future__ import annotations
+
+import ctypes.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pyvips
+
+from mediasrv.images import simd
+
+_FRESH = """
+import ctypes, json
+import pyvips
+from mediasrv.images import simd, vips
+lib = ctypes.CDLL(vips._loaded_library())
+lib.vips_vector_get_supported_targets.restype = ctypes.c_int64
+detected = lib.vips_vector_get_supported_targets()
+pinned = []
+pin = simd.pin_targets
+simd.pin_targets = lambda library: pinned.append(pin(library)) or pinned[-1]
+vips.configure()
+print(json.dumps({"detected": detected, "after": lib.vips_vector_get_supported_targets(),
+                  "enabled": bool(lib.vips_vector_isenabled()), "pinned": pinned}))
+"""
+
+
+def test_configure_pins_the_targets_it_detected_and_keeps_vector_code_on() -> None:
+    """In a process of its own, so that the targets read first are Highway's own detection."""
+    if pyvips.version(0) * 100 + pyvips.version(1) < 815:
+        pytest.skip("an Orc build: no per-build detection and no such call (pin_targets returns None)")
+    result = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=120, check=True)
+    targets = json.loads(result.stdout)
+    assert targets["detected"] != 0
+    assert targets["pinned"] == [targets["detected"]]  # configure pinned them, once
+    assert targets["after"] == targets["detected"]
+    assert targets["enabled"] is True
+
+
+def test_no_library_or_no_such_call_pins_nothing(tmp_path: Path) -> None:
+    assert simd.pin_targets("") is None
+    assert simd.pin_targets(str(tmp_path / "libvips.so.42")) is None  # not there
+    libc = ctypes.util.find_library("c")
+    assert libc is not None and simd.pin_targets(libc) is None  # a library without the call
