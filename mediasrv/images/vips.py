@@ -235,7 +235,27 @@ def configure() -> None:
         # libvips reports progress and per-operation details through GLib at INFO: ~14 lines
         # per resize formatted on the resize threads (5% of their time). Warnings still show.
         logging.getLogger("pyvips").setLevel(logging.WARNING)
+        _forward_warnings_only(pyvips)
         _configured = True
+
+
+def _forward_warnings_only(pyvips: Any) -> None:
+    """Have GLib hand pyvips' log handler libvips' messages and warnings only, not its INFO
+    and DEBUG lines. pyvips registers its handler for every level, so each of the 11 INFO lines
+    of a resize (the loader chosen, the sizes, each reduce's mask, the thread pool's end) took
+    the GIL on a libvips thread to reach a Python logger that drops it: a GIL handoff, often a
+    context switch, on every one. GLib's default handler drops INFO and DEBUG lines unless
+    ``G_MESSAGES_DEBUG`` names them. Done through pyvips' module attributes; a pyvips without
+    them keeps its own registration."""
+    handler_id, callback = getattr(pyvips, "_log_handler_id", None), getattr(pyvips, "_log_handler_cb", None)
+    flags = getattr(pyvips, "GLogLevelFlags", None)
+    if not handler_id or callback is None or flags is None:
+        return
+    domain = b"VIPS"
+    pyvips.glib_lib.g_log_remove_handler(domain, handler_id)
+    pyvips._log_handler_id = pyvips.glib_lib.g_log_set_handler(
+        domain, flags.LEVEL_MESSAGE | flags.LEVEL_WARNING | flags.LEVEL_CRITICAL | flags.LEVEL_ERROR |
+        flags.FLAG_FATAL | flags.FLAG_RECURSION, callback, pyvips.ffi.NULL)
 
 
 def init_vips(max_pixels: int) -> None:

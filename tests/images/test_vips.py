@@ -2,6 +2,8 @@
 nothing loads libvips before it is needed."""
 from __future__ import annotations
 
+import gc
+import logging
 import subprocess
 import sys
 
@@ -131,3 +133,22 @@ def test_a_saver_without_an_option_the_encoders_pass_is_refused() -> None:
     with pytest.raises(vips.LibvipsUnsuitable, match="webpsave_buffer has no option effort"):
         require_libvips(inputs=old_webp)
     require_libvips()
+
+
+def test_libvips_info_lines_stay_in_glib_and_its_warnings_reach_the_pyvips_logger(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A resize's INFO lines (the masks, the thread pool's end) no longer cross into Python
+    (each one took the GIL on a libvips thread); warnings still do."""
+    # INFO, not DEBUG: pyvips' own DEBUG records would hold the images (and delay their warnings)
+    caplog.set_level(logging.INFO, logger="pyvips")
+    pyvips.Image.black(640, 480, bands=3).thumbnail_image(100).write_to_memory()
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("VIPS:")] == []
+    whole = pyvips.Image.gaussnoise(256, 256).cast("uchar").jpegsave_buffer()
+    truncated = whole[:len(whole) // 2]
+    image = pyvips.Image.new_from_buffer(truncated, "", fail_on="none")
+    image.avg()
+    del image
+    gc.collect()  # the load reports its warnings when it is freed (libvips' cache holds none)
+    warnings = [r for r in caplog.records if r.getMessage().startswith("VIPS:")]
+    assert warnings and all(r.levelno == logging.WARNING for r in warnings)
+    assert any("premature end of JPEG" in r.getMessage() for r in warnings)
