@@ -245,9 +245,10 @@ def _forward_warnings_only(pyvips: Any) -> None:
     and DEBUG lines. pyvips registers its handler for every level, so each of the 11 INFO lines
     of a resize (the loader chosen, the sizes, each reduce's mask, the thread pool's end) took
     the GIL on a libvips thread to reach a Python logger that drops it: a GIL handoff, often a
-    context switch, on every one. GLib's default handler drops INFO and DEBUG lines unless
-    ``G_MESSAGES_DEBUG`` names them. Done through pyvips' module attributes; a pyvips without
-    them keeps its own registration."""
+    context switch, on every one. GLib's default handler drops INFO and DEBUG lines unless they
+    are asked for (``G_MESSAGES_DEBUG=VIPS``, or libvips' ``VIPS_INFO``), and then prints them
+    itself, to stdout. Done through pyvips' module attributes; a pyvips without them keeps its
+    own registration."""
     handler_id, callback = getattr(pyvips, "_log_handler_id", None), getattr(pyvips, "_log_handler_cb", None)
     flags = getattr(pyvips, "GLogLevelFlags", None)
     if not handler_id or callback is None or flags is None:
@@ -309,7 +310,8 @@ def _loaded_library() -> str:
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
-                path = line.rsplit(maxsplit=1)[-1] if "/" in line else ""
+                fields = line.rstrip("\n").split(None, 5)  # the path, the sixth field, may hold spaces
+                path = fields[5] if len(fields) == 6 and fields[5].startswith("/") else ""
                 if Path(path).name.startswith("libvips") and ".so" in path:
                     return path
     except OSError:
