@@ -126,8 +126,6 @@ class Job:
     """One transform in progress: its input and request, then what each step found."""
 
     data: bytes | FileInput
-    source: pyvips.Source | None
-    """The stored file as a libvips source; None for bytes."""
     spec: TransformSpec
     limits: Limits
     facts: MetadataFacts | None = None
@@ -518,8 +516,7 @@ def planned(data: bytes | FileInput, spec: TransformSpec, limits: Limits) -> Job
     """A job for ``data`` with its header steps run: everything decided before a pixel is
     decoded (``transform`` goes on with ``DECODE_STEPS``; the benchmark's decode floor times
     ``decode_jpeg`` alone)."""
-    source = pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else None
-    job = Job(data, source, spec, limits)
+    job = Job(data, spec, limits)
     for step in HEADER_STEPS:
         step(job)
     return job
@@ -606,9 +603,12 @@ def _open(job: Job, shrink: float) -> pyvips.Image:
     if shrink > 1:
         fmt = job.header.info.format
         options += f",shrink={int(shrink)}" if fmt == "jpeg" else f",scale={1 / shrink!r}"
-    image = probe.open_header(job.source if job.source is not None else job.data, options)
+    data = job.data
+    # A libvips source over the stored file's descriptor, made here: a JPEG that libjpeg-turbo
+    # decodes never needs one (a source costs a dup, a GObject and two GIL round trips).
+    image = probe.open_header(pyvips.Source.new_from_descriptor(data.fd) if isinstance(data, FileInput) else data,
+                              options)
     if image is None:
-        data = job.data
         if sniff.looks_foreign(data.head(1024) if isinstance(data, FileInput) else data):
             raise UnsupportedMedia()
         raise UnprocessableImage("The file is not a readable image")

@@ -27,7 +27,7 @@ def _vips() -> None:
 
 
 def _job(data: bytes, width: int | None = None, fmt: str | None = None) -> Job:
-    job = Job(data, None, TransformSpec(width, None, fmt), Limits(MAX_PIXELS, {}, None, None))
+    job = Job(data, TransformSpec(width, None, fmt), Limits(MAX_PIXELS, {}, None, None))
     for step in STEPS:
         step(job)
     return job

@@ -419,7 +419,7 @@ def test_the_pipeline_is_the_documented_list_of_steps() -> None:
 def test_steps_run_one_by_one_fill_in_the_job_and_give_what_transform_gives() -> None:
     data = rgb(2000, 1500).jpegsave_buffer(Q=80)
     spec = TransformSpec(200, None, "webp")
-    job = Job(data, None, spec, Limits(MAX_PIXELS, {"webp": 10_000}, None, None))
+    job = Job(data, spec, Limits(MAX_PIXELS, {"webp": 10_000}, None, None))
     for step in HEADER_STEPS:
         step(job)
     assert job.header.info == ImageInfo("jpeg", 2000, 1500, 1) and job.fmt == "webp"
