@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from mediasrv.images import sniff
 from mediasrv.images.layout import MAX_SAMPLE_BYTES, UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
 
-__all__ = ["JpegFrameScanner", "header_dimensions", "header_layout", "is_jpeg_frame"]
+__all__ = ["JpegFrameScanner", "header_dimensions", "header_layout", "is_jpeg_frame", "jpeg_layout"]
 
 # ---------------------------------------------------------------------------- dimensions
 
@@ -336,12 +336,15 @@ def _png_layout(b: bytes) -> PixelLayout | None:
     return PixelLayout(bands, 2 if depth == 16 and colour != 3 else 1)
 
 
+def jpeg_layout(precision: int, components: int) -> PixelLayout:
+    """What a JPEG frame of ``precision`` bits and ``components`` decodes to: 8-bit samples, or
+    16-bit ones for 12-bit JPEG."""
+    return PixelLayout(components, 2 if precision > 8 else 1)
+
+
 def _jpeg_layout(b: bytes) -> PixelLayout | None:
     frame = _jpeg_frame(b)
-    if frame is None:
-        return None
-    precision, components = frame[2], frame[3]
-    return PixelLayout(components, 2 if precision > 8 else 1)
+    return jpeg_layout(frame[2], frame[3]) if frame is not None else None
 
 
 def _tiff_values(b: bytes, endian: str, typ: int, count: int, field: bytes) -> list[int] | None:

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mediasrv.base.errors import UnprocessableImage
-from mediasrv.images.headers import is_jpeg_frame, is_standalone_marker
+from mediasrv.images.headers import is_jpeg_frame, is_standalone_marker, jpeg_layout
+from mediasrv.images.layout import PixelLayout
 
 __all__ = [
     "INFLATED_BUDGET_BYTES",
@@ -84,6 +85,10 @@ class JpegFrame:
     def progressive(self) -> bool:
         return self.marker in _PROGRESSIVE_FRAMES
 
+    @property
+    def layout(self) -> PixelLayout:
+        return jpeg_layout(self.precision, len(self.components))
+
 
 @dataclass(frozen=True)
 class MetadataFacts:
@@ -112,8 +117,11 @@ class MetadataFacts:
 
     @property
     def over_budget(self) -> bool:
-        return (self.raw_bytes > RAW_BUDGET_BYTES or self.inflated_bytes > INFLATED_BUDGET_BYTES
-                or self.items > MAX_METADATA_ITEMS)
+        return _over_budget(self.raw_bytes, self.inflated_bytes, self.items)
+
+
+def _over_budget(raw: int, inflated: int, items: int) -> bool:
+    return raw > RAW_BUDGET_BYTES or inflated > INFLATED_BUDGET_BYTES or items > MAX_METADATA_ITEMS
 
 
 class _Tally:
@@ -137,7 +145,8 @@ class _Tally:
 
     @property
     def done(self) -> bool:
-        return self.facts().over_budget
+        """Asked before every segment or chunk: the totals alone, not a ``facts()`` built each time."""
+        return _over_budget(self.raw, self.inflated, self.items)
 
     def facts(self) -> MetadataFacts:
         icc = tuple((offset, length) for _seq, offset, length in sorted(self.icc))

@@ -52,27 +52,44 @@ _LOAD_OPTIONS = "fail_on=truncated"
 _HEADER_BYTES = 512 * 1024
 """What the pure-Python header readers are given of the file (a JPEG's frame header is found by
 ``metadata``'s segment walk instead, however deep it lies)."""
+_PREFIX_BYTES = 64 * 1024
+"""What a ``FileInput`` keeps of its file's start (see there)."""
 _SHRINKING_LOADERS = frozenset({"jpeg", "webp"})
 """Formats whose decoder reduces on load: their header is read in pure Python, so the one open
 of the image can ask for the shrink; every other format is opened at full size straight away."""
 
 
-@dataclass(frozen=True)
 class FileInput:
     """A stored file to decode through its open descriptor: libvips reads only what the
-    decoder needs (a JPEG in strips), instead of the whole file being read into memory."""
+    decoder needs (a JPEG in strips), instead of the whole file being read into memory.
 
-    fd: int
+    Its first ``_PREFIX_BYTES`` are read once and kept: the header steps' walks read a JPEG's
+    segment headers, its EXIF and ICC chunks and the format's magic, a dozen small reads that
+    mostly fall there. One job, one worker thread: nothing here is shared."""
+
+    __slots__ = ("_prefix", "_size", "fd")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._prefix: bytes | None = None
+        self._size: int | None = None
 
     def head(self, n: int) -> bytes:
-        return os.pread(self.fd, n, 0)
+        return self.read_at(0, n)
 
     def read_at(self, offset: int, n: int) -> bytes:
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = os.pread(self.fd, _PREFIX_BYTES, 0)
+        if offset + n <= len(prefix) or len(prefix) < _PREFIX_BYTES:  # short: the whole file
+            return prefix[offset:offset + n]
         return os.pread(self.fd, n, offset)
 
     @property
     def size(self) -> int:
-        return os.fstat(self.fd).st_size
+        if self._size is None:
+            self._size = os.fstat(self.fd).st_size
+        return self._size
 
     @contextlib.contextmanager
     def mapped(self, size: int) -> Iterator[mmap.mmap]:
@@ -197,10 +214,14 @@ def plan_animation(job: Job) -> None:
 def read_header(job: Job) -> None:
     """Format, size, orientation and pixel layout. A JPEG or WebP whose header pure Python reads
     is left unopened (``open_image`` opens it once, shrinking); anything else is opened here,
-    once, at full size, and libvips' header is the one used."""
-    head = _head(job.data, _HEADER_BYTES)
-    fmt = sniff.image_format(head[:sniff.SNIFF_BYTES])
+    once, at full size, and libvips' header is the one used. A JPEG whose frame header the
+    metadata walk found needs nothing more read."""
     facts = job.facts or MetadataFacts()
+    fmt = sniff.image_format(_head(job.data, sniff.SNIFF_BYTES))
+    if fmt == "jpeg" and facts.frame is not None and facts.jpeg is not None:
+        job.opened = Header(ImageInfo(fmt, *facts.frame, 1, facts.orientation), facts.jpeg.layout)
+        return
+    head = _head(job.data, _HEADER_BYTES)
     dims = (facts.frame or header_dimensions(head)) if fmt in _SHRINKING_LOADERS else None
     if fmt is not None and dims is not None:
         job.opened = Header(ImageInfo(fmt, dims[0], dims[1], 1, facts.orientation), header_layout(head, fmt))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pyvips
 
 from mediasrv.base.errors import ApiError, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import pipeline
+from mediasrv.images.layout import PixelLayout
 from mediasrv.images.pipeline import (
     DECODE_STEPS,
     HEADER_STEPS,
@@ -404,6 +406,62 @@ def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> 
     assert ctype == "image/jpeg" and pyvips.Image.new_from_buffer(out, "").width == 32
     with pytest.raises(UnprocessableImage):  # the header declares more than was reserved for
         transform(data, "image/jpeg", _spec(width=32), 50_000_000, max_source_area=1000)
+
+
+def test_a_file_input_reads_its_start_once_and_what_lies_past_it_from_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    data = random.Random(7).randbytes(200_000)
+    (tmp_path / "big").write_bytes(data)
+    (tmp_path / "small").write_bytes(data[:10])
+    reads: list[tuple[int, int]] = []
+    real_pread = os.pread
+
+    def counted(fd: int, n: int, offset: int) -> bytes:
+        reads.append((n, offset))
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(pipeline.os, "pread", counted)
+    fd = os.open(tmp_path / "big", os.O_RDONLY)
+    try:
+        source = FileInput(fd)
+        for offset, n in ((0, 12), (2, 4), (60_000, 5_536), (100, 4)):
+            assert source.read_at(offset, n) == data[offset:offset + n]
+        assert source.head(16) == data[:16] and len(reads) == 1  # one read of the start, kept
+        assert source.read_at(65_000, 1_000) == data[65_000:66_000]  # across its end: from the file
+        assert source.read_at(199_990, 100) == data[199_990:]  # at the file's end: what there is
+        assert len(reads) == 3 and source.size == source.size == 200_000
+    finally:
+        os.close(fd)
+    fd = os.open(tmp_path / "small", os.O_RDONLY)
+    try:
+        small = FileInput(fd)
+        assert small.read_at(4, 100) == data[4:10] and small.read_at(20, 4) == b"" and small.head(3) == data[:3]
+        assert len(reads) == 4  # a file shorter than the kept start is read once, whole
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("image, layout", [
+    (lambda: rgb(300, 200), PixelLayout(3, 1)),
+    (lambda: rgb(300, 200).colourspace("b-w"), PixelLayout(1, 1)),
+])
+def test_a_jpeg_frame_behind_megabytes_of_metadata_has_its_own_layout_not_the_widest(
+        tmp_path: Path, image: Callable[[], pyvips.Image], layout: PixelLayout) -> None:
+    import os
+    base = image().jpegsave_buffer(keep="none")
+    xmp = b"http://ns.adobe.com/xap/1.0/\x00" + b"x" * 65_000
+    segment = b"\xff\xe1" + struct.pack(">H", len(xmp) + 2) + xmp
+    (tmp_path / "blob").write_bytes(base[:2] + segment * 16 + base[2:])  # the frame is 1 MB in
+    fd = os.open(tmp_path / "blob", os.O_RDONLY)
+    try:
+        job = pipeline.planned(FileInput(fd), TransformSpec(100, None, None), Limits(MAX_PIXELS, {}, None, None))
+        assert job.header.info == ImageInfo("jpeg", 300, 200, 1)
+        assert job.header.layout == layout  # as the frame says, where a 512 KiB read saw no frame
+        decode_jpeg(job)
+        assert (job.pixels.width, job.pixels.height, job.pixels.bands) == (150, 100, layout.bands)
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------- the steps
