@@ -231,6 +231,9 @@ class AccountService:
             return None
         if not isinstance(value, str) or len(value) > 2048:
             raise BadRequest("redirect_to must be a URL string", code="INVALID_REDIRECT")
+        if not _header_safe(value):
+            raise BadRequest("redirect_to must be printable ASCII, without spaces: percent-encode the rest",
+                             code="INVALID_REDIRECT")
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018 -- raises ValueError for a bad port, as urlsplit does for "[::1"
@@ -323,7 +326,14 @@ def _confirm_data(data: str | None) -> str | None:
     """The redirect_to stored with a confirmation token (links of an older release may also
     carry a password hash of a repeated registration: it is ignored)."""
     value = orjson.loads(data) if data else {}
-    return value.get("redirect_to")
+    redirect_to = value.get("redirect_to")
+    return redirect_to if isinstance(redirect_to, str) and _header_safe(redirect_to) else None
+
+
+def _header_safe(url: str) -> bool:
+    """Printable ASCII without spaces. urlsplit drops tabs and line breaks before an origin is
+    checked, but the value itself becomes the Location header (a 500 at the link, at best)."""
+    return url.isascii() and url.isprintable() and " " not in url
 
 
 def _origin(url: str) -> str:

@@ -342,10 +342,14 @@ async def test_bad_confirmation_token_is_400(api: Api, path: str) -> None:
     "https://evil.example/", "//evil.example/x", "javascript:alert(1)", "http://127.0.0.1:1/",
     "https://127.0.0.1@evil.example/", "PORT@evil.example/", "ftp://127.0.0.1/", "/\\evil.example/",
     "", 12, ["x"],
+    # our own origin, but not a header value (urlsplit drops tabs and line breaks before the check)
+    "OWN/a\r\nSet-Cookie: evil=1", "OWN/a\x00", "OWN/a\tb", "OWN/a b", "OWN/caf\u00e9",
 ])
 async def test_foreign_redirect_to_is_400(api: Api, settings: Settings, redirect: Any) -> None:
     if isinstance(redirect, str) and redirect.startswith("PORT"):
         redirect = settings.public_url + redirect[4:]  # http://127.0.0.1:port@evil.example/
+    if isinstance(redirect, str) and redirect.startswith("OWN"):
+        redirect = settings.public_url + redirect[3:]
     email = _email()
     r = await _register(api, email, redirect_to=redirect)
     _assert_json_error(r, 400)

@@ -585,6 +585,10 @@ async def test_signed_url_for_a_private_file(api: Api) -> None:
         assert r.code == 404
         r = await _get(api, re.sub(r"expires=(\d+)", lambda m: f"expires={int(m.group(1)) + 1}", path))
         assert r.code == 404
+        for odd in ("%C3%A9", "%00", "%FF"):  # not ASCII, or not UTF-8: answered as for a missing file
+            r = await _get(api, re.sub(r"signature=[^&]*", f"signature={odd}", path))
+            missing = await _get(api, re.sub(r"signature=[^&]*", f"signature={odd}", path.replace(fid, "A" * len(fid))))
+            assert (r.code, r.body) == (missing.code, missing.body) and r.code in (400, 404), (odd, r.body)
 
 
 # ---------------------------------------------------------------------------- resize

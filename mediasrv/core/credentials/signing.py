@@ -37,7 +37,9 @@ class UrlSigner:
             return INVALID
         if not (expires.isascii() and expires.isdigit()):  # "²".isdigit() is True, int("²") fails
             return INVALID
-        if not hmac.compare_digest(self.sign(file_id, int(expires), epoch=epoch), signature):
+        # As bytes: compare_digest raises TypeError on a non-ASCII str (a 500, and a private
+        # file's existence told apart from a missing one's 404).
+        if not hmac.compare_digest(self.sign(file_id, int(expires), epoch=epoch).encode(), signature.encode()):
             return INVALID
         return EXPIRED if int(expires) < unix() else VALID
 
