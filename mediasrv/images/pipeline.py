@@ -633,7 +633,20 @@ def _open(job: Job, shrink: float) -> pyvips.Image:
         if sniff.looks_foreign(data.head(1024) if isinstance(data, FileInput) else data):
             raise UnsupportedMedia()
         raise UnprocessableImage("The file is not a readable image")
-    return image
+    return _without_extra_samples(image)
+
+
+_COLOUR_BANDS = {"b-w": 1, "grey16": 1, "srgb": 3, "rgb16": 3, "cmyk": 4}
+
+
+def _without_extra_samples(image: pyvips.Image) -> pyvips.Image:
+    """The colour bands and at most one alpha: a TIFF may carry more extra samples (RGBA plus a
+    mask, grey plus three), which libvips' thumbnail took for CMYK and no web encoder writes
+    (Pillow refused them: a 500). The first extra sample is the alpha, as libvips reads one."""
+    colour = _COLOUR_BANDS.get(image.interpretation)
+    if colour is None or image.bands <= colour + 1:
+        return image
+    return image.extract_band(0, n=colour + 1)
 
 
 def _opened_header(image: pyvips.Image) -> Header:

@@ -408,6 +408,24 @@ def test_transform_reads_a_local_file_through_its_descriptor(tmp_path: Path) -> 
         transform(data, "image/jpeg", _spec(width=32), 50_000_000, max_source_area=1000)
 
 
+@pytest.mark.parametrize(("bands", "interpretation", "colour"), [
+    ([200, 30, 30, 255, 128], "srgb", (200, 30, 30)),  # RGBA plus a mask sample
+    ([100, 255, 7, 9], "b-w", (100, 100, 100)),  # grey, alpha and two more samples
+])
+@pytest.mark.parametrize("fmt", ["jpeg", "webp", "png", None])
+def test_extra_tiff_samples_beyond_an_alpha_are_dropped_for_every_output(
+        bands: list[int], interpretation: str, colour: tuple[int, int, int], fmt: str | None) -> None:
+    tiff = pyvips.Image.black(64, 48).new_from_image(bands).copy(interpretation=interpretation).tiffsave_buffer()
+    out, ctype = transform(tiff, "image/tiff", TransformSpec(32, None, fmt), MAX_PIXELS)
+    assert ctype == FORMATS[fmt or "jpeg"]  # a TIFF's default output is JPEG
+    image = pyvips.Image.new_from_buffer(out, "")
+    assert (image.width, image.height) == (32, 24)
+    pixel = image.colourspace("srgb")(16, 12)
+    assert all(abs(a - b) <= 2 for a, b in zip(pixel[:3], colour, strict=True)), pixel
+    if fmt == "png":  # the alpha kept (an opaque one: libwebp leaves it out of a WebP)
+        assert image.hasalpha() and image.bands in (2, 4) and pixel[3] == 255
+
+
 def test_a_file_input_reads_its_start_once_and_what_lies_past_it_from_the_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
