@@ -339,16 +339,16 @@ def load(job: Job) -> None:
     auto-rotated, converted to sRGB with its ICC profile when it has one, fitted inside the box, or
     filling it for ``fit=cover``: cropped by libvips around the centre or where its saliency
     (``attention``) or detail (``entropy``) analysis says, else by ``crop``."""
-    info, spec = job.header.info, job.spec
+    info, spec, pixels = job.header.info, job.spec, _without_extra_samples(job.pixels)
     # The decoder rounds a shrunk size (300 / 8 -> 38): fit to the size the full image gives,
     # exactly, not to what the rounded one would (libwebp's scale rounds even at 1).
     shrunk = job.shrink > 1 or info.format == "webp"
     if spec.fit == "contain":
-        job.image = _thumbnail(job.pixels, job.box, "contain", _fitted(info, job.box) if shrunk else None)
+        job.image = _thumbnail(pixels, job.box, "contain", _fitted(info, job.box) if shrunk else None)
     elif not job.animate and spec.gravity in ("center", *SMART_GRAVITIES):
-        job.image = _thumbnail(job.pixels, job.box, "centre" if spec.gravity == "center" else spec.gravity, None)
+        job.image = _thumbnail(pixels, job.box, "centre" if spec.gravity == "center" else spec.gravity, None)
     else:
-        job.image = crop(_thumbnail(job.pixels, _filled(info, job.box), "contain", _filled(info, job.box)),
+        job.image = crop(_thumbnail(pixels, _filled(info, job.box), "contain", _filled(info, job.box)),
                          job.box, spec, job.frames if job.animate else 1)
 
 
@@ -633,7 +633,7 @@ def _open(job: Job, shrink: float) -> pyvips.Image:
         if sniff.looks_foreign(data.head(1024) if isinstance(data, FileInput) else data):
             raise UnsupportedMedia()
         raise UnprocessableImage("The file is not a readable image")
-    return _without_extra_samples(image)
+    return image
 
 
 _COLOUR_BANDS = {"b-w": 1, "grey16": 1, "srgb": 3, "rgb16": 3, "cmyk": 4}
@@ -642,7 +642,8 @@ _COLOUR_BANDS = {"b-w": 1, "grey16": 1, "srgb": 3, "rgb16": 3, "cmyk": 4}
 def _without_extra_samples(image: pyvips.Image) -> pyvips.Image:
     """The colour bands and at most one alpha: a TIFF may carry more extra samples (RGBA plus a
     mask, grey plus three), which libvips' thumbnail took for CMYK and no web encoder writes
-    (Pillow refused them: a 500). The first extra sample is the alpha, as libvips reads one."""
+    (Pillow refused them: a 500). The first extra sample is the alpha, as libvips reads one.
+    Dropped after the header checks: what libvips decodes is all the samples (``MAX_BANDS``)."""
     colour = _COLOUR_BANDS.get(image.interpretation)
     if colour is None or image.bands <= colour + 1:
         return image
