@@ -3,6 +3,7 @@ against a local fake of the Cloudflare for SaaS custom hostnames API."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import tornado.iostream
 import tornado.web
 
 from mediasrv.base.errors import BadGateway, BadRequest
@@ -98,6 +100,18 @@ class _FakeHandler(tornado.web.RequestHandler):
             finally:
                 fake.slow_finished.set()
             self.reply(500, errors=[{"code": 1000, "message": "too late"}])
+        elif fake.mode == "trickle":  # 200, then a byte of body at a time, each within a read timeout
+            self.set_header("Content-Type", "application/json")
+            try:
+                while not fake.release.is_set():
+                    self.write(b" ")
+                    await self.flush()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(fake.release.wait(), 0.1)
+            except tornado.iostream.StreamClosedError:
+                pass
+            finally:
+                fake.slow_finished.set()
         elif fake.mode == "badjson":
             self.set_header("Content-Type", "text/html")
             self.finish(b"<html><body>502 Bad Gateway</body></html>")
@@ -362,6 +376,20 @@ async def test_timeout_is_bounded(api_url: str, fake: FakeCloudflare,
     fake.release.set()  # let the fake's handler end before the loop closes
     await asyncio.wait_for(fake.slow_finished.wait(), 2)
     await asyncio.sleep(0.05)
+
+
+async def test_an_answer_trickling_in_is_cut_off_at_the_timeout(api_url: str, fake: FakeCloudflare,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """httpx's timeout bounds each read: a byte every 0.1 s would never trip it on its own."""
+    fake.mode = "trickle"
+    provider = CloudflareProvider(api_url, TOKEN, ZONE, timeout_s=0.5)
+    with pytest.raises(BadGateway) as info:
+        await asyncio.wait_for(provider.add("files.example.com"), 5)
+    assert not fake.slow_finished.is_set()  # still trickling when the provider gave up
+    assert info.value.message == "Domain provider did not answer in time"
+    _assert_public(info.value, caplog)
+    fake.release.set()
+    await asyncio.wait_for(fake.slow_finished.wait(), 2)
 
 
 async def test_connection_refused_is_bad_gateway(io_loop: Any, caplog: pytest.LogCaptureFixture) -> None:

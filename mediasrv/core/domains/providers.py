@@ -7,6 +7,7 @@ Every provider failure is raised as ``BadGateway`` with a short public message; 
 """
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import re
@@ -297,7 +298,11 @@ class CloudflareProvider:
 
     async def _send(self, client: httpx.AsyncClient, method: str, url: str, headers: dict[str, str],
                     content: bytes | None) -> httpx.Response:
-        return await client.request(method, url, headers=headers, content=content, timeout=self._timeout_s)
+        """httpx's timeout bounds each step (connect, each read), not the call: a provider that
+        sends a byte every few seconds would hold the request open for as long as it liked. The
+        whole call, answer read, has ``timeout_s``."""
+        async with asyncio.timeout(self._timeout_s):
+            return await client.request(method, url, headers=headers, content=content, timeout=self._timeout_s)
 
     async def _call(self, method: str, url: str, body: dict[str, Any] | None = None, *,
                     not_found_ok: bool = False) -> Any:
@@ -317,7 +322,7 @@ class CloudflareProvider:
             else:  # rare calls (a domain added, refreshed, removed): a client for each
                 async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
                     response = await self._send(client, method, url, headers, content)
-        except httpx.TimeoutException as exc:
+        except (httpx.TimeoutException, TimeoutError) as exc:
             log.warning("Cloudflare %s %s failed: %s: %s", method, url, type(exc).__name__, exc)
             raise BadGateway("Domain provider did not answer in time") from None
         except Exception as exc:  # connection refused, DNS, TLS, a closed stream...
