@@ -738,6 +738,8 @@ async def test_listing_envelope_and_filters(api: Api, runtime: Runtime) -> None:
 
     # type: exact and allowed.
     assert await ids(api, token, "?type=image/png") == [created[5]["file_id"]]
+    assert await ids(api, token, "?type=IMAGE/PNG") == [created[5]["file_id"]]  # any case, as uploads take it
+    assert await ids(api, token, "?type=image/x-png") == [created[5]["file_id"]]  # and its other names
     assert await ids(api, token, "?type=text/csv") == [created[3]["file_id"]]
     assert await ids(api, token, "?type=application/pdf") == []
     for bad in ("text/javascript", "application/x-msdownload", "image", "nonsense"):
