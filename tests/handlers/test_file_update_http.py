@@ -108,6 +108,14 @@ async def test_the_focal_point_steers_the_cover_crop(api: Api, stores: Any) -> N
     assert _middle(centre.body) == [0, 255, 0]  # other gravities ignore the point
     r = await api.call("GET", url, headers={"If-None-Match": right.headers["ETag"]})
     assert r.code == 200  # a cache holding the old crop revalidates to the new one
+    # ... also one that revalidates by date alone: a focal variant has no Last-Modified (the
+    # upload's date says nothing of the point's), so If-Modified-Since never makes it a 304
+    assert "Last-Modified" not in left.headers and "Last-Modified" in centre.headers
+    since = {"If-Modified-Since": centre.headers["Last-Modified"]}
+    assert (await api.call("GET", url, headers=since)).code == 200
+    assert (await api.call("GET", f"/m/{fid}?width=100&height=100&fit=cover", headers=since)).code == 304
+    ranged = await api.call("GET", url, headers={"Range": "bytes=0-9", "If-Range": centre.headers["Last-Modified"]})
+    assert ranged.code == 200 and ranged.body == left.body  # a dated If-Range names no version of it
 
 
 async def test_making_a_file_private_reaches_media_at_once(api: Api, stores: Any) -> None:

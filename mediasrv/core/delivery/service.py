@@ -353,7 +353,7 @@ class MediaDelivery:
         return result
 
     def _representation(self, record: FileRecord, request: MediaRequest, content_type: str, etag: str,
-                        modified: dt.datetime, *, vary_accept: bool = False) -> MediaAnswer:
+                        modified: dt.datetime | None, *, vary_accept: bool = False) -> MediaAnswer:
         """The representation's headers, with status 304 when the client's copy is current."""
         headers = {"Content-Type": content_type}
         self._validators(headers, record, etag, modified, vary_accept=vary_accept)
@@ -365,12 +365,13 @@ class MediaDelivery:
         status = 304 if _client_copy_current(request, etag, modified) else 200
         return MediaAnswer(status, headers, private=not record.is_public)
 
-    def _validators(self, headers: dict[str, str], record: FileRecord, etag: str, modified: dt.datetime,
+    def _validators(self, headers: dict[str, str], record: FileRecord, etag: str, modified: dt.datetime | None,
                     *, vary_accept: bool = False) -> None:
         """ETag, Last-Modified, Cache-Control and Vary (``vary_accept``: format=auto chose the
         representation from the Accept header, so caches must key on it too)."""
         headers["ETag"] = etag
-        headers["Last-Modified"] = _http_date(modified)
+        if modified is not None:
+            headers["Last-Modified"] = _http_date(modified)
         if record.is_public:
             headers["Cache-Control"] = self._public_cache
             if vary_accept:
@@ -468,7 +469,9 @@ class _Variant:
     spec: TransformSpec
     key: str
     etag: str
-    modified: dt.datetime
+    modified: dt.datetime | None
+    """None for a variant whose pixels follow the owner's focal point: its date is not the
+    upload's, so it is validated by ETag alone (no Last-Modified, If-Modified-Since ignored)."""
     negotiated: bool
 
     @classmethod
@@ -477,21 +480,22 @@ class _Variant:
         # point the owner moves is a new variant (a new ETag: caches revalidate to the new crop).
         chosen = spec.negotiated(request.accept, record.content_type).at_focal(record.focal_point)
         key = chosen.cache_key()
-        return cls(chosen, key, f'"{record.file_id}-{key}"', _modified(record.created_at), spec.format == AUTO)
+        modified = None if spec.gravity == "focal" else _modified(record.created_at)
+        return cls(chosen, key, f'"{record.file_id}-{key}"', modified, spec.format == AUTO)
 
     def current(self, request: MediaRequest) -> bool:
         """Whether the client's copy is this variant (304)."""
         return _client_copy_current(request, self.etag, self.modified)
 
 
-def _client_copy_current(request: MediaRequest, etag: str, modified: dt.datetime) -> bool:
+def _client_copy_current(request: MediaRequest, etag: str, modified: dt.datetime | None) -> bool:
     if request.if_none_match is not None:
         return etag_matches(request.if_none_match, etag)
     ims = request.if_modified_since
-    return ims is not None and not_modified_since(ims, modified)
+    return ims is not None and modified is not None and not_modified_since(ims, modified)
 
 
-def _window(request: MediaRequest, etag: str, modified: dt.datetime, size: int) -> tuple[int, int] | None:
+def _window(request: MediaRequest, etag: str, modified: dt.datetime | None, size: int) -> tuple[int, int] | None:
     """The byte range [start, end) to send, None for the whole body; 416 when unsatisfiable."""
     try:
         return parse_range(_range_to_honour(request, etag, modified), size)
@@ -499,7 +503,7 @@ def _window(request: MediaRequest, etag: str, modified: dt.datetime, size: int) 
         raise RangeNotSatisfiable(size) from None  # a JSON error, never cached
 
 
-def _range_to_honour(request: MediaRequest, etag: str, modified: dt.datetime) -> str | None:
+def _range_to_honour(request: MediaRequest, etag: str, modified: dt.datetime | None) -> str | None:
     """The Range to honour: none when an If-Range names another version (RFC 9110 13.1.5)."""
     wanted, if_range = request.range, request.if_range
     if wanted is None or if_range is None:
@@ -507,7 +511,7 @@ def _range_to_honour(request: MediaRequest, etag: str, modified: dt.datetime) ->
     if_range = if_range.strip()
     if if_range.startswith('"'):
         return wanted if if_range == etag else None  # strong comparison
-    return wanted if if_range == http_date(modified) else None
+    return wanted if modified is not None and if_range == http_date(modified) else None
 
 
 def _select(answer: MediaAnswer, window: tuple[int, int] | None, size: int) -> tuple[int, int]:
