@@ -13,7 +13,9 @@ POST with a Content-Length body, and of the answer only its status. What it does
 - a connection is kept (``KEEPALIVE_S``, a few per origin) only for the same scheme, host and
   port, and only after an answer whose end it knows: a Content-Length body of at most
   ``RESPONSE_READ_BYTES`` read whole, or no body (204, 304). Any other answer (chunked, longer,
-  until-close) is not read further: the connection is closed instead;
+  until-close) is not read further: the connection is closed instead; so is one whose attempt
+  was cut short (timed out or failed while writing the request or reading the answer), whose
+  late bytes would otherwise be read as the next delivery's answer;
 - no redirect is followed: a 3xx is a failed attempt, so a receiver cannot bounce a delivery
   to an address the guard would refuse; no proxy from the environment either;
 - the status line and headers may take ``HEADER_BYTES`` at most; the whole attempt
@@ -164,20 +166,26 @@ class HttpSender:
         raise last
 
     async def _exchange(self, connection: _Connection, origin: tuple[str, str, int], request: bytes) -> int:
-        """Send, read the answer's head (and a short body), keep the connection when it can be."""
-        reusable = False
+        """Send, read the answer's head (and a short body), keep the connection when it can be.
+
+        The connection goes back to the pool only once the exchange is complete: the whole
+        answer read, nothing raised, not cancelled (the attempt's timeout cancels the read of a
+        late body, whose bytes would then be taken for the next delivery's answer), and the
+        server keeping it open. On every other path it is closed."""
+        reusable = False  # set last, on the one path where the answer has been read to its end
         try:
             connection.writer.write(request)
             await connection.writer.drain()
             status, headers, version = await _read_head(connection.reader)
-            reusable = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+            keep = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
             if status not in NO_BODY:
                 length = headers.get("content-length")
                 if "transfer-encoding" in headers or length is None or not length.isdigit() \
                         or int(length) > RESPONSE_READ_BYTES:
-                    reusable = False  # its end is unknown or far: never read further
+                    keep = False  # its end is unknown or far: never read further
                 else:
                     await connection.reader.readexactly(int(length))
+            reusable = keep
             return status
         finally:
             if reusable:
