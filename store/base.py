@@ -163,6 +163,10 @@ class UserStore(Protocol):
         stays: its API keys and signed URLs pause while it is disabled). False when there is no
         such account."""
 
+    async def end_sessions(self, user_id: str, at: str) -> None:
+        """token_version moves on: every access and refresh token issued before stops (API keys
+        and signed URLs stay: credential_epoch does not move)."""
+
     async def delete_user(self, user_id: str) -> bool:
         """Remove the account and every record keyed by it (tokens, keys, domain, logs, usage,
         and any file record left: the caller deletes files and their blobs first). Its webhook
@@ -181,10 +185,6 @@ class TokenStore(Protocol):
 
     async def revoke_tokens(self, kind: str, user_id: str) -> None:
         """Retire every unused token of that kind for the user (e.g. refresh tokens at reset)."""
-
-    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
-        """The user of a token that exists and was already used or retired (None otherwise):
-        a retired refresh token presented again means it was stolen (RFC 9700 reuse detection)."""
 
 
 class InviteStore(Protocol):

@@ -577,6 +577,11 @@ class MongoMetaStore:
                 "$inc": {"token_version": 1}})
         return result.matched_count > 0
 
+    async def end_sessions(self, user_id: str, at: str) -> None:
+        async with self._op() as db:
+            await db["users"].update_one({"_id": user_id}, {"$set": {"updated_at": to_date(at)},
+                                                            "$inc": {"token_version": 1}})
+
     async def delete_user(self, user_id: str) -> bool:
         """Everything keyed by the account first, the account last: a crash in between leaves an
         account to delete again, never records of an account that is gone."""
@@ -605,11 +610,6 @@ class MongoMetaStore:
                 {"_id": token_hash, "kind": kind, "used_at": None, "expires_at": {"$gt": when}},
                 {"$set": {"used_at": when}}, return_document=ReturnDocument.BEFORE)
         return None if doc is None else (doc["user_id"], doc.get("data"))
-
-    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
-        async with self._op() as db:
-            doc = await db["tokens"].find_one({"_id": token_hash, "kind": kind, "used_at": {"$ne": None}})
-        return None if doc is None else str(doc["user_id"])
 
     # --- invites ----------------------------------------------------------------------
 

@@ -476,10 +476,6 @@ def _invite(row: Row) -> Invite:
     return Invite(**dict(row))
 
 
-def _first_column(row: Row) -> Any:
-    return row[0]
-
-
 def _file(row: Row) -> FileRecord:
     """Booleans are stored as 0/1."""
     values = dict(row)
@@ -1945,6 +1941,10 @@ class SqliteMetaStore:
                                     (disabled_at, at, user_id))
         return changed > 0
 
+    async def end_sessions(self, user_id: str, at: str) -> None:
+        await self._write(_execute, "UPDATE users SET updated_at = ?, token_version = token_version + 1 WHERE id = ?",
+                          (at, user_id))
+
     async def delete_user(self, user_id: str) -> bool:
         return bool(await self._write(_delete_user, user_id))
 
@@ -1959,12 +1959,6 @@ class SqliteMetaStore:
     async def consume_token(self, kind: str, token_hash: str,
                             now: str) -> tuple[str, str | None] | None:
         return await self._write(_consume_token, kind, token_hash, now)
-
-    async def retired_token_owner(self, kind: str, token_hash: str) -> str | None:
-        owner: str | None = await self._lookup(
-            _fetch_one, "SELECT user_id FROM tokens WHERE token_hash = ? AND kind = ? AND used_at IS NOT NULL",
-            (token_hash, kind), _first_column)
-        return owner
 
     # --- invites ----------------------------------------------------------------------
 

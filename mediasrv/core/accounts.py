@@ -141,26 +141,40 @@ class AccountService:
         return await self._session(user)
 
     async def refresh(self, token_value: object) -> Session:
-        """Trade a refresh token for a new session; the old token is retired.
-
-        A retired token presented again means two parties hold it (one stole it): every refresh
-        token of the account is retired, so neither the thief's successor nor the owner's stays
-        valid, and the owner logs in again (RFC 9700 4.14.2, refresh token reuse detection)."""
+        """Trade a refresh token for a new session; the old token is retired, and a mark of its
+        rotation is left for ``_detect_reuse``."""
         if not isinstance(token_value, str) or not token_value or len(token_value) > 256:
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
-        token_hash = tokens.digest(token_value)
-        found = await self._meta.consume_token("refresh", token_hash, now_iso())
+        found = await self._meta.consume_token("refresh", tokens.digest(token_value), now_iso())
         if found is None:
-            reused_by = await self._meta.retired_token_owner("refresh", token_hash)
-            if reused_by is not None:
-                await self._meta.revoke_tokens("refresh", reused_by)
-                log.warning("a retired refresh token was used again: every session of account %s ended",
-                            reused_by)
+            await self._detect_reuse(token_value)
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
         user = await self._meta.get_user(found[0])
         if user is None or not user.email_verified_at or user.disabled_at or not _same_version(found[1], user):
             raise Unauthorized("Invalid refresh token", code="INVALID_TOKEN")
+        expiry = now() + dt.timedelta(seconds=self._settings.refresh_token_ttl_s)
+        await self._meta.put_token(ROTATED, _rotation_mark(token_value), user.id, iso(expiry))
         return await self._session(user)
+
+    async def _detect_reuse(self, token_value: str) -> None:
+        """A refresh token already traded for a new session, presented again, means two parties
+        hold it (one stole it): every session of the account ends, its access tokens with its
+        refresh tokens (token_version moves on), and the owner logs in again (RFC 9700 4.14.2).
+
+        Only a rotation leaves the mark this looks for, and using it up is what ends the
+        sessions: a token retired by logout, a new password or a revocation ends nothing when
+        replayed, and a stolen token ends the owner's sessions once, not each time it is replayed
+        (either would let whoever holds an old token log its owner out at will). Two refreshes of
+        one token at once: one gets a session, the other a 401, and when the loser finds the
+        winner's mark, the winner's new session ends too (its token_version was read before)."""
+        found = await self._meta.consume_token(ROTATED, _rotation_mark(token_value), now_iso())
+        if found is None:
+            return
+        user_id = found[0]
+        await self._meta.end_sessions(user_id, now_iso())
+        await self._meta.revoke_tokens("refresh", user_id)
+        log.warning("a refresh token was used again after its rotation: every session of account %s ended",
+                    user_id)
 
     async def logout(self, token_value: object) -> None:
         """Retire a refresh token. Unknown, used or expired tokens are fine: the outcome is the same."""
@@ -303,6 +317,15 @@ def new_user(settings: Settings, email: str, password_hash: str, *, confirmed: b
     stamp = iso(created)
     return User(id=str(uuid.uuid4()), email=email, password_hash=password_hash, created_at=stamp,
                 updated_at=stamp, email_verified_at=stamp if confirmed else None, trial_ends_at=trial_end)
+
+
+ROTATED = "refresh-rotated"
+"""The kind of the single-use mark a refresh leaves for the token it retired (``_detect_reuse``)."""
+
+
+def _rotation_mark(token_value: str) -> str:
+    """The rotated token's mark: its own hash is taken by its retired row."""
+    return tokens.digest("rotated:" + token_value)
 
 
 def _refresh_data(user: User) -> str:

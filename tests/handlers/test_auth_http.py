@@ -443,19 +443,56 @@ async def test_refresh_rotates_the_refresh_token(api: Api) -> None:
 
     r = await api.call("POST", "/auth/refresh", json={"refresh_token": r1})
     assert r.code == 200
-    r2 = body(r)["session"]["refresh_token"]
+    r2, jwt2 = body(r)["session"]["refresh_token"], body(r)["session"]["access_token"]
     assert r2 not in (r0, r1)
-    # Issue 15 finding 11: a retired token used again means it leaked; before, its successor stayed
-    # valid. Now the reuse retires every refresh token of the account (RFC 9700): log in again.
+    # Issue 15 finding 11: a rotated token used again means it leaked; before, its successor stayed
+    # valid. Now the reuse ends every session of the account, access tokens too (RFC 9700): log in again.
     again = await api.call("POST", "/auth/refresh", json={"refresh_token": r0})
     _assert_json_error(again, 401)
     assert (await api.call("POST", "/auth/refresh", json={"refresh_token": r2})).code == 401
+    assert (await api.call("GET", "/profile", token=jwt2)).code == 401
     assert (await _login(api, login["user"]["email"])).code == 200
     # The access token is no refresh token, and junk is refused the same way.
     for junk in (login["session"]["access_token"], "", "x" * 300, None, 5):
         r = await api.call("POST", "/auth/refresh", json={"refresh_token": junk})
         assert r.code == 401, (junk, r.body)
         assert r.body == again.body
+
+
+async def test_an_old_refresh_token_replayed_cannot_end_the_owner_s_later_sessions(api: Api) -> None:
+    """A token retired by logout or by a new password is no sign of theft; a rotated one is, and
+    ends the account's sessions once, not each time it is replayed (else whoever kept an old token
+    could log its owner out at will)."""
+    email = _email()
+    login = await api.user(email)
+
+    async def session() -> tuple[str, str]:
+        data = body(await _login(api, email))["session"]
+        return data["refresh_token"], data["access_token"]
+
+    async def refresh(token: str) -> int:
+        return (await api.call("POST", "/auth/refresh", json={"refresh_token": token})).code
+
+    async def alive(tokens: tuple[str, str]) -> bool:
+        return (await api.call("GET", "/profile", token=tokens[1])).code == 200
+
+    logged_out = login["session"]["refresh_token"]
+    assert (await api.call("POST", "/auth/logout", json={"refresh_token": logged_out})).code == 204
+    current = await session()
+    for _ in range(2):
+        assert await refresh(logged_out) == 401
+    assert await alive(current)
+
+    rotated = current[0]
+    assert await refresh(rotated) == 200  # the owner's refresh: a mark of the rotation is left
+    later = await session()
+    assert await refresh(rotated) == 401  # the stolen copy: every session ends, once
+    assert not await alive(later) and await refresh(later[0]) == 401
+    latest = await session()
+    for _ in range(2):  # replayed again and again: nothing more ends
+        assert await refresh(rotated) == 401
+    assert await alive(latest)
+    assert await refresh(latest[0]) == 200
 
 
 # --- password reset ----------------------------------------------------------------------------

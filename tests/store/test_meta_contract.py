@@ -227,17 +227,18 @@ async def test_delete_user_removes_everything_keyed_by_it(meta: MetaStore) -> No
     assert await meta.consume_token("refresh", "t-u2", now()) == ("u2", None)
 
 
-async def test_a_retired_token_is_told_apart_from_an_unknown_one(meta: MetaStore) -> None:
+async def test_ending_sessions_moves_the_token_version_on_and_nothing_else(meta: MetaStore) -> None:
     await add_user(meta, "u1")
-    await meta.put_token("refresh", "r1", "u1", ts(2000))
-    await meta.put_token("refresh", "r2", "u1", ts(2000))
-    assert await meta.retired_token_owner("refresh", "r1") is None  # live: not retired
-    assert await meta.consume_token("refresh", "r1", now()) == ("u1", None)
-    assert await meta.retired_token_owner("refresh", "r1") == "u1"
-    assert await meta.retired_token_owner("reset", "r1") is None  # another kind
-    assert await meta.retired_token_owner("refresh", "unknown") is None
-    await meta.revoke_tokens("refresh", "u1")
-    assert await meta.retired_token_owner("refresh", "r2") == "u1"
+    await add_user(meta, "u2")
+    before, other = await meta.get_user("u1"), await meta.get_user("u2")
+    assert before is not None and other is not None
+    await meta.end_sessions("u1", ts(500))
+    after = await meta.get_user("u1")
+    assert after is not None and after.token_version == before.token_version + 1
+    assert after.credential_epoch == before.credential_epoch  # API keys and signed URLs stay
+    assert (after.updated_at, after.disabled_at) == (ts(500), before.disabled_at)
+    assert await meta.get_user("u2") == other
+    await meta.end_sessions("nobody", ts(501))  # no such account: nothing to end
 
 
 async def test_invites_work_once_until_they_expire(meta: MetaStore) -> None:

@@ -79,7 +79,7 @@ def _bounded(items: dict[str, Any]) -> dict[str, Any]:
 
 
 _USER_WRITES = frozenset({"mark_email_verified", "set_password", "set_disabled", "set_max_upload_size",
-                          "revoke_api_key"})
+                          "revoke_api_key", "end_sessions"})
 """MetaStore methods whose first argument is the user they change in a way a request's
 checks read from the principal (token_version, credential_epoch, verification, disabled,
 upload cap, keys; serving's signed-link check reads the owner the same way). Quota
