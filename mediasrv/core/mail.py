@@ -21,7 +21,7 @@ import secrets
 import smtplib
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -242,6 +242,22 @@ class MailQueue:
         task = asyncio.get_running_loop().create_task(self._deliver(message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def submit_made(self, making: Awaitable[Message]) -> None:
+        """``submit`` for a message whose making writes something first (a reset link's token):
+        made in the background too, so an answer that may or may not have a message behind it
+        takes the same time either way. A message that cannot be made is logged, not sent."""
+        task = asyncio.get_running_loop().create_task(self._make_and_deliver(making))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _make_and_deliver(self, making: Awaitable[Message]) -> None:
+        try:
+            message = await making
+        except Exception as exc:  # a store outage: the request was answered already
+            log.warning("an e-mail could not be made: %s", _describe(exc))
+            return
+        await self._deliver(message)
 
     async def _deliver(self, message: Message) -> None:
         domain = _domain_of(message.to)

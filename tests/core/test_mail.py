@@ -386,6 +386,25 @@ async def test_queue_submit_returns_at_once_and_retries(io_loop: Any) -> None:
     assert queue.pending == 0
 
 
+async def test_queue_makes_a_message_in_the_background_and_logs_one_it_cannot_make(
+        io_loop: Any, caplog: pytest.LogCaptureFixture) -> None:
+    mailer = FakeMailer()
+    queue = MailQueue(mailer, retries=0, backoff_s=0.01)
+
+    async def made() -> Message:
+        return _message()
+
+    async def unmade() -> Message:
+        raise ConnectionError("the store is down")
+
+    queue.submit_made(made())
+    queue.submit_made(unmade())
+    assert queue.pending == 2 and mailer.attempts == 0  # nothing ran yet: only scheduled
+    await queue.drain(5)
+    assert mailer.sent == [_message()] and queue.pending == 0
+    assert "an e-mail could not be made: ConnectionError: the store is down" in caplog.text
+
+
 async def test_queue_gives_up_with_warning_naming_domain_only(io_loop: Any,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="mediasrv.mail")

@@ -518,6 +518,29 @@ async def test_forgot_password_answers_the_same_for_known_and_unknown(api: Api) 
     assert r.code == 200 and r.body == known.body
 
 
+async def test_forgot_password_answers_before_the_link_is_written(api: Api, stores: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A known address's answer must not wait for the link's token write, which an unknown one's
+    has no reason to make: the write (a group commit) would time the difference."""
+    meta, _ = stores
+    email = _email()
+    await api.user(email)
+    held, release = asyncio.Event(), asyncio.Event()
+    put_token = meta.put_token
+
+    async def put_token_held(kind: str, *args: Any, **kwargs: Any) -> None:
+        if kind == "reset":
+            held.set()
+            await release.wait()
+        await put_token(kind, *args, **kwargs)
+
+    monkeypatch.setattr(meta, "put_token", put_token_held)
+    r = await asyncio.wait_for(api.call("POST", "/auth/forgot-password", json={"email": email}), 5)
+    assert r.code == 200 and held.is_set()  # answered while the token's write is held
+    release.set()
+    assert "token=" in await api.mail_link(email, "/auth/reset-password", after=1)  # then sent
+
+
 async def test_forgot_password_rejects_malformed_input(api: Api) -> None:
     for payload in ({"email": 5}, {}, {"email": "nope"}):
         r = await api.call("POST", "/auth/forgot-password", json=payload)
