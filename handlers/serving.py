@@ -203,7 +203,8 @@ def _transform_parameters(ctx: DocContext) -> list[Json]:
         query("animated", "an animated GIF or WebP stays animated, every frame resized, when the output can "
               "animate (GIF, WebP; `format=auto` then picks WebP or the source's format); `false` takes "
               "the first frame. An animation of more frames than the server keeps "
-              "(MEDIASRV_MAX_ANIMATION_FRAMES) is 422 TOO_MANY_FRAMES unless `false`",
+              "(MEDIASRV_MAX_ANIMATION_FRAMES), or of more than 4 x MEDIASRV_MAX_IMAGE_PIXELS pixels in all its "
+              "frames, is 422 TOO_MANY_FRAMES unless `false`",
               typed("boolean")),
         query("blur", "Gaussian blur sigma in output pixels, 0.3 to 100 (backgrounds, spoilers)",
               typed("number", minimum=0.3, maximum=100)),

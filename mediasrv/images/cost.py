@@ -21,9 +21,9 @@ from mediasrv.images.layout import UNKNOWN_LAYOUT, WORST_LAYOUTS, PixelLayout
 from mediasrv.images.metadata import MetadataFacts
 from mediasrv.images.spec import ANIMATABLE, FORMATS, SMART_GRAVITIES, TransformSpec, bounding_box, output_size
 
-__all__ = ["FRAME_OUTPUT_BYTES_PER_PIXEL", "JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS", "USUAL_INFLATED_METADATA",
-           "USUAL_RAW_METADATA", "JobEstimate", "ReservationTooSmall", "animates", "estimate_cost",
-           "estimate_for_size", "metadata_allowance"]
+__all__ = ["ANIMATION_PIXELS_MULTIPLE", "FRAME_OUTPUT_BYTES_PER_PIXEL", "JOB_OVERHEAD_BYTES", "OUTPUT_MAX_PIXELS",
+           "USUAL_INFLATED_METADATA", "USUAL_RAW_METADATA", "JobEstimate", "ReservationTooSmall", "animates",
+           "estimate_cost", "estimate_for_size", "metadata_allowance"]
 
 OUTPUT_MAX_PIXELS: dict[str, int] = {"avif": 8_388_608, "webp": 16_777_216, "gif": 4_194_304}
 """Largest output (width x height) per format; a larger result is scaled down to fit.
@@ -40,6 +40,11 @@ FRAME_OUTPUT_BYTES_PER_PIXEL = 6
 """Each further frame of an animated output, per output pixel: what the GIF and WebP savers
 keep of the frames they have written (measured, libvips 8.18, 10 and 100 frames of 800x800 to
 400x400: GIF 4.8, WebP 3.4 bytes per output pixel and frame)."""
+ANIMATION_PIXELS_MULTIPLE = 4
+"""An animation kept animated may have this many times MEDIASRV_MAX_IMAGE_PIXELS in all its frames
+(frames x canvas): every frame is decoded and resized, so its time grows with them, whatever the
+file's size or the output's (a 7 KB GIF of 300 frames of 2000x2000, 1.2 G pixels, took 1.4 s of
+CPU per variant). 4 x the default 50 M: a 300-frame 800x800 GIF, about 0.25 s at that rate."""
 ANIMATED_DECODE_COPIES = {"gif": 2, "webp": 0}
 """Whole-canvas RGBA buffers an animated source's loader holds besides its first frame: libnsgif
 a frame and the one before it (2 canvases for any length); libwebp's animation decoder holds every

@@ -37,7 +37,7 @@ import pyvips
 
 from mediasrv.base.errors import BadRequest, UnprocessableImage, UnsupportedMedia
 from mediasrv.images import iccprofile, inmemory, jpeg, metadata, probe, shrink, sniff, vips, webp
-from mediasrv.images.cost import OUTPUT_MAX_PIXELS, ReservationTooSmall, animates
+from mediasrv.images.cost import ANIMATION_PIXELS_MULTIPLE, OUTPUT_MAX_PIXELS, ReservationTooSmall, animates
 from mediasrv.images.headers import header_dimensions, header_layout
 from mediasrv.images.layout import PixelLayout
 from mediasrv.images.metadata import MAX_FRAMES_COUNTED, MetadataFacts
@@ -235,12 +235,19 @@ def read_header(job: Job) -> None:
 
 
 def check_pixels(job: Job) -> None:
-    """Refuse a first frame (the only one ever decoded) larger than the server's limit, a layout
-    the server does not transform, or one beyond what the job's memory was reserved for."""
+    """Refuse a first frame larger than the server's limit, an animation kept animated with more
+    pixels in all its frames than ``ANIMATION_PIXELS_MULTIPLE`` times it (422 TOO_MANY_FRAMES: its
+    first frame is still made), a layout the server does not transform, or one beyond what the
+    job's memory was reserved for."""
     info, layout, limits = job.header.info, job.header.layout, job.limits
     if info.width * info.height > limits.max_pixels:
         raise UnprocessableImage(
             f"The image is too large to process ({info.width}x{info.height} pixels)")
+    most = ANIMATION_PIXELS_MULTIPLE * limits.max_pixels
+    if job.animate and info.width * info.height * job.frames > most:
+        raise UnprocessableImage(f"The animation has {job.frames} frames of {info.width}x{info.height} pixels, more "
+                                 f"than this server keeps animated ({most:,} pixels in all): ask for animated=false "
+                                 "for its first frame", code="TOO_MANY_FRAMES")
     layout.check()
     if (limits.max_source_area is not None and info.width * info.height > limits.max_source_area) or \
             (limits.max_layout is not None and layout.pixel_bytes > limits.max_layout.pixel_bytes):
