@@ -82,6 +82,22 @@ def test_counters_are_per_key_and_per_route() -> None:
     assert limiter.hit("settings.patch", "user-b", per_ip=False).allowed
 
 
+def test_an_ipv6_client_is_counted_by_its_64_network() -> None:
+    """A host on an IPv6 network has 2**64 addresses: counted alone, each would start afresh."""
+    limiter = RateLimiter(LIMITS.values(), clock=Clock(6000.0))
+    for n in range(10):  # ten addresses of one /64, written every way IPv6 allows
+        assert limiter.hit("register", f"2001:db8:0:1::{n + 1:x}" if n % 2 else f"2001:DB8:0:1:0:0:0:{n + 1:x}",
+                           per_ip=True).allowed
+    assert not limiter.hit("register", "2001:db8:0:1:ffff:ffff:ffff:ffff", per_ip=True).allowed
+    assert not limiter.would_allow("register", "2001:db8:0:1::abcd")
+    assert limiter.hit("register", "2001:db8:0:2::1", per_ip=True).allowed  # the next /64
+    for _ in range(10):
+        limiter.hit("register", "::ffff:10.0.0.9", per_ip=True)  # IPv4-mapped: the IPv4 address
+    assert not limiter.hit("register", "10.0.0.9", per_ip=True).allowed
+    assert limiter.hit("register", "10.0.0.10", per_ip=True).allowed
+    assert limiter.hit("register", "unknown", per_ip=True).allowed  # not an address: as it is
+
+
 def test_window_rolls_over_on_the_clock_minute() -> None:
     clock = Clock(60 * 1000 + 30.0)
     limiter = RateLimiter(LIMITS.values(), clock=clock)

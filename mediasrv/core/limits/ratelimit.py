@@ -18,6 +18,7 @@ documents (and through GET /reference/for-agents the nginx sidecar's /m counter)
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -97,11 +98,12 @@ class RateLimiter:
         return Decision(allowed=count <= limit, limit=limit, remaining=max(0, limit - count), reset_s=reset_s)
 
     def hit(self, route: str, key: str, *, per_ip: bool) -> Decision:
-        """Count one request against counter ``route`` and say whether it is within the limit."""
+        """Count one request against counter ``route`` and say whether it is within the limit
+        (an address is counted by its ``address_bucket``)."""
         limit = (self._ip if per_ip else self._user)[route]
         now = self._clock()
         window = int(now // WINDOW_S)
-        count = self._local.count((route, key), window)
+        count = self._local.count((route, address_bucket(key) if per_ip else key), window)
         reset_s = max(1, math.ceil((window + 1) * WINDOW_S - now))
         return Decision(allowed=count <= limit, limit=limit, remaining=max(0, limit - count),
                         reset_s=reset_s)
@@ -110,7 +112,7 @@ class RateLimiter:
         """Whether one more request by address ``key`` is within ``route``'s per-address limit,
         counting nothing: a caller that then answers counts it with ``hit``, one that hands the
         request on leaves the counting to whoever answers."""
-        return self._local.peek((route, key), int(self._clock() // WINDOW_S)) < self._ip[route]
+        return self._local.peek((route, address_bucket(key)), int(self._clock() // WINDOW_S)) < self._ip[route]
 
     def counts(self) -> dict[Hashable, int]:
         """The counts kept in this process in the current window, by (counter, key)."""
@@ -118,6 +120,22 @@ class RateLimiter:
 
     def __len__(self) -> int:
         return len(self._local)
+
+
+def address_bucket(address: str) -> str:
+    """What a per-address limit counts for a client address: an IPv4 address itself; an IPv6
+    address's /64, the one network a subscriber is given (a host there has 2**64 addresses to
+    rotate through, each a fresh counter if counted alone); an IPv4-mapped IPv6 address as the
+    IPv4 address. Anything that does not parse is counted as it is."""
+    if ":" not in address:
+        return address
+    try:
+        ip = ipaddress.IPv6Address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
 
 
 def _by_name(limits: Iterable[Limit]) -> dict[str, Limit]:
