@@ -47,8 +47,12 @@ from mediasrv.images.spec import AUTO, COMPASS, FORMATS, SMART_GRAVITIES, Transf
 __all__ = ["DECODE_STEPS", "ENCODERS", "HEADER_STEPS", "STEPS", "FileInput", "Header", "Job",
            "Limits", "crop", "decode_shrink", "planned", "require_libvips", "transform"]
 
-# Loader options for the real decode: fail on truncated data instead of serving a grey tail.
-_LOAD_OPTIONS = "fail_on=truncated"
+_LOAD_OPTIONS = {"tiff": "fail_on=error"}
+"""Loader options for the real decode: fail on truncated data instead of serving a grey or black
+tail. libtiff reports a strip cut short as an error, not as truncation (half a TIFF was served
+with a black lower half); a JPEG whose data stops at an early EOI ("premature end of data
+segment", a warning) is decoded with its rest grey, as browsers, Pillow and thumbor show it."""
+_DEFAULT_LOAD_OPTIONS = "fail_on=truncated"
 _HEADER_BYTES = 512 * 1024
 """What the pure-Python header readers are given of the file (a JPEG's frame header is found by
 ``metadata``'s segment walk instead, however deep it lies)."""
@@ -228,7 +232,7 @@ def read_header(job: Job) -> None:
         return
     if fmt is None and sniff.looks_foreign(head):
         raise UnsupportedMedia()
-    job.image = _open(job, 1.0)
+    job.image = _open(job, 1.0, fmt)
     job.decoder = "libvips"
     job.opened = _opened_header(job.image)
     _check_frames(job, job.image, job.opened.info)
@@ -326,7 +330,7 @@ def open_image(job: Job) -> None:
     gives, a layout no wider, and libvips' orientation (the one the decode applies)."""
     if job.image is not None:
         return
-    image = _open(job, job.shrink)
+    image = _open(job, job.shrink, job.header.info.format)
     job.decoder = "libvips"
     real = _opened_header(image)
     declared = job.header.info
@@ -624,12 +628,11 @@ def _fitted(info: ImageInfo, box: tuple[int, int]) -> tuple[int, int]:
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def _open(job: Job, shrink: float) -> pyvips.Image:
+def _open(job: Job, shrink: float, fmt: str | None) -> pyvips.Image:
     """The job's one libvips open (header only; pixels are decoded as they are asked for), with
     the decoder's shrink; 422 when no allowed loader reads it, 415 for a foreign format."""
-    options = _LOAD_OPTIONS + (",n=-1" if job.animate else "")
+    options = _LOAD_OPTIONS.get(fmt or "", _DEFAULT_LOAD_OPTIONS) + (",n=-1" if job.animate else "")
     if shrink > 1:
-        fmt = job.header.info.format
         options += f",shrink={int(shrink)}" if fmt == "jpeg" else f",scale={1 / shrink!r}"
     data = job.data
     # A libvips source over the stored file's descriptor, made here: a JPEG that libjpeg-turbo

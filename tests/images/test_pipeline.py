@@ -313,6 +313,22 @@ def test_truncated_other_formats_are_422(make) -> None:
     assert isinstance(error, UnprocessableImage)
 
 
+def test_a_tiff_whose_strips_are_cut_short_is_422_not_a_black_tail() -> None:
+    """Its directory comes first (as Pillow writes it), so the cut file opens: libtiff reports
+    the missing strips as read errors, which libvips' fail_on=truncated lets through."""
+    import io
+
+    from PIL import Image
+    noise = Image.frombytes("RGB", (200, 150), random.Random(5).randbytes(200 * 150 * 3))
+    out = io.BytesIO()
+    noise.save(out, "TIFF")
+    whole = out.getvalue()
+    assert pyvips.Image.new_from_buffer(whole[:len(whole) // 2], "").width == 200  # its header reads
+    error = _refusal(whole[:len(whole) // 2], "image/tiff", width=50)
+    assert isinstance(error, UnprocessableImage)
+    assert decoded_size(_run(whole, "image/tiff", width=50)[0]) == (50, 38)
+
+
 def test_corrupt_and_random_bytes_are_422(jpeg_640: bytes) -> None:
     corrupt = jpeg_640[:20] + b"\x00" * 400 + jpeg_640[420:]
     rng = random.Random(3)
