@@ -596,3 +596,26 @@ async def test_a_strict_server_shows_every_picture_of_the_files_page(api: Api, s
         assert {url.split("?")[0] for url, _ in media} == {f"/m/{f['file_id']}" for f in [*public, private]}
         assert [(url, status) for url, status in media if status != 200] == [], media
         assert problems == []
+
+
+async def test_a_private_svg_is_never_shown_from_the_dashboard_s_origin(api: Api, settings: Settings) -> None:
+    """A private thumbnail is a blob: URL, which is the dashboard's own origin, without the sandbox
+    /m answers with: an SVG's script shown that way ran there once opened in a tab of its own, and
+    asked the open tabs for the session (tabsession.js). Only pictures that hold no script are."""
+    email = "private-svg@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    svg = (b'<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10">'
+           b'<script>document.title = "ran"</script><rect width="10" height="10"/></svg>')
+    await upload(api, token, "logo.svg", "image/svg+xml", svg, public=False)
+    await upload(api, token, "secret.png", "image/png", landscape(2), public=False)
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await all_thumbnails_loaded(page, 1)  # the PNG's picture; the SVG has its typed tile
+        assert (await page.get_by_role("img", name="secret.png", exact=True).get_attribute("src") or "").startswith(
+            "blob:")
+        await expect(page.locator(".type-tile[aria-label='logo.svg']")).to_have_count(1)
+        blobs = await page.evaluate("() => [...document.images].map(i => i.src).filter(s => s.startsWith('blob:'))")
+        assert len(blobs) == 1, blobs
+        assert problems == []

@@ -31,6 +31,14 @@ export function mediaPath(file, params = null) {
   return params ? `${path}?${new URLSearchParams(params)}` : path;
 }
 
+/**
+ * The types a private thumbnail is shown from a blob: URL: pictures that cannot hold a script.
+ * A blob: URL is the dashboard's own origin, without the sandbox /m and /d answer with, so an
+ * SVG (or anything else) shown that way ran its script here once opened in a tab of its own,
+ * where it could ask the session of the open tabs (tabsession.js). Other types get their tile.
+ */
+const BLOB_SAFE = new Set(['image/png', 'image/jpeg', 'image/webp', 'image/gif', 'image/avif']);
+
 /** A tile for a file shown without pixels: its kind and extension. */
 export function typeTile(file, label) {
   const kind = kindOf(file.content_type);
@@ -69,6 +77,7 @@ export function thumbnail(file, objectUrls, limits) {
     const want = Math.ceil(240 * (window.devicePixelRatio || 1));
     const width = widths.length ? widthFor(limits, want, THUMB_WIDTHS) : null;
     fetchBlob(width ? mediaPath(file, { width }) : mediaPath(file)).then((blob) => {
+      if (!BLOB_SAFE.has(blob.type.split(';')[0].trim().toLowerCase())) throw new Error('not shown from a blob');
       const url = URL.createObjectURL(blob);
       objectUrls.push(url);
       img.src = url;
