@@ -4,7 +4,6 @@ type, the file name (x-file-name or ``name``) and the declared length. Each refu
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -13,7 +12,7 @@ import tornado.web
 
 from mediasrv.base.errors import BadRequest
 from mediasrv.base.timeutil import iso, parse_iso
-from mediasrv.core.files.service import MAX_NAME_CHARS
+from mediasrv.core.files.service import MAX_NAME_CHARS, unsafe_name
 
 DRAIN_LIMIT = 1024 * 1024
 """A refused upload's body up to this size is read and dropped before the answer (see files.py)."""
@@ -83,8 +82,9 @@ def _checked_name(name: str, field: str) -> str | None:
     """Control characters and over-long names refused; empty means no name."""
     if len(name) > MAX_NAME_CHARS:
         raise BadRequest(f"{field} must be at most {MAX_NAME_CHARS} characters", code="INVALID_FILE_NAME")
-    if any(unicodedata.category(c) == "Cc" for c in name):  # C0, DEL and C1 controls
-        raise BadRequest(f"{field} must not contain control characters", code="INVALID_FILE_NAME")
+    if unsafe_name(name):
+        raise BadRequest(f"{field} must not contain control or bidirectional control characters",
+                         code="INVALID_FILE_NAME")
     return name or None
 
 

@@ -77,6 +77,7 @@ async def test_patch_is_the_owners_only(api: Api, stores: Any) -> None:
     ({"is_public": "yes"}, "INVALID_IS_PUBLIC"),
     ({"name": 5}, "INVALID_FILE_NAME"),
     ({"name": "a\nb"}, "INVALID_FILE_NAME"),
+    ({"name": "report\u202egnp.exe"}, "INVALID_FILE_NAME"),  # reads as reportexe.png
     ({"name": "x" * 256}, "INVALID_FILE_NAME"),
     ({"size": 1}, "UNKNOWN_FIELD"),
     ({"focalPoint": {"x": 0.5, "y": 0.5}}, "UNKNOWN_FIELD"),

@@ -273,6 +273,7 @@ async def test_file_name_is_percent_decoded_utf8(api: Api) -> None:
     "x" * 256,                      # 256 characters
     urllib.parse.quote("é" * 256),  # 256 characters, 512 bytes
     "a%0Ab", "a%00b", "a%7Fb", "tab%09.txt", "%C2%85next-line",  # control characters (C0, DEL, C1)
+    "report%E2%80%AEgnp.exe", "a%E2%81%A6b", "a%E2%80%8Fb",     # bidirectional controls (RLO, LRI, RLM)
     "a%ZZb", "100%", "a%2", "%C3", "%FF%FE",  # invalid percent-encoding or UTF-8
 ])
 async def test_bad_file_name_is_400(api: Api, settings: Settings, stores: Stores, raw_name: str) -> None:
@@ -300,7 +301,8 @@ async def test_raw_non_ascii_file_name_is_400(api: Api, settings: Settings, stor
 
 async def test_name_query_parameter_takes_any_unicode_name(api: Api) -> None:
     token = await token_for(api)
-    for name in ("été 📷.png", "東京 notes.txt", 'a/b\\c"d;e%f+g&h=i#j?.txt', "x" * 255, "  spaced  "):
+    for name in ("été 📷.png", "東京 notes.txt", 'a/b\\c"d;e%f+g&h=i#j?.txt', "x" * 255, "  spaced  ",
+                 "👩\u200d💻 family.png", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.txt"):  # joiners stay
         f = await uploaded(api, token, query="?" + urllib.parse.urlencode({"name": name}))
         assert f["name"] == name
     f = await uploaded(api, token, query="?name=")

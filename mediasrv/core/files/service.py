@@ -38,6 +38,15 @@ log = logging.getLogger("mediasrv.files")
 GUARD_MAX_AGE_S = 1.0
 """How old the store guard's answer may be when an upload starts (see StoreGuard.recent)."""
 MAX_NAME_CHARS = 255
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def unsafe_name(name: str) -> bool:
+    """Whether a file name holds control characters (C0, DEL, C1) or bidirectional controls: with
+    those a name reads as another wherever it is shown ("report\u202egnp.exe" shows as
+    "reportexe.png", while a download saves it under its real name). Other format characters
+    (the joiners of emoji and of Persian or Indic script) are kept."""
+    return any(c in _BIDI_CONTROLS or unicodedata.category(c) == "Cc" for c in name)
 DEFAULT_SORT = FileQuery().sort
 """The interface's order of a file listing: newest first."""
 
@@ -298,10 +307,9 @@ def read_changes(body: dict[str, Any]) -> FileChanges:
                          code="UNKNOWN_FIELD")
     name = body.get("name")
     if "name" in body and name is not None and (
-            not isinstance(name, str) or len(name) > MAX_NAME_CHARS
-            or any(unicodedata.category(c) == "Cc" for c in name)):
+            not isinstance(name, str) or len(name) > MAX_NAME_CHARS or unsafe_name(name)):
         raise BadRequest(f"name must be a string of at most {MAX_NAME_CHARS} characters without control "
-                         "characters, or null", code="INVALID_FILE_NAME")
+                         "or bidirectional control characters, or null", code="INVALID_FILE_NAME")
     is_public = body.get("is_public", False)
     if not isinstance(is_public, bool):
         raise BadRequest("is_public must be true or false", code="INVALID_IS_PUBLIC")
