@@ -52,7 +52,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 TIMEOUT_MS = 15_000
 PASSWORD = "s3cret-pass"
-
+OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+"""How far the page is wider than the screen (0: nothing to scroll sideways)."""
 
 # Slow (a browser): scheduled first (tests/conftest.py). On one worker, so the module's loop and
 # Playwright driver start once per run, not once per worker that takes one of its tests.
@@ -373,6 +374,10 @@ async def test_register_confirm_login_upload_copy_key_settings_logout(api: Api, 
         await expect(page.locator("dl.facts")).to_contain_text("_mediasrv-challenge.media.example.com")
         pending = body(await api.call("GET", "/settings", token=await _token(api, email)))["custom_domain"]
         await expect(page.locator("dl.facts")).to_contain_text(pending["verification_record"]["value"])
+        size = page.viewport_size
+        await page.set_viewport_size({"width": 360, "height": 740})  # a phone: the long record wraps
+        assert await page.evaluate(OVERFLOW) == 0
+        await page.set_viewport_size(size)
         local_dns.txt["_mediasrv-challenge.media.example.com"] = [pending["verification_record"]["value"]]
         await page.get_by_role("button", name="Check domain status").click()
         await expect(page.locator("dl.facts dd.ok").first).to_have_text("active")

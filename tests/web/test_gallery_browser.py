@@ -23,6 +23,7 @@ from mediasrv.base.settings import Settings
 from tests.conftest import Api, ShiftableClock, body
 from tests.web import test_dashboard_browser as dashboard
 from tests.web.test_dashboard_browser import (
+    OVERFLOW,
     _token,
     _wait_clipboard,
     assert_accessible,
@@ -47,7 +48,6 @@ COLORS = [(220, 90, 40), (40, 130, 70), (30, 90, 190), (200, 40, 120), (240, 200
 # the left half orange, the right half blue.
 ORANGE_BLUE_HASH = "nRgKrZZ/dXlniHh3h3iHh4+H+JiI"
 COLUMNS = "g => getComputedStyle(g).gridTemplateColumns.split(' ').length"
-OVERFLOW = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
 # Slow (a browser): scheduled first (tests/conftest.py). On one worker, so the module's loop and
