@@ -170,6 +170,9 @@ class StartFailureTest(unittest.TestCase):
                 port = taken.getsockname()[1]
                 out = self.run_serve(Path(tmp) / "d", "--port", str(port))
                 self.assertIn(str(port), out.stderr)
+                # ... before it opened a store: on a data directory another server uses, its start-up
+                # reconcile would have dropped that server's reservations of uploads in flight
+                self.assertFalse((Path(tmp) / "d" / "meta.sqlite3").exists())
 
             out = self.run_serve(Path(tmp) / "d", "--port", "70000")
             self.assertIn("port", out.stderr)
