@@ -7,7 +7,15 @@ The protocol is parsed and written here; every decision is ``ResumableUploads``'
 The id in ``Location: /uploads/<id>`` is the file's ``file_id`` once the last byte lands.
 Errors keep the API's JSON contract (``{"error", "code"}``) with tus's statuses: 409 offset
 mismatch, 410 expired, 412 another protocol version, 415 a PATCH not sent as
-``application/offset+octet-stream``, 460 checksum mismatch.
+``application/offset+octet-stream``, 423 a DELETE while a PATCH writes the upload, 460
+checksum mismatch.
+
+A creation answered with an error carries no Location, so its client can never find the upload:
+nothing of it is left (it is ended, its reservation given back). That holds for a body refused
+before it is read (413 past Upload-Length, 429, 503), a body whose checksum does not match (460,
+as the checksum extension answers a PATCH) and a client gone or cut off mid-body. Only a
+storage failure while the body is written is answered 201 with Upload-Offset 0 (tus: the offset
+the accepted bytes reached): the upload exists, announced, and the client sends the chunk again.
 
 The activity log counts an upload once: the request that completed it (its size the file's),
 beside its refusals and its termination; the HEADs and the PATCHes in between are not logged.
@@ -30,9 +38,11 @@ from mediasrv.base.timeutil import parse_iso
 from mediasrv.core.files import content_types
 from mediasrv.core.files.resumable import (
     CHECKSUMS,
+    ChecksumMismatch,
     Patch,
     PatchResult,
     ResumableRequest,
+    ResumableUpload,
     ResumableUploads,
     parse_checksum,
 )
@@ -202,10 +212,14 @@ class StreamedTus(TusBase):
         return result
 
     def on_connection_close(self) -> None:
-        """A client gone mid-chunk: what arrived is kept (``Patch.abandoned``)."""
+        """A client gone mid-chunk (or cut off by the body limit): ``client_gone``."""
         if self.chunk is not None:
-            self.resumable_background(self.chunk.abandoned())
+            self.resumable_background(self.client_gone(self.chunk))
         super().on_connection_close()
+
+    def client_gone(self, chunk: Patch) -> Coroutine[Any, Any, None]:
+        """What arrived is kept (``Patch.abandoned``)."""
+        return chunk.abandoned()
 
     def resumable_background(self, work: Coroutine[Any, Any, None]) -> None:
         self.resumable.in_background(work)
@@ -216,7 +230,8 @@ class UploadsHandler(StreamedTus):
     """``/uploads``: OPTIONS says what this server speaks; POST creates an upload."""
 
     STREAMED = "POST"
-    created: str | None = None
+    created: ResumableUpload | None = None
+    """The upload this request created, until its answer says where it is (201 with Location)."""
 
     async def start(self) -> None:
         assert self.principal is not None
@@ -224,11 +239,31 @@ class UploadsHandler(StreamedTus):
         if with_body:
             self.checked_stream()  # before anything is created or reserved
         upload = await self.resumable.create(self.principal.user, self._creation)
-        self.created = upload.file_id
+        self.created = upload
         self.set_header("Location", f"{self.base.path}/{upload.file_id}")  # /uploads/<file_id>
         self.set_header("Upload-Expires", _http_date(upload.expires_at))
         if with_body or upload.length == 0:
-            await self.begin(upload.file_id, 0)
+            try:
+                await self.begin(upload.file_id, 0)
+            except Exception:  # its answer is this error, without the Location
+                await self.withdraw()
+                raise
+
+    async def withdraw(self) -> None:
+        """The creation is answered with an error, or not at all: the client never learns the
+        upload's Location, so the upload is ended (state, bytes, reservation)."""
+        created, self.created = self.created, None
+        if created is None:
+            return
+        if self.chunk is not None:
+            await self.chunk.withdraw()
+        else:
+            await self.resumable.withdraw(created)
+
+    def client_gone(self, chunk: Patch) -> Coroutine[Any, Any, None]:
+        """A creation's client gone mid-body, or cut off by the body limit (413 past
+        Upload-Length): no Location reached it, so nothing is kept (``withdraw``)."""
+        return self.withdraw() if self.created is not None else super().client_gone(chunk)
 
     def _creation(self) -> ResumableRequest:
         headers = self.request.headers
@@ -256,10 +291,15 @@ class UploadsHandler(StreamedTus):
     async def post(self) -> None:
         try:
             result = await self.end_patch()
+        except ChecksumMismatch:
+            await self.withdraw()  # 460 (tus checksum), no Location: nothing left
+            raise
         except ApiError:
             if self.created is None or self.chunk is None or self.chunk.upload_ended:
-                raise  # nothing created, or a refusal that ended it
+                await self.withdraw()  # (nothing created, or a refusal that ended it: nothing to do)
+                raise
             result = None  # the first chunk failed (storage): the upload stands at 0, resumable
+        self.created = None  # answered with its Location
         offset = 0 if result is None else result.offset
         self.set_header("Upload-Offset", str(offset))
         self.set_status(201)
@@ -340,7 +380,11 @@ def _create(ctx: DocContext) -> Json:
                            "`GET /files/<id>`, `/m/<id>` and `/d/<id>` serve it). The whole Upload-Length is "
                            "reserved against the account's storage quota now. A body sent as "
                            f"`{OFFSET_STREAM}` is the first chunk. The same checks as POST /files run on the "
-                           "first bytes; a refused upload is ended, nothing of it kept. An unfinished upload "
+                           "first bytes; a refused upload is ended, nothing of it kept. An error answer has no "
+                           "Location and leaves no upload (nor any reservation): a body past Upload-Length "
+                           "(413), refused for now (429 too many uploads at once, 503) or failing its "
+                           "Upload-Checksum (460) included; only a storage failure while the body is written "
+                           "is 201 with Upload-Offset 0 (send the chunk again with PATCH). An unfinished upload "
                            "expires after MEDIASRV_UPLOAD_EXPIRY (Upload-Expires).",
             "parameters": [_TUS,
                            _header("Upload-Length", "the file's size in bytes", typed("integer", minimum=0), True),
@@ -355,9 +399,11 @@ def _create(ctx: DocContext) -> Json:
                           "400": error("Bad tus headers or metadata, or bytes that are not an allowed type."),
                           "403": error("The trial has ended, or the storage or file count limit is reached."),
                           "412": error("Another tus version."),
-                          "413": error(f"Upload-Length over the account's cap (at most {ctx.max_upload} bytes)."),
-                          "460": error("The body's checksum does not match (nothing of it kept)."),
-                          "503": error("Storage unavailable or uploads busy; try again after Retry-After.")}}
+                          "413": error(f"Upload-Length over the account's cap (at most {ctx.max_upload} bytes), "
+                                       "or a body longer than Upload-Length (nothing created)."),
+                          "460": error("The body's checksum does not match (nothing created)."),
+                          "503": error("Storage unavailable or uploads busy (nothing created); try again after "
+                                       "Retry-After.")}}
 
 
 def _offset(ctx: DocContext) -> Json:
@@ -392,9 +438,13 @@ def _patch(ctx: DocContext) -> Json:
 
 
 def _terminate(ctx: DocContext) -> Json:
-    return {"description": "Ends an unfinished upload (tus termination): its bytes, state and quota reservation go.",
+    return {"description": "Ends an unfinished upload (tus termination): its bytes, state and quota reservation go. "
+                           "While a PATCH is writing the upload the DELETE is refused (423) and changes nothing; "
+                           "send it again once the PATCH has ended. Once the last byte has landed there is no "
+                           "upload to end (404): the file exists (`DELETE /files/<id>` removes it).",
             "parameters": [{"name": "id", "in": "path", "required": True, "schema": typed("string")}, _TUS],
-            "responses": {"204": {"description": "Ended."}, "404": error("No such upload of yours.")}}
+            "responses": {"204": {"description": "Ended."}, "404": error("No such upload of yours."),
+                          "423": error("A PATCH is writing this upload (UPLOAD_LOCKED); nothing changed.")}}
 
 
 # ---------------------------------------------------------------------------- routes

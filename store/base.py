@@ -379,8 +379,15 @@ class ResumableStore(Protocol):
     async def unlock_upload(self, file_id: str, lock: str) -> None:
         """Give the lock up without moving the offset (nothing when ``lock`` does not hold it)."""
 
-    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
-        """Remove the upload's state; what it was, or None when there was none."""
+    async def delete_upload(self, file_id: str, *, lock: str | None = None,
+                            unlocked_at: str | None = None) -> ResumableUpload | None:
+        """Remove the upload's state; what it was, or None when there was none to remove.
+
+        Conditional when told so, in the same atomic step: with ``lock``, only while that lock
+        holds it (the request writing it ends it); with ``unlocked_at``, only while no lock holds
+        it at that time (none, or one that ended before it: a termination, the expiry); with
+        both, either. Of the requests ending one upload, exactly one gets it back, and that one
+        answers for the upload's reservation."""
 
     async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:
         """Up to ``limit`` uploads whose ``expires_at`` is before ``before``."""

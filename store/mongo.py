@@ -886,9 +886,20 @@ class MongoMetaStore:
     async def unlock_upload(self, file_id: str, lock: str) -> None:
         await self._idempotent(lambda db: mongo_uploads.unlock(db, file_id, lock))
 
-    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
+    async def delete_upload(self, file_id: str, *, lock: str | None = None,
+                            unlocked_at: str | None = None) -> ResumableUpload | None:
+        """One find_one_and_delete, its conditions (the lock's, as ``mongo_uploads.lock`` reads
+        it) in the filter."""
+        flt: Doc = {"_id": file_id}
+        held: list[Doc] = []
+        if lock is not None:
+            held.append({"lock": lock})
+        if unlocked_at is not None:
+            held += [{"lock": None}, {"locked_until": {"$lt": to_date(unlocked_at)}}]
+        if held:
+            flt["$or"] = held
         async with self._op() as db:
-            doc = await db[mongo_uploads.COLLECTION].find_one_and_delete({"_id": file_id})
+            doc = await db[mongo_uploads.COLLECTION].find_one_and_delete(flt)
         return None if doc is None else _upload(doc)
 
     async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:

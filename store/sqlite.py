@@ -956,8 +956,20 @@ later durable commit, such as the advance that releases the lock, makes it durab
 resumable upload's PATCH then pays one fsync of the metadata, not two."""
 
 
-def _delete_upload(conn: sqlite3.Connection, file_id: str) -> ResumableUpload | None:
-    found = _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM {UPLOADS} WHERE file_id = ?", (file_id,), _upload)
+def _delete_upload(conn: sqlite3.Connection, file_id: str, lock: str | None = None,
+                   unlocked_at: str | None = None) -> ResumableUpload | None:
+    """Looked up and deleted in one transaction of the writer thread: of two callers whose
+    conditions both match, the second finds nothing."""
+    held: list[str] = []
+    params: list[Any] = [file_id]
+    if lock is not None:
+        held.append("uploads.lock = ?")
+        params.append(lock)
+    if unlocked_at is not None:
+        held.append("uploads.lock IS NULL OR uploads.locked_until < ?")
+        params.append(unlocked_at)
+    where = "file_id = ?" + (f" AND ({' OR '.join(held)})" if held else "")
+    found = _fetch_one(conn, f"SELECT {UPLOAD_COLS} FROM {UPLOADS} WHERE {where}", tuple(params), _upload)
     if found is not None:
         conn.execute("DELETE FROM uploads WHERE file_id = ?", (file_id,))
         conn.execute("DELETE FROM upload_heads WHERE file_id = ?", (file_id,))
@@ -2111,8 +2123,9 @@ class SqliteMetaStore:
     async def unlock_upload(self, file_id: str, lock: str) -> None:
         await self._write(_unlock_upload, file_id, lock)
 
-    async def delete_upload(self, file_id: str) -> ResumableUpload | None:
-        return await self._write(_delete_upload, file_id)
+    async def delete_upload(self, file_id: str, *, lock: str | None = None,
+                            unlocked_at: str | None = None) -> ResumableUpload | None:
+        return await self._write(_delete_upload, file_id, lock, unlocked_at)
 
     async def expired_uploads(self, before: str, limit: int) -> list[ResumableUpload]:
         _check_page(0, limit)

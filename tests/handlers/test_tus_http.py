@@ -15,7 +15,7 @@ import re
 import struct
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import orjson
@@ -395,23 +395,6 @@ async def test_a_creation_body_of_another_type_creates_nothing(api: Api) -> None
     assert await usage(api, token) == (0, 0)
 
 
-async def test_a_first_chunk_that_fails_leaves_the_created_upload_at_zero(api: Api) -> None:
-    """creation-with-upload whose body fails its checksum: the upload exists (Location, offset
-    0, nothing of the body kept) and the client sends the chunk again with PATCH."""
-    token = await login(api, "tus-create-sum@example.com")
-    data = payload(MIB, ZIP)
-    wrong = base64.b64encode(hashlib.sha1(b"not these bytes").digest()).decode()
-    r = await api.call("POST", "/uploads", token=token, body=data, headers={
-        "Tus-Resumable": "1.0.0", "Upload-Length": str(len(data)), "Content-Type": "application/offset+octet-stream",
-        "Upload-Checksum": f"sha1 {wrong}"})
-    assert r.code == 201 and r.headers["Upload-Offset"] == "0", r.body
-    path = r.headers["Location"]
-    r = await api.call("PATCH", path, token=token, body=data, headers={
-        "Tus-Resumable": "1.0.0", "Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"})
-    assert r.code == 204 and r.headers["Upload-Offset"] == str(len(data))
-    assert (await api.call("GET", f"/d/{file_id_of(path)}")).body == data
-
-
 def png_header(width: int, height: int) -> bytes:
     """The first bytes of a PNG of that size (signature and IHDR): what the checks read."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
@@ -464,3 +447,261 @@ class TestEndedTrial:
         r = await api.call("POST", "/files", token=token, body=b"late", headers={"Content-Type": "text/plain"})
         assert r.code == 403 and body(r)["code"] == "TRIAL_ENDED"
         assert await usage(api, token) == (0, 0)
+
+
+# --- termination against a PATCH in flight; creations answered with an error ------------------
+#
+# The interleavings are driven, not hoped for: a PATCH's headers (and part of its body) go out
+# on a socket of its own, the test waits until the server holds the upload's lock (read from the
+# store), sends the DELETE, and only then the rest of the body.
+
+OFFSET_STREAM = "application/offset+octet-stream"
+EVERYTHING = "9999-12-31T23:59:59.000Z"
+
+
+def tus_headers(**more: str) -> dict[str, str]:
+    return {"Tus-Resumable": "1.0.0", **{k.replace("_", "-"): v for k, v in more.items()}}
+
+
+async def create_upload(api: Api, token: str, length: int, filetype: str) -> str:
+    """A created upload (no body): its path, /uploads/<id>."""
+    r = await api.call("POST", "/uploads", token=token, headers=tus_headers(
+        Upload_Length=str(length), Upload_Metadata="filetype " + base64.b64encode(filetype.encode()).decode()))
+    assert r.code == 201, r.body
+    return str(r.headers["Location"])
+
+
+async def keep_a_file(api: Api, token: str, size: int) -> None:
+    r = await api.call("POST", "/files", token=token, body=b"k" * size, headers={"Content-Type": "text/plain"})
+    assert r.code == 201, r.body
+
+
+async def listed(api: Api, token: str) -> tuple[int, int]:
+    """What the account's listing adds up to: (bytes, files), the truth the counters must show."""
+    r = await api.call("GET", "/files?limit=100", token=token)
+    assert r.code == 200, r.body
+    return sum(f["size"] for f in body(r)["files"]), body(r)["total"]
+
+
+class RawPatch:
+    """A PATCH on a socket of its own, its body sent in pieces when the test says so."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, sockets: list[asyncio.StreamWriter], port: int, token: str, path: str, offset: int,
+                   length: int) -> RawPatch:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        sockets.append(writer)
+        writer.write((f"PATCH {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nTus-Resumable: 1.0.0\r\n"
+                      f"Upload-Offset: {offset}\r\nContent-Type: {OFFSET_STREAM}\r\n"
+                      f"Content-Length: {length}\r\n\r\n").encode())
+        await writer.drain()
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def answer(self) -> tuple[int, bytes]:
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), 10)
+        found = re.search(rb"(?i)\r\ncontent-length: (\d+)", head)
+        payload = await self.reader.readexactly(int(found.group(1))) if found else b""
+        self.writer.close()
+        return int(head.split(b" ", 2)[1]), payload
+
+
+@pytest.fixture
+def sockets(io_loop: Any) -> Iterator[list[asyncio.StreamWriter]]:
+    """The test's own connections, closed at its end however it ends."""
+    opened: list[asyncio.StreamWriter] = []
+    yield opened
+    for writer in opened:
+        writer.close()
+
+
+async def until_locked(meta: Any, file_id: str) -> None:
+    """Wait for a state of the server (the PATCH holds the upload's lock), not for a duration."""
+    for _ in range(1000):
+        upload = await meta.get_upload(file_id)
+        if upload is not None and upload.lock is not None:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the PATCH never locked the upload")
+
+
+async def test_a_delete_while_a_patch_writes_is_423_and_the_patch_completes(
+        api: Api, stores: Any, http_server_port: Any, sockets: list[asyncio.StreamWriter]) -> None:
+    """A DELETE meeting a PATCH that holds the upload is refused (423 UPLOAD_LOCKED) and changes
+    nothing: the PATCH brings the last byte, the file exists and counts once."""
+    token = await login(api, "tus-del-final@example.com")
+    await keep_a_file(api, token, 600)
+    path = await create_upload(api, token, 300, "text/plain")
+    fid = file_id_of(path)
+    patch = await RawPatch.open(sockets, http_server_port[1], token, path, 0, 300)
+    await patch.send(b"a" * 100)
+    await until_locked(stores[0], fid)
+    r = await api.call("DELETE", path, token=token, headers=tus_headers())
+    assert r.code == 423 and body(r)["code"] == "UPLOAD_LOCKED", r.body
+    await patch.send(b"a" * 200)
+    assert (await patch.answer())[0] == 204
+    assert (await api.call("GET", f"/files/{fid}", token=token)).code == 200
+    assert await usage(api, token) == await listed(api, token) == (900, 2)
+    assert await stores[0].get_upload(fid) is None
+
+
+async def test_a_delete_while_a_patch_writes_then_refused_bytes_release_the_quota_once(
+        api: Api, stores: Any, http_server_port: Any, sockets: list[asyncio.StreamWriter]) -> None:
+    """The reviewer's case: a DELETE during a PATCH whose bytes are then refused (not the PNG the
+    upload names). The upload's reservation is given back once, by the PATCH that ended it: the
+    account's counters still show the file it keeps."""
+    token = await login(api, "tus-del-refused@example.com")
+    await keep_a_file(api, token, 600)
+    path = await create_upload(api, token, 300, "image/png")
+    fid = file_id_of(path)
+    assert await usage(api, token) == (900, 2)
+    patch = await RawPatch.open(sockets, http_server_port[1], token, path, 0, 300)
+    await until_locked(stores[0], fid)
+    r = await api.call("DELETE", path, token=token, headers=tus_headers())
+    assert r.code == 423, r.body
+    await patch.send(b"<html>" + b"a" * 294)
+    status, payload = await patch.answer()
+    assert status == 400 and orjson.loads(payload)["code"] == "CONTENT_MISMATCH"
+    assert await usage(api, token) == await listed(api, token) == (600, 1)
+    assert await stores[0].get_upload(fid) is None
+    await assert_no_partial(stores[1], fid)
+    assert (await api.call("DELETE", path, token=token, headers=tus_headers())).code == 404
+
+
+@pytest.mark.parametrize("rest", ["valid", "refused"])
+async def test_a_patch_whose_lock_lapsed_loses_to_the_delete_cleanly(
+        api: Api, stores: Any, http_server_port: Any, clock: ShiftableClock, rest: str,
+        sockets: list[asyncio.StreamWriter]) -> None:
+    """A PATCH whose lock lapsed (its host stalled past LOCK_S) no longer holds the upload: the
+    DELETE wins (204, the reservation given back once), and the PATCH then ends with no file
+    made and nothing released a second time, whether its bytes were the last ones or refused."""
+    from mediasrv.core.files.resumable import LOCK_S
+
+    token = await login(api, f"tus-lapsed-{rest}@example.com")
+    await keep_a_file(api, token, 600)
+    path = await create_upload(api, token, 300, "text/plain" if rest == "valid" else "image/png")
+    fid = file_id_of(path)
+    patch = await RawPatch.open(sockets, http_server_port[1], token, path, 0, 300)
+    await until_locked(stores[0], fid)
+    clock.advance(LOCK_S + 1)
+    r = await api.call("DELETE", path, token=token, headers=tus_headers())
+    assert r.code == 204, r.body
+    assert await usage(api, token) == (600, 1)
+    await patch.send(b"a" * 300 if rest == "valid" else b"<html>" + b"a" * 294)
+    status, _ = await patch.answer()
+    assert status == (404 if rest == "valid" else 400)
+    assert (await api.call("GET", f"/files/{fid}", token=token)).code == 404
+    assert await usage(api, token) == await listed(api, token) == (600, 1)
+    await assert_no_partial(stores[1], fid)
+
+
+async def test_a_delete_while_the_last_byte_is_being_stored_does_not_undo_the_file(
+        api: Api, stores: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PATCH that brought the last byte has taken the upload for its file: a DELETE meanwhile
+    finds no upload (404) and gives nothing back; the file exists and counts once."""
+    token = await login(api, "tus-del-commit@example.com")
+    await keep_a_file(api, token, 600)
+    path = await create_upload(api, token, 300, "text/plain")
+    fid = file_id_of(path)
+    meta = stores[0]
+    inserting, go = asyncio.Event(), asyncio.Event()
+    insert_file = meta.insert_file
+
+    async def held_insert(record: Any) -> None:
+        if record.file_id == fid:
+            inserting.set()
+            await go.wait()
+        await insert_file(record)
+    monkeypatch.setattr(meta, "insert_file", held_insert)
+    patched = asyncio.ensure_future(api.call("PATCH", path, token=token, body=b"a" * 300, headers=tus_headers(
+        Upload_Offset="0", Content_Type=OFFSET_STREAM)))
+    await asyncio.wait_for(inserting.wait(), 10)
+    r = await api.call("DELETE", path, token=token, headers=tus_headers())
+    go.set()
+    done = await patched
+    assert r.code == 404, r.body
+    assert done.code == 204, done.body
+    assert (await api.call("GET", f"/files/{fid}", token=token)).code == 200
+    assert await usage(api, token) == await listed(api, token) == (900, 2)
+
+
+async def test_a_creation_whose_body_passes_upload_length_leaves_nothing(api: Api, stores: Any) -> None:
+    """creation-with-upload of 11 bytes for an Upload-Length of 10: 413 without a Location, and
+    no upload left holding quota (the client could never find it)."""
+    token = await login(api, "tus-create-over@example.com")
+    r = await api.call("POST", "/uploads", token=token, body=b"x" * 11, headers=tus_headers(
+        Upload_Length="10", Content_Type=OFFSET_STREAM))
+    assert r.code == 413 and body(r)["code"] == "UPLOAD_LENGTH_EXCEEDED" and "Location" not in r.headers, r.body
+    assert await usage(api, token) == (0, 0)
+    assert await stores[0].expired_uploads(EVERYTHING, 10) == []
+
+
+async def test_a_chunked_creation_body_over_upload_length_leaves_nothing(
+        api: Api, stores: Any, http_server_port: Any, sockets: list[asyncio.StreamWriter]) -> None:
+    """The same with a chunked body, cut by the server's body limit (413 before the handler sees
+    the bytes, then the connection closes): the upload goes once the server sees the close."""
+    token = await login(api, "tus-create-chunked@example.com")
+    reader, writer = await asyncio.open_connection("127.0.0.1", http_server_port[1])
+    sockets.append(writer)
+    writer.write((f"POST /uploads HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nTus-Resumable: 1.0.0\r\n"
+                  f"Upload-Length: 10\r\nContent-Type: {OFFSET_STREAM}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  ).encode() + b"b\r\n" + b"x" * 11 + b"\r\n0\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 413 ") and b"Location" not in head, head
+    for _ in range(200):  # ended in the background once the close is seen: wait for that state
+        if await stores[0].expired_uploads(EVERYTHING, 10) == [] and await usage(api, token) == (0, 0):
+            break
+        await asyncio.sleep(0.02)
+    assert await stores[0].expired_uploads(EVERYTHING, 10) == []
+    assert await usage(api, token) == (0, 0)
+
+
+async def test_a_creation_body_failing_its_checksum_is_460_and_leaves_nothing(api: Api, stores: Any) -> None:
+    """creation-with-upload whose body fails its Upload-Checksum: 460 (the checksum extension's
+    answer, as for a PATCH), no Location, so no upload either; the client creates again."""
+    token = await login(api, "tus-create-sum@example.com")
+    data = payload(MIB, ZIP)
+    wrong = base64.b64encode(hashlib.sha1(b"not these bytes").digest()).decode()
+    r = await api.call("POST", "/uploads", token=token, body=data, headers=tus_headers(
+        Upload_Length=str(len(data)), Content_Type=OFFSET_STREAM, Upload_Checksum=f"sha1 {wrong}"))
+    assert r.code == 460 and body(r)["code"] == "CHECKSUM_MISMATCH", r.body
+    assert "Location" not in r.headers and "Upload-Offset" not in r.headers
+    assert await usage(api, token) == (0, 0)
+    assert await stores[0].expired_uploads(EVERYTHING, 10) == []
+    right = base64.b64encode(hashlib.sha1(data).digest()).decode()
+    r = await api.call("POST", "/uploads", token=token, body=data, headers=tus_headers(
+        Upload_Length=str(len(data)), Content_Type=OFFSET_STREAM, Upload_Checksum=f"sha1 {right}"))
+    assert r.code == 201 and r.headers["Upload-Offset"] == str(len(data)), r.body
+    assert (await api.call("GET", f"/d/{file_id_of(r.headers['Location'])}")).body == data
+
+
+class TestCreationRefusedForItsBody:
+    """A creation whose body cannot be taken now (429: the account's uploads at once) is
+    answered with the error, no Location, and leaves nothing."""
+
+    @pytest.fixture
+    def app_env(self) -> dict[str, str]:
+        return {"MEDIASRV_MAX_UPLOADS_PER_USER": "1"}
+
+    async def test_a_creation_refused_429_leaves_nothing(self, api: Api, stores: Any, http_server_port: Any,
+                                                         sockets: list[asyncio.StreamWriter]) -> None:
+        token = await login(api, "tus-create-429@example.com")
+        path = await create_upload(api, token, 300, "text/plain")
+        patch = await RawPatch.open(sockets, http_server_port[1], token, path, 0, 300)  # holds the account's one slot
+        await until_locked(stores[0], file_id_of(path))
+        r = await api.call("POST", "/uploads", token=token, body=b"hello", headers=tus_headers(
+            Upload_Length="5", Content_Type=OFFSET_STREAM))
+        assert r.code == 429 and "Location" not in r.headers, r.body
+        assert await usage(api, token) == (300, 1)
+        assert [u.file_id for u in await stores[0].expired_uploads(EVERYTHING, 10)] == [file_id_of(path)]
+        await patch.send(b"a" * 300)
+        assert (await patch.answer())[0] == 204
+        assert await usage(api, token) == await listed(api, token) == (300, 1)

@@ -78,6 +78,34 @@ async def test_of_many_lockers_at_once_one_wins(meta: MetaStore) -> None:
     assert len([g for g in got if g is not None]) == 1
 
 
+async def test_an_upload_is_deleted_by_its_lock_holder_or_once_nobody_holds_it(meta: MetaStore) -> None:
+    """The PATCH holding an upload ends it (``lock``); a termination or the expiry only an
+    upload no live lock holds (``unlocked_at``): of the callers ending one upload, exactly one
+    gets it back (and answers for its reservation)."""
+    await add_user(meta, "u1")
+    await meta.create_upload(make_upload("u1", "f1"))
+    assert await meta.lock_upload("f1", 0, "a", ts(0), ts(15)) is not None
+    assert await meta.delete_upload("f1", unlocked_at=ts(10)) is None  # a's lock is live
+    assert await meta.delete_upload("f1", lock="b") is None  # not b's
+    assert await meta.get_upload("f1") is not None
+    gone = await meta.delete_upload("f1", lock="a", unlocked_at=ts(10))
+    assert gone is not None and gone.lock == "a"
+    assert await meta.delete_upload("f1", lock="a") is None  # once
+    await meta.create_upload(make_upload("u1", "f2"))
+    assert await meta.delete_upload("f2", lock="a") is None  # nobody holds it: not a's to end
+    assert await meta.delete_upload("f2", unlocked_at=ts(10)) is not None
+    await meta.create_upload(make_upload("u1", "f3"))
+    assert await meta.lock_upload("f3", 0, "a", ts(0), ts(15)) is not None
+    assert await meta.delete_upload("f3", unlocked_at=ts(16)) is not None  # a's lock lapsed
+    assert await meta.delete_upload("f3", lock="a") is None  # its old holder finds nothing
+    await meta.create_upload(make_upload("u1", "f4"))
+    assert await meta.lock_upload("f4", 0, "a", ts(0), ts(15)) is not None
+    assert await meta.advance_upload("f4", "a", 0, 10, "p", "s", ts(4000))  # lock given up with the offset
+    got = await asyncio.gather(meta.delete_upload("f4", lock="a", unlocked_at=ts(1)),
+                               *(meta.delete_upload("f4", unlocked_at=ts(1)) for _ in range(5)))
+    assert len([g for g in got if g is not None]) == 1
+
+
 async def test_expired_uploads_oldest_first(meta: MetaStore) -> None:
     await add_user(meta, "u1")
     for i, expires in enumerate((300, 100, 200, 900)):

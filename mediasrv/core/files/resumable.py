@@ -11,7 +11,16 @@ again from the state (``Progress``) over a ``ResumableWriter`` appending to the 
 feeds it, and at its end makes the bytes durable (``checkpoint``: fsync, or S3 parts and a
 tail object) before the state's offset moves (``advance_upload``): an offset answered to the
 client survives a crash of any host, and any host can take the next PATCH. The last byte
-ends in the session's ``finish``: the blob committed, then the record inserted once.
+ends in the session's ``finish``: the upload's state removed (only while this PATCH holds its
+lock), the blob committed, then the record inserted once.
+
+Whoever removes an upload's state answers for its reservation, and the removal is conditional,
+so exactly one request does: the PATCH holding the lock (its file takes the reservation over,
+or its refusal gives it back), or a termination or the expiry, which remove only an upload no
+live lock holds. A DELETE meeting a PATCH in flight is refused (423 UPLOAD_LOCKED, as tusd
+answers a locked upload; tus clients retry it) rather than pulling the upload from under it;
+a PATCH whose lock lapsed (its host stalled past LOCK_S) can lose the upload to a DELETE, and
+then ends with 404, no file made and nothing given back twice.
 
 A client that goes away mid-PATCH keeps what arrived (saved in the background, as tusd does),
 unless it sent a checksum, which only the whole chunk can satisfy. A refusal of the bytes
@@ -38,10 +47,18 @@ from mediasrv.base.timeutil import iso
 from mediasrv.core.files.access import owns
 from mediasrv.core.files.content_types import OCTET_STREAM
 from mediasrv.core.files.service import FileService, require_active_trial
-from mediasrv.core.files.uploads import Progress, UploadRequest, UploadSession, failure_status, new_file_id
+from mediasrv.core.files.uploads import (
+    Progress,
+    UploadEnded,
+    UploadRequest,
+    UploadSession,
+    failure_status,
+    new_file_id,
+)
 from store import errors as store_errors
 from store.base import BlobStore, MetaStore, ResumableBlobs, ResumableWriter
-from store.models import FileRecord, ResumableUpload, User
+from store.models import FileRecord, User
+from store.models import ResumableUpload as ResumableUpload  # re-exported: the handler keeps the one it created
 
 log = logging.getLogger("mediasrv.resumable")
 LOCK_S = 15.0
@@ -62,6 +79,13 @@ class ChecksumMismatch(ApiError):
 
 class UploadGone(ApiError):
     status, code, message = 410, "UPLOAD_EXPIRED", "This upload expired; start a new one"
+
+
+class UploadLocked(ApiError):
+    """A termination while a PATCH holds the upload (its lock, live): refused, nothing changed."""
+
+    status, code = 423, "UPLOAD_LOCKED"
+    message = "A PATCH is writing this upload; try again once it has ended"
 
 
 def upload_not_found() -> NotFound:
@@ -229,13 +253,13 @@ class ResumableUploads:
             await self._unlock(file_id, lock)
             raise failure_status(exc) from exc
 
-        async def forget() -> object:
-            return await self._meta.delete_upload(file_id)
+        async def forget() -> bool:  # only while this request holds it: else another one answers for it
+            return await self._meta.delete_upload(file_id, lock=lock) is not None
         session = UploadSession(self._meta, self._blobs, user, locked.content_type, locked.name,  # type: ignore[arg-type]
                                 locked.is_public, locked.length, self._files.limits_for(user), self._files.allow,
                                 one_write=False, on_end=ended, in_background=self._files.abort_later,
                                 file_id=file_id, resumed=Progress.parse(locked.progress, locked.head), writer=writer,
-                                reserved=locked.length, before_undo=forget, on_stored=self._files.on_stored)
+                                reserved=locked.length, forget_state=forget, on_stored=self._files.on_stored)
         return Patch(self, locked, lock, session, writer, checksum)
 
     async def _unlock(self, file_id: str, lock: str) -> None:
@@ -246,19 +270,41 @@ class ResumableUploads:
 
     async def terminate(self, user: User, file_id: str) -> None:
         """DELETE (tus termination): its state, partial bytes and reservation go; 404 for
-        anyone else's upload or none (expired ones too: they are as good as gone)."""
+        anyone else's upload or none (expired ones too: they are as good as gone).
+
+        While a PATCH holds the upload (its lock, live) the DELETE is refused, 423
+        UPLOAD_LOCKED, and changes nothing: the PATCH ends as it would have (stored, refused,
+        or its bytes kept), and a DELETE sent again then ends what is left. (tus leaves this
+        open; tusd answers 423 for a locked upload, and tus clients retry a 423.) Pulling the
+        upload from under the PATCH instead would leave its outcome to timing: its last byte
+        could still make the file after the 204. Once the PATCH that brought the last byte has
+        taken the upload for its file, the DELETE finds no upload: 404."""
         upload = await self._meta.get_upload(file_id)
         if upload is None or upload.user_id != user.id:
             raise upload_not_found()
         if not await self._end(upload):
+            if await self._meta.get_upload(file_id) is not None:
+                raise UploadLocked()
             raise upload_not_found()
 
-    async def _end(self, upload: ResumableUpload) -> bool:
-        """Forget the upload first (one caller wins), then give back what it held: the
-        reservation (unless its record exists: then it completed and the record counts itself)
-        and its partial bytes. False when another caller ended it first."""
+    async def withdraw(self, upload: ResumableUpload) -> None:
+        """End an upload whose creation is answered with an error (no Location: its client can
+        never find it), before any PATCH holds it; logged when it cannot (the expiry ends it)."""
         try:
-            gone = await self._meta.delete_upload(upload.file_id)
+            ended = await self._end(upload)
+        except ApiError as exc:
+            log.warning("could not end a resumable upload whose creation failed (%s); left to the expiry", exc.code)
+            return
+        if not ended:
+            log.warning("a resumable upload whose creation failed was held or gone; left to the expiry")
+
+    async def _end(self, upload: ResumableUpload, *, lock: str | None = None) -> bool:
+        """Forget the upload first, unless a live lock other than ``lock`` holds it (one caller
+        wins, and only it gives back what the upload held), then give back the reservation
+        (unless its record exists: then it completed and the record counts itself) and its
+        partial bytes. False when another caller ended it first, or a PATCH holds it."""
+        try:
+            gone = await self._meta.delete_upload(upload.file_id, lock=lock, unlocked_at=self._now())
             if gone is None:
                 return False
             if await self._meta.get_file(upload.file_id) is not None:
@@ -275,7 +321,7 @@ class ResumableUploads:
         now = self._now()
         for upload in await self._meta.expired_uploads(now, EXPIRED_BATCH):
             if upload.locked_until is not None and upload.locked_until > now:
-                continue  # a PATCH is writing it right now: its end moves the expiry on
+                continue  # a PATCH is writing it right now: its end moves the expiry on (``_end`` checks again)
             try:
                 ended += await self._end(upload)
             except ApiError as exc:
@@ -321,6 +367,7 @@ class Patch:
         self._hash = CHECKSUMS[checksum.algorithm]() if checksum is not None else None
         self._busy = asyncio.Lock()
         self._closed = False
+        self._completed = False
         self._renewal = asyncio.ensure_future(self._renew())
 
     @property
@@ -357,6 +404,7 @@ class Patch:
             except ApiError:
                 if self._session_ended():
                     self._close()
+                    await self._close_writer()
                 raise
 
     def _session_ended(self) -> bool:
@@ -381,13 +429,33 @@ class Patch:
             return PatchResult(await self._save(), None)
 
     async def _complete(self) -> PatchResult:
+        """The session removes the upload's state while this request holds its lock, then
+        commits the blob and inserts the record (which takes the reservation over). On failure
+        all of it is undone and raised; an upload ended (or taken over) by another request
+        meanwhile is that request's to answer for: 404 (409 when taken over), nothing made."""
         self._close()
-        record = await self._session.finish()  # on failure: undone (state, blob, reservation) and raised
         try:
-            await self._uploads._meta.delete_upload(record.file_id)
-        except Exception as exc:  # the record exists: the expiry forgets the state without touching the quota
-            log.warning("a completed resumable upload's state was left for the expiry (%s)", type(exc).__name__)
+            record = await self._session.finish()
+        except UploadEnded:
+            await self._close_writer()
+            taken_over = False
+            with contextlib.suppress(Exception):
+                taken_over = await self._uploads._meta.get_upload(self._upload.file_id) is not None
+            if taken_over:
+                raise Conflict("Another request took this upload over; ask for the offset again (HEAD)",
+                               code="OFFSET_MISMATCH") from None
+            raise
+        except ApiError:
+            await self._close_writer()
+            raise
+        self._completed = True
         return PatchResult(record.size, record)
+
+    async def _close_writer(self) -> None:
+        """Let the writer's resources go, once the session ended (an undo that found the upload
+        ended by another request leaves it open: its bytes are that request's to drop)."""
+        with contextlib.suppress(Exception):
+            await self._writer.close()
 
     async def _save(self) -> int:
         """Checkpoint the bytes, then move the offset (only while this request holds the lock)."""
@@ -437,6 +505,26 @@ class Patch:
     def _close(self) -> None:
         self._closed = True
         self._renewal.cancel()
+
+    async def withdraw(self) -> None:
+        """The creation this request's body belongs to is answered with an error, or not at
+        all (its client went away mid-body): the client never learned the upload's Location, so
+        nothing of it may stay. Ends it (state, bytes, reservation), unless it was completed or
+        ended already; logged when it cannot (the expiry ends it)."""
+        async with self._busy:
+            if self._completed or self._session_ended():
+                return
+            if not self._closed:
+                self._close()
+                await self._let_go(rewind=False, unlock=False)
+            try:
+                ended = await self._uploads._end(self._upload, lock=self._lock)
+            except ApiError as exc:
+                log.warning("could not end a resumable upload whose creation failed (%s); left to the expiry",
+                            exc.code)
+                return
+            if not ended:
+                log.warning("a resumable upload whose creation failed was held or gone; left to the expiry")
 
     async def abandoned(self) -> None:
         """The client went away mid-body: keep what arrived (tus clients resume from HEAD's

@@ -40,6 +40,12 @@ appending to the partial blob. It then runs the same checks on the same bytes as
 request, and ends in the same ``finish`` (one record insert); between requests it ``pause``s.
 A storage failure while it is fed ends only that request (the upload resumes from its last
 checkpoint); a refusal (type, size, pixels) ends the upload as in one request.
+
+Such a session answers for the upload's reservation only once it has removed the upload's state
+(``forget_state``, conditional on the request's lock): before it commits the last byte's blob
+(then the record, inserted next, takes the reservation over) or when it undoes the upload. A
+termination or the expiry removes that state the same way, so of all the requests ending one
+upload exactly one removes it, and only that one gives its reservation back or makes its file.
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from mediasrv.base.errors import ApiError, BadRequest, Forbidden, PayloadTooLarge, StoreUnavailable
+from mediasrv.base.errors import ApiError, BadRequest, Forbidden, NotFound, PayloadTooLarge, StoreUnavailable
 from mediasrv.base.ids import row_id
 from mediasrv.base.timeutil import now_iso
 from mediasrv.core.files import content_types
@@ -130,6 +136,13 @@ class ClientGone(BadRequest):
     code, message = "CLIENT_GONE", "The client went away before the upload was stored"
 
 
+class UploadEnded(NotFound):
+    """A resumable upload was ended by another request (a termination, the expiry) or taken over
+    by one while this request held it: nothing of this request is kept, nothing given back."""
+
+    code, message = "UPLOAD_NOT_FOUND", "Upload not found"
+
+
 def new_file_id() -> str:
     """128 random bits, URL-safe: unguessable and safe as a blob key."""
     return secrets.token_urlsafe(16)
@@ -160,7 +173,7 @@ class UploadSession:
                  on_end: Callable[[], None] | None = None,
                  in_background: Callable[[Awaitable[None]], object] = asyncio.ensure_future,
                  file_id: str | None = None, resumed: Progress | None = None, writer: BlobWriter | None = None,
-                 reserved: int | None = None, before_undo: Callable[[], Awaitable[object]] | None = None,
+                 reserved: int | None = None, forget_state: Callable[[], Awaitable[bool]] | None = None,
                  on_stored: Callable[[FileRecord], None] | None = None) -> None:
         """``content_type`` None: take the type from the first bytes (an octet-stream upload),
         checked against ``allow``. ``one_write``: whether ``meta`` is a ``QuotaWithRecord``, when
@@ -172,8 +185,12 @@ class UploadSession:
 
         A resumable upload's session (``resumed``, its ``Progress`` so far; ``writer``, the
         partial blob's; ``reserved``, the quota reserved at its creation under ``file_id``)
-        skips ``start``; ``before_undo`` forgets the upload's state before an abort gives back
-        its reservation and bytes."""
+        skips ``start``; ``forget_state`` removes the upload's state while this request holds
+        it, True when it did (this session then answers for the reservation), False when the
+        upload was ended, or taken over, by another request meanwhile (which answers for it).
+        It is called once: before the last byte's blob is committed (False: UploadEnded), or
+        by ``abort`` (False: nothing is given back, and the writer, the request's, is left to
+        it)."""
         self._on_stored = on_stored
         self._meta, self._blobs, self._user = meta, blobs, user
         self._type, self._name, self._public = content_type, name, is_public
@@ -184,7 +201,9 @@ class UploadSession:
         self._writer: BlobWriter | None = writer
         self._reserved: int | None = reserved
         self._resumable = resumed is not None
-        self._before_undo = before_undo
+        self._forget_state = forget_state
+        self._state_forgotten: bool | None = None
+        """Whether ``forget_state`` removed the upload's state; None until it is called."""
         self._head = b""
         self._head_wanted = (max(content_types.ZIP_WINDOW, IMAGE_HEAD_BYTES) if content_type is None else
                              max(content_types.signature_bytes_needed(content_type),
@@ -367,6 +386,8 @@ class UploadSession:
                 self._blobs.puts_locally):
             await self._put_beside_record(record)
         else:
+            if self._forget_state is not None and not await self._forget():
+                raise UploadEnded()  # ended by another request: neither its file nor its quota are ours
             await self._store_blob()
             if self._gone.is_set():
                 raise ClientGone()
@@ -478,12 +499,20 @@ class UploadSession:
         finally:
             self._ended()  # the writer's buffer is dropped too (its abort waits for a write in progress)
 
+    async def _forget(self) -> bool:
+        """A resumable upload's state removed by this request (``forget_state``), at most once."""
+        if self._state_forgotten is None:
+            assert self._forget_state is not None
+            self._state_forgotten = await self._forget_state()
+        return self._state_forgotten
+
     async def _undo(self) -> None:
         if self._unsure:
             return
-        if self._before_undo is not None:
+        if self._forget_state is not None:
             try:
-                await self._before_undo()
+                if not await self._forget():
+                    return  # another request ended it and gave back what it held (or holds it now)
             except Exception as exc:  # the expiry of resumable uploads finds it later
                 log.warning("could not forget an aborted resumable upload (%s)", type(exc).__name__)
                 return
