@@ -2,14 +2,20 @@
 
 Each command opens the same stores ``serve`` would (from the same MEDIASRV_* settings), does
 one thing through the core services, prints a short result and exits: 0 done, 1 refused or
-failed (the message says why), 2 bad settings. They may run while the server runs (SQLite
-allows it; a server caches custom-domain lookups for up to 5 s).
+failed (the message says why), 2 bad settings, 130 stopped by Ctrl-C. They may run while the
+server runs (SQLite allows it; a server caches custom-domain lookups for up to 5 s).
+
+``backup`` stopped by SIGINT (Ctrl-C) or SIGTERM (``timeout`` in a cron job, a supervisor)
+removes what it had written, says so in one line and exits 128 + the signal's number: 130 or
+143, what a shell reports for a command the signal ended. It stops between blobs and archive
+chunks; only the database snapshot, taken first, always runs to its end.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import dataclasses
+import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -27,6 +33,10 @@ from mediasrv.core.domains.providers import make_provider, normalize_hostname
 from mediasrv.core.files.service import FileService
 from mediasrv.core.invites import InviteService
 
+INTERRUPTED = 128 + signal.SIGINT
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""What stops a backup cleanly (``backups.Stop``); the exit status is then 128 + the signal."""
+
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
@@ -34,12 +44,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             print(describe_settings(settings))
             return 0
         return asyncio.run(_run(args, settings))
+    except backups.BackupInterrupted as exc:
+        print(f"mediasrv {args.command}: {exc}", file=sys.stderr)
+        return 128 + exc.signum if exc.signum else 1
     except (ApiError, backups.BackupError) as exc:
         print(f"mediasrv {args.command}: {_message(exc)}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"mediasrv {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # stdout's reader went away: ``main`` ends quietly
+    except OSError as exc:  # what a command did not foresee: still one line, not a traceback
+        print(f"mediasrv {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"mediasrv {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
@@ -51,7 +72,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
               f"{manifest.created_at} into {settings.data_dir}")
         return 0
     if args.command == "backup":
-        backups.require_embedded(settings, "mediasrv backup")
+        return await _backup(args, settings)
     password = accounts.read_password(args)
     meta, blobs = await open_stores(settings)
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bcrypt")
@@ -65,20 +86,41 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
             return await accounts.run_invites(InviteService(meta), args)
         if args.command == "usage":
             return await _usage(admin, args)
-        if args.command == "domains":
-            return await _domains(domains, args)
-        manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar, compress=args.compress)
-        written = f", {args.dest.stat().st_size} bytes compressed" if args.compress else ""
-        print(f"backed up {manifest.files} files ({len(manifest.blobs)} blobs, "
-              f"{sum(b['size'] for b in manifest.blobs)} bytes{written}) to {args.dest}; secret: {manifest.secret}")
-        if manifest.missing:
-            print(f"warning: {len(manifest.missing)} blobs were deleted while the backup ran and are "
-                  f"not in it: {', '.join(manifest.missing[:10])}", file=sys.stderr)
-        return 0
+        return await _domains(domains, args)
     finally:
         executor.shutdown(wait=False)
         await blobs.close()
         await meta.close()
+
+
+async def _backup(args: argparse.Namespace, settings: Settings) -> int:
+    """``mediasrv backup``; SIGINT and SIGTERM, from before the stores open, ask it to stop
+    (``backups.Stop``) instead of ending the process where it stands."""
+    from mediasrv.assembly.stores import open_stores
+
+    backups.require_embedded(settings, "mediasrv backup")
+    stop = backups.Stop()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set, sig)
+    try:
+        meta, blobs = await open_stores(settings)
+        try:
+            manifest = await backups.backup(settings, meta, blobs, args.dest, as_tar=args.tar,
+                                            compress=args.compress, stop=stop)
+        finally:
+            await blobs.close()
+            await meta.close()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+    written = f", {args.dest.stat().st_size} bytes compressed" if args.compress else ""
+    print(f"backed up {manifest.files} files ({len(manifest.blobs)} blobs, "
+          f"{sum(b['size'] for b in manifest.blobs)} bytes{written}) to {args.dest}; secret: {manifest.secret}")
+    if manifest.missing:
+        print(f"warning: {len(manifest.missing)} blobs were deleted while the backup ran and are "
+              f"not in it: {', '.join(manifest.missing[:10])}", file=sys.stderr)
+    return 0
 
 
 async def _usage(admin: AdminService, args: argparse.Namespace) -> int:

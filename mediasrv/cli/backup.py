@@ -21,21 +21,33 @@ database, and that every blob it references is in the backup. Then the database,
 blobs are written into a directory of their own inside DATA_DIR and moved into place by
 renames once all of it is there, so a restore that fails leaves DATA_DIR as it was (blobs
 already put into S3 stay there unreferenced, for the sweep).
+
+A tar backup is put together in a work directory beside DEST (``.mediasrv-backup-*``), archived
+into ``<work directory>.partial`` beside it, fsynced, and only then given DEST's name: DEST exists
+whole or not at all. A backup that fails or is stopped (``Stop``: ``mediasrv backup`` sets it on
+SIGINT or SIGTERM; it is noticed between blobs and between archive chunks, the database snapshot
+itself runs to its end) removes what it wrote, the work directory, the partial archive and a
+directory backup's DEST, and raises ``BackupError`` (``BackupInterrupted`` when stopped). Only a
+backup killed outright (SIGKILL, power loss) leaves ``.mediasrv-backup-*`` entries beside DEST.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import shutil
+import signal
 import tarfile
 import tempfile
+import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -54,6 +66,8 @@ barely compress at any level; the database and text do)."""
 DB_NAME, SECRET_NAME, MANIFEST_NAME = "meta.sqlite3", "jwt_secret", "manifest.json"
 DATA_ENTRIES = (DB_NAME, f"{DB_NAME}-wal", f"{DB_NAME}-shm", "blobs", "quarantine", SECRET_NAME)
 """What restore --force replaces in the data directory (the outbox and anything else stay)."""
+WORK_PREFIX = ".mediasrv-backup-"
+"""The work directory (and ``<it>.partial``, the archive being written) a tar backup makes beside DEST."""
 STAGING_PREFIX = ".mediasrv-restore-"
 """The directories inside DATA_DIR where a restore builds the new data (``new``) and keeps what
 it replaces (``old``) until the renames are done; a restore that was killed may leave one,
@@ -62,6 +76,36 @@ which the next restore ignores and --force removes."""
 
 class BackupError(RuntimeError):
     """The backup or restore cannot be done; the message says why and what to do."""
+
+
+class BackupInterrupted(BackupError):
+    """The backup was stopped (``Stop``) and what it had written is removed."""
+
+    def __init__(self, dest: Path, signum: int) -> None:
+        self.signum = signum
+        """The signal that stopped it (``Stop.set``'s), 0 when none was named."""
+        cause = f" by {signal.Signals(signum).name}" if signum else ""
+        super().__init__(f"interrupted{cause}; nothing was written to {dest}")
+
+
+class Stop:
+    """A request, from another thread or a signal handler, that a running backup end early;
+    the backup notices it between blobs and between archive chunks and raises BackupInterrupted."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signum = 0
+
+    def set(self, signum: int = 0) -> None:
+        self.signum = self.signum or signum
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def check(self, dest: Path) -> None:
+        if self._event.is_set():
+            raise BackupInterrupted(dest, self.signum)
 
 
 @dataclass
@@ -89,25 +133,36 @@ def require_embedded(settings: Settings, what: str) -> None:
 
 
 async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Path, *,
-                 as_tar: bool = False, compress: bool = False) -> Manifest:
+                 as_tar: bool = False, compress: bool = False, stop: Stop | None = None) -> Manifest:
     """Write a backup to ``dest``: a new directory, or a new tar file with ``as_tar``, a
-    gzip-compressed one with ``compress`` (which implies ``as_tar``)."""
+    gzip-compressed one with ``compress`` (which implies ``as_tar``). On any failure, or when
+    ``stop`` is set (BackupInterrupted), what was written is removed: ``dest`` is whole or absent."""
     require_embedded(settings, "mediasrv backup")
     as_tar = as_tar or compress
+    stop = stop or Stop()
     if not isinstance(meta, Snapshots):
         raise BackupError("this metadata store cannot be snapshotted (embedded SQLite only)")
     if dest.exists() and (not dest.is_dir() or as_tar or any(dest.iterdir())):
         raise BackupError(f"{dest} already exists; give a new path")
-    work = Path(tempfile.mkdtemp(prefix=".mediasrv-backup-", dir=dest.parent)) if as_tar else dest
     try:
+        work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=dest.parent)) if as_tar else dest
+    except OSError as exc:  # no such directory, not a directory, not writable, read-only
+        raise BackupError(f"cannot write {dest}: {exc.strerror or exc}: {dest.absolute().parent}") from None
+    partial = work.with_name(f"{work.name}.partial")
+    existed = dest.is_dir()  # an empty directory given as DEST: emptied again on failure, not removed
+    try:
+        stop.check(dest)
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
         await meta.snapshot_to(work / DB_NAME)
+        stop.check(dest)
         keys, files = await asyncio.to_thread(snapshot_contents, work / DB_NAME)
         manifest = Manifest(created_at=now_iso(), files=files, database={
-            "size": (work / DB_NAME).stat().st_size, "sha256": await asyncio.to_thread(_sha256, work / DB_NAME)})
+            "size": (work / DB_NAME).stat().st_size,
+            "sha256": await asyncio.to_thread(_sha256, work / DB_NAME, lambda: stop.check(dest))})
         (work / "blobs").mkdir(mode=0o700)
         for key in keys:
-            entry = await _copy_blob(blobs, key, work / "blobs" / key)
+            stop.check(dest)
+            entry = await _copy_blob(blobs, key, work / "blobs" / key, lambda: stop.check(dest))
             if entry is None:
                 manifest.missing.append(key)
             else:
@@ -119,14 +174,24 @@ async def backup(settings: Settings, meta: MetaStore, blobs: BlobStore, dest: Pa
             manifest.secret = "file"
         await asyncio.to_thread(_write_private, work / MANIFEST_NAME, manifest.to_json())
         if as_tar:
-            await asyncio.to_thread(_tar, work, dest, compress)
-    except BaseException:
-        if as_tar or work == dest:
-            shutil.rmtree(work, ignore_errors=True)
+            await asyncio.to_thread(_tar, work, partial, compress, lambda: stop.check(dest))
+            stop.check(dest)
+            await asyncio.to_thread(_publish, partial, dest)
+        else:
+            stop.check(dest)
+    except BaseException as exc:
+        stop.set()  # a step still running in a thread (after a cancellation) ends at its next check
+        if not as_tar:
+            _remove(dest, keep_directory=existed)
+        if isinstance(exc, OSError):  # a full disk, an unreadable blob: one line, not a traceback
+            raise BackupError(f"backup to {dest} failed, nothing was written: "
+                              f"{_reason(exc, hide=(work, partial) if as_tar else ())}") from exc
         raise
     finally:
         if as_tar:
             shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(OSError):  # (after a link to DEST, its other name)
+                partial.unlink(missing_ok=True)
     return manifest
 
 
@@ -138,12 +203,13 @@ async def restore(settings: Settings, source: Path, *, force: bool = False) -> M
     require_embedded(settings, "mediasrv restore")
     if not source.exists():
         raise BackupError(f"{source} does not exist")
+    given = source  # what messages name (not the directory an archive is unpacked into)
     with contextlib.ExitStack() as stack:
         if source.is_file():
             unpacked = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".mediasrv-restore-")))
             await asyncio.to_thread(_untar, source, unpacked)
             source = unpacked
-        manifest = await asyncio.to_thread(_check_backup, source)
+        manifest = await asyncio.to_thread(_check_backup, source, given)
         data = settings.data_dir
         if await asyncio.to_thread(_in_use, data) and not force:
             raise BackupError(f"MEDIASRV_DATA_DIR={data} is not empty; restore into an empty "
@@ -182,12 +248,14 @@ async def _stage(settings: Settings, source: Path, manifest: Manifest, staged: P
 
 # -- helpers (blocking ones run in threads) --------------------------------------------------
 
-async def _copy_blob(blobs: BlobStore, key: str, target: Path) -> dict[str, Any] | None:
+async def _copy_blob(blobs: BlobStore, key: str, target: Path,
+                     check: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
     digest, size = hashlib.sha256(), 0
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:
             async for chunk in blobs.read(key):
+                check()
                 digest.update(chunk)
                 size += len(chunk)
                 await asyncio.to_thread(out.write, chunk)
@@ -209,17 +277,25 @@ async def _put_blob(blobs: BlobStore, key: str, source: Path) -> None:
         raise
 
 
-def _check_backup(source: Path) -> Manifest:
+def _check_backup(source: Path, given: Path | None = None) -> Manifest:
+    """The manifest of the backup in directory ``source`` once all of it checks out; messages
+    name ``given`` (the archive ``source`` was unpacked from), else ``source``."""
+    name = given or source
     try:
         raw = orjson.loads((source / MANIFEST_NAME).read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise BackupError(f"{source} is not a mediasrv backup (no readable {MANIFEST_NAME}: {exc})") from None
+    except FileNotFoundError:
+        raise BackupError(f"{name} is not a mediasrv backup (it holds no {MANIFEST_NAME})") from None
+    except OSError as exc:
+        raise BackupError(f"{name} is not a mediasrv backup ({MANIFEST_NAME} cannot be read: "
+                          f"{exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise BackupError(f"{name} is not a mediasrv backup ({MANIFEST_NAME} is not JSON: {exc})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
-        raise BackupError(f"{source} is not a mediasrv backup")
+        raise BackupError(f"{name} is not a mediasrv backup")
     if raw.get("version") != FORMAT_VERSION:
         raise BackupError(f"backup format version {raw.get('version')} is not supported (expected {FORMAT_VERSION})")
     if not (source / DB_NAME).is_file():
-        raise BackupError(f"{source} has no {DB_NAME}")
+        raise BackupError(f"{name} has no {DB_NAME}")
     database = raw.get("database")
     if database is not None and _sha256(source / DB_NAME) != database.get("sha256"):
         raise BackupError(f"backup is damaged: {DB_NAME} does not match its checksum")
@@ -241,10 +317,11 @@ def _check_backup(source: Path) -> Manifest:
                     missing=raw.get("missing", []), secret=raw.get("secret", "none"), database=database)
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, check: Callable[[], None] = lambda: None) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while chunk := fh.read(1024 * 1024):
+            check()
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -304,12 +381,88 @@ def _write_private(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _tar(work: Path, dest: Path, compress: bool = False) -> None:
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _tar(work: Path, target: Path, compress: bool = False, check: Callable[[], None] = lambda: None) -> None:
+    """Archive what ``work`` holds into the new file ``target``, made durable (fsync) before it
+    returns; ``check`` runs before each member and each chunk read, and may raise to stop."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     options: dict[str, Any] = {"mode": "w:gz", "compresslevel": GZIP_LEVEL} if compress else {"mode": "w"}
-    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, **options) as tar:
-        for entry in sorted(work.iterdir()):
-            tar.add(entry, arcname=entry.name)
+    with os.fdopen(fd, "wb") as raw:
+        with tarfile.open(fileobj=raw, **options) as tar:
+            for entry in sorted(work.iterdir()):
+                _add(tar, entry, entry.name, check)
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+def _add(tar: tarfile.TarFile, path: Path, arcname: str, check: Callable[[], None]) -> None:
+    """``tar.add(path, arcname)`` (the work directory holds regular files and directories only),
+    calling ``check`` before the member and before every chunk of its bytes."""
+    check()
+    info = tar.gettarinfo(str(path), arcname)
+    if info.isdir():
+        tar.addfile(info)
+        for child in sorted(path.iterdir()):
+            _add(tar, child, f"{arcname}/{child.name}", check)
+        return
+    with path.open("rb") as fh:
+        tar.addfile(info, _CheckedReader(fh, check))
+
+
+class _CheckedReader:
+    """A file's ``read`` with ``check`` called before each chunk (what tarfile copies from)."""
+
+    def __init__(self, fh: IO[bytes], check: Callable[[], None]) -> None:
+        self._fh, self._check = fh, check
+
+    def read(self, size: int = -1) -> bytes:
+        self._check()
+        return self._fh.read(size)
+
+
+def _publish(partial: Path, dest: Path) -> None:
+    """Give the finished archive DEST's name: a hard link, which never replaces a file that
+    appeared at DEST meanwhile (another backup to the same name); a rename where the file
+    system has no hard links (FAT, some network shares). Then the directory entry is fsynced."""
+    try:
+        os.link(partial, dest)
+    except FileExistsError:
+        raise BackupError(f"{dest} appeared while the backup ran; it is left as it was") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+            raise
+        if dest.exists() or dest.is_symlink():
+            raise BackupError(f"{dest} appeared while the backup ran; it is left as it was") from None
+        os.rename(partial, dest)
+    try:
+        _fsync_dir(dest.parent)
+    except BaseException:  # not known to be on disk: not there at all, as the failure will say
+        dest.unlink(missing_ok=True)
+        raise
+
+
+def _remove(path: Path, keep_directory: bool) -> None:
+    """Remove the directory ``path`` and what it holds, or with ``keep_directory`` only what it holds."""
+    if not keep_directory:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    with contextlib.suppress(OSError):
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _reason(exc: OSError, hide: tuple[Path, ...] = ()) -> str:
+    """An OSError in a few words (``No such file or directory: /backups``), naming its file
+    unless that is one of the backup's own temporary paths (``hide``) or inside one."""
+    text = exc.strerror or str(exc)
+    if exc.filename is None:
+        return text
+    path = Path(os.fsdecode(exc.filename))
+    if any(path == h or h in path.parents for h in hide):
+        return text
+    return f"{text}: {path}"
 
 
 def _untar(source: Path, target: Path) -> None:
