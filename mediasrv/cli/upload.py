@@ -6,7 +6,11 @@ connection failure is retried with backoff, waiting Retry-After when the server 
 wait is shown ("waiting 47 s: rate limited"), never a frozen bar. Every outcome is recorded in
 the account's manifest by content hash (``upload_manifest``), so a rerun, from anywhere and
 with any spelling of the URL, uploads only contents the account does not have, and does not
-retry files the server refused until they change. Files above ``--resumable-above`` (8 MiB by
+retry files the server refused for their bytes until they change (a refusal of the name is that
+path's failure only). The hash recorded is that of the version sent: a file edited after it was
+hashed is hashed again before it goes, and one edited while it goes up is a failure, not
+recorded. A file or directory that cannot be read is a failure of its own; the rest go on.
+Files above ``--resumable-above`` (8 MiB by
 default) go up over tus (``/uploads``, ``MediasrvClient.upload_resumable``) in checked chunks;
 the upload's URL is in the manifest as soon as it exists, so a dropped connection (retried at
 once) or a Ctrl-C, a crash or a reboot (the next run) goes on mid-file from the offset the
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mediasrv.cli.upload_manifest import (
+    CONTENT_REFUSALS,
     REFUSED,
     RESUMABLE,
     UPLOADED,
@@ -39,6 +44,7 @@ from mediasrv.cli.upload_manifest import (
     Manifest,
     collect,
     default_manifest,
+    restat,
 )
 from mediasrv.cli.upload_progress import NoProgress, Progress, RichProgress
 
@@ -46,9 +52,10 @@ if TYPE_CHECKING:  # the server process never needs these imports
     from mediasrv.client import ApiError, MediasrvClient
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-REMEMBERED_REFUSALS = frozenset({400, 413, 415})
-"""Refusals about the file itself (its type, its size): remembered until its content changes.
-401/403 (credentials, quota, trial) are about the account and are retried on the next run."""
+REMEMBERED_REFUSALS = CONTENT_REFUSALS
+"""The server's codes for refusals of a file's bytes (its type, its size): remembered until its
+content (or the type it is sent as) changes. Any other refusal, of the name (INVALID_FILE_NAME)
+or of the account (401/403: credentials, quota, trial), is tried again on the next run."""
 INTERRUPTED = 130
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 60.0
@@ -210,9 +217,13 @@ class _Run:
     reporter: Progress
     summary: Summary
     sleep: Sleep
-    claimed: set[str] = field(default_factory=set)
-    """Contents taken by a worker in this run: the same bytes under two names go up once."""
-
+    waiting: dict[str, list[LocalFile]] = field(default_factory=dict)
+    """Contents taken by a worker in this run (sha256 -> the other files with the same bytes): the
+    same bytes under two names go up once. The copies wait for its outcome: all skipped once it
+    is uploaded, else the next one is tried (the first may have failed for its name or path)."""
+    queue: asyncio.Queue[tuple[LocalFile, str]] = field(default_factory=asyncio.Queue)
+    started: bool = False
+    """Files are being sent (the reporter counts them)."""
 
 
 async def upload_all(options: UploadOptions, *, progress: Progress | None = None, sleep: Sleep = asyncio.sleep,
@@ -240,15 +251,17 @@ async def upload_all(options: UploadOptions, *, progress: Progress | None = None
             summary.failures.append(problem)
         run = _Run(options, media, manifest, progress or NoProgress(), summary, sleep)
         todo = await _plan(run, files)
+        copies = sum(len(waiting) for waiting in run.waiting.values())
         if options.dry_run:
             summary.would_upload = [f.name for f, _ in todo]
+            summary.skipped += copies  # as they will be once the first goes up
             return summary
-        run.reporter.start(len(todo), sum(f.size for f, _ in todo))
-        queue: asyncio.Queue[tuple[LocalFile, str]] = asyncio.Queue()
+        run.reporter.start(len(todo) + copies, sum(f.size for f, _ in todo))
+        run.started = True
         for item in todo:
-            queue.put_nowait(item)
+            run.queue.put_nowait(item)
         workers = min(options.concurrency, max(len(todo), 1))
-        await asyncio.gather(*(_worker(run, queue) for _ in range(workers)))
+        await asyncio.gather(*(_worker(run) for _ in range(workers)))
     finally:
         summary.elapsed_s = time.monotonic() - started
         if own_client:
@@ -257,24 +270,71 @@ async def upload_all(options: UploadOptions, *, progress: Progress | None = None
 
 
 async def _plan(run: _Run, files: list[LocalFile]) -> list[tuple[LocalFile, str]]:
-    """The files to send with their content hashes; the rest counted as skipped."""
+    """The files to send with their content hashes; the rest counted as skipped, refused
+    before, failed (unreadable) or waiting for a copy of theirs (``_Run.waiting``)."""
     todo = []
     for f in files:
-        digest = await run.manifest.digest(f)
-        if digest in run.manifest.uploaded or digest in run.claimed:
-            run.summary.skipped += 1
-        elif digest in run.manifest.refused and not run.options.retry_refused:
-            run.summary.refused_before += 1
-        else:
-            run.claimed.add(digest)
+        try:
+            f, digest = await run.manifest.hashed(f)
+            take = await _take(run, f, digest)
+        except OSError as exc:
+            _unreadable(run, f, exc)
+            continue
+        if take:
             todo.append((f, digest))
     return todo
 
 
-async def _worker(run: _Run, queue: asyncio.Queue[tuple[LocalFile, str]]) -> None:
+async def _take(run: _Run, f: LocalFile, digest: str) -> bool:
+    """True: ``f`` is to be sent now, as the first of its content in this run; else it is
+    counted (skipped: the account has it; refused before) or waits behind the copy being sent."""
+    if digest in run.manifest.uploaded:
+        _settled(run, f, skipped=True)
+        return False
+    if not run.options.retry_refused and digest in run.manifest.refused and \
+            run.manifest.refusal(digest, await _content_type(f)) is not None:
+        _settled(run, f, skipped=False)
+        return False
+    if digest in run.waiting:
+        run.waiting[digest].append(f)
+        return False
+    run.waiting[digest] = []
+    return True
+
+
+def _settled(run: _Run, f: LocalFile, *, skipped: bool) -> None:
+    """``f`` is not sent: the account has its content (``skipped``) or refused it before."""
+    if skipped:
+        run.summary.skipped += 1
+    else:
+        run.summary.refused_before += 1
+    if run.started:  # counted in the reporter's total
+        run.reporter.end(run.reporter.begin(f), ok=True)
+
+
+def _release(run: _Run, digest: str, *, uploaded: bool) -> None:
+    """The file sent for ``digest`` is done: its copies are skipped when it went up, else the
+    next of them is tried (the failure may have been of that file's name or path only)."""
+    copies = run.waiting.pop(digest, [])
+    if uploaded:
+        for copy in copies:
+            _settled(run, copy, skipped=True)
+    elif copies:
+        run.waiting[digest] = copies[1:]
+        run.queue.put_nowait((copies[0], digest))
+
+
+async def _content_type(f: LocalFile) -> str:
+    """The type ``f`` is sent as (what ``MediasrvClient`` would pick; OSError when unreadable)."""
+    from mediasrv.client.transfer import guess_content_type
+
+    return await asyncio.to_thread(guess_content_type, f.path)
+
+
+async def _worker(run: _Run) -> None:
     while True:
         try:
-            f, digest = queue.get_nowait()
+            f, digest = run.queue.get_nowait()
         except asyncio.QueueEmpty:
             return
         await _upload_one(run, f, digest)
@@ -284,7 +344,31 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
     from mediasrv.client import ApiError, MediasrvError
 
     reporter, summary, options = run.reporter, run.summary, run.options
+    held: str | None = digest  # the content this worker has taken (``_Run.waiting``)
+    try:
+        now = await asyncio.to_thread(restat, f)
+        if now.version != f.version:  # edited since it was hashed: what goes up is what it holds now
+            now, fresh = await run.manifest.hashed(now)
+            if fresh != digest:
+                held = None
+                _release(run, digest, uploaded=False)  # its copies go on without it
+                if not await _take(run, now, fresh):
+                    return
+                held = fresh
+            f, digest = now, fresh
+        content_type = await _content_type(f)
+    except OSError as exc:
+        if held is not None:
+            _release(run, held, uploaded=False)
+        _unreadable(run, f, exc)
+        return
     handle = reporter.begin(f)
+    refused = None if options.retry_refused else run.manifest.refusal(digest, content_type)
+    if refused is not None:  # refused for its bytes as another file of this run
+        _release(run, digest, uploaded=False)
+        _failure(run, handle, {"path": str(f.path), "code": refused,
+                               "error": f"refused ({refused}) when the same content was sent as another file"})
+        return
     sent = 0
 
     def on_progress(nbytes: int) -> None:
@@ -296,11 +380,16 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
     while True:
         try:
             if f.size > options.resumable_above:
-                stored = await _upload_resumable(run, f, digest, on_progress)
+                stored = await _upload_resumable(run, f, digest, content_type, on_progress)
             else:
-                stored = await run.media.upload_file(f.path, name=f.name, is_public=not options.private,
-                                                     on_progress=on_progress)
+                stored = await run.media.upload_file(f.path, content_type=content_type, name=f.name,
+                                                     is_public=not options.private, on_progress=on_progress)
         except (MediasrvError, OSError) as exc:
+            if await _changed(f):  # no use sending it again: it is being written to
+                _release(run, digest, uploaded=False)
+                _failure(run, handle, {"path": str(f.path), "error": f"it changed while it was being uploaded "
+                                                                     f"({exc}); run again once it is written"})
+                return
             if isinstance(exc, MediasrvError) and exc.retryable and attempt < options.retries:
                 reporter.restart(handle, sent)  # a resumable upload counts again from where it stands
                 sent = 0
@@ -308,7 +397,14 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
                 attempt += 1
                 summary.retries += 1
                 continue
-            await _failed(run, f, digest, exc, handle, ApiError)
+            await _failed(run, f, digest, content_type, exc, handle, ApiError)
+            return
+        if await _changed(f):  # what went up may be neither version: not recorded as either
+            _release(run, digest, uploaded=False)
+            _failure(run, handle, {"path": str(f.path), "file_id": stored.file_id,
+                                   "error": f"it changed while it was being uploaded: not recorded (the server "
+                                            f"keeps what it received as {stored.file_id}); run again once it "
+                                            "is written"})
             return
         try:
             await run.manifest.record(f, digest, UPLOADED, file_id=stored.file_id)
@@ -317,10 +413,21 @@ async def _upload_one(run: _Run, f: LocalFile, digest: str) -> None:
         summary.uploaded += 1
         summary.bytes_uploaded += f.size
         reporter.end(handle, ok=True)
+        _release(run, digest, uploaded=True)
         return
 
 
-async def _upload_resumable(run: _Run, f: LocalFile, digest: str, on_progress: Callable[[int], None]) -> Any:
+async def _changed(f: LocalFile) -> bool:
+    """Whether ``f`` is no longer the version that was hashed (written to, replaced or gone)."""
+    try:
+        now = await asyncio.to_thread(restat, f)
+    except OSError:
+        return True
+    return now.version != f.version
+
+
+async def _upload_resumable(run: _Run, f: LocalFile, digest: str, content_type: str,
+                            on_progress: Callable[[int], None]) -> Any:
     """A large file over tus: from where the manifest's upload stands, or a new one whose URL
     the manifest records at once (so a Ctrl-C or a crash a moment later still resumes it)."""
     from mediasrv.client import NotFoundError
@@ -334,7 +441,7 @@ async def _upload_resumable(run: _Run, f: LocalFile, digest: str, on_progress: C
 
     async def attempt(from_url: str | None) -> Any:
         return await run.media.upload_resumable(
-            f.path, name=f.name, is_public=not run.options.private, url=from_url,
+            f.path, content_type=content_type, name=f.name, is_public=not run.options.private, url=from_url,
             chunk_size=run.options.chunk_size, on_url=remember, on_progress=on_progress)
 
     if url is None:
@@ -359,14 +466,34 @@ async def _pause(run: _Run, exc: Any, attempt: int) -> None:
         run.reporter.resumed()
 
 
-async def _failed(run: _Run, f: LocalFile, digest: str, exc: BaseException, handle: Any,
-                  api_error: type[ApiError]) -> None:
-    failure: dict[str, Any] = {"path": str(f.path), "error": str(exc)}
-    if isinstance(exc, api_error):
-        failure.update(status=exc.status, code=exc.code, error=exc.message)
-        if exc.status in REMEMBERED_REFUSALS:
-            with contextlib.suppress(OSError):  # not remembered: it is tried again next time
-                await run.manifest.record(f, digest, REFUSED, code=exc.code)
+def _unreadable(run: _Run, f: LocalFile, exc: OSError) -> None:
+    """``f`` cannot be read (permissions, gone since it was listed...): its failure, and the
+    run goes on with the others."""
+    failure = {"path": str(f.path), "error": f"cannot read the file: {exc.strerror or exc}"}
+    if run.started:
+        _failure(run, run.reporter.begin(f), failure)
+    else:
+        run.summary.failed += 1
+        run.summary.failures.append(failure)
+
+
+def _failure(run: _Run, handle: Any, failure: dict[str, Any]) -> None:
     run.summary.failed += 1
     run.summary.failures.append(failure)
-    run.reporter.end(handle, ok=False, message=f"{f.path}: {failure['error']}")
+    run.reporter.end(handle, ok=False, message=f"{failure['path']}: {failure['error']}")
+
+
+async def _failed(run: _Run, f: LocalFile, digest: str, content_type: str, exc: BaseException, handle: Any,
+                  api_error: type[ApiError]) -> None:
+    failure: dict[str, Any] = {"path": str(f.path), "error": str(exc)}
+    if isinstance(exc, OSError):
+        failure["error"] = f"cannot read the file: {exc.strerror or exc}"
+    elif isinstance(exc, api_error):
+        failure.update(status=exc.status, code=exc.code, error=exc.message)
+        if exc.status == 409:  # the resumable upload stayed busy (``mediasrv.client.resumable``)
+            failure["error"] = f"{exc.message}: is another run uploading this file? Run again once it ends"
+        if exc.code in REMEMBERED_REFUSALS:  # about its bytes: not sent again until they change
+            with contextlib.suppress(OSError):  # not remembered: it is tried again next time
+                await run.manifest.record(f, digest, REFUSED, code=exc.code, content_type=content_type)
+    _release(run, digest, uploaded=False)
+    _failure(run, handle, failure)

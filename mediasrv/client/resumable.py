@@ -3,7 +3,9 @@ connection, a Ctrl-C or a crash from the offset the server acknowledged.
 
 ``upload_resumable`` creates the upload (``POST /uploads``) unless it is given the URL of one
 (``HEAD`` tells where to go on), then sends the file in ``chunk_size`` PATCHes, each with its
-SHA-256 in ``Upload-Checksum`` (460: nothing of it kept, sent again). ``on_url`` is called with
+SHA-256 in ``Upload-Checksum`` (460: nothing of it kept, sent again; 409: ``HEAD`` says where it
+stands, and while it does not move, because another request is writing it, the next try waits
+longer, giving up after ``CONFLICT_WAITS_S``). ``on_url`` is called with
 the upload's URL as soon as it exists, so a caller can remember it and pass it back after an
 interruption (``mediasrv upload`` writes it to its manifest; an awaitable it returns is awaited
 before the first chunk goes). Any standard tus client does the same against this server
@@ -16,7 +18,7 @@ import base64
 import hashlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -30,6 +32,12 @@ CHUNK_BYTES = 8 * 1024 * 1024
 OFFSET_STREAM = "application/offset+octet-stream"
 CHECKSUM_MISMATCH = 460
 MISMATCHES_RETRIED = 3
+CONFLICT_WAITS_S = (0.25, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0)
+"""The waits after each 409 that finds the upload where it was (another request is writing it:
+another run of the same file, or our own PATCH whose connection dropped, until the server lets
+its lock go, 15 s at most): about 28 s in all, then the ConflictError is raised."""
+_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+"""How those waits are waited (tests replace it)."""
 
 
 def metadata(**values: str) -> str:
@@ -77,7 +85,7 @@ class TusUpload:
     async def send(self, size: int, on_progress: ProgressCallback | None = None) -> None:
         """PATCH chunks until the server has ``size`` bytes."""
         assert self.url is not None
-        mismatches = 0
+        mismatches = conflicts = 0
         while self.offset < size:
             chunk = await asyncio.to_thread(_read_at, self.path, self.offset, min(self.chunk_size, size - self.offset))
             if not chunk:
@@ -88,7 +96,17 @@ class TusUpload:
                     "Content-Type": OFFSET_STREAM, "Upload-Offset": str(self.offset),
                     "Upload-Checksum": f"sha256 {digest}"})
             except ConflictError:  # an earlier PATCH landed though its answer was lost, or another runs
+                before = self.offset
                 await self.resume(self.url)
+                if self.offset != before:  # it moved on: from there at once
+                    conflicts = 0
+                    if on_progress is not None and self.offset > before:
+                        on_progress(self.offset - before)
+                    continue
+                if conflicts >= len(CONFLICT_WAITS_S):
+                    raise
+                await _sleep(CONFLICT_WAITS_S[conflicts])
+                conflicts += 1
                 continue
             except ApiError as exc:
                 mismatches += 1

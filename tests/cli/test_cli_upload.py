@@ -8,9 +8,11 @@ injected sleep; the last ones run the real ``mediasrv upload`` command against a
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -24,10 +26,12 @@ import pytest
 from rich.console import Console
 
 from mediasrv.assembly.app import Runtime
+from mediasrv.cli import upload as upload_module
 from mediasrv.cli.upload import UploadOptions, upload_all
 from mediasrv.cli.upload_manifest import LocalFile, collect, default_manifest
 from mediasrv.cli.upload_progress import NoProgress, RichProgress, rate_texts, wait_text
-from mediasrv.client import ConnectionFailed, MediasrvClient
+from mediasrv.client import ConflictError, ConnectionFailed, MediasrvClient
+from mediasrv.client import resumable as tus_client
 from tests.cli.test_server import ServerTestCase
 from tests.conftest import Api
 from tests.handlers.test_files_http import png
@@ -310,6 +314,183 @@ async def test_refused_files_are_remembered_until_they_change(api: Api, tmp_path
     assert (third.uploaded, third.refused_before) == (1, 0)
 
 
+def entries_of(manifest: Path) -> list[dict[str, Any]]:
+    """The manifest's lines (none when nothing was recorded yet)."""
+    return [json.loads(line) for line in manifest.read_text().splitlines()] if manifest.exists() else []
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_a_refused_name_is_not_remembered_against_the_content(api: Api, tmp_path: Path) -> None:
+    """400 INVALID_FILE_NAME is about the name: that path's failure only. Renamed, the file goes
+    up; the same bytes under a good name go up in the same run (the refused copy is no
+    "duplicate already sent"); a refusal of a name an older version remembered is ignored."""
+    key = await api_key(api)
+    root = tmp_path / "files"
+    root.mkdir()
+    bad = root / "bad\nname.txt"
+    bad.write_bytes(b"content one\n")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), manifest=tmp_path / "m.jsonl")
+    first = await upload_all(options)
+    assert (first.uploaded, first.failed) == (0, 1)
+    assert (first.failures[0]["status"], first.failures[0]["code"]) == (400, "INVALID_FILE_NAME")
+    assert not [e for e in entries_of(tmp_path / "m.jsonl") if e["status"] == "refused"]
+    bad.rename(root / "good-name.txt")
+    renamed = await upload_all(options)
+    assert (renamed.uploaded, renamed.refused_before, renamed.failed) == (1, 0, 0), renamed.failures
+
+    twins = tmp_path / "twins"
+    twins.mkdir()
+    (twins / "a\nbad.txt").write_bytes(b"shared bytes\n")  # sorted first: sent first, refused
+    (twins / "b-good.txt").write_bytes(b"shared bytes\n")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(twins),), manifest=tmp_path / "twins.jsonl")
+    first = await upload_all(options)
+    assert (first.uploaded, first.skipped, first.failed) == (1, 0, 1), first.failures
+    assert first.failures[0]["path"].endswith("a\nbad.txt")
+    assert "b-good.txt" in await names_on_server(api.base, key)
+    again = await upload_all(options)
+    assert (again.uploaded, again.skipped, again.refused_before, again.failed) == (0, 2, 0, 0)
+
+    # A manifest line of an older version that remembered the name's refusal by content.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "fine.txt").write_bytes(b"content three\n")
+    (tmp_path / "old.jsonl").write_text(json.dumps(
+        {"sha256": sha256(b"content three\n"), "status": "refused", "path": "/elsewhere/x\ny.txt", "size": 14,
+         "mtime_ns": 1, "file_id": None, "code": "INVALID_FILE_NAME", "upload_url": None}) + "\n")
+    old = await upload_all(UploadOptions(url=api.base, api_key=key, paths=(str(tmp_path / "old"),),
+                                         manifest=tmp_path / "old.jsonl"))
+    assert (old.uploaded, old.refused_before) == (1, 0)
+
+
+async def test_a_refusal_of_the_bytes_is_remembered_with_the_type_they_were_sent_as(api: Api, tmp_path: Path) -> None:
+    """Text named .png is sent as image/png: 400 CONTENT_MISMATCH, remembered; the same bytes
+    named .txt are text/plain, another type: sent, and taken."""
+    key = await api_key(api)
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "notes.png").write_bytes(b"just some text\n")
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), manifest=tmp_path / "m.jsonl")
+    first = await upload_all(options)
+    assert (first.failed, first.failures[0]["code"]) == (1, "CONTENT_MISMATCH")
+    second = await upload_all(options)
+    assert (second.refused_before, second.failed) == (1, 0)
+    (root / "notes.png").rename(root / "notes.txt")
+    third = await upload_all(options)
+    assert (third.uploaded, third.refused_before, third.failed) == (1, 0, 0), third.failures
+    refused, uploaded = entries_of(tmp_path / "m.jsonl")
+    assert (refused["status"], refused["code"], refused["content_type"]) == ("refused", "CONTENT_MISMATCH", "image/png")
+    assert (uploaded["status"], uploaded["sha256"]) == ("uploaded", refused["sha256"])
+
+
+async def test_a_file_gone_between_listing_and_hashing_is_a_failure_of_its_own(
+        api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run lists the files, then reads each to hash it: one that cannot be read by then
+    (deleted here; unreadable, in the command test below) is a failure; the others go up."""
+    key = await api_key(api)
+    root = tmp_path / "files"
+    root.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (root / name).write_bytes(f"{name}\n".encode())
+    real_collect = upload_module.collect
+
+    def collect_then_delete(*args: Any, **kwargs: Any) -> Any:
+        listed = real_collect(*args, **kwargs)
+        (root / "b.txt").unlink()
+        return listed
+
+    monkeypatch.setattr(upload_module, "collect", collect_then_delete)
+    summary = await upload_all(UploadOptions(url=api.base, api_key=key, paths=(str(root),),
+                                             manifest=tmp_path / "m.jsonl"))
+    assert (summary.total, summary.uploaded, summary.failed) == (3, 2, 1)
+    assert summary.failures == [{"path": str(root / "b.txt"),
+                                 "error": "cannot read the file: No such file or directory"}]
+    assert sorted(await names_on_server(api.base, key)) == ["a.txt", "c.txt"]
+
+
+class EditsFiles(NoProgress):
+    """A reporter that edits a file when another begins (``before``), or the file being sent
+    after its first bytes (``during``): an edit at a known point of the run."""
+
+    def __init__(self, before: tuple[str, Path, bytes] | None = None,
+                 during: tuple[Path, bytes] | None = None) -> None:
+        super().__init__()
+        self.before, self.during = before, during
+
+    def begin(self, f: LocalFile) -> Any:
+        if self.before is not None and f.name == self.before[0]:
+            self.before[1].write_bytes(self.before[2])
+            self.before = None
+        return None
+
+    def advance(self, handle: Any, nbytes: int) -> None:
+        if self.during is not None:
+            self.during[0].write_bytes(self.during[1])
+            self.during = None
+
+
+def backdate(path: Path) -> None:
+    """An mtime well before any edit the test makes (file times are coarse: an edit within the
+    same tick would keep it)."""
+    os.utime(path, ns=(time.time_ns(), time.time_ns() - 60 * 10**9))
+
+
+async def test_a_file_edited_after_it_was_hashed_goes_up_as_it_is_now(api: Api, tmp_path: Path) -> None:
+    """b.txt is hashed, then edited while a.txt goes up: what the manifest records is the hash
+    of the bytes sent, so the first version, restored later, is not taken as uploaded."""
+    key = await api_key(api)
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "a.txt").write_bytes(b"first file\n")
+    b = root / "b.txt"
+    b.write_bytes(b"version 1\n")
+    backdate(b)
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(root),), concurrency=1,
+                            manifest=tmp_path / "m.jsonl")
+    summary = await upload_all(options, progress=EditsFiles(before=("a.txt", b, b"version 2, longer\n")))
+    assert (summary.uploaded, summary.failed) == (2, 0), summary.failures
+    [entry] = [e for e in entries_of(tmp_path / "m.jsonl") if e["path"] == str(b)]
+    assert entry["sha256"] == sha256(b"version 2, longer\n") and entry["size"] == len(b"version 2, longer\n")
+    assert (await api.call("GET", f"/d/{entry['file_id']}")).body == b"version 2, longer\n"
+
+    b.write_bytes(b"version 1\n")  # the edit undone: that content was never sent
+    again = await upload_all(options)
+    assert (again.uploaded, again.skipped) == (1, 1)
+
+
+async def test_a_file_edited_while_it_goes_up_is_a_failure_and_not_recorded(api: Api, tmp_path: Path) -> None:
+    """Edited after its first 256 KiB were read: the server got neither version whole, so no
+    hash is recorded for it (a rerun sends it again); the failure names what the server kept."""
+    key = await api_key(api)
+    path = tmp_path / "log.txt"
+    old, new = b"a" * 600_000, b"b" * 600_000
+    path.write_bytes(old)
+    backdate(path)
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(path),), manifest=tmp_path / "m.jsonl")
+    summary = await upload_all(options, progress=EditsFiles(during=(path, new)))
+    assert (summary.uploaded, summary.failed) == (0, 1)
+    assert "changed while it was being uploaded" in summary.failures[0]["error"]
+    assert not [e for e in entries_of(tmp_path / "m.jsonl") if e["status"] == "uploaded"]
+    again = await upload_all(options)
+    assert (again.uploaded, again.failed) == (1, 0)
+    [entry] = entries_of(tmp_path / "m.jsonl")
+    assert entry["sha256"] == sha256(new)
+
+
+async def test_a_torn_last_line_does_not_swallow_the_next_entry(api: Api, tmp_path: Path) -> None:
+    key = await api_key(api)
+    (tmp_path / "one.txt").write_bytes(b"one\n")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"sha256": "abc", "status": "upl')  # a run killed mid-write: no newline
+    options = UploadOptions(url=api.base, api_key=key, paths=(str(tmp_path / "one.txt"),), manifest=manifest)
+    first = await upload_all(options)
+    assert first.uploaded == 1
+    again = await upload_all(options)
+    assert (again.uploaded, again.skipped) == (0, 1)
+    assert manifest.read_text().splitlines()[0] == '{"sha256": "abc", "status": "upl'
+
+
 async def test_exclude_globs_and_dry_run(api: Api, tmp_path: Path) -> None:
     key = await api_key(api)
     root = tmp_path / "tree"
@@ -351,9 +532,9 @@ class UploadCommandTest(ServerTestCase):
         self.assertEqual(r.status_code, 201, r.text)
         return r.json()["key"]
 
-    def run_upload(self, *args: str, **env: str) -> tuple[int, dict[str, Any], str]:
+    def run_upload(self, *args: str, prefix: tuple[str, ...] = (), **env: str) -> tuple[int, dict[str, Any], str]:
         env.setdefault("XDG_DATA_HOME", str(self.tmp / "xdg"))  # the default manifest lives here
-        out = subprocess.run([MEDIASRV, "upload", *args], capture_output=True, text=True, timeout=120,
+        out = subprocess.run([*prefix, MEDIASRV, "upload", *args], capture_output=True, text=True, timeout=120,
                              env=base_env(self.tmp / "unused", **env), cwd=self.tmp)
         summary = json.loads(out.stdout) if out.stdout.strip() else {}
         return out.returncode, summary, out.stderr
@@ -382,6 +563,46 @@ class UploadCommandTest(ServerTestCase):
 
         r = self.client.get(server.url + "/files", headers={"X-Api-Key": key})
         self.assertEqual(r.json()["total"], 5)
+
+    def test_unreadable_files_and_directories_are_failures_and_the_rest_go_up(self) -> None:
+        """A directory, then also a file, without read permission: each a failure entry with
+        its reason, the readable file uploaded, the JSON summary, exit status 1, no traceback.
+        As root the command runs without the capability to override file modes (setpriv)."""
+        prefix: tuple[str, ...] = ()
+        if os.geteuid() == 0:
+            setpriv = shutil.which("setpriv")
+            if setpriv is None:
+                self.skipTest("root reads any file, and setpriv is not there to drop that")
+            prefix = (setpriv, "--bounding-set=-dac_override,-dac_read_search")
+        server = self.serve()
+        key = self.api_key(server)
+        root = self.tmp / "tree"
+        (root / "locked").mkdir(parents=True)
+        (root / "a.txt").write_bytes(b"readable\n")
+        (root / "locked" / "inner.txt").write_bytes(b"inside\n")
+        locked, secret = root / "locked", root / "secret.txt"
+        args = (str(root), "--url", server.url, "--no-progress")
+        locked.chmod(0)
+        try:
+            code, summary, err = self.run_upload(*args, prefix=prefix, MEDIASRV_API_KEY=key)
+            self.assertEqual((code, summary.get("uploaded"), summary.get("failed")), (1, 1, 1), err)
+            self.assertEqual(summary["failures"], [
+                {"path": str(locked), "error": "cannot list the directory: Permission denied"}])
+
+            secret.write_bytes(b"not for you\n")
+            secret.chmod(0)
+            code, summary, err = self.run_upload(*args, prefix=prefix, MEDIASRV_API_KEY=key)
+        finally:
+            locked.chmod(0o755)
+            if secret.exists():
+                secret.chmod(0o644)
+        self.assertNotIn("Traceback", err)
+        self.assertEqual(code, 1, err)
+        self.assertEqual((summary["files"], summary["uploaded"], summary["skipped"], summary["failed"]),
+                         (3, 0, 1, 2), summary)
+        self.assertEqual(summary["failures"], [
+            {"path": str(locked), "error": "cannot list the directory: Permission denied"},
+            {"path": str(secret), "error": "cannot read the file: Permission denied"}])
 
     def test_missing_api_key_is_a_usage_error(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -542,6 +763,41 @@ def _no_sleep(_: float) -> Any:
     async def nothing() -> None:
         return None
     return nothing()
+
+
+async def test_a_409_that_does_not_move_is_waited_out_then_given_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another request writing the same upload (a second run of the same file): every PATCH is
+    409 and HEAD shows the upload where it was. The client waits longer each time and gives up
+    with the 409, rather than sending the chunk again at once, forever. A 409 after which the
+    upload has moved on (an earlier PATCH landed) goes on from there at once."""
+    path = tmp_path / "big.zip"
+    path.write_bytes(big_zip(3 * 1024 * 1024))
+    seen: list[str] = []
+    offsets = iter([1024 * 1024])  # the first HEAD: a PATCH whose answer was lost had landed
+
+    def busy(request: httpx.Request) -> httpx.Response:
+        seen.append(request.method)
+        assert seen.count("PATCH") <= 100, "PATCH sent again and again without waiting"
+        if request.method == "POST":
+            return httpx.Response(201, headers={"Location": "/uploads/u1"})
+        if request.method == "HEAD":
+            return httpx.Response(200, headers={"Upload-Offset": str(next(offsets, 1024 * 1024))})
+        return httpx.Response(409, json={"error": "Another request is writing this upload",
+                                         "code": "OFFSET_MISMATCH"})
+
+    waits: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(tus_client, "_sleep", no_wait, raising=False)
+    progress: list[int] = []
+    async with MediasrvClient("http://mock", api_key="k", transport=httpx.MockTransport(busy)) as media:
+        with pytest.raises(ConflictError):
+            await media.upload_resumable(path, chunk_size=1024 * 1024, on_progress=progress.append)
+    assert waits == list(tus_client.CONFLICT_WAITS_S) and sum(waits) > 15  # past a stale lock's 15 s
+    assert seen.count("PATCH") == len(waits) + 2 and progress == [1024 * 1024]
 
 
 async def test_the_python_client_resumes_an_upload_from_its_url(api: Api, tmp_path: Path) -> None:
