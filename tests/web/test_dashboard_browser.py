@@ -878,6 +878,209 @@ async def test_file_view_previews_an_image_and_a_pdf_with_links_and_delete(api: 
         assert problems == []
 
 
+async def test_a_file_is_renamed_and_made_private_or_public_from_its_page_and_the_gallery(
+        api: Api, settings: Settings, artifacts: Path) -> None:
+    """PATCH /files/{id} with name or is_public from the dashboard: the file view's "Name and
+    visibility" card, then the gallery's menu (a Rename dialog, Make private / Make public) on a
+    card and in the lightbox. The page follows each answer without a reload; a name the server
+    refuses shows its message; nothing needs a mouse or overflows a 360 px screen."""
+    email = "browser-rename@example.com"
+    await api.user(email)
+    token = await _token(api, email)
+    photo = await upload(api, token, "IMG_0001.png", "image/png", picture((200, 120, 40), "rename"))
+    fid = photo["file_id"]
+    bad_name = "invoice\u202egnp.exe"  # reads as "invoiceexe.png": refused (INVALID_FILE_NAME)
+    refusal = await api.call("PATCH", f"/files/{fid}", json={"name": bad_name}, token=token)
+    assert refusal.code == 400 and body(refusal)["code"] == "INVALID_FILE_NAME"
+    server_says = body(refusal)["error"]
+
+    async def stored() -> dict:
+        return body(await api.call("GET", f"/files/{fid}", token=token))
+
+    async def anonymous_status() -> int:
+        return (await api.call("GET", f"/m/{fid}")).code
+
+    async with browser_page(settings.public_url) as (page, problems):
+        await page.goto("/#/login")
+        await log_in(page, email)
+        await page.get_by_role("link", name="IMG_0001.png", exact=True).click()
+        await expect(page.get_by_role("heading", name="IMG_0001.png")).to_be_visible()
+        await page.evaluate("() => { window.notReloaded = true; }")
+        manage = page.get_by_role("region", name="Name and visibility")
+        name_input = manage.get_by_label("File name")
+        save = manage.get_by_role("button", name="Save name")
+        await expect(name_input).to_have_value("IMG_0001.png")
+        await assert_accessible(page)
+
+        # Rename: the API has the new name (the spaces around it dropped); the page shows it.
+        await name_input.fill("  harbour at dawn.png ")
+        await save.click()
+        await expect(page.get_by_role("heading", name="harbour at dawn.png")).to_be_visible()
+        await expect(page.locator("#status")).to_have_text("Renamed IMG_0001.png to harbour at dawn.png.")
+        assert (await stored())["name"] == "harbour at dawn.png"
+        await expect(name_input).to_have_value("harbour at dawn.png")
+        await expect(page.locator("dl.facts")).to_contain_text("harbour at dawn.png")
+        await expect(page.get_by_role("link", name="Download harbour at dawn.png")).to_have_attribute(
+            "download", "harbour at dawn.png")
+        await expect(page.get_by_role("img", name="Preview of harbour at dawn.png")).to_be_visible()
+        assert await page.title() == "harbour at dawn.png · mediasrv"
+
+        # A name the server refuses: its message under the field, the field marked and focused.
+        await name_input.fill(bad_name)
+        await save.click()
+        await expect(manage.get_by_role("alert")).to_have_text(server_says)
+        await expect(name_input).to_have_attribute("aria-invalid", "true")
+        await expect(name_input).to_be_focused()
+        assert (await stored())["name"] == "harbour at dawn.png"
+        await expect(page.get_by_role("heading", name="harbour at dawn.png")).to_be_visible()
+        # Emptied: no name (the API takes null), the file shown by its id; the error went on typing.
+        await name_input.fill("")
+        await expect(manage.get_by_role("alert")).to_be_hidden()
+        await save.click()
+        await expect(page.locator("#status")).to_have_text(
+            f"Removed the name of harbour at dawn.png: it shows as {fid}.")
+        await expect(page.get_by_role("heading", name=fid)).to_be_visible()
+        await expect(page.locator("dl.facts")).to_contain_text("(no name)")
+        assert (await stored())["name"] is None
+        # Named again, sent with Enter.
+        await name_input.fill("harbour.png")
+        await name_input.press("Enter")
+        await expect(page.get_by_role("heading", name="harbour.png")).to_be_visible()
+        assert (await stored())["name"] == "harbour.png"
+        await expect(name_input).not_to_have_attribute("aria-invalid", "true")
+
+        # Private: the public links go, a badge says it, the preview and the variant link are signed.
+        visibility = manage.get_by_role("group", name="Visibility")
+        await expect(visibility).to_contain_text("Public: anyone with its link")
+        await expect(page.get_by_role("button", name="Copy public URL")).to_be_visible()
+        await expect(page.locator("p.file-badge")).to_be_hidden()
+        await visibility.get_by_role("button", name="Make private").click()
+        await expect(visibility.get_by_role("button", name="Make public")).to_be_focused()
+        await expect(page.locator("#status")).to_have_text(
+            "harbour.png is private: its public link no longer opens it; signed links still do.")
+        assert (await stored())["is_public"] is False
+        assert await anonymous_status() == 404
+        await expect(page.locator("p.file-badge")).to_have_text("Private")
+        await expect(page.locator("dl.facts")).to_contain_text("Private: you, or a signed link")
+        await expect(page.locator("dl.facts")).not_to_contain_text("Public URL")
+        await expect(page.get_by_role("button", name="Copy public URL")).to_have_count(0)
+        preview = page.get_by_role("img", name="Preview of harbour.png")
+        await expect(preview).to_have_attribute("src", re.compile(rf"^/m/{fid}\?expires=\d+&signature=.+&width=\d+$"))
+        await page.wait_for_function("() => { const i = document.querySelector('img.preview-image');"
+                                     " return i && i.src.includes('signature=') && i.complete && i.naturalWidth > 0; }")
+        await expect(page.get_by_role("link", name="Download harbour.png")).to_have_attribute(
+            "href", re.compile(r"/d/.+signature="))
+        await expect(page.get_by_label("Resized link")).to_have_value(re.compile(r"\?expires=\d+&signature="))
+        await page.get_by_role("button", name="Copy as Markdown").click()
+        assert "signature=" in await _wait_clipboard(page, "![harbour.png](")
+        await page.screenshot(path=str(artifacts / "dashboard-file-private.png"), full_page=True)
+
+        # Public again, by keyboard: all back as it was, the focus still on the button.
+        await visibility.get_by_role("button", name="Make public").press("Enter")
+        await expect(visibility.get_by_role("button", name="Make private")).to_be_focused()
+        await expect(page.locator("#status")).to_have_text("harbour.png is public: anyone with its link can open it.")
+        assert (await stored())["is_public"] is True
+        assert await anonymous_status() == 200
+        await expect(page.locator("p.file-badge")).to_be_hidden()
+        await expect(page.get_by_role("button", name="Copy public URL")).to_be_visible()
+        await expect(preview).to_have_attribute("src", re.compile(rf"^/m/{fid}\?width=\d+$"))
+        await expect(page.get_by_label("Resized link")).to_have_value(photo["public_url"])
+        await page.get_by_role("button", name="Copy public URL").click()
+        assert await _wait_clipboard(page, "/m/") == photo["public_url"]
+        assert await page.evaluate("() => window.notReloaded") is True
+        await assert_accessible(page)
+        await page.set_viewport_size({"width": 360, "height": 740})
+        assert await page.evaluate(OVERFLOW) == 0
+        assert await name_input.evaluate("i => i.getBoundingClientRect().right") <= 360
+        await page.screenshot(path=str(artifacts / "dashboard-file-rename-mobile.png"), full_page=True)
+        await page.set_viewport_size({"width": 1280, "height": 860})
+
+        # The gallery shows the new name; its menu renames in a dialog, by keyboard.
+        await page.get_by_role("link", name="← All files").click()
+        await expect(page.locator("ul.grid a.file-name")).to_have_text(["harbour.png"])
+        menu_button = page.get_by_role("button", name="Actions for harbour.png")
+        await menu_button.focus()
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("menuitem", name="Open details")).to_be_focused()
+        for _ in range(20):
+            if await page.evaluate("() => document.activeElement.textContent") == "Rename…":
+                break
+            await page.keyboard.press("ArrowDown")
+        await page.keyboard.press("Enter")
+        dialog = page.get_by_role("dialog", name="Rename harbour.png")
+        await expect(dialog).to_be_visible()
+        field = dialog.get_by_label("File name")
+        await expect(field).to_be_focused()
+        await expect(field).to_have_value("harbour.png")
+        assert await field.evaluate("i => [i.selectionStart, i.selectionEnd]") == [0, len("harbour")]
+        await assert_accessible(page)
+        await page.set_viewport_size({"width": 360, "height": 740})
+        box = await dialog.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360, box
+        assert await page.evaluate(OVERFLOW) == 0
+        await page.screenshot(path=str(artifacts / "dashboard-rename-dialog-mobile.png"))
+        await page.set_viewport_size({"width": 1280, "height": 860})
+        await field.fill(bad_name)
+        await page.keyboard.press("Enter")
+        await expect(dialog.get_by_role("alert")).to_have_text(server_says)  # stays open, to correct
+        await expect(field).to_be_focused()
+        assert (await stored())["name"] == "harbour.png"
+        await page.keyboard.press("Escape")  # cancels: nothing changes
+        await expect(dialog).to_have_count(0)
+        await expect(page.locator("ul.grid a.file-name")).to_have_text(["harbour.png"])
+        await expect(menu_button).to_be_focused()
+        await page.keyboard.press("Enter")
+        await page.get_by_role("menuitem", name="Rename…").click()
+        await page.get_by_role("dialog", name="Rename harbour.png").get_by_label("File name").fill("quay.png")
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("dialog")).to_have_count(0)
+        await expect(page.locator("ul.grid a.file-name")).to_have_text(["quay.png"])
+        await expect(page.locator("#status")).to_have_text("Renamed harbour.png to quay.png.")
+        assert (await stored())["name"] == "quay.png"
+        quay_menu = page.get_by_role("button", name="Actions for quay.png")
+        await expect(quay_menu).to_be_focused()  # on the card made anew
+
+        # Make private, then public, from the card's menu: the card's badge and thumbnail follow.
+        card = page.locator("li.file", has_text="quay.png")
+        await quay_menu.click()
+        await page.get_by_role("menuitem", name="Make private").click()
+        await expect(card.locator(".lock")).to_have_text("Private")
+        assert (await stored())["is_public"] is False
+        assert await anonymous_status() == 404
+        await expect(card.get_by_role("img", name="quay.png")).to_have_attribute("src", re.compile(r"^blob:"))
+        await expect(quay_menu).to_be_focused()
+        await page.keyboard.press("Enter")
+        await expect(page.get_by_role("menuitem", name="Make private")).to_have_count(0)
+        await page.get_by_role("menuitem", name="Make public").click()
+        await expect(card.locator(".lock")).to_have_count(0)
+        await expect(page.locator("#status")).to_have_text("quay.png is public: anyone with its link can open it.")
+        assert (await stored())["is_public"] is True
+        assert await anonymous_status() == 200
+
+        # In the lightbox: renamed over it (the dialog on top), its bar and the grid follow.
+        await card.get_by_role("link", name="Preview quay.png").click()
+        lightbox = page.locator("dialog.lightbox")
+        await expect(lightbox.locator(".lightbox-title")).to_have_text("quay.png")
+        await lightbox.get_by_role("button", name="Actions for quay.png").click()
+        await page.get_by_role("menuitem", name="Rename…").click()
+        await page.get_by_role("dialog", name="Rename quay.png").get_by_label("File name").fill("pier.png")
+        await page.keyboard.press("Enter")
+        await expect(lightbox.locator(".lightbox-title")).to_have_text("pier.png")
+        await expect(lightbox.get_by_role("button", name="Actions for pier.png")).to_be_focused()
+        await lightbox.get_by_role("button", name="Actions for pier.png").click()
+        await page.get_by_role("menuitem", name="Make private").click()
+        await expect(lightbox.locator(".lightbox-sub")).to_contain_text("Private")
+        assert (await stored())["is_public"] is False
+        await page.keyboard.press("Escape")
+        await expect(lightbox).to_have_count(0)
+        await expect(page.locator("ul.grid a.file-name")).to_have_text(["pier.png"])
+        await expect(page.locator("li.file", has_text="pier.png").locator(".lock")).to_have_text("Private")
+        assert (await stored())["name"] == "pier.png"
+        # The browser logs the two refused names (400), the answers the page showed; nothing else.
+        assert [p for p in problems if "status of 400" not in p] == []
+        assert len(problems) == 2
+
+
 async def test_sort_and_filter_by_kind(api: Api, settings: Settings) -> None:
     email = "browser-sort@example.com"
     await api.user(email)

@@ -111,10 +111,15 @@ export function errorBox() {
   };
 }
 
-/** Disable a form's controls while work runs, and restore them after. */
+/**
+ * Disable a form's controls while work runs, and restore them after. A control that had the
+ * focus gets it back (disabling it dropped the focus on the page: a keyboard user would start
+ * over from the top), unless the focus went somewhere else meanwhile.
+ */
 export async function busy(form, work) {
   const controls = [...form.querySelectorAll('button, input, select, textarea')];
   const before = controls.map((c) => c.disabled);
+  const focused = controls.includes(document.activeElement) ? document.activeElement : null;
   controls.forEach((c) => { c.disabled = true; });
   form.setAttribute('aria-busy', 'true');
   try {
@@ -122,6 +127,9 @@ export async function busy(form, work) {
   } finally {
     controls.forEach((c, i) => { c.disabled = before[i]; });
     form.removeAttribute('aria-busy');
+    const now = document.activeElement;
+    const lost = !now || now === focused || now.contains(form); // on the page, or on the dialog around the form
+    if (focused && focused.isConnected && !focused.disabled && lost) focused.focus();
   }
 }
 

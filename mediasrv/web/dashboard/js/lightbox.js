@@ -58,11 +58,12 @@ async function stage(file) {
 
 /**
  * Show `files[index]` in the lightbox. `say` reports (copy, delete); `removed(file)` runs after
- * a delete from the lightbox; `returnFocus(file)` gives the element to focus when it closes.
+ * a delete from the lightbox; `changed(file)` after a rename or a visibility change from its menu
+ * (the File as the server answered); `returnFocus(file)` gives the element to focus when it closes.
  * `pages` (optional) goes on past the page's ends: {offset(), total(), next(), prev()}, where
  * next and prev load the neighbouring page and resolve its files (null at the ends).
  */
-export function openLightbox(shownFiles, index, { say, removed, returnFocus, pages = null }) {
+export function openLightbox(shownFiles, index, { say, removed, changed = null, returnFocus, pages = null }) {
   let files = shownFiles;
   let at = index;
   let token = 0; // the file shown: a late answer for another one is dropped
@@ -81,20 +82,8 @@ export function openLightbox(shownFiles, index, { say, removed, returnFocus, pag
       details, menuSlot, close),
     h('div', { class: 'lightbox-body' }, prev, body, next));
 
-  async function show(wanted) {
-    let i = wanted;
-    token += 1;
-    const mine = token;
-    if (pages && (i < 0 || i >= files.length) && pages.total() > files.length) {
-      // Past the page's end: the next (or previous) page, and no wrapping round at the very ends.
-      const more = i < 0 ? await pages.prev() : await pages.next();
-      if (mine !== token) return;
-      if (!more || !more.length) return;
-      files = [...more];
-      i = i < 0 ? files.length - 1 : 0;
-    }
-    at = (i + files.length) % files.length;
-    const file = files[at];
+  /** The bar over the file: its name, where it is in the list, its facts and its menu. */
+  function bar(file) {
     const name = displayName(file);
     title.textContent = name;
     counter.textContent = pages ? `${pages.offset() + at + 1} of ${pages.total()}` : `${at + 1} of ${files.length}`;
@@ -111,7 +100,36 @@ export function openLightbox(shownFiles, index, { say, removed, returnFocus, pag
         if (!files.length) dialog.close();
         else show(at);
       },
+      changed: changed && ((updated) => {
+        const now = { ...file, ...updated };
+        const i = files.indexOf(file); // -1: the lightbox went on to another page meanwhile
+        if (i >= 0) files[i] = now;
+        if (i >= 0 && i === at && dialog.open) {
+          const hadFocus = menuSlot.contains(document.activeElement) || document.activeElement === document.body;
+          // Renamed: the bar only. Made public or private: the picture too, from the link that now works.
+          if (updated.is_public !== file.is_public) show(at); else bar(now);
+          if (hadFocus) menuSlot.querySelector('.menu-button').focus();
+        }
+        changed(now);
+      }),
     })));
+  }
+
+  async function show(wanted) {
+    let i = wanted;
+    token += 1;
+    const mine = token;
+    if (pages && (i < 0 || i >= files.length) && pages.total() > files.length) {
+      // Past the page's end: the next (or previous) page, and no wrapping round at the very ends.
+      const more = i < 0 ? await pages.prev() : await pages.next();
+      if (mine !== token) return;
+      if (!more || !more.length) return;
+      files = [...more];
+      i = i < 0 ? files.length - 1 : 0;
+    }
+    at = (i + files.length) % files.length;
+    const file = files[at];
+    bar(file);
     body.replaceChildren(h('p', { class: 'lightbox-loading' }, 'Loading…'));
     body.dataset.fileId = file.file_id;
     try {

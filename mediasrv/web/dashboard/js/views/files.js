@@ -1,7 +1,8 @@
 // Files: the upload queue, then the gallery. Search, kind, type, visibility and order are sent
 // to the server (GET /files?q=&kind=&sort=...), which sorts and filters every file of the
 // account before paging. A card is a thumbnail that opens the lightbox, the name (the file's
-// page), and one menu of actions; a checkbox selects it for bulk delete.
+// page), and one menu of actions (renamed or made public or private there, the card is made anew
+// from the server's answer); a checkbox selects it for bulk delete.
 import { api } from '../api.js';
 import { confirmAction, errorBox, field, formatBytes, formatDate, h, pager, select, statusFor } from '../dom.js';
 import { displayName, fileMenuItems } from '../fileactions.js';
@@ -62,6 +63,7 @@ export function filesView({ rerender }) {
   const selectAll = h('input', { type: 'checkbox', id: 'select-all' });
   const countText = h('span', { class: 'muted' });
   const totalText = h('span', { class: 'files-total muted' });
+  const title = h('h1', { tabindex: '-1' }, 'Files');
   const cards = new Map(); // file_id -> card, reused across re-renders so thumbnails stay loaded
   let limits = null; // the widths /m makes (resizeoptions.js), read with the first page of files
   const inFlight = new Set(); // per listing request on its way: the files the queue stored meanwhile
@@ -152,6 +154,27 @@ export function filesView({ rerender }) {
     load();
   };
 
+  /**
+   * A file renamed or made public or private (the card's menu, the lightbox): its card is made
+   * anew from the File the server answered, the focus back on its menu button when it was in the
+   * old card. Under a filter or an order it may no longer fit, the page is listed again.
+   */
+  const changed = (updated) => {
+    const at = state.items.findIndex((f) => f.file_id === updated.file_id);
+    if (at < 0) return;
+    const old = cards.get(updated.file_id);
+    const focusHere = old && (old.contains(document.activeElement) || document.activeElement === document.body);
+    state.items[at] = { ...state.items[at], ...updated }; // a PATCH answers no placeholder: keep it
+    cards.delete(updated.file_id);
+    renderGrid();
+    const now = cards.get(updated.file_id);
+    if (focusHere && now) now.querySelector('.menu-button').focus();
+    if (!state.q && !state.isPublic && !state.sort.endsWith('name')) return;
+    load().then(() => { // gone from this listing: the focus goes to the top of the view, not nowhere
+      if (focusHere && document.activeElement === document.body && title.isConnected) title.focus();
+    });
+  };
+
   // The lightbox goes on into the next and previous pages (the grid follows it).
   const turn = async (step) => {
     const page = state.page + step;
@@ -161,7 +184,7 @@ export function filesView({ rerender }) {
     return state.items;
   };
   const preview = (file) => openLightbox([...state.items], state.items.indexOf(file), {
-    say, removed, returnFocus: (shown) => {
+    say, removed, changed, returnFocus: (shown) => {
       const li = cards.get(shown.file_id);
       return li && li.isConnected ? li.querySelector('.thumb-link') : null;
     },
@@ -193,7 +216,7 @@ export function filesView({ rerender }) {
           h('a', { href, class: 'file-name', title: name }, name),
           h('span', { class: 'file-sub', title: formatDate(file.created_at) },
             `${formatBytes(file.size)} · ${relativeTime(file.created_at)}`)),
-        menuButton(`Actions for ${name}`, fileMenuItems(file, { say, removed }))));
+        menuButton(`Actions for ${name}`, fileMenuItems(file, { say, removed, changed }))));
   }
 
   selectAll.addEventListener('change', () => {
@@ -258,7 +281,7 @@ export function filesView({ rerender }) {
 
   load();
   return [
-    h('div', { class: 'page-head' }, h('h1', { tabindex: '-1' }, 'Files'), totalText),
+    h('div', { class: 'page-head' }, title, totalText),
     uploadPanel(uploadQueue, uploadPrefs),
     h('section', { class: 'toolbar', 'aria-label': 'Filters' }, kinds, filters),
     h('div', { class: 'bulk' }, h('label', { for: 'select-all', class: 'inline' }, selectAll, ' Select all on this page'),

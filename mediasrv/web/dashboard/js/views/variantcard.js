@@ -43,7 +43,8 @@ export function focalWords(point) {
  * defaults (variants.js withDefaults); `sign()`: a signed URL of the file; `copy(text, what)`
  * copies and says so; `say(message, kind)`: the view's status line; `knownWidth()`: the image's
  * width in pixels when the page already knows it, else null. Returns {el, refresh(file)}: refresh
- * after the file changed (its focal point), so the preview shows what the link now gives.
+ * after the file changed (its focal point, its visibility), so the link and the preview are what
+ * the file now takes: unsigned while it is public, signed while it is private.
  */
 export function variantCard({ file, limits, sign, copy, say, knownWidth }) {
   const numeric = (label, attrs) => field(label, { type: 'number', inputmode: 'decimal', ...attrs });
@@ -94,6 +95,7 @@ export function variantCard({ file, limits, sign, copy, say, knownWidth }) {
 
   let base = file.public_url;
   let signedUntil = 0;
+  let isPublic = file.is_public; // as the link was last written
   let note = '';
   let current = null; // the valid query, or null while a value is refused
   let timer = null;
@@ -136,7 +138,7 @@ export function variantCard({ file, limits, sign, copy, say, knownWidth }) {
     showGravity();
     try {
       current = variantParams(raw(), limits);
-      output.input.value = withQuery(base, current);
+      output.input.value = withQuery(file.is_public ? file.public_url : base, current);
       open.href = output.input.value;
       open.removeAttribute('aria-disabled');
       copyButton.disabled = false;
@@ -289,15 +291,26 @@ export function variantCard({ file, limits, sign, copy, say, knownWidth }) {
     h('p', { class: 'muted hint' }, `"Copy srcset" gives this variant at widths up to the image's own (`
       + `${srcsetWidths(null, limits).join(', ')}), each as "link Nw" for an <img srcset>; with both a width `
       + 'and a height the box keeps its shape, and dpr is left out: the browser picks the density.'));
-  if (!file.is_public) {
-    note = ' (signed, expires in 1 hour)';
-    freshBase().then(update).catch((e) => problem.show(e.message));
+  /** The link's base for the file's visibility: its public URL, or a signed one made now. */
+  function followVisibility() {
+    isPublic = file.is_public;
+    note = isPublic ? '' : ' (signed, expires in 1 hour)';
+    base = file.public_url;
+    signedUntil = 0;
+    if (!isPublic) {
+      freshBase().then(() => {
+        if (!file.is_public) update();
+      }).catch((e) => problem.show(e.message));
+    }
   }
+
+  followVisibility();
   update();
   return {
     el,
     refresh(changed) {
       Object.assign(file, changed);
+      if (file.is_public !== isPublic) followVisibility();
       update();
     },
   };
