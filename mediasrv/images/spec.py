@@ -220,6 +220,12 @@ def _fraction(value: float) -> Decimal:
     return Decimal(str(round(float(value), 4))).normalize()
 
 
+_ASCII_SPACE = " \t\n\v\f\r"
+"""What counts as space around an Accept item: the ASCII white space of PCRE's \\s, which the nginx
+sidecar's maps use to key a format=auto answer in its cache (str.strip() would also take U+00A0 or
+U+0085 for space, and an AVIF answer to such an Accept was cached for clients that asked for none)."""
+
+
 def accepted_image_types(accept: str | None) -> frozenset[str]:
     """The media types an Accept header names with a quality above 0, lower case."""
     if not accept:
@@ -230,13 +236,13 @@ def accepted_image_types(accept: str | None) -> frozenset[str]:
         q = 1.0
         for param in params.split(";"):
             name, _, value = param.partition("=")
-            if name.strip().lower() == "q":
+            if name.strip(_ASCII_SPACE).lower() == "q":
                 try:
-                    q = float(value.strip())
+                    q = float(value.strip(_ASCII_SPACE))
                 except ValueError:
                     q = 0.0  # unreadable: not a promise
         if q > 0:
-            types.add(media.strip().lower())
+            types.add(media.strip(_ASCII_SPACE).lower())
     return frozenset(types)
 
 

@@ -730,8 +730,45 @@ def test_hot_cache_keeps_public_answers_only(shared_sidecar: Sidecar) -> None:
                     headers={"Authorization": f"Bearer {token}"})
         assert r.status == 200 and r.body == b"cached?"
         assert r.headers.get("x-cache-status") != "HIT"  # sent from the blob file, never stored
-    assert request(shared_sidecar.port, "GET", f"/m/{fid}", source=source).status == 404
+    missing = request(shared_sidecar.port, "GET", f"/m/{fid}", source=source)
+    assert missing.status == 404 and len(missing.headers.get("x-request-id", "")) == 32  # on errors too
 
+
+
+@ON_THE_SHARED_SIDECAR
+@needs_hot_cache
+def test_the_owner_looking_at_a_file_made_private_does_not_keep_its_public_copy(shared_sidecar: Sidecar) -> None:
+    """A request with credentials neither reads nor renews the hot cache: the owner's
+    revalidation of the copy of a file made private since got mediasrv's 304 (the owner may read
+    it), which renewed the public copy for everyone as long as the owner kept looking."""
+    base, port = shared_sidecar.addresses(), shared_sidecar.port
+    sources = (f"{base}.{n}" for n in range(150, 170))  # this sidecar allows 4 /m a minute per address
+    fid, token, _ = _upload_jpeg(shared_sidecar, "privatized@example.com", next(sources))
+    assert [request(port, "GET", f"/m/{fid}", source=next(sources)).headers.get("x-cache-status")
+            for _ in range(2)] == ["MISS", "HIT"]
+    owner = {"Authorization": f"Bearer {token}"}
+    made = request(port, "PATCH", f"/files/{fid}", body=b'{"is_public": false}', source=next(sources),
+                   headers={**owner, "Content-Type": "application/json"})
+    assert made.status == 200, made.body
+    time.sleep(nginx_conf.CACHE_VALID_S + 1.1)  # the copy expires (nginx's clock counts whole seconds)
+    for _ in range(2):
+        seen = request(port, "GET", f"/m/{fid}", source=next(sources), headers=owner)
+        assert seen.status == 200 and seen.headers.get("x-cache-status") in (None, "BYPASS"), seen.headers
+    assert request(port, "GET", f"/m/{fid}", source=next(sources)).status == 404
+
+
+@ON_THE_SHARED_SIDECAR
+@needs_hot_cache
+def test_an_accept_with_unicode_space_cannot_put_an_avif_under_another_key(shared_sidecar: Sidecar) -> None:
+    """nginx's maps read Accept's space as PCRE's \\s (ASCII); mediasrv stripped U+00A0 too, so
+    '\\xa0image/avif' was an AVIF answer stored under the key of clients that asked for none."""
+    base, port = shared_sidecar.addresses(), shared_sidecar.port
+    fid, _, _ = _upload_jpeg(shared_sidecar, "nbsp@example.com", f"{base}.170")
+    url = f"/m/{fid}?width=40&format=auto"
+    poisoned = request(port, "GET", url, source=f"{base}.171", headers={"Accept": "\xa0image/avif"})
+    assert poisoned.status == 200 and poisoned.headers["content-type"] == "image/jpeg"
+    plain = request(port, "GET", url, source=f"{base}.172", headers={"Accept": "image/png,*/*"})
+    assert plain.headers["content-type"] == "image/jpeg" and plain.headers.get("x-cache-status") == "HIT"
 
 
 @ON_THE_SHARED_SIDECAR
@@ -1204,9 +1241,11 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
 
     # The whole configuration, with both lines, is one nginx accepts.
     sidecar = script.Sidecar("127.0.0.1", free_port(), 2, NGINX, ["mediasrv"], tmp_path)
-    sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data")})
+    sidecar.env.update({"MEDIASRV_NGINX_RESOLVER": "127.0.0.1", "MEDIASRV_DATA_DIR": str(tmp_path / "data"),
+                        "MEDIASRV_MAX_UPLOAD_SIZE_BYTES": "200MiB"})  # a size with a unit, as serve reads it
     ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
     text = sidecar.render(media_limit=4)
+    assert "client_max_body_size 209715201;" in text and "large_client_header_buffers 4 64k;" in text
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text

@@ -16,6 +16,8 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+from mediasrv.base.settings.values import byte_size, whole_number
+
 LUA_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
 MODULES_DIR = Path("/usr/lib/nginx/modules")
 CACHE_VALID_S = 1
@@ -196,7 +198,7 @@ def render(layout: Layout, env: dict[str, str], media_limit: int, access_log_pat
         # nginx's workers would run as nobody; they must read mediasrv's blob files (0600).
         user_line = f"user {pwd.getpwuid(os.getuid()).pw_name} {grp.getgrgid(os.getgid()).gr_name};"
     data_dir = Path(env.get("MEDIASRV_DATA_DIR") or "./data").resolve()
-    max_upload = int(env.get("MEDIASRV_MAX_UPLOAD_SIZE_BYTES") or DEFAULT_MAX_UPLOAD)
+    max_upload = byte_size(env.get("MEDIASRV_MAX_UPLOAD_SIZE_BYTES") or str(DEFAULT_MAX_UPLOAD))  # as serve reads it
     host, port = layout.host, layout.port
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     hot = hot_cache(env)
@@ -215,7 +217,9 @@ def render(layout: Layout, env: dict[str, str], media_limit: int, access_log_pat
                        f"max_size={CACHE_MAX} inactive=10m use_temp_path=off;\n"
                        "    map $upstream_http_cache_control $mediasrv_not_public {\n"
                        "        ~*(private|no-store|no-cache|max-age=0([^0-9]|$)) 1;\n"
-                       "        ~*max-age= 0;\n        default 1;\n    }") if hot else "",
+                       "        ~*max-age= 0;\n        default 1;\n    }\n"
+                       "    map $http_authorization$http_x_api_key$arg_signature $mediasrv_credentialed {\n"
+                       "        \"\" 0;\n        default 1;\n    }") if hot else "",
         "MEDIA_LIMIT": str(media_limit),
         "ACCESS_LOG": access_log(env, access_log_path),
         "CACHE_VALID": f"{CACHE_VALID_S}s",
@@ -224,7 +228,7 @@ def render(layout: Layout, env: dict[str, str], media_limit: int, access_log_pat
         "S3_TLS_VERIFY": s3_tls_verify(env),
         "PROXY_HEADERS": proxy_headers(env["MEDIASRV_PROXY_SECRET"]),
         "BODY_IDLE": str(layout.body_idle_s),
-        "CONN_PER_ADDR": str(int(env.get("MEDIASRV_MAX_CONNECTIONS_PER_IP") or DEFAULT_CONN_PER_ADDR)),
+        "CONN_PER_ADDR": str(whole_number(env.get("MEDIASRV_MAX_CONNECTIONS_PER_IP") or str(DEFAULT_CONN_PER_ADDR))),
         "MEDIA_PROXY_HEADERS": proxy_headers(env["MEDIASRV_PROXY_SECRET"], Counted="media", Cache="1")
                                .replace("\n        ", "\n            "),
     }

@@ -275,7 +275,7 @@ class Sidecar:
             self.nginx_proc.send_signal(signal.SIGQUIT)
             _wait_or_kill(self.nginx_proc, NGINX_STOP_S)
         orphans.kill_orphans(proc.pid for proc in self.procs.values())  # a dead master's workers
-        if self.log_pump is not None:
+        if self.log_pump is not None and self.log_pump.ident is not None:  # started (a failed start may not have)
             self.log_pump.join()  # nginx's last access lines
         for proc in self.procs.values():
             if proc.poll() is None:
