@@ -58,7 +58,9 @@ class LogPump:
         self._thread.start()
 
     def join(self, timeout_s: float = 2.0) -> None:
-        self._thread.join(timeout_s)
+        """Wait for nginx's last lines; nothing to wait for when it never started (a failed start)."""
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
 
     def _pump(self) -> None:
         pending = b""
@@ -275,7 +277,7 @@ class Sidecar:
             self.nginx_proc.send_signal(signal.SIGQUIT)
             _wait_or_kill(self.nginx_proc, NGINX_STOP_S)
         orphans.kill_orphans(proc.pid for proc in self.procs.values())  # a dead master's workers
-        if self.log_pump is not None and self.log_pump.ident is not None:  # started (a failed start may not have)
+        if self.log_pump is not None:
             self.log_pump.join()  # nginx's last access lines
         for proc in self.procs.values():
             if proc.poll() is None:
