@@ -36,6 +36,11 @@ from mediasrv.web.request_facts import RequestFacts
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 UNMATCHED = "unmatched"
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+OTHER_METHOD = "other"
+"""The method label of any other token a client sends (``XFOO /files``, a 405): each distinct one
+was a series of its own, so anyone could grow the scrape without bound (3,000 requests: 56 KB to
+7.2 MB, 14.6 s to render)."""
 _PARAM = re.compile(r"\{[^{}/]*\}")
 
 
@@ -77,7 +82,8 @@ class Metrics:
 
     def observe(self, facts: RequestFacts) -> None:
         """Count one answered request (a ``RequestLog`` sink)."""
-        key = (facts.route, facts.method, facts.status)
+        method = facts.method if facts.method in HTTP_METHODS else OTHER_METHOD
+        key = (self._labels.get(facts.route, UNMATCHED), method, facts.status)
         children = self._children.get(key)
         if children is None:
             children = self._new_children(key)
@@ -99,9 +105,9 @@ class Metrics:
             self._store_errors.inc()
 
     def _new_children(self, key: tuple[str, str, int]) -> tuple[Any, Any]:
-        labels = (self._labels.get(key[0], UNMATCHED), key[1], str(key[2]))
+        labels = (key[0], key[1], str(key[2]))
         children = (self._requests.labels(*labels), self._latency.labels(*labels))
-        self._children[key] = children  # bounded: paths of the table x methods x statuses
+        self._children[key] = children  # bounded: routes of the table x methods x statuses
         return children
 
     def render(self) -> bytes:

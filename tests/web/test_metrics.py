@@ -114,6 +114,17 @@ async def test_requests_latency_bytes_and_caches(api: Api, metrics: Metrics, run
     assert value(found, "mediasrv_build_info", version=version(), python=platform.python_version()) == 1
 
 
+async def test_any_method_token_a_client_invents_is_one_series(api: Api, metrics: Metrics) -> None:
+    """Each distinct method (XFOO0 /files, XFOO1 /files, ...: 405s) made series of its own, so
+    anyone reaching the port grew the scrape without bound."""
+    for n in range(30):
+        assert (await api.call(f"XFOO{n}", "/files")).code == 405
+    found = samples(metrics.render().decode())
+    assert value(found, "mediasrv_http_requests_total", route="/files", method="other", status="405") == 30
+    assert not any(dict(labels).get("method", "").startswith("XFOO") for _name, labels in found)
+    assert len(metrics._children) == 1
+
+
 async def test_webhook_series_carry_the_relays_counters(app: tornado.web.Application, runtime: Runtime,
                                                         http_server: Any) -> None:
     """The names docs/operations.md lists, read from the relay's counters at scrape time.
