@@ -2,10 +2,14 @@
 the parent drains both, it exits 0 and no worker is left. A real subprocess, real HTTP."""
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
-from tests.launcher import START_TIMEOUT_S, STOP_TIMEOUT_S, Server, pings
+from tests.launcher import MEDIASRV, START_TIMEOUT_S, STOP_TIMEOUT_S, Server, base_env, pings
 
 
 def _children(pid: int) -> set[int]:
@@ -45,3 +49,32 @@ def test_two_workers_serve_one_port_and_stop_together(tmp_path: Path) -> None:
         assert "Traceback" not in text and text.count(" listening on http://") == 2, text
     finally:
         server.kill()
+
+
+def test_workers_stop_when_their_parent_is_killed_and_no_second_group_shares_the_port(tmp_path: Path) -> None:
+    """A parent killed with SIGKILL (the OOM killer) passes no stop on: its workers kept serving,
+    and a second ``--workers`` group bound the same port beside them (SO_REUSEPORT)."""
+    server = Server(tmp_path / "data", tmp_path / "server.log", extra_args=("--workers", "2"))
+    workers: set[int] = set()
+    try:
+        server.start(timeout=START_TIMEOUT_S * 2)
+        assert server.proc is not None
+        deadline = time.monotonic() + START_TIMEOUT_S * 2
+        while len(workers) < 2 or not pings(server.url):
+            assert server.proc.poll() is None and time.monotonic() < deadline, server.log()
+            workers = _children(server.proc.pid)
+            time.sleep(0.05)
+        command = [MEDIASRV, "serve", "--workers", "2", "--host", "127.0.0.1", "--port", str(server.port)]
+        second = subprocess.run(command, env=base_env(tmp_path / "data2"), capture_output=True, text=True, timeout=30)
+        assert second.returncode != 0 and f"cannot listen on 127.0.0.1:{server.port}" in second.stderr, second
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait(10)
+        deadline = time.monotonic() + STOP_TIMEOUT_S + 5
+        while any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "workers outlived their killed parent"
+            time.sleep(0.05)
+    finally:
+        server.kill()
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
