@@ -632,6 +632,10 @@ def test_nginx_own_400_and_414_are_json(shared_sidecar: Sidecar) -> None:
     status, body = raw_request(shared_sidecar.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n"
                                              b"Connection: close\r\n\r\n")
     assert status == 414 and json.loads(body)["code"] == "URI_TOO_LONG"
+    # Within mediasrv's own limits (a 16 KiB request line, 16 KiB a field), as it answers directly
+    status, body = raw_request(shared_sidecar.port, b"GET /ping?pad=" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n"
+                                             b"X-Pad: " + b"b" * 9000 + b"\r\nConnection: close\r\n\r\n")
+    assert status == 200 and json.loads(body) == {"status": "ok"}
 
 
 @ON_THE_SHARED_SIDECAR
@@ -1245,7 +1249,7 @@ def test_s3_resolver_and_certificate_check_are_rendered(tmp_path: Path, monkeypa
                         "MEDIASRV_MAX_UPLOAD_SIZE_BYTES": "200MiB"})  # a size with a unit, as serve reads it
     ca = next((p for p in script.CA_BUNDLES if os.path.isfile(p)), None)
     text = sidecar.render(media_limit=4)
-    assert "client_max_body_size 209715201;" in text and "large_client_header_buffers 4 64k;" in text
+    assert "client_max_body_size 209715201;" in text and "large_client_header_buffers 4 16k;" in text
     assert "resolver 127.0.0.1 valid=60s;" in text and "location /_blobs-s3/" in text
     if ca:
         assert f"proxy_ssl_trusted_certificate {ca};" in text
