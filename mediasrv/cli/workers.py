@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
@@ -41,6 +40,7 @@ import tornado.netutil
 
 from mediasrv.base.errors import StartupError
 from mediasrv.base.settings import Settings
+from mediasrv.cli.sidecar.orphans import die_with_parent
 from mediasrv.core.housekeeping import process_role
 from mediasrv.web.metrics_fanin import FanIn, socket_paths
 
@@ -58,7 +58,9 @@ def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[
     fanin = bind_metrics(settings, workers)
     listener.stop()  # no thread may be running across fork()
     children: dict[int, int] = {}
-    parent = os.getpid()
+    # SIGTERM to each worker when the parent dies: a parent killed with SIGKILL (the OOM killer)
+    # passes no stop on, and its workers kept serving beside the next start's (SO_REUSEPORT).
+    stop_with_parent = die_with_parent()
     for index in range(workers):
         pid = os.fork()
         if pid == 0:
@@ -68,7 +70,7 @@ def run(settings: Settings, workers: int, *, serve: Serve, reconcile: Callable[[
                 if other != index:
                     _close_all(sockets)
             _child(worker_settings(settings, fanin, index), socket_sets[index], index, serve,
-                   configure_logging, parent)  # never returns
+                   configure_logging, stop_with_parent)  # never returns
         children[pid] = index
     configure_logging(settings.log_level)
     for sockets in socket_sets:
@@ -143,13 +145,15 @@ def stop_requested() -> bool:
 
 
 def _child(settings: Settings, sockets: list[socket.socket], index: int, serve: Serve,
-           configure_logging: Callable[[str], logging.handlers.QueueListener], parent: int) -> None:
+           configure_logging: Callable[[str], logging.handlers.QueueListener],
+           stop_with_parent: Callable[[], None] | None) -> None:
     code = 1
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             # Until serve() has its own handlers: remember the signal (see stop_requested).
             signal.signal(sig, lambda _signum, _frame: _EARLY_STOP.append(True))
-        _stop_with_parent(parent)
+        if stop_with_parent is not None:
+            stop_with_parent()  # after the handlers above: a SIGTERM now is remembered, then drains
         listener = configure_logging(settings.log_level)
         try:
             role = process_role(settings.housekeeping, index)
@@ -161,24 +165,6 @@ def _child(settings: Settings, sockets: list[socket.socket], index: int, serve: 
     finally:
         sys.stderr.flush()
         os._exit(code)  # never run the parent's code (atexit, its loop) in a child
-
-
-PR_SET_PDEATHSIG = 1
-
-
-def _stop_with_parent(parent: int) -> None:
-    """SIGTERM to this worker when the parent dies (Linux's PR_SET_PDEATHSIG): it then drains
-    and exits as when the parent passes a stop on. A parent killed with SIGKILL (the OOM killer)
-    passes nothing on: its workers kept serving, and those of the next start bound the same port
-    beside them (SO_REUSEPORT), two generations splitting the traffic, each with a sweeper."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return  # not Linux: the parent's own stop is the only one
-    if prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
-        log.warning("worker will not stop with its parent: prctl failed (errno %d)", ctypes.get_errno())
-    elif os.getppid() != parent:  # the parent died before the call took effect
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _supervise(children: dict[int, int]) -> int:
