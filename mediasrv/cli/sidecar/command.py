@@ -57,7 +57,8 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                      "address clients use (it goes into every public_url and e-mail link)")
     ask_descriptors(WANTED_DESCRIPTORS)
     nginx = find_nginx()
-    tmp = Path(tempfile.mkdtemp(prefix="mediasrv-nginx-"))
+    remove_stale_dirs(Path(tempfile.gettempdir()))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-"))
     try:
         metrics = bind_metrics(workers, tmp, parser)
     except BaseException:
@@ -79,6 +80,32 @@ def sidecar(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     logs.log.info("stopped (exit status %d)", code)
     return code
+
+
+TMP_PREFIX = "mediasrv-nginx-"
+"""The sidecar's private directory (nginx.conf, its temp files, the /m cache, metrics sockets):
+``mediasrv-nginx-<sidecar pid>-<random>`` in the temp directory."""
+
+
+def remove_stale_dirs(root: Path) -> int:
+    """Remove the private directories of sidecars that are gone: one killed with SIGKILL (the OOM
+    killer) leaves its directory, /m cache included, and nothing else would ever remove it. Only
+    a directory whose name holds a pid no process has now; how many were removed."""
+    removed = 0
+    for path in root.glob(f"{TMP_PREFIX}*-*"):
+        pid = path.name[len(TMP_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's process by that pid): not ours to judge
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def bind_metrics(workers: int, tmp: Path, parser: argparse.ArgumentParser) -> FanIn | None:
