@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from mediasrv.cli.sidecar import nginx_conf, processes
+from mediasrv.core.delivery.service import PROXY_CACHED_MAX_BYTES
 from tests.launcher import MEDIASRV as LAUNCHED_MEDIASRV
 from tests.launcher import free_port
 
@@ -759,6 +760,25 @@ def test_the_owner_looking_at_a_file_made_private_does_not_keep_its_public_copy(
         seen = request(port, "GET", f"/m/{fid}", source=next(sources), headers=owner)
         assert seen.status == 200 and seen.headers.get("x-cache-status") in (None, "BYPASS"), seen.headers
     assert request(port, "GET", f"/m/{fid}", source=next(sources)).status == 404
+
+
+@ON_THE_SHARED_SIDECAR
+@needs_hot_cache
+def test_a_large_public_file_on_m_is_sent_by_nginx_not_kept_in_the_hot_cache(shared_sidecar: Sidecar) -> None:
+    """Streamed through mediasrv into the cache, a large file cost a process its loop and pushed
+    the small images the cache is for out of it: nginx sends it from the blob instead."""
+    base, port = shared_sidecar.addresses(), shared_sidecar.port
+    token = _token(port, shared_sidecar.data / "outbox", "large-m@example.com", f"{base}.180")
+    data = os.urandom(PROXY_CACHED_MAX_BYTES // 2 + 1).hex().encode()  # text, just over the bound
+    r = request(port, "POST", "/files", body=data, source=f"{base}.180", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "text/plain", "x-file-name": "big.txt"})
+    assert r.status == 201, r.body
+    fid = r.json()["file"]["file_id"]
+    for n in range(2):
+        got = request(port, "GET", f"/m/{fid}", source=f"{base}.{181 + n}")
+        assert got.status == 200 and got.body == data and got.headers.get("x-cache-status") != "HIT"
+    part = request(port, "GET", f"/m/{fid}", source=f"{base}.183", headers={"Range": "bytes=-100"})
+    assert part.status == 206 and part.body == data[-100:]
 
 
 @ON_THE_SHARED_SIDECAR

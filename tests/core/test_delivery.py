@@ -23,7 +23,7 @@ from mediasrv.core.delivery.caches import BlobCache, FileCache, ResultCache
 from mediasrv.core.delivery.hosts import MEMO_CHARS, HostRule, _memo_host, is_loopback, request_host
 from mediasrv.core.delivery.http_fields import CREDENTIAL_VARY, PRIVATE_NO_STORE
 from mediasrv.core.delivery.jobs import ImageJobs, MemoryBudget
-from mediasrv.core.delivery.service import CHUNK, MediaDelivery, public_cache_control
+from mediasrv.core.delivery.service import CHUNK, PROXY_CACHED_MAX_BYTES, MediaDelivery, public_cache_control
 from mediasrv.core.domains.custom import DomainService
 from mediasrv.core.domains.providers import ManualProvider
 from mediasrv.core.files.links import LinkCheck
@@ -235,6 +235,10 @@ async def test_accel_redirect_for_a_local_file_unless_our_cache_wants_the_bytes(
     cached = await delivery.deliver(_get(record.file_id, proxy_cache=True))
     assert cached.accel is None and cached.body == b"x" * 100
     assert delivery.usage.pending() == 2
+    # A large file is never streamed through the process into that cache: nginx sends it
+    big = await local.file("u1", b"v" * (PROXY_CACHED_MAX_BYTES + 1))
+    large = await delivery.deliver(_get(big.file_id, proxy_cache=True))
+    assert large.accel is not None and large.body is None and large.stream is None
 
 
 class UrlBlobs(FsBlobStore):
