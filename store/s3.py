@@ -47,7 +47,9 @@ PART_SIZE = 8 * 1024 * 1024
 """Multipart part size (S3's minimum is 5 MiB for every part but the last)."""
 PREFIX = "blobs/"
 HEALTH_TIMEOUT_S = 2.0
-_MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
+_MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
+"""An object that is not there. Not NoSuchBucket: a bucket gone or misnamed is an outage (503,
+retried), not every file missing (a 404 for each upload and download, which no client retries)."""
 
 
 @dataclass(frozen=True)

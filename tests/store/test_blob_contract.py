@@ -651,6 +651,14 @@ def s3_store(s3_config, io_loop):
     io_loop.run_sync(store.close)
 
 
+async def test_s3_a_bucket_gone_while_serving_is_an_outage_not_missing_files(s3_store):
+    await s3_store._client.delete_bucket(Bucket=s3_store.config.bucket)  # empty: deleted out of band
+    with pytest.raises(StoreUnavailable):
+        await put(s3_store, "new", b"bytes")  # an upload: 503 and retried, not a 404
+    with pytest.raises(StoreUnavailable):
+        await read_bytes(s3_store, "kept")
+
+
 async def pending_uploads(store: S3BlobStore) -> list[dict]:
     page = await store._client.list_multipart_uploads(Bucket=store.config.bucket)
     return page.get("Uploads", [])
