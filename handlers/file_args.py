@@ -14,8 +14,13 @@ from mediasrv.base.errors import BadRequest
 from mediasrv.base.timeutil import iso, parse_iso
 from mediasrv.core.files.service import MAX_NAME_CHARS, unsafe_name
 
-DRAIN_LIMIT = 1024 * 1024
-"""A refused upload's body up to this size is read and dropped before the answer (see files.py)."""
+DRAIN_LIMIT = 16 * 1024 * 1024
+"""A refused upload's body up to this size is read and dropped after its early answer (see
+files.py). A larger one is answered and its connection closed with the body unread, which the
+kernel turns into a reset: a client that sends its whole body before it reads (httpx, requests,
+mediasrv.client) then loses the answer and sees a connection error. 1 MiB made a refused 5 MB
+photo (over quota, a type not allowed) a 'ReadError' for those clients; 16 MiB covers the
+photos and documents a script sends, at the price of reading what a refusal drops."""
 
 
 def single_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:

@@ -1005,6 +1005,23 @@ async def test_refused_listing_keeps_the_connection_alive(api: Api, port: int) -
         raw.close()
 
 
+async def test_a_refused_photo_reaches_a_client_that_sends_its_whole_body_before_reading(api: Api) -> None:
+    """httpx (as requests and mediasrv.client) reads the answer only once it has sent the body:
+    a refused 5 MB body closed unread was a reset, and the client saw a ReadError, not the
+    413 or 401. Up to DRAIN_LIMIT the body is read and dropped after the early answer."""
+    import httpx
+
+    token = await token_for(api)
+    r = await api.call("PATCH", "/settings", json={"max_upload_size_bytes": 1024 * 1024}, token=token)
+    assert r.code == 200, r.body
+    body_5mb = b"x" * (5 * 1024 * 1024)
+    async with httpx.AsyncClient() as client:
+        for credential, status in ((token, 413), ("not-a-token", 401)):
+            answer = await client.post(api.base + "/files", content=body_5mb, headers={
+                "Authorization": f"Bearer {credential}", "Content-Type": "text/plain"})
+            assert answer.status_code == status, answer.text
+
+
 @env(MEDIASRV_RATE_LIMIT_SCALE="0.1")  # 3 uploads a minute
 async def test_a_refused_upload_of_a_few_hundred_kib_is_its_refusal_not_a_413(api: Api, port: int) -> None:
     """Found with issue 31 item 8: an upload refused before it starts (429 here; 401 and 403
