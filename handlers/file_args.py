@@ -23,8 +23,10 @@ photo (over quota, a type not allowed) a 'ReadError' for those clients; 16 MiB c
 photos and documents a script sends, at the price of reading what a refusal drops."""
 
 
-def single_arg(handler: tornado.web.RequestHandler, name: str) -> str | None:
-    values = handler.get_query_arguments(name)
+def single_arg(handler: tornado.web.RequestHandler, name: str, *, strip: bool = True) -> str | None:
+    """The one value of query parameter ``name`` (None: absent); 400 when given twice. ``strip``:
+    without the spaces around it (Tornado's default; not for a search text, where they count)."""
+    values = handler.get_query_arguments(name, strip=strip)
     if len(values) > 1:
         raise BadRequest(f"{name} is given more than once", code="INVALID_QUERY")
     return values[0] if values else None

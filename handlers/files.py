@@ -144,7 +144,7 @@ class FilesHandler(FilesBase):
         self.write_json({"files": [render(r) for r in records], "total": total, "page": page, "limit": limit})
 
     def _query(self) -> FileQuery:
-        q = single_arg(self, "q")
+        q = single_arg(self, "q", strip=False)  # " b " looks for the word b, not every b
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")

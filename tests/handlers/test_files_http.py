@@ -731,7 +731,7 @@ async def test_listing_envelope_and_filters(api: Api, runtime: Runtime) -> None:
 
     # q: a literal, case-insensitive substring of the name or the file_id (never a pattern).
     for q in (".*", "%", "_", "[", "\\", "[ack]", "été", "ÉTÉ", "PLAIN", "a.*b", "nothing-like-this",
-              created[0]["file_id"], created[1]["file_id"].upper()):
+              created[0]["file_id"], created[1]["file_id"].upper(), "é p", " photo", "plain "):  # spaces count
         want = expect(newest_first, lambda f, q=q: q.lower() in (f["name"] or "").lower()
                       or q.lower() in f["file_id"].lower())
         assert await ids(api, token, "?" + urllib.parse.urlencode({"q": q})) == want, q
