@@ -383,8 +383,38 @@ async def test_bytes_of_an_upload_forgotten_in_a_crash_are_dropped_by_the_expiry
     assert runtime.resumable is not None
     assert await runtime.resumable.expire_once() == 0  # younger than an hour: could be starting
     monkeypatch.setattr(resumable, "ORPHAN_AGE_S", -60.0)
-    assert await runtime.resumable.expire_once() == 1
+    # Old enough, but seen without an upload for the first time: it could be the bytes of an
+    # upload whose last PATCH forgot it a moment ago and is committing them now.
+    assert await runtime.resumable.expire_once() == 0
+    assert await runtime.resumable.expire_once() == 1  # still nobody's a round later: dropped
     await assert_no_partial(stores[1], fid)
+
+
+async def test_the_expiry_leaves_the_bytes_an_upload_s_last_patch_is_committing(
+        api: Api, runtime: Runtime, stores: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PATCH that brings the last byte forgets the upload, then commits its bytes: an expiry
+    round in between finds old partial bytes with no upload, and must not drop them."""
+    from mediasrv.core.files import resumable
+
+    token = await login(api, "tus-committing@example.com")
+    data = payload(9 * MIB, ZIP)
+    up = uploader(api, token, data)
+    await off_loop(lambda: up.upload(stop_at=CHUNK))
+    fid = file_id_of(up.url)
+    monkeypatch.setattr(resumable, "ORPHAN_AGE_S", -60.0)  # every partial is "old"
+    assert runtime.resumable is not None
+    delete_upload = stores[0].delete_upload
+
+    async def forget_then_expire(file_id: str, **conditions: Any) -> Any:
+        removed = await delete_upload(file_id, **conditions)
+        if removed is not None and conditions.get("lock") is not None:
+            assert await runtime.resumable.expire_once() == 0  # between forgetting and committing
+        return removed
+
+    monkeypatch.setattr(stores[0], "delete_upload", forget_then_expire)
+    await off_loop(lambda: up.upload())
+    r = await api.call("GET", f"/d/{fid}", token=token)
+    assert r.code == 200 and r.body == data
 
 
 async def test_a_creation_body_of_another_type_creates_nothing(api: Api) -> None:

@@ -148,6 +148,8 @@ class ResumableUploads:
         self._resumable_blobs = blobs if isinstance(blobs, ResumableBlobs) else None
         self._expiry_s = expiry_s
         self._clock = clock
+        self._orphan_candidates: set[str] = set()
+        """Keys whose partial bytes the last expiry round found with no upload (``_drop_orphans``)."""
 
     def _now(self, plus_s: float = 0.0) -> str:
         return iso(dt.datetime.fromtimestamp(self._clock() + plus_s, dt.UTC))
@@ -332,18 +334,29 @@ class ResumableUploads:
 
     async def _drop_orphans(self) -> int:
         """Partial bytes whose upload is gone (a crash between forgetting it and dropping them):
-        dropped once older than ORPHAN_AGE_S (an upload's state exists before its first byte)."""
-        dropped = 0
+        dropped once older than ORPHAN_AGE_S (an upload's state exists before its first byte),
+        and only when the round before found them without an upload too. The PATCH that brings
+        the last byte forgets the upload just before it commits the bytes (``UploadSession``);
+        an S3 upload's first object is as old as the upload, so a round in between would take
+        a finished upload's bytes for an orphan's. By the next round they are the file's."""
+        dropped: set[str] = set()
+        candidates: set[str] = set()
         try:
             async for key in self._blobs.list_partials(ORPHAN_AGE_S):
-                if await self._meta.get_upload(key) is None:
-                    await self._blobs.drop_partial(key, "")
-                    dropped += 1
+                if await self._meta.get_upload(key) is not None:
+                    continue
+                if key not in self._orphan_candidates:
+                    candidates.add(key)
+                    continue
+                await self._blobs.drop_partial(key, "")
+                dropped.add(key)
         except store_errors.StoreError as exc:
             log.warning("could not drop orphaned partial uploads (%s); next round", type(exc).__name__)
+            candidates |= self._orphan_candidates - dropped
+        self._orphan_candidates = candidates
         if dropped:
-            log.info("dropped the bytes of %d resumable uploads that were already gone", dropped)
-        return dropped
+            log.info("dropped the bytes of %d resumable uploads that were already gone", len(dropped))
+        return len(dropped)
 
 
 @dataclass(frozen=True)
