@@ -594,9 +594,12 @@ class QuotaWithRecord(Protocol):
 
 MIGRATION_TABLES: dict[str, str] = {
     "users": "id", "custom_domains": "user_id", "api_keys": "id", "tokens": "token_hash", "invites": "id",
-    "files": "id", "logs": "id", "usage": "user_id, period"}
+    "files": "id", "logs": "id", "usage": "user_id, period", "webhooks": "id"}
 """Every table (in an order that satisfies the foreign keys) and its primary key, for
-``mediasrv migrate``: rows cross between backends as dicts of these columns (SQLite's)."""
+``mediasrv migrate``: rows cross between backends as dicts of these columns (SQLite's). Webhook
+endpoints go with their secrets; their events and deliveries do not (the outbox of a running
+server: ``mediasrv migrate`` says how many deliveries it leaves behind), nor resumable uploads
+in progress (their bytes are a store's own partial state)."""
 
 
 @runtime_checkable

@@ -1411,7 +1411,8 @@ def _translated() -> Iterator[None]:
         raise StoreUnavailable(f"MongoDB: {type(exc).__name__}") from exc
 
 _COLLECTIONS = {"users": "users", "custom_domains": "domains", "api_keys": "api_keys", "tokens": "tokens",
-                "invites": "invites", "files": "files", "logs": "logs", "usage": "usage"}
+                "invites": "invites", "files": "files", "logs": "logs", "usage": "usage",
+                "webhooks": mongo_outbox.WEBHOOKS}
 """The tables of ``store.base.MIGRATION_TABLES`` and the collection holding each."""
 
 
@@ -1425,9 +1426,12 @@ def _row(table: str, doc: Doc) -> dict[str, Any]:
         return {"user_id": doc["user_id"], "period": doc["period"], "origin_reads": int(doc.get("origin_reads", 0)),
                 "image_ops": int(doc.get("image_ops", 0)), "api_requests": int(doc.get("api_requests", 0))}
     convert = {"users": _user, "custom_domains": _domain, "api_keys": _key, "files": _file, "logs": _log,
-               "invites": _invite}[table]
+               "invites": _invite, "webhooks": _webhook}[table]
     record: Any = convert(doc)  # one of the record dataclasses
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    row = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    if table == "webhooks":
+        row["events"] = list(row["events"])
+    return row
 
 
 def _row_doc(table: str, row: dict[str, Any]) -> Doc:
@@ -1454,4 +1458,7 @@ def _row_doc(table: str, row: dict[str, Any]) -> Doc:
     if table == "logs":
         entry = LogEntry(**row)
         return {**_doc(entry, _LOG_DATES), "metadata": orjson.dumps(entry.metadata).decode()}
+    if table == "webhooks":
+        hook = Webhook(**{**row, "events": tuple(row["events"])})
+        return {**_doc(hook, _WEBHOOK_DATES), "events": list(hook.events)}
     raise KeyError(table)

@@ -2285,6 +2285,8 @@ class SqliteMetaStore:
                     del values["kind"], values["name_key"]  # derived: the loading store computes its own
                 elif table == "logs":
                     values["metadata"] = orjson.loads(values["metadata"])
+                elif table == "webhooks":
+                    values["events"], values["enabled"] = orjson.loads(values["events"]), bool(values["enabled"])
                 out.append(values)
             return out
 
@@ -2304,6 +2306,9 @@ class SqliteMetaStore:
                 values["kind"], values["name_key"] = kind_of(values["content_type"]), name_key(values["name"])
             elif table == "logs":
                 values["metadata"] = orjson.dumps(values["metadata"]).decode()
+            elif table == "webhooks":
+                values["events"] = orjson.dumps(list(values["events"])).decode()
+                values["enabled"] = int(values["enabled"])
             prepared.append(values)
         names = list(prepared[0])
         keys = {k.strip() for k in key.split(",")}

@@ -11,7 +11,7 @@ from mediasrv.base.settings import load as load_settings
 from mediasrv.cli.migrate import Progress, migrate
 from store.errors import StoreUnavailable
 from store.fs import FsBlobStore
-from store.models import ApiKey, CustomDomain, FileQuery, LogEntry, UsageCounts
+from store.models import ApiKey, CustomDomain, FileQuery, LogEntry, UsageCounts, Webhook
 from store.mongo import MongoMetaStore
 from store.s3 import S3BlobStore, S3Config
 from store.sqlite import SqliteMetaStore
@@ -35,6 +35,12 @@ async def seed(meta: SqliteMetaStore, blobs: FsBlobStore) -> None:
     await meta.put_domain(make_domain("u1", "media.example.com", provider_id="cf"))
     await meta.insert_logs([make_log("l1", "u1", ts(1), metadata={"client_ip": "127.0.0.1", "n": [1]})])
     await meta.add_usage({("u1", "2030-01"): UsageCounts(4, 2)})
+    for n, enabled in enumerate((True, False)):
+        assert await meta.create_webhook(Webhook(id=f"w{n}", user_id="u1", url=f"https://hooks.example.com/{n}",
+                                                 events=("file.created", "file.deleted"), description=None,
+                                                 secret=f"whsec_{'A' * 32}{n}", created_at=ts(n), enabled=enabled,
+                                                 disabled_at=None if enabled else ts(3),
+                                                 disabled_reason=None if enabled else "user"), 10)
 
 
 async def same_content(a: Any, b: Any, blobs_a: Any, blobs_b: Any) -> None:
@@ -50,6 +56,8 @@ async def same_content(a: Any, b: Any, blobs_a: Any, blobs_b: Any) -> None:
     logs = (await b.list_logs("u1", 0, 10))[0]
     assert logs == (await a.list_logs("u1", 0, 10))[0] and isinstance(logs[0], LogEntry)
     assert await b.get_usage("u1", "2030-01") == UsageCounts(4, 2)
+    hooks = await b.list_webhooks("u1")
+    assert hooks == await a.list_webhooks("u1") and [h.enabled for h in hooks] == [True, False]
     for n in range(5):
         assert await blobs_b.read_all(f"f{n}", 100) == b"x" * (3 + n)
 
