@@ -40,7 +40,7 @@ from mediasrv.web.openapi_parts import (
     doc_context,
     error,
     header_refs,
-    nullable_ref,
+    nullable,
     obj,
     record,
     ref,
@@ -135,6 +135,10 @@ def _api_key_schemas() -> Json:
 
 def _file_schemas(ctx: DocContext) -> Json:
     url = partial(typed, "string", nullable=True, format="uri")
+    focal_point = record({
+        "x": typed("number", "fraction of the width, from the left", minimum=0, maximum=1),
+        "y": typed("number", "fraction of the height, from the top", minimum=0, maximum=1),
+    })
     return {
         "File": _file_schema({
             "id": typed("string", "internal record id", format="uuid"),
@@ -149,18 +153,13 @@ def _file_schemas(ctx: DocContext) -> Json:
             "public_download_url": url("same shape as default_download_url"),
             "created_at": timestamp(nullable=True),
             "is_public": typed("boolean", "visibility, set at upload or by PATCH", nullable=True),
-            "focal_point": {"allOf": [ref("FocalPoint")], "nullable": True,
-                            "description": "where /m's gravity=focal keeps a cover crop (PATCH); null: none"},
+            "focal_point": nullable(focal_point, "where /m's gravity=focal keeps a cover crop (PATCH); null: none"),
         }),
-        "FocalPoint": record({
-            "x": typed("number", "fraction of the width, from the left", minimum=0, maximum=1),
-            "y": typed("number", "fraction of the height, from the top", minimum=0, maximum=1),
-        }),
+        "FocalPoint": focal_point,
         "FileUpdate": {"type": "object", "additionalProperties": False, "properties": {
             "name": typed("string", "the file's name (null: none)", nullable=True, maxLength=255),
             "is_public": typed("boolean", "visibility"),
-            "focal_point": {"allOf": [ref("FocalPoint")], "nullable": True,
-                            "description": "null clears it"},
+            "focal_point": nullable(focal_point, "null clears it"),
         }},
         "FileUploadResponse": record({"file": ref("File"), "message": typed("string")}),
         "FilePage": _page("files", "File"),
@@ -184,25 +183,26 @@ def _file_schemas(ctx: DocContext) -> Json:
 
 
 def _settings_schemas() -> Json:
+    custom_domain = obj({
+        "hostname": typed("string", "fully-qualified hostname, IDNA-normalised"),
+        "verification_status": typed("string", "`active` once verified"),
+        "ssl_status": typed("string", "`active` once the provider (cloudflare) issued the certificate; "
+                            "`external` when mediasrv issues none and the operator's TLS front end "
+                            "holds it (the manual provider); `pending` before"),
+        "updated_at": timestamp(),
+        "verification_record": obj({
+            "name": typed("string", "_mediasrv-challenge.<hostname>"),
+            "type": typed("string", "TXT"),
+            "value": typed("string", "the token the record must hold")}, required=["name", "type", "value"],
+            description="manual provider, while not active: publish this DNS record, then "
+                        "refresh_custom_domain")},
+        required=["hostname", "verification_status", "ssl_status", "updated_at"])
     return {
-        "CustomDomain": obj({
-            "hostname": typed("string", "fully-qualified hostname, IDNA-normalised"),
-            "verification_status": typed("string", "`active` once verified"),
-            "ssl_status": typed("string", "`active` once the provider (cloudflare) issued the certificate; "
-                                "`external` when mediasrv issues none and the operator's TLS front end "
-                                "holds it (the manual provider); `pending` before"),
-            "updated_at": timestamp(),
-            "verification_record": obj({
-                "name": typed("string", "_mediasrv-challenge.<hostname>"),
-                "type": typed("string", "TXT"),
-                "value": typed("string", "the token the record must hold")}, required=["name", "type", "value"],
-                description="manual provider, while not active: publish this DNS record, then "
-                            "refresh_custom_domain")},
-            required=["hostname", "verification_status", "ssl_status", "updated_at"]),
+        "CustomDomain": custom_domain,
         "Settings": record({
             "public_url_base": typed("string", "base of public URLs; follows a verified custom "
                                      "domain", nullable=True),
-            "custom_domain": nullable_ref("CustomDomain", "null when none is configured"),
+            "custom_domain": nullable(custom_domain, "null when none is configured"),
             "max_upload_size_bytes": typed("integer", "this account's upload cap", nullable=True)}),
         "SettingsPatch": obj({
             "custom_domain": typed("string", "hostname to add (no scheme, port or path); null "

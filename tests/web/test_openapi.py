@@ -285,6 +285,25 @@ def test_file_schema_has_every_interface_field(doc):
     assert nullable == fields - {"id", "user_id", "file_id"} | {"placeholder"}
 
 
+@pytest.mark.parametrize(("schema", "instance"), [
+    ("File", {"id": "i", "user_id": "u", "file_id": "f", "name": None, "content_type": "image/png", "size": 1,
+              "public_url": "http://x/m/f", "default_url": "http://x/m/f", "default_download_url": "http://x/d/f",
+              "public_download_url": "http://x/d/f", "created_at": "2026-11-30T00:00:00.000Z", "is_public": True,
+              "focal_point": None}),
+    ("FileUpdate", {"focal_point": None}),
+    ("Settings", {"public_url_base": None, "custom_domain": None, "max_upload_size_bytes": None}),
+])
+def test_a_null_object_field_is_valid_to_a_strict_validator(doc, schema, instance):
+    """OAS 3.0.3 honours nullable only beside a type: a strict validator refused every File whose
+    focal_point was null, and Settings without a custom domain."""
+    from openapi_schema_validator import OAS30Validator
+
+    OAS30Validator({"$ref": f"#/components/schemas/{schema}", "components": doc["components"]}).validate(instance)
+    if "focal_point" in instance:
+        OAS30Validator({"$ref": f"#/components/schemas/{schema}", "components": doc["components"]}).validate(
+            {**instance, "focal_point": {"x": 0.5, "y": 0.25}})
+
+
 def test_media_parameters(doc):
     params = {p["name"]: p["schema"] for p in
               (deref(doc, p) for p in operation(doc, "GET", "/m/{id}")["parameters"])}
