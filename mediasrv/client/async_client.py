@@ -140,7 +140,7 @@ class MediasrvClient:
         return ApiKeyPage([fields_of(ApiKey, k) for k in data["api_keys"]], data["total"], data["page"], data["limit"])
 
     async def revoke_api_key(self, key_id: str) -> None:
-        await self._send("DELETE", f"/auth/api-keys/{quote(key_id, safe='')}", ok=(204,))
+        await self._send("DELETE", f"/auth/api-keys/{_segment(key_id)}", ok=(204,))
 
     # -- files
 
@@ -194,17 +194,17 @@ class MediasrvClient:
         return FilePage.from_json(await self._json("GET", "/files", params=params))
 
     async def get_file(self, file_id: str) -> StoredFile:
-        return StoredFile.from_json(await self._json("GET", f"/files/{quote(file_id, safe='')}"))
+        return StoredFile.from_json(await self._json("GET", f"/files/{_segment(file_id)}"))
 
     async def delete_file(self, file_id: str) -> None:
-        await self._send("DELETE", f"/files/{quote(file_id, safe='')}", ok=(204,))
+        await self._send("DELETE", f"/files/{_segment(file_id)}", ok=(204,))
 
     async def bulk_delete(self, file_ids: list[str]) -> BulkDeleteResult:
         data = await self._json("POST", "/files/bulk-delete", json={"ids": list(file_ids)})
         return BulkDeleteResult(data["deleted"], data["errors"])
 
     async def signed_url(self, file_id: str, expires_in: int = 3600) -> SignedUrl:
-        data = await self._json("POST", f"/files/{quote(file_id, safe='')}/signed-url",
+        data = await self._json("POST", f"/files/{_segment(file_id)}/signed-url",
                                 json={"expires_in": expires_in})
         return fields_of(SignedUrl, data)
 
@@ -239,7 +239,7 @@ class MediasrvClient:
     async def download(self, file_id: str, dest: str | os.PathLike[str], *,
                        on_progress: ProgressCallback | None = None) -> Downloaded:
         """GET /d/{id}: the stored bytes, streamed into ``dest``."""
-        return await stream_to(self._http, f"/d/{quote(file_id, safe='')}", {}, self._auth_headers(), Path(dest),
+        return await stream_to(self._http, f"/d/{_segment(file_id)}", {}, self._auth_headers(), Path(dest),
                                on_progress)
 
     async def download_media(self, file_id: str, dest: str | os.PathLike[str], *, width: int | None = None,
@@ -254,7 +254,7 @@ class MediasrvClient:
         ``more``: the other fields of ``MediaTransform`` (gravity, dpr, animated, blur, sharpen, bg)."""
         params = media_params(file_id, MediaTransform(width, height, fit, format, quality, **more), transform_key)
         headers = {**self._auth_headers(), **({} if accept is None else {"Accept": accept})}
-        return await stream_to(self._http, f"/m/{quote(file_id, safe='')}", dict(params), headers,
+        return await stream_to(self._http, f"/m/{_segment(file_id)}", dict(params), headers,
                                Path(dest), on_progress)
 
     def media_url(self, file_id: str, *, width: int | None = None, height: int | None = None,
@@ -266,7 +266,7 @@ class MediasrvClient:
         only signed transforms (adds ``tsig``). ``more``: the other fields of ``MediaTransform``
         (gravity, dpr, animated, blur, sharpen, bg)."""
         params = media_params(file_id, MediaTransform(width, height, fit, format, quality, **more), transform_key)
-        url = f"{self.base_url}/m/{quote(file_id, safe='')}"
+        url = f"{self.base_url}/m/{_segment(file_id)}"
         return f"{url}?{urlencode(params)}" if params else url
 
     def srcset(self, file_id: str, widths: Sequence[int], **transform: Any) -> str:
@@ -277,3 +277,10 @@ class MediasrvClient:
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _segment(value: str) -> str:
+    """One path segment: every character but letters, digits and ``-_~`` escaped, dots too, so
+    that an id of "." or ".." names no other path (httpx resolves dot segments: "/files/." was
+    the listing, and its answer no file)."""
+    return quote(value, safe="").replace(".", "%2E")

@@ -156,6 +156,11 @@ async def test_errors_are_typed_with_status_and_code(api: Api, tmp_path: Path) -
         with pytest.raises(NotFoundError) as missing:
             await media.get_file("nope")
         assert missing.value.code == "FILE_NOT_FOUND" and not missing.value.retryable
+        for dots in (".", ".."):  # no other path: httpx resolved them to the listing and to /
+            with pytest.raises(NotFoundError):
+                await media.get_file(dots)
+            with pytest.raises(NotFoundError):
+                await media.delete_file(dots)
         work = tmp_path / "work"
         work.mkdir()
         odd = work / "data.unknownext"
