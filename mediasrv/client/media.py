@@ -75,11 +75,16 @@ def _word(value: str | None, default: str) -> str | None:
 
 
 def _decimal(value: float | str | None, default: str | None = None) -> str | None:
-    """A decimal parameter as the server writes it: at most two decimals, no trailing zeros."""
+    """A decimal parameter as the server writes it: no trailing zeros (``2.0`` is ``2``). A value
+    with more than two decimals is sent as it is, for the server's 400: rounded here, it asked
+    quietly for another variant than the one meant (``blur=12.345`` became ``12.34``)."""
     if value is None:
         return None
-    text = format(Decimal(str(value)).quantize(Decimal("0.01")).normalize(), "f") if str(value).replace(
-        ".", "", 1).isdigit() else str(value)
+    text = str(value)
+    if text.replace(".", "", 1).isdigit():
+        number = Decimal(text)
+        if number == number.quantize(Decimal("0.01")):
+            text = format(number.normalize(), "f")
     return None if text == default else text
 
 

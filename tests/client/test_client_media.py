@@ -15,6 +15,7 @@ import httpx
 import pytest
 import pyvips
 
+from mediasrv.base.errors import BadRequest
 from mediasrv.client import (
     BadRequestError,
     MediasrvClient,
@@ -66,6 +67,14 @@ def test_canonical_form_and_signature_are_the_servers(transform: MediaTransform)
     assert parsed.canonical is None  # the client's URL is the variant's one URL: never a 308
     assert transform.canonical() == spec.cache_key()
     assert transform_signature(KEY, FILE_ID, transform) == sign_transform(KEY, FILE_ID, spec)
+
+
+@pytest.mark.parametrize(("field", "value"), [("blur", 12.345), ("dpr", "1.005"), ("sharpen", "0.333")])
+def test_a_value_the_server_refuses_is_sent_as_it_is_not_rounded(field: str, value: object) -> None:
+    params = MediaTransform(width=100, **{field: value}).params()
+    assert params[field] == str(value)
+    with pytest.raises(BadRequest):  # the server's answer to it: a 400, not another variant
+        parse_transform({name: [v] for name, v in params.items()})
 
 
 def test_srcset_lists_one_url_per_width() -> None:
