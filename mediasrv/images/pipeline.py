@@ -350,7 +350,7 @@ def load(job: Job) -> None:
     auto-rotated, converted to sRGB with its ICC profile when it has one, fitted inside the box, or
     filling it for ``fit=cover``: cropped by libvips around the centre or where its saliency
     (``attention``) or detail (``entropy``) analysis says, else by ``crop``."""
-    info, spec, pixels = job.header.info, job.spec, _without_extra_samples(job.pixels)
+    info, spec, pixels = job.header.info, job.spec, _without_extra_samples(job)
     # The decoder rounds a shrunk size (300 / 8 -> 38): fit to the size the full image gives,
     # exactly, not to what the rounded one would (libwebp's scale rounds even at 1).
     shrunk = job.shrink > 1 or info.format == "webp"
@@ -649,11 +649,16 @@ def _open(job: Job, shrink: float, fmt: str | None) -> pyvips.Image:
 _COLOUR_BANDS = {"b-w": 1, "grey16": 1, "srgb": 3, "rgb16": 3, "cmyk": 4}
 
 
-def _without_extra_samples(image: pyvips.Image) -> pyvips.Image:
-    """The colour bands and at most one alpha: a TIFF may carry more extra samples (RGBA plus a
-    mask, grey plus three), which libvips' thumbnail took for CMYK and no web encoder writes
-    (Pillow refused them: a 500). The first extra sample is the alpha, as libvips reads one.
-    Dropped after the header checks: what libvips decodes is all the samples (``MAX_BANDS``)."""
+def _without_extra_samples(job: Job) -> pyvips.Image:
+    """The job's pixels with their colour bands and at most one alpha: a TIFF may carry more
+    extra samples (RGBA plus a mask, grey plus three), which libvips' thumbnail took for CMYK and
+    no web encoder writes (Pillow refused them: a 500). The first extra sample is the alpha, as
+    libvips reads one. Dropped after the header checks: what libvips decodes is all the samples
+    (``MAX_BANDS``). libjpeg-turbo's decode is grey or RGB: nothing asked of it (each pyvips
+    property read is a GIL round trip, about 5 us)."""
+    image = job.pixels
+    if job.decoder != "libvips":
+        return image
     colour = _COLOUR_BANDS.get(image.interpretation)
     if colour is None or image.bands <= colour + 1:
         return image
