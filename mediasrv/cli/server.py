@@ -134,7 +134,7 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     libvips = check_libvips()
     log_starting(settings)
     if sockets is None:
-        check_port_free(settings)
+        workers.check_port_free(settings)
     vips.init_vips(settings.max_image_pixels)
     allocator.tune()  # before the resize threads exist: freed image memory goes back
     # beside the stores' opening; awaited before listening (a failure is only logged)
@@ -189,19 +189,6 @@ async def start(settings: Settings, *, sockets: list[socket.socket] | None = Non
     settle_heap()
     return Running(server=server, runtime=runtime, meta=meta, blobs=blobs, housekeeping=housekeeping,
                    lease=lease, metrics_server=metrics_server, access_log=access_log)
-
-
-def check_port_free(settings: Settings) -> None:
-    """StartupError when MEDIASRV_HOST:MEDIASRV_PORT cannot be bound, before the stores open: a
-    second server started by mistake on a port in use (on the same data directory, as often) must
-    fail before it reconciles the counters under the first one's uploads in flight (it dropped
-    their reservations). The sockets are closed again: the server binds once it is ready, so a
-    connection before then is refused (a proxy tries another process) rather than held."""
-    try:
-        for sock in tornado.netutil.bind_sockets(settings.port, settings.host):
-            sock.close()
-    except OSError as exc:
-        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
 def settle_heap() -> None:

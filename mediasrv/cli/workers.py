@@ -119,7 +119,7 @@ def bind(settings: Settings, workers: int) -> list[list[socket.socket]]:
     port = settings.port
     try:
         if port:  # SO_REUSEPORT would let these bind beside another server's listeners: not shared
-            _close_all(tornado.netutil.bind_sockets(port, settings.host))
+            check_port_free(settings)
         for _ in range(workers):
             sockets = tornado.netutil.bind_sockets(port, settings.host, reuse_port=True)
             sets.append(sockets)
@@ -129,6 +129,19 @@ def bind(settings: Settings, workers: int) -> list[list[socket.socket]]:
             _close_all(sockets)
         raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
     return sets
+
+
+def check_port_free(settings: Settings) -> None:
+    """StartupError when MEDIASRV_HOST:MEDIASRV_PORT cannot be bound (without SO_REUSEPORT, so
+    another server's listeners count), before the stores open: a second server started by
+    mistake on a port in use (on the same data directory, as often) must fail before it
+    reconciles the counters under the first one's uploads in flight (it dropped their
+    reservations). The sockets are closed again: a single server binds once it is ready, so a
+    connection before then is refused (a proxy tries another process) rather than held."""
+    try:
+        _close_all(tornado.netutil.bind_sockets(settings.port, settings.host))
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
 
 
 def _close_all(sockets: list[socket.socket]) -> None:
