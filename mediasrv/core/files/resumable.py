@@ -89,7 +89,8 @@ class UploadLocked(ApiError):
 
 
 def upload_not_found() -> NotFound:
-    return NotFound("Upload not found", code="UPLOAD_NOT_FOUND")
+    """404 UPLOAD_NOT_FOUND: the one answer for an upload that is not, or no longer, there."""
+    return UploadEnded()
 
 
 @dataclass(frozen=True)

@@ -137,8 +137,9 @@ class ClientGone(BadRequest):
 
 
 class UploadEnded(NotFound):
-    """A resumable upload was ended by another request (a termination, the expiry) or taken over
-    by one while this request held it: nothing of this request is kept, nothing given back."""
+    """A resumable upload that is not, or no longer, there: also raised when another request (a
+    termination, the expiry) ended it, or took it over, while this request held it; nothing of
+    this request is then kept, nothing given back."""
 
     code, message = "UPLOAD_NOT_FOUND", "Upload not found"
 
