@@ -148,7 +148,7 @@ class FilesHandler(FilesBase):
         if q is not None and len(q) > MAX_Q_CHARS:
             raise BadRequest(f"q must be at most {MAX_Q_CHARS} characters", code="INVALID_QUERY")
         ctype = single_arg(self, "type")
-        ctype = None if ctype is None else content_types.canonical(ctype.strip().lower())  # as an upload's type
+        ctype = None if ctype is None else content_types.essence(ctype)  # read as an upload's type is
         if ctype is not None and ctype not in self.files.allow:
             raise BadRequest("type must be one of the allowed content types", code="INVALID_QUERY")
         size_min, size_max = int_arg(self, "sizeMin"), int_arg(self, "sizeMax")

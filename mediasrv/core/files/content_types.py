@@ -105,16 +105,23 @@ def canonical(content_type: str) -> str:
     return ALIASES.get(content_type, content_type)
 
 
+def essence(value: str) -> str:
+    """The ``type/subtype`` a Content-Type value names, lower case, parameters dropped, in its
+    one name (``canonical``): how an upload's Content-Type and ``type`` parameter and a listing's
+    ``type`` are all read."""
+    return canonical(value.split(";", 1)[0].strip().lower())
+
+
 def normalize(header_values: list[str]) -> str:
     """The canonical ``type/subtype`` of a Content-Type header; BadRequest if missing or malformed."""
     if len(header_values) != 1:
         raise BadRequest("Send exactly one Content-Type header", code="INVALID_CONTENT_TYPE")
-    essence = header_values[0].split(";", 1)[0].strip().lower()
-    if not essence:
+    value = essence(header_values[0])
+    if not value:
         raise BadRequest("Content-Type is required", code="INVALID_CONTENT_TYPE")
-    if not _MIME_RE.match(essence):
+    if not _MIME_RE.match(value):
         raise BadRequest("Content-Type is not a MIME type", code="INVALID_CONTENT_TYPE")
-    return canonical(essence)
+    return value
 
 
 class AllowList:
@@ -212,7 +219,7 @@ def stored_type(declared: str, named: str | None, allow: AllowList) -> str | Non
                          "image/jpeg')", code="MULTIPART_NOT_SUPPORTED")
     if named is None:
         return None if declared == OCTET_STREAM else allow.require(declared)
-    wanted = canonical(named.split(";", 1)[0].strip().lower())
+    wanted = essence(named)
     if declared not in (OCTET_STREAM, wanted):
         raise BadRequest(f"The type query parameter ({wanted}) and Content-Type ({declared}) differ: send the "
                          "file's type in one of them, or the same in both", code="INVALID_CONTENT_TYPE")
